@@ -1,0 +1,99 @@
+# aiter_mla - build, test, run, bench.
+#
+#   make run         the decode example (GPU when there is one, else the CPU reference)
+#   make test        host tests (ASan/UBSan), header and kernel compile checks, GPU tests
+#                    when a GPU is present; ends with "N passed, N failed"
+#   make test-gpu    the GPU test sweep only
+#   make bench       ceilings and decode timings (needs a GPU)
+#
+# GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
+# ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...).
+
+GPU ?= auto
+CC ?= cc
+CXX ?= c++
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HIPCC ?= $(shell command -v hipcc 2>/dev/null)
+BUILD ?= build
+comma := ,
+
+ifeq ($(GPU),auto)
+  ifneq ($(and $(NVCC),$(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo y)),)
+    GPU := cuda
+  else ifneq ($(and $(HIPCC),$(wildcard /dev/kfd)),)
+    GPU := hip
+  else
+    GPU := none
+  endif
+endif
+
+WARN := -Wall -Wextra -Werror
+CFLAGS_HOST := -std=c99 -pedantic $(WARN) -O2
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+ifeq ($(GPU),cuda)
+  ARCH ?= sm_90a
+  GPUCC := $(NVCC)
+  GPUFLAGS := -x cu -std=c++17 -O3 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
+              -Xcompiler -Wall,-Wextra,-Werror
+  GPULINK := $(NVCC) -Xcompiler -fopenmp
+  GPULIBS := -lcublas
+  BLAS := -DAITER_MLA_WITH_BLAS
+else ifeq ($(GPU),hip)
+  ARCH ?= gfx942
+  GPUCC := $(HIPCC)
+  GPUFLAGS := -std=c++17 -O3 $(foreach a,$(subst $(comma), ,$(ARCH)),--offload-arch=$(a)) $(WARN)
+  GPULINK := $(HIPCC) -fopenmp
+  GPULIBS := $(if $(wildcard /opt/rocm/lib/libhipblas.so /usr/lib/x86_64-linux-gnu/libhipblas.so),-lhipblas)
+  BLAS := $(if $(GPULIBS),-DAITER_MLA_WITH_BLAS)
+endif
+HEADER := aiter_mla.h
+EXAMPLES := decode bench
+
+.PHONY: all test test-host test-gpu run bench clean check-header check-kernels
+all: $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/test_host
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+# ---- host-only programs ----------------------------------------------------------------
+$(BUILD)/test_host: tests/test_host.c tests/testing.h $(HEADER) | $(BUILD)
+	$(CC) $(CFLAGS_HOST) -O1 -g $(SAN) -DAITER_MLA_NO_GPU -o $@ tests/test_host.c -lm
+
+# ---- examples and GPU tests: with kernels.hip when GPU != none ----------------------------
+ifeq ($(GPU),none)
+$(BUILD)/%: examples/%.c $(HEADER) | $(BUILD)
+	$(CC) $(CFLAGS_HOST) -DAITER_MLA_NO_GPU -o $@ $< -lm
+$(BUILD)/test_gpu:
+	@echo "test_gpu needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
+else
+$(BUILD)/kernels.o: kernels.hip $(HEADER) | $(BUILD)
+	$(GPUCC) $(GPUFLAGS) -c -o $@ kernels.hip
+$(BUILD)/gpu.o: examples/gpu.hip examples/gpu.h | $(BUILD)
+	$(GPUCC) $(GPUFLAGS) $(BLAS) -c -o $@ examples/gpu.hip
+$(BUILD)/%.o: examples/%.c $(HEADER) examples/gpu.h | $(BUILD)
+	$(CC) $(CFLAGS_HOST) -c -o $@ $<
+$(BUILD)/test_gpu.o: tests/test_gpu.c tests/testing.h $(HEADER) examples/gpu.h | $(BUILD)
+	$(CC) $(CFLAGS_HOST) -Wno-unknown-pragmas -fopenmp -c -o $@ $<
+$(BUILD)/%: $(BUILD)/%.o $(BUILD)/kernels.o $(BUILD)/gpu.o
+	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
+endif
+
+# ---- the README's commands ------------------------------------------------------------------
+run: $(BUILD)/decode
+	./$(BUILD)/decode
+
+test:
+	@GPU=$(GPU) NVCC="$(NVCC)" HIPCC="$(HIPCC)" CC="$(CC)" CXX="$(CXX)" BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_tests.sh
+
+test-host: $(BUILD)/test_host
+	./$(BUILD)/test_host
+
+test-gpu: $(BUILD)/test_gpu
+	./$(BUILD)/test_gpu
+
+bench: $(BUILD)/bench
+	./$(BUILD)/bench
+
+clean:
+	rm -rf $(BUILD)

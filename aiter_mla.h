@@ -1,0 +1,1520 @@
+/* aiter_mla.h - MLA attention for DeepSeek-class models, v0.1.0
+ *
+ * One C99 header and one HIP source (kernels.hip) that give a C or C++ inference runtime
+ * the multi-head latent attention (MLA) of DeepSeek V2/V3: host planners, head-padding
+ * helpers, validating launch wrappers, GPU kernels for AMD (hipcc) and NVIDIA (nvcc on the
+ * same source) and a CPU reference for every operation. No Python, no allocation behind
+ * your back, no device queries, no stream creation. SPEC.md states what each op computes.
+ *
+ * ---------------------------------------------------------------------------------------
+ * INCLUDING
+ *
+ *   In ONE C or C++ file:           #define AITER_MLA_IMPLEMENTATION
+ *                                   #include "aiter_mla.h"
+ *   Everywhere else:                #include "aiter_mla.h"
+ *   GPU kernels:                    hipcc --offload-arch=gfx942 -c kernels.hip     (AMD)
+ *                                   nvcc -x cu -arch=sm_90a -c kernels.hip         (NVIDIA)
+ *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
+ *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
+ *                                   the program links without kernels.hip.
+ *
+ * ---------------------------------------------------------------------------------------
+ * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
+ *
+ *   1. Once, at start-up: size the plan from upper bounds and allocate its buffers.
+ *        aiter_mla_decode_plan_desc pd = {0};
+ *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
+ *        pd.page_size = 1;   pd.num_cu = <multiprocessor / CU count>;
+ *        aiter_mla_decode_plan_info info;
+ *        aiter_mla_decode_plan_get_info(&pd, &info);
+ *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best)
+ *        device: int32_t plan_d[info.plan_ints], workspace of info.workspace_bytes bytes
+ *
+ *   2. Every step: build the paged-KV metadata and the split-KV plan on the host, copy the
+ *      plan to the device (one copy), and launch.
+ *        aiter_mla_decode_metadata_build(&meta);          block table -> indptr/indices
+ *        aiter_mla_decode_plan_build(&info, qo_indptr_h, kv_indptr_h, last_page_lens_h,
+ *                                    batch, plan_h);
+ *        memcpy-async plan_h -> plan_d (and the metadata arrays -> device)
+ *        aiter_mla_decode_args a = {0};
+ *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = pages;  a.o = o_d;
+ *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
+ *        a.batch = batch; a.num_heads = 16; a.page_size = 1;
+ *        a.plan = plan_d; a.plan_info = &info;
+ *        a.workspace = ws_d; a.workspace_bytes = info.workspace_bytes;
+ *        a.sm_scale = model_scale;                     (0 means 1/sqrt(576))
+ *        if (aiter_mla_decode(&a, stream) != AITER_MLA_OK)
+ *            fprintf(stderr, "%s\n", aiter_mla_last_error());
+ *
+ *      aiter_mla_decode_ref(&a) computes the same on host pointers (the CPU reference).
+ *      examples/decode.c is this recipe as a complete program.
+ *
+ * ---------------------------------------------------------------------------------------
+ * OPTIONS (define before including)
+ *
+ *   AITER_MLA_IMPLEMENTATION   emit the implementation (in one translation unit)
+ *   AITER_MLA_STATIC           make every function static (private copy per file)
+ *   AITER_MLA_API              storage class of the public functions (default: extern)
+ *   AITER_MLA_NO_GPU           build without kernels.hip (GPU calls return ERR_NO_GPU)
+ *   AITER_MLA_ASSERT(c)        guard for internal invariants (default: assert.h)
+ *   AITER_MLA_MALLOC(n) / AITER_MLA_FREE(p)   host allocation (override both or neither)
+ *
+ * ERRORS
+ *
+ *   Every call that can fail returns aiter_mla_status. On failure,
+ *   aiter_mla_last_error() (thread-local) names the operation, the offending field and
+ *   the rule, e.g. "decode: num_heads = 129 is outside 1..128". Bad input never crashes,
+ *   aborts or reads out of bounds; page ids or slots that are negative or out of range
+ *   are data (the key is skipped, the write is dropped), not undefined behaviour.
+ *
+ * WHAT THIS LIBRARY DOES NOT DO
+ *
+ *   - allocate device memory or query the device (you pass num_cu and buffers);
+ *   - synchronise the device or create streams (every launch is asynchronous on the
+ *     stream you give, so it can be captured in a graph);
+ *   - include HIP or CUDA headers (streams and device pointers are void *).
+ *
+ * CONVENTIONS
+ *
+ *   Shapes are written [outer, ..., inner]; strides are in elements (int64_t) and a stride
+ *   of 0 means "contiguous". Indices are int32 unless stated. Zero-initialised struct
+ *   fields mean the documented default. "lse" is the natural-log log-sum-exp of the scaled
+ *   logits. L = 512 latent dims, R = 64 rope dims, D = 576 = L + R.
+ *
+ * LICENSE: MIT.
+ */
+#ifndef AITER_MLA_H
+#define AITER_MLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define AITER_MLA_VERSION_MAJOR 0
+#define AITER_MLA_VERSION_MINOR 1
+#define AITER_MLA_VERSION_PATCH 0
+#define AITER_MLA_VERSION_STRING "0.1.0"
+
+#ifndef AITER_MLA_API
+#if defined(AITER_MLA_STATIC) && (defined(__GNUC__) || defined(__clang__))
+#define AITER_MLA_API static __attribute__((unused))
+#elif defined(AITER_MLA_STATIC)
+#define AITER_MLA_API static
+#else
+#define AITER_MLA_API extern
+#endif
+#endif
+
+/* Functions that must run on host and device (converters, small helpers). */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define AITER_MLA_HD static inline __host__ __device__
+#else
+#define AITER_MLA_HD static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- model constants ------------------------------------------------------------------ */
+enum {
+    AITER_MLA_LATENT_DIM = 512, /* L: kv_lora_rank, also V's width */
+    AITER_MLA_ROPE_DIM = 64,    /* R */
+    AITER_MLA_HEAD_DIM = 576,   /* D = L + R: one cache row, one q row */
+    AITER_MLA_MAX_HEADS = 128,
+    AITER_MLA_MAX_Q_LEN = 8,    /* decode query tokens per request (speculative decoding) */
+    AITER_MLA_MAX_PAGE_SIZE = 256,
+    AITER_MLA_WORK_INTS = 8     /* int32 per work item, SPEC 1a */
+};
+
+/* ---- status codes: one X-macro makes the enum and its strings ------------------------- */
+#define AITER_MLA_STATUS_LIST(X)                                                   \
+    X(OK, "ok")                                                                    \
+    X(ERR_NULL_POINTER, "a required pointer is null")                              \
+    X(ERR_INVALID_ARGUMENT, "an argument is out of range")                         \
+    X(ERR_UNSUPPORTED, "the combination is not supported")                         \
+    X(ERR_BUFFER_TOO_SMALL, "a caller buffer or workspace is too small")           \
+    X(ERR_PLAN_MISMATCH, "the plan was built for other shapes")                    \
+    X(ERR_PLAN_INVALID, "the plan breaks an invariant")                            \
+    X(ERR_NO_GPU, "built without GPU support (AITER_MLA_NO_GPU)")                  \
+    X(ERR_LAUNCH, "the GPU runtime reported an error at launch")
+
+typedef enum aiter_mla_status {
+#define AITER_MLA__ENUM(name, text) AITER_MLA_##name,
+    AITER_MLA_STATUS_LIST(AITER_MLA__ENUM)
+#undef AITER_MLA__ENUM
+    AITER_MLA_STATUS_COUNT
+} aiter_mla_status;
+
+AITER_MLA_API const char *aiter_mla_status_string(aiter_mla_status s);
+/* Detail of the last failure on this thread ("" when none). */
+AITER_MLA_API const char *aiter_mla_last_error(void);
+
+/* ---- element types -------------------------------------------------------------------- */
+typedef enum aiter_mla_dtype {
+    AITER_MLA_DTYPE_DEFAULT = 0, /* "whatever the field's documented default is" */
+    AITER_MLA_BF16,
+    AITER_MLA_F16,
+    AITER_MLA_F32,
+    AITER_MLA_FP8_E4M3FN,   /* OCP e4m3: bias 7, max 448, NaN 0x7f/0xff (NVIDIA, gfx950) */
+    AITER_MLA_FP8_E4M3FNUZ, /* bias 8, max 240, no -0, NaN 0x80 (AMD gfx942) */
+    AITER_MLA_DTYPE_COUNT
+} aiter_mla_dtype;
+
+AITER_MLA_API size_t aiter_mla_dtype_size(aiter_mla_dtype t); /* 0 for DEFAULT/invalid */
+AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t);
+
+/* ---- converters (host and device; round to nearest even) ------------------------------
+ * bf16/f16: IEEE behaviour (overflow to inf, NaN stays NaN).
+ * fp8: saturating: finite values and infinities beyond the maximum become +-max
+ * (448 e4m3fn, 240 e4m3fnuz); NaN becomes the format's NaN. fnuz has no negative zero:
+ * -0 and values that round to zero encode as 0x00. */
+AITER_MLA_HD uint32_t aiter_mla__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+AITER_MLA_HD float aiter_mla__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+AITER_MLA_HD float aiter_mla_bf16_to_f32(uint16_t h) { return aiter_mla__bits_f32((uint32_t)h << 16); }
+AITER_MLA_HD uint16_t aiter_mla_f32_to_bf16(float f) {
+    uint32_t u = aiter_mla__f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+AITER_MLA_HD float aiter_mla_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return aiter_mla__bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) { /* zero or subnormal: m * 2^-24 exactly */
+        float v = (float)m * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return aiter_mla__bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+AITER_MLA_HD uint16_t aiter_mla_f32_to_f16(float f) {
+    uint32_t u = aiter_mla__f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (a < 0x38800000u) { /* below 2^-14: subnormal half, quantum 2^-24 */
+        float v = aiter_mla__bits_f32(a) * 16777216.0f; /* exact: scale by 2^24 */
+        float r = rintf(v);
+        return (uint16_t)(sign | (uint32_t)r);
+    }
+    a += 0xfffu + ((a >> 13) & 1u) - 0x38000000u; /* rebias 127 -> 15 and round */
+    return (uint16_t)(sign | (a >> 13));
+}
+
+AITER_MLA_HD int aiter_mla__fp8_is_fnuz(aiter_mla_dtype t) { return t == AITER_MLA_FP8_E4M3FNUZ; }
+/* Largest finite value of an fp8 flavour (448 e4m3fn, 240 e4m3fnuz). */
+AITER_MLA_HD float aiter_mla_fp8_max(aiter_mla_dtype t) { return aiter_mla__fp8_is_fnuz(t) ? 240.0f : 448.0f; }
+
+AITER_MLA_HD float aiter_mla_fp8_to_f32(uint8_t v, aiter_mla_dtype t) {
+    int fnuz = aiter_mla__fp8_is_fnuz(t);
+    uint32_t sign = (uint32_t)(v & 0x80u) << 24, e = (v >> 3) & 0xfu, m = v & 7u;
+    if (fnuz ? v == 0x80u : (v & 0x7fu) == 0x7fu) return aiter_mla__bits_f32(0x7fc00000u);
+    if (e == 0) { /* subnormal: m * 2^(1 - bias - 3) */
+        float x = (float)m * (fnuz ? 0.0009765625f : 0.001953125f);
+        return sign ? -x : x;
+    }
+    return aiter_mla__bits_f32(sign | ((e + 127u - (fnuz ? 8u : 7u)) << 23) | (m << 20));
+}
+AITER_MLA_HD uint8_t aiter_mla_f32_to_fp8(float f, aiter_mla_dtype t) {
+    /* The codes of one sign are monotonic in the value: code = exponent_field * 8 + mantissa,
+     * so rounding the mantissa up to 8 carries into the next exponent by itself. */
+    int fnuz = aiter_mla__fp8_is_fnuz(t), bias = fnuz ? 8 : 7, max_code = fnuz ? 0x7f : 0x7e;
+    uint32_t u = aiter_mla__f32_bits(f), neg = u >> 31;
+    float a = aiter_mla__bits_f32(u & 0x7fffffffu);
+    int code;
+    if (a != a) return fnuz ? 0x80u : 0x7fu;
+    if (a >= aiter_mla_fp8_max(t)) {
+        code = max_code;
+    } else if (a < aiter_mla__bits_f32((uint32_t)(128 - bias) << 23)) { /* below min normal */
+        code = (int)rintf(a * aiter_mla__bits_f32((uint32_t)(127 + bias + 2) << 23));
+    } else {
+        int e;
+        float mant = frexpf(a, &e); /* a = mant * 2^e, mant in [0.5, 1) */
+        code = (e - 1 + bias) * 8 + (int)rintf((mant * 2.0f - 1.0f) * 8.0f);
+        if (code > max_code) code = max_code;
+    }
+    if (code == 0) return 0; /* fnuz: no -0; fn: +0 and -0 both decode to 0 */
+    return (uint8_t)((neg << 7) | (uint32_t)code);
+}
+
+/* Load element i of a buffer of dtype t as float (fp8 without scale). */
+AITER_MLA_HD float aiter_mla_load_f32(const void *p, int64_t i, aiter_mla_dtype t) {
+    switch (t) {
+    case AITER_MLA_BF16: return aiter_mla_bf16_to_f32(((const uint16_t *)p)[i]);
+    case AITER_MLA_F16: return aiter_mla_f16_to_f32(((const uint16_t *)p)[i]);
+    case AITER_MLA_F32: return ((const float *)p)[i];
+    case AITER_MLA_FP8_E4M3FN:
+    case AITER_MLA_FP8_E4M3FNUZ: return aiter_mla_fp8_to_f32(((const uint8_t *)p)[i], t);
+    default: return 0.0f;
+    }
+}
+/* Store x as element i of a buffer of dtype t (fp8 saturates, no scale). */
+AITER_MLA_HD void aiter_mla_store_f32(void *p, int64_t i, aiter_mla_dtype t, float x) {
+    switch (t) {
+    case AITER_MLA_BF16: ((uint16_t *)p)[i] = aiter_mla_f32_to_bf16(x); break;
+    case AITER_MLA_F16: ((uint16_t *)p)[i] = aiter_mla_f32_to_f16(x); break;
+    case AITER_MLA_F32: ((float *)p)[i] = x; break;
+    case AITER_MLA_FP8_E4M3FN:
+    case AITER_MLA_FP8_E4M3FNUZ: ((uint8_t *)p)[i] = aiter_mla_f32_to_fp8(x, t); break;
+    default: break;
+    }
+}
+
+/* ==== head padding (SPEC 1c) ============================================================
+ * Kernels built on AMD's assembly MLA need 16 heads. A head count H is valid for them when
+ * H >= 16 and H % 16 == 0, or H < 16 and 16 % H == 0. Padding repeats each head 16/H times
+ * (repeat-interleave); unpadding keeps every (16/H)-th head. This library's own kernels
+ * take any H in 1..128 and need none of it; the helpers are for runtimes that mix kernels. */
+AITER_MLA_API int aiter_mla_num_heads_is_valid(int num_heads); /* 1 or 0 */
+AITER_MLA_API int aiter_mla_padded_num_heads(int num_heads);   /* max(H, 16) */
+
+typedef struct aiter_mla_head_pad_args {
+    const void *src;   /* pad_q: [num_tokens, H, head_dim];  unpad_o: [num_tokens, Hp, head_dim] */
+    void *dst;         /* pad_q: [num_tokens, Hp, head_dim]; unpad_o: [num_tokens, H, head_dim]  */
+    int64_t num_tokens; /* >= 0 */
+    int num_heads;      /* H (the model's heads), valid per aiter_mla_num_heads_is_valid */
+    int head_dim;       /* > 0; 0 means 576 */
+    aiter_mla_dtype dtype; /* element type of src and dst; DEFAULT means bf16 */
+} aiter_mla_head_pad_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_pad_q_ref(const aiter_mla_head_pad_args *a);   /* host */
+AITER_MLA_API aiter_mla_status aiter_mla_unpad_o_ref(const aiter_mla_head_pad_args *a); /* host */
+AITER_MLA_API aiter_mla_status aiter_mla_pad_q(const aiter_mla_head_pad_args *a, void *stream);
+AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *a, void *stream);
+
+/* ==== page-index expansion (SPEC 1d) ====================================================
+ * page_indices[cu_num_tokens[r] + t] = block_table[r, t / K] * K + t % K for t < seq_lens[r],
+ * K = kernel_block_size. Turns a block table into per-token flat slots (page size 1).
+ * A block id < 0, or a block index t / K at or beyond block_table_stride, gives -1.
+ * The reference rejects cu_num_tokens that are not monotone or exceed the capacity; the
+ * GPU version cannot read them on the host and drops writes outside the capacity. */
+typedef struct aiter_mla_expand_page_indices_args {
+    const int32_t *block_table;  /* [batch, block_table_stride] */
+    int64_t block_table_stride;  /* elements per row, >= ceil(max seq_len / K) */
+    const int32_t *cu_num_tokens; /* [batch + 1] start of each request's output */
+    const int32_t *seq_lens;     /* [batch] tokens per request */
+    int32_t *page_indices;       /* [page_indices_capacity] output */
+    int64_t page_indices_capacity; /* elements in page_indices (>= cu_num_tokens[batch]) */
+    int batch;                   /* >= 0 */
+    int kernel_block_size;       /* K, power of two 1..256; 0 means 1 */
+} aiter_mla_expand_page_indices_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla_expand_page_indices_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream);
+
+/* ==== decode metadata (host) ============================================================
+ * From a block table and per-request lengths, build the paged-KV addressing of SPEC 1:
+ *   qo_indptr[b+1] = qo_indptr[b] + q_lens[b]
+ *   kv_indptr[b+1] = kv_indptr[b] + ceil(seq_lens[b] / page_size)
+ *   kv_indices     = the first ceil(seq_lens[b] / page_size) block-table entries of each row
+ *   kv_last_page_lens[b] = tokens used in the last page (page_size if full, 0 if empty).
+ * seq_lens count every key, the new tokens included. */
+typedef struct aiter_mla_decode_metadata_args {
+    const int32_t *block_table;  /* [batch, block_table_stride] page ids */
+    int64_t block_table_stride;  /* elements per row (>= pages of the longest request) */
+    const int32_t *seq_lens;     /* [batch] keys per request, >= 0 */
+    const int32_t *q_lens;       /* [batch] query tokens per request; NULL means q_len each */
+    int q_len;                   /* used when q_lens is NULL; 0 means 1 */
+    int batch;                   /* >= 1 */
+    int page_size;               /* power of two 1..256; 0 means 1 */
+    int32_t *qo_indptr;          /* [batch + 1] out */
+    int32_t *kv_indptr;          /* [batch + 1] out */
+    int32_t *kv_indices;         /* [kv_indices_capacity] out */
+    int64_t kv_indices_capacity; /* elements available in kv_indices */
+    int32_t *kv_last_page_lens;  /* [batch] out */
+} aiter_mla_decode_metadata_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_decode_metadata_args *a);
+
+/* ==== split-KV decode plan (SPEC 1a) ====================================================
+ * The plan balances (request x query-tile x KV range) pieces over the compute units. Its
+ * sizes depend only on the upper bounds in the desc, so its buffers can be allocated once
+ * and live in persistent (graph-captured) memory; its contents depend on the lengths and
+ * are rebuilt on the host whenever they change.
+ *
+ * Query tiles: a request's q_len tokens are cut into tiles of tokens_per_tile =
+ * min(max_q_len, max(1, 128 / H)) tokens, so a tile holds at most 128 (token, head) rows
+ * (or one token when H > 64).
+ *
+ * The plan is one int32 buffer of info.plan_ints elements (one copy moves it to the
+ * device), laid out as:
+ *   header              [AITER_MLA_PLAN_HEADER_INTS]  counts (see aiter_mla_decode_plan_view)
+ *   work_indptr         [num_cu + 1]                  work items of CU c: [indptr[c], indptr[c+1])
+ *   work_info           [max_work, 8]                 batch_idx, partial_qo_loc, qo_start,
+ *                                                     qo_end, kv_start, kv_end, kv_offset, pad
+ *   reduce_indptr       [max_reduce_tiles + 1]
+ *   reduce_final_map    [max_reduce_tiles, 2]         (qo_start, qo_end) of each tile
+ *   reduce_partial_map  [max_partials]                partial_qo_loc of each split piece
+ * Work item fields: qo_start/qo_end are global query-token rows (end exclusive);
+ * kv_start/kv_end index kv_indices (page units, absolute); kv_offset is the number of
+ * keys between the piece's end and the end of the sequence (for the causal rule);
+ * partial_qo_loc is -1 when the piece is a whole tile (it writes o directly) or else the
+ * first row of its fp32 partial output (rows are query tokens, each H x 512 floats).
+ * Reduce tile t is the t-th query tile of the batch in order; it lists its pieces in KV
+ * order when split, nothing otherwise. Unused tail entries of reduce_indptr repeat the
+ * last value. */
+enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
+
+enum { /* header slots of the plan buffer (internal) */
+    AITER_MLA__PH_MAGIC, AITER_MLA__PH_NUM_CU, AITER_MLA__PH_NUM_WORK, AITER_MLA__PH_NUM_REDUCE_TILES,
+    AITER_MLA__PH_NUM_PARTIALS, AITER_MLA__PH_NUM_PARTIAL_ROWS, AITER_MLA__PH_BATCH
+};
+
+typedef struct aiter_mla_decode_plan_desc {
+    int max_batch;      /* >= 1: most requests in one step */
+    int num_heads;      /* H, 1..128 */
+    int max_q_len;      /* 1..8: most query tokens of one request */
+    int num_cu;         /* >= 1: multiprocessors / CUs the decode kernel may fill */
+    int page_size;      /* power of two 1..256; 0 means 1 */
+    int kv_granularity; /* tokens per planning block, power of two 16..4096; 0 means 64 */
+    int overhead_blocks; /* fixed cost of a work item in blocks, 0..64; 0 means 1 */
+} aiter_mla_decode_plan_desc;
+
+typedef struct aiter_mla_decode_plan_info {
+    aiter_mla_decode_plan_desc desc; /* with defaults resolved */
+    int32_t tokens_per_tile;   /* query tokens per tile */
+    int32_t max_tiles;         /* query tiles per request at most */
+    int32_t max_work;          /* (max_batch + num_cu - 1) * max_tiles */
+    int32_t max_reduce_tiles;  /* max_batch * max_tiles */
+    int32_t max_partials;      /* split pieces at most: min(B*T + cu - 1, 2(cu - 1)) */
+    int32_t max_partial_rows;  /* max_partials * tokens_per_tile */
+    int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map,
+        off_reduce_partial_map; /* int32 offsets of the sections in the plan buffer */
+    int64_t plan_ints;         /* int32 elements of the plan buffer */
+    size_t workspace_bytes;    /* fp32 partial o [max_partial_rows, H, 512] + lse [.., H] */
+} aiter_mla_decode_plan_info;
+
+/* Pointers into a plan buffer and the counts of its header. */
+typedef struct aiter_mla_decode_plan_view {
+    int32_t num_cu, num_work, num_reduce_tiles, num_partials, num_partial_rows;
+    int32_t batch; /* requests the plan was built for */
+    int32_t *work_indptr, *work_info, *reduce_indptr, *reduce_final_map, *reduce_partial_map;
+} aiter_mla_decode_plan_view;
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_decode_plan_desc *d,
+                                                              aiter_mla_decode_plan_info *info);
+/* Fill plan (host, info->plan_ints int32) from host arrays: qo_indptr [batch+1],
+ * kv_indptr [batch+1], kv_last_page_lens [batch]. */
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decode_plan_info *info,
+                                                           const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                                           const int32_t *kv_last_page_lens, int batch,
+                                                           int32_t *plan);
+/* Check every invariant of a built plan against the arrays it was built from: each key of
+ * each query row covered exactly once, pieces in bounds, partial rows unique and inside
+ * the workspace, reduce maps consistent. Returns ERR_PLAN_INVALID with the reason. */
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decode_plan_info *info,
+                                                           const int32_t *qo_indptr, const int32_t *kv_indptr,
+                                                           const int32_t *kv_last_page_lens, int batch,
+                                                           const int32_t *plan);
+AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
+                                                                       int32_t *plan);
+
+/* ==== dense decode (SPEC 1) =============================================================
+ * For request b, query row i of its q_len rows, head h:
+ *   s_j = sm_scale * q_scale * kv_scale * (q . k_j) over keys j <= kv_len - q_len + i,
+ *   o = softmax(s) . V (V = first 512 columns of the row, dequantised), lse = log sum exp s.
+ * A row that sees no key gets o = 0, lse = +inf. Page ids outside [0, num_pages) are
+ * skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
+ * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
+ * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
+typedef struct aiter_mla_decode_args {
+    const void *q;              /* [T, H, 576] q_dtype, T = qo_indptr[batch] */
+    int64_t q_stride_token;     /* 0 means H * 576 */
+    int64_t q_stride_head;      /* 0 means 576 */
+    const void *kv_cache;       /* [num_pages, page_size, 576] kv_dtype */
+    int64_t num_pages;          /* >= 1: pages in kv_cache (bounds page ids) */
+    const int32_t *qo_indptr;   /* [batch + 1] query tokens of each request */
+    const int32_t *kv_indptr;   /* [batch + 1] pages of each request in kv_indices */
+    const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
+    const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page */
+    void *o;                    /* [T, H, 512] o_dtype */
+    int64_t o_stride_token;     /* 0 means H * 512 */
+    int64_t o_stride_head;      /* 0 means 512 */
+    float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
+    const int32_t *plan;        /* plan buffer (device for aiter_mla_decode; host for the
+                                   scheduled reference; unused by aiter_mla_decode_ref) */
+    const aiter_mla_decode_plan_info *plan_info; /* host struct the plan was sized with */
+    void *workspace;            /* info.workspace_bytes: fp32 partials (same memory space as plan) */
+    size_t workspace_bytes;
+    int batch;                  /* 1..plan max_batch */
+    int num_heads;              /* H, 1..128 (equal to the plan's) */
+    int page_size;              /* power of two 1..256 (equal to the plan's); 0 means 1 */
+    aiter_mla_dtype q_dtype;    /* DEFAULT means bf16 */
+    aiter_mla_dtype kv_dtype;   /* DEFAULT means q_dtype (bf16 if q is fp8) */
+    aiter_mla_dtype o_dtype;    /* DEFAULT means q_dtype (bf16 if q is fp8) */
+    float sm_scale;             /* 0 means 1/sqrt(576) */
+    float q_scale;              /* fp8 q dequant scale; 0 means 1 */
+    float kv_scale;             /* fp8 cache dequant scale; 0 means 1 */
+} aiter_mla_decode_args;
+
+/* GPU: decode + reduce, asynchronous on stream. */
+AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *a, void *stream);
+/* CPU reference on host pointers; plan and workspace are not used. */
+AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *a);
+/* CPU replay of the plan (a->plan host, a->workspace host) followed by its reduce: the
+ * same pieces and partials the GPU computes. */
+AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_decode_args *a);
+
+/* ==== reduce of split pieces (SPEC 1b) ==================================================
+ * For reduce tile t with pieces k (rows p_k .. of the partial buffers):
+ *   g = m + log sum_k exp(lse_k - m), m = max_k lse_k;  o = sum_k exp(lse_k - g) o_k;
+ *   lse = g. Pieces with lse = -inf weigh 0; if all are empty: o = 0, lse = +inf. */
+typedef struct aiter_mla_reduce_args {
+    const float *partial_o;     /* [partial_rows, H, dv] */
+    const float *partial_lse;   /* [partial_rows, H] */
+    const int32_t *reduce_indptr;     /* [num_tiles + 1] */
+    const int32_t *reduce_final_map;  /* [num_tiles, 2] (qo_start, qo_end) */
+    const int32_t *reduce_partial_map;/* [reduce_indptr[num_tiles]] first partial row */
+    int num_tiles;              /* tiles to visit (tiles with < 2 pieces are skipped) */
+    int num_heads;              /* 1..128 */
+    int dv;                     /* 0 means 512 */
+    void *o;                    /* [T, H, dv] o_dtype */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
+    float *lse;                 /* [T, H], optional */
+    aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
+} aiter_mla_reduce_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args *a);
+
+/* ==== merge of attention states (SPEC 2a) ===============================================
+ * o = (w_p o_p + w_s o_s) / (w_p + w_s), w = exp(lse - max(lse_p, lse_s)); lse = +inf
+ * counts as -inf. Both sides empty: o = 0, lse = -inf. */
+typedef struct aiter_mla_merge_args {
+    const void *o_prefix;       /* [T, H, head_dim] dtype */
+    const float *lse_prefix;    /* [H, T] */
+    const void *o_suffix;       /* [T, H, head_dim] dtype */
+    const float *lse_suffix;    /* [H, T] */
+    void *o;                    /* [T, H, head_dim] dtype */
+    float *lse;                 /* [H, T], optional */
+    int64_t num_tokens;         /* T >= 0 */
+    int num_heads;              /* >= 1 */
+    int head_dim;               /* >= 1 */
+    aiter_mla_dtype dtype;      /* DEFAULT means bf16; f32 allowed */
+} aiter_mla_merge_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *a);
+
+/* ==== KV cache write (SPEC 3) ===========================================================
+ * cache[slot / block_size, slot % block_size, :] = [kv_c | k_pe] for every token whose
+ * slot is in [0, num_blocks * block_size); slot -1 (padding) and out-of-range slots are
+ * skipped. fp8 caches store e4m3(x / scale), saturating. */
+typedef struct aiter_mla_kv_cache_write_args {
+    const void *kv_c;           /* [num_tokens, 512] src_dtype, row stride kv_c_stride */
+    int64_t kv_c_stride;        /* 0 means 512 */
+    const void *k_pe;           /* [num_tokens, 64] src_dtype, row stride k_pe_stride */
+    int64_t k_pe_stride;        /* 0 means 64 */
+    const int64_t *slot_mapping; /* [num_tokens] int64 */
+    void *kv_cache;             /* [num_blocks, block_size, 576] cache_dtype */
+    int64_t num_blocks;         /* >= 1 */
+    int block_size;             /* >= 1; 0 means 1 */
+    int64_t num_tokens;         /* >= 0 */
+    aiter_mla_dtype src_dtype;  /* bf16 or f16; DEFAULT means bf16 */
+    aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (both); DEFAULT means src_dtype */
+    float scale;                /* fp8 per-tensor scale; 0 means 1 */
+} aiter_mla_kv_cache_write_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ======================================================================================
+ * Internal helpers shared by the CPU reference and the kernels (one definition each).
+ * ====================================================================================== */
+/* One expanded slot: -1 for a negative block id or a block beyond the row. */
+AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, int32_t t, int k) {
+    int32_t blk = t / k, id;
+    if (blk >= stride) return -1;
+    id = row[blk];
+    return id < 0 ? -1 : id * k + t % k;
+}
+
+/* Keys of request b: (pages - 1) * page_size + last page, 0 when it has no page. */
+AITER_MLA_HD int64_t aiter_mla__kv_len(int32_t pages, int32_t last_page_len, int page_size) {
+    return pages > 0 ? (int64_t)(pages - 1) * page_size + last_page_len : 0;
+}
+
+/* KV cache write of column col (0..575) of token t: [kv_c | k_pe] -> cache dtype. */
+AITER_MLA_HD void aiter_mla__kv_write_elem(const aiter_mla_kv_cache_write_args *a, int64_t t, int col) {
+    int64_t slot = a->slot_mapping[t];
+    float x;
+    if (slot < 0 || slot >= a->num_blocks * a->block_size) return; /* padding or out of range: skipped */
+    x = col < AITER_MLA_LATENT_DIM ? aiter_mla_load_f32(a->kv_c, t * a->kv_c_stride + col, a->src_dtype)
+                                   : aiter_mla_load_f32(a->k_pe, t * a->k_pe_stride + col - AITER_MLA_LATENT_DIM, a->src_dtype);
+    if (a->cache_dtype == AITER_MLA_FP8_E4M3FN || a->cache_dtype == AITER_MLA_FP8_E4M3FNUZ) x /= a->scale;
+    aiter_mla_store_f32(a->kv_cache, slot * AITER_MLA_HEAD_DIM + col, a->cache_dtype, x);
+}
+
+/* ======================================================================================
+ * Internal: launchers implemented in kernels.hip. Each takes arguments whose defaults are
+ * already resolved and validated, launches asynchronously, and returns the native error
+ * code (0 = success). Not part of the public API.
+ * ====================================================================================== */
+#ifdef __cplusplus
+extern "C" {
+#endif
+int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
+                             void *stream);
+int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream);
+int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream);
+int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
+const char *aiter_mla__native_error_string(int code);
+#ifdef __cplusplus
+}
+#endif
+#endif /* AITER_MLA_H */
+
+/* ======================================================================================
+ * IMPLEMENTATION
+ * ====================================================================================== */
+#if defined(AITER_MLA_IMPLEMENTATION) && !defined(AITER_MLA__IMPLEMENTED)
+#define AITER_MLA__IMPLEMENTED
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#ifndef AITER_MLA_ASSERT
+#include <assert.h>
+#define AITER_MLA_ASSERT(c) assert(c)
+#endif
+#if defined(AITER_MLA_MALLOC) != defined(AITER_MLA_FREE)
+#error "define both AITER_MLA_MALLOC and AITER_MLA_FREE, or neither"
+#endif
+#ifndef AITER_MLA_MALLOC
+#include <stdlib.h>
+#define AITER_MLA_MALLOC(n) malloc(n)
+#define AITER_MLA_FREE(p) free(p)
+#endif
+
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define AITER_MLA__TLS thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define AITER_MLA__TLS _Thread_local
+#elif defined(_MSC_VER)
+#define AITER_MLA__TLS __declspec(thread)
+#else
+#define AITER_MLA__TLS __thread
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors -------------------------------------------------------------------------- */
+static AITER_MLA__TLS char aiter_mla__error[320];
+
+AITER_MLA_API const char *aiter_mla_status_string(aiter_mla_status s) {
+    static const char *const text[] = {
+#define AITER_MLA__TEXT(name, str) str,
+        AITER_MLA_STATUS_LIST(AITER_MLA__TEXT)
+#undef AITER_MLA__TEXT
+    };
+    if ((int)s < 0 || (int)s >= (int)AITER_MLA_STATUS_COUNT) return "unknown status";
+    return text[s];
+}
+
+AITER_MLA_API const char *aiter_mla_last_error(void) { return aiter_mla__error; }
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(aiter_mla__error, sizeof aiter_mla__error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Validation shorthands: `op` names the operation, the field's name is the message's. */
+#define AITER_MLA__NEED(op, ptr, name) \
+    do { if (!(ptr)) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s is NULL", op, name); } while (0)
+#define AITER_MLA__RANGE(op, val, lo, hi, name)                                                    \
+    do {                                                                                           \
+        if ((int64_t)(val) < (int64_t)(lo) || (int64_t)(val) > (int64_t)(hi))                      \
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %lld is outside %lld..%lld", \
+                                   op, name, (long long)(val), (long long)(lo), (long long)(hi));    \
+    } while (0)
+#define AITER_MLA__POW2(op, val, lo, hi, name)                                                     \
+    do {                                                                                           \
+        AITER_MLA__RANGE(op, val, lo, hi, name);                                                   \
+        if (((val) & ((val) - 1)) != 0)                                                            \
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %d is not a power of two", \
+                                   op, name, (int)(val));                                          \
+    } while (0)
+#define AITER_MLA__CHECK(expr) do { aiter_mla_status st_ = (expr); if (st_ != AITER_MLA_OK) return st_; } while (0)
+
+static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
+#ifdef AITER_MLA_NO_GPU
+    (void)native;
+    return aiter_mla__fail(AITER_MLA_ERR_NO_GPU, "%s: built with AITER_MLA_NO_GPU", op);
+#else
+    if (native == 0) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_LAUNCH, "%s: kernel launch failed: %s (%d)", op,
+                           aiter_mla__native_error_string(native), native);
+#endif
+}
+#ifdef AITER_MLA_NO_GPU
+#define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, 0)
+#else
+#define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, (call))
+#endif
+
+/* ---- dtypes -------------------------------------------------------------------------- */
+AITER_MLA_API size_t aiter_mla_dtype_size(aiter_mla_dtype t) {
+    switch (t) {
+    case AITER_MLA_BF16: case AITER_MLA_F16: return 2;
+    case AITER_MLA_F32: return 4;
+    case AITER_MLA_FP8_E4M3FN: case AITER_MLA_FP8_E4M3FNUZ: return 1;
+    default: return 0;
+    }
+}
+
+AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t) {
+    switch (t) {
+    case AITER_MLA_DTYPE_DEFAULT: return "default";
+    case AITER_MLA_BF16: return "bf16";
+    case AITER_MLA_F16: return "f16";
+    case AITER_MLA_F32: return "f32";
+    case AITER_MLA_FP8_E4M3FN: return "fp8_e4m3fn";
+    case AITER_MLA_FP8_E4M3FNUZ: return "fp8_e4m3fnuz";
+    default: return "invalid";
+    }
+}
+
+static int aiter_mla__is_fp8(aiter_mla_dtype t) { return t == AITER_MLA_FP8_E4M3FN || t == AITER_MLA_FP8_E4M3FNUZ; }
+static int aiter_mla__is_16bit(aiter_mla_dtype t) { return t == AITER_MLA_BF16 || t == AITER_MLA_F16; }
+static int64_t aiter_mla__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t aiter_mla__min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t aiter_mla__max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- head padding -------------------------------------------------------------------- */
+AITER_MLA_API int aiter_mla_num_heads_is_valid(int h) {
+    if (h <= 0) return 0;
+    return h >= 16 ? h % 16 == 0 : 16 % h == 0;
+}
+AITER_MLA_API int aiter_mla_padded_num_heads(int h) { return h < 16 ? 16 : h; }
+
+static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_mla_head_pad_args *in,
+                                                    aiter_mla_head_pad_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->head_dim) a->head_dim = AITER_MLA_HEAD_DIM;
+    if (a->dtype == AITER_MLA_DTYPE_DEFAULT) a->dtype = AITER_MLA_BF16;
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->head_dim, 1, 65536, "head_dim");
+    if (!aiter_mla_num_heads_is_valid(a->num_heads))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: num_heads = %d is neither a divisor nor a multiple of 16", op, a->num_heads);
+    if (!aiter_mla_dtype_size(a->dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %d is not a known dtype", op, (int)a->dtype);
+    if (a->num_tokens > 0) {
+        AITER_MLA__NEED(op, a->src, "src");
+        AITER_MLA__NEED(op, a->dst, "dst");
+    }
+    return AITER_MLA_OK;
+}
+
+static void aiter_mla__head_pad_host(const aiter_mla_head_pad_args *a, int unpad) {
+    int hp = aiter_mla_padded_num_heads(a->num_heads), rep = hp / a->num_heads;
+    int src_h = unpad ? hp : a->num_heads, dst_h = unpad ? a->num_heads : hp;
+    size_t row = (size_t)a->head_dim * aiter_mla_dtype_size(a->dtype);
+    int64_t t;
+    int h;
+    for (t = 0; t < a->num_tokens; t++)
+        for (h = 0; h < dst_h; h++) {
+            int sh = unpad ? h * rep : h / rep;
+            memcpy((char *)a->dst + ((size_t)t * dst_h + h) * row, (const char *)a->src + ((size_t)t * src_h + sh) * row, row);
+        }
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_pad_q_ref(const aiter_mla_head_pad_args *in) {
+    aiter_mla_head_pad_args a;
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, &a));
+    aiter_mla__head_pad_host(&a, 0);
+    return AITER_MLA_OK;
+}
+AITER_MLA_API aiter_mla_status aiter_mla_unpad_o_ref(const aiter_mla_head_pad_args *in) {
+    aiter_mla_head_pad_args a;
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, &a));
+    aiter_mla__head_pad_host(&a, 1);
+    return AITER_MLA_OK;
+}
+AITER_MLA_API aiter_mla_status aiter_mla_pad_q(const aiter_mla_head_pad_args *in, void *stream) {
+    aiter_mla_head_pad_args a;
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("pad_q", aiter_mla__launch_head_pad(&a, 0, stream));
+}
+AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *in, void *stream) {
+    aiter_mla_head_pad_args a;
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("unpad_o", aiter_mla__launch_head_pad(&a, 1, stream));
+}
+
+/* ---- page-index expansion ------------------------------------------------------------ */
+static aiter_mla_status aiter_mla__expand_resolve(const char *op, const aiter_mla_expand_page_indices_args *in,
+                                                  aiter_mla_expand_page_indices_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->kernel_block_size) a->kernel_block_size = 1;
+    AITER_MLA__RANGE(op, a->batch, 0, INT32_MAX - 1, "batch");
+    AITER_MLA__POW2(op, a->kernel_block_size, 1, AITER_MLA_MAX_PAGE_SIZE, "kernel_block_size");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, INT64_MAX, "block_table_stride");
+    AITER_MLA__RANGE(op, a->page_indices_capacity, 0, INT32_MAX, "page_indices_capacity");
+    if (a->batch == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->block_table, "block_table");
+    AITER_MLA__NEED(op, a->cu_num_tokens, "cu_num_tokens");
+    AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a->page_indices, "page_indices");
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla_expand_page_indices_args *in) {
+    const char *op = "expand_page_indices";
+    aiter_mla_expand_page_indices_args a;
+    int r;
+    AITER_MLA__CHECK(aiter_mla__expand_resolve(op, in, &a));
+    for (r = 0; r < a.batch; r++) {
+        int64_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
+        if (n < 0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %lld is negative", op, r, (long long)n);
+        if (start < 0 || a.cu_num_tokens[r + 1] < start + n || a.cu_num_tokens[r + 1] > a.page_indices_capacity)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: cu_num_tokens[%d..%d] = %d..%d does not hold seq_lens[%d] = %lld within capacity %lld",
+                                   op, r, r + 1, a.cu_num_tokens[r], a.cu_num_tokens[r + 1], r, (long long)n,
+                                   (long long)a.page_indices_capacity);
+    }
+    for (r = 0; r < a.batch; r++) {
+        int32_t t;
+        for (t = 0; t < a.seq_lens[r]; t++)
+            a.page_indices[a.cu_num_tokens[r] + t] =
+                aiter_mla__expand_one(a.block_table + (int64_t)r * a.block_table_stride, a.block_table_stride, t,
+                                      a.kernel_block_size);
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_expand_page_indices_args *in, void *stream) {
+    aiter_mla_expand_page_indices_args a;
+    AITER_MLA__CHECK(aiter_mla__expand_resolve("expand_page_indices", in, &a));
+    if (a.batch == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("expand_page_indices", aiter_mla__launch_expand_page_indices(&a, stream));
+}
+
+/* ---- decode metadata ----------------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_decode_metadata_args *in) {
+    const char *op = "decode_metadata";
+    aiter_mla_decode_metadata_args a;
+    int b, ps, qlen;
+    int64_t pages = 0, tokens = 0;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    ps = a.page_size ? a.page_size : 1;
+    qlen = a.q_len ? a.q_len : 1;
+    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__POW2(op, ps, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
+    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a.qo_indptr, "qo_indptr");
+    AITER_MLA__NEED(op, a.kv_indptr, "kv_indptr");
+    AITER_MLA__NEED(op, a.kv_indices, "kv_indices");
+    AITER_MLA__NEED(op, a.kv_last_page_lens, "kv_last_page_lens");
+    if (!a.q_lens) AITER_MLA__RANGE(op, qlen, 1, AITER_MLA_MAX_Q_LEN, "q_len");
+    for (b = 0; b < a.batch; b++) {
+        int64_t n = a.seq_lens[b], q = a.q_lens ? a.q_lens[b] : qlen, p;
+        if (n < 0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %lld is negative", op, b, (long long)n);
+        if (q < 0 || q > AITER_MLA_MAX_Q_LEN)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: q_lens[%d] = %lld is outside 0..%d", op, b,
+                                   (long long)q, AITER_MLA_MAX_Q_LEN);
+        p = aiter_mla__cdiv(n, ps);
+        if (p > a.block_table_stride)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: seq_lens[%d] = %lld needs %lld pages, more than block_table_stride = %lld", op, b,
+                                   (long long)n, (long long)p, (long long)a.block_table_stride);
+        pages += p;
+        tokens += q;
+    }
+    if (pages > a.kv_indices_capacity)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: kv_indices needs %lld entries, kv_indices_capacity = %lld",
+                               op, (long long)pages, (long long)a.kv_indices_capacity);
+    if (pages > INT32_MAX || tokens > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens add up to more than 2^31 pages", op);
+    a.qo_indptr[0] = 0;
+    a.kv_indptr[0] = 0;
+    for (b = 0; b < a.batch; b++) {
+        int32_t n = a.seq_lens[b], p = (int32_t)aiter_mla__cdiv(n, ps);
+        a.qo_indptr[b + 1] = a.qo_indptr[b] + (a.q_lens ? a.q_lens[b] : qlen);
+        a.kv_indptr[b + 1] = a.kv_indptr[b] + p;
+        memcpy(a.kv_indices + a.kv_indptr[b], a.block_table + (int64_t)b * a.block_table_stride, (size_t)p * sizeof(int32_t));
+        a.kv_last_page_lens[b] = p ? n - (p - 1) * ps : 0;
+    }
+    return AITER_MLA_OK;
+}
+
+/* ---- split-KV decode plan ------------------------------------------------------------ */
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_decode_plan_desc *din,
+                                                              aiter_mla_decode_plan_info *info) {
+    const char *op = "decode_plan";
+    aiter_mla_decode_plan_desc d;
+    int64_t tiles, work, reduce_tiles, partials, rows;
+    AITER_MLA__NEED(op, din, "desc");
+    AITER_MLA__NEED(op, info, "info");
+    d = *din;
+    if (!d.page_size) d.page_size = 1;
+    if (!d.kv_granularity) d.kv_granularity = 64;
+    if (!d.overhead_blocks) d.overhead_blocks = 1;
+    AITER_MLA__RANGE(op, d.max_batch, 1, 1 << 20, "max_batch");
+    AITER_MLA__RANGE(op, d.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__RANGE(op, d.max_q_len, 1, AITER_MLA_MAX_Q_LEN, "max_q_len");
+    AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
+    AITER_MLA__POW2(op, d.page_size, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
+    AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
+    AITER_MLA__RANGE(op, d.overhead_blocks, 0, 64, "overhead_blocks");
+    memset(info, 0, sizeof *info);
+    info->desc = d;
+    info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, 128 / d.num_heads));
+    tiles = aiter_mla__cdiv(d.max_q_len, info->tokens_per_tile);
+    work = ((int64_t)d.max_batch + d.num_cu - 1) * tiles;
+    reduce_tiles = (int64_t)d.max_batch * tiles;
+    partials = aiter_mla__min64(reduce_tiles + d.num_cu - 1, 2 * ((int64_t)d.num_cu - 1));
+    rows = partials * info->tokens_per_tile;
+    info->max_tiles = (int32_t)tiles;
+    info->max_work = (int32_t)work;
+    info->max_reduce_tiles = (int32_t)reduce_tiles;
+    info->max_partials = (int32_t)partials;
+    info->max_partial_rows = (int32_t)rows;
+    info->off_work_indptr = AITER_MLA_PLAN_HEADER_INTS;
+    info->off_work_info = info->off_work_indptr + d.num_cu + 1;
+    info->off_reduce_indptr = info->off_work_info + work * AITER_MLA_WORK_INTS;
+    info->off_reduce_final_map = info->off_reduce_indptr + reduce_tiles + 1;
+    info->off_reduce_partial_map = info->off_reduce_final_map + 2 * reduce_tiles;
+    info->plan_ints = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
+    info->workspace_bytes = (size_t)rows * d.num_heads * (AITER_MLA_LATENT_DIM + 1) * sizeof(float);
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
+                                                                       int32_t *plan) {
+    aiter_mla_decode_plan_view v;
+    memset(&v, 0, sizeof v);
+    if (!info || !plan) return v;
+    v.num_cu = plan[AITER_MLA__PH_NUM_CU];
+    v.num_work = plan[AITER_MLA__PH_NUM_WORK];
+    v.num_reduce_tiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
+    v.num_partials = plan[AITER_MLA__PH_NUM_PARTIALS];
+    v.num_partial_rows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
+    v.batch = plan[AITER_MLA__PH_BATCH];
+    v.work_indptr = plan + info->off_work_indptr;
+    v.work_info = plan + info->off_work_info;
+    v.reduce_indptr = plan + info->off_reduce_indptr;
+    v.reduce_final_map = plan + info->off_reduce_final_map;
+    v.reduce_partial_map = plan + info->off_reduce_partial_map;
+    return v;
+}
+
+/* The info must be what get_info makes of its desc (a stale or hand-made one is refused). */
+static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_mla_decode_plan_info *info) {
+    aiter_mla_decode_plan_info fresh;
+    AITER_MLA__NEED(op, info, "plan_info");
+    if (aiter_mla_decode_plan_get_info(&info->desc, &fresh) != AITER_MLA_OK || fresh.plan_ints != info->plan_ints ||
+        fresh.max_work != info->max_work || fresh.max_partials != info->max_partials ||
+        fresh.tokens_per_tile != info->tokens_per_tile || fresh.workspace_bytes != info->workspace_bytes ||
+        fresh.off_reduce_partial_map != info->off_reduce_partial_map)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info was not made by aiter_mla_decode_plan_get_info",
+                               op);
+    return AITER_MLA_OK;
+}
+
+/* Host arrays a plan is built from: indptrs start at >= 0 and never decrease, q_len fits
+ * the plan, last pages hold 1..page_size keys. */
+static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter_mla_decode_plan_info *info,
+                                                     const int32_t *qo, const int32_t *kvp, const int32_t *last,
+                                                     int batch) {
+    int b;
+    AITER_MLA__NEED(op, qo, "qo_indptr");
+    AITER_MLA__NEED(op, kvp, "kv_indptr");
+    AITER_MLA__NEED(op, last, "kv_last_page_lens");
+    AITER_MLA__RANGE(op, batch, 1, INT32_MAX - 1, "batch");
+    if (batch > info->desc.max_batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, batch,
+                               info->desc.max_batch);
+    if (qo[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr[0] = %d is negative", op, qo[0]);
+    if (kvp[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_indptr[0] = %d is negative", op, kvp[0]);
+    for (b = 0; b < batch; b++) {
+        int32_t pages = kvp[b + 1] - kvp[b];
+        if (qo[b + 1] < qo[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr is not monotone at %d (%d > %d)", op, b,
+                                   qo[b], qo[b + 1]);
+        if (kvp[b + 1] < kvp[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_indptr is not monotone at %d (%d > %d)", op, b,
+                                   kvp[b], kvp[b + 1]);
+        if (qo[b + 1] - qo[b] > info->desc.max_q_len)
+            return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
+                                   "%s: request %d has q_len = %d, more than the plan's max_q_len = %d", op, b,
+                                   qo[b + 1] - qo[b], info->desc.max_q_len);
+        if (pages > 0 && (last[b] < 1 || last[b] > info->desc.page_size))
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_last_page_lens[%d] = %d is outside 1..%d", op,
+                                   b, last[b], info->desc.page_size);
+        if ((int64_t)pages * info->desc.page_size > INT32_MAX)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: request %d has more than 2^31 keys", op, b);
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decode_plan_info *info,
+                                                           const int32_t *qo, const int32_t *kvp, const int32_t *last,
+                                                           int batch, int32_t *plan) {
+    const char *op = "decode_plan_build";
+    aiter_mla_decode_plan_view v;
+    int ps, tpt, ncu, ovh, b, cu = 0, unit = 0;
+    int64_t ppb, total = 0, payload, remaining;
+    int32_t nwork = 0, npieces = 0, nrows = 0;
+    AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
+    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
+    ps = info->desc.page_size;
+    tpt = info->tokens_per_tile;
+    ncu = info->desc.num_cu;
+    ovh = info->desc.overhead_blocks;
+    ppb = aiter_mla__max64(1, info->desc.kv_granularity / ps); /* pages per planning block */
+
+    for (b = 0; b < batch; b++)
+        total += aiter_mla__cdiv(qo[b + 1] - qo[b], tpt) * (aiter_mla__cdiv(kvp[b + 1] - kvp[b], ppb) + ovh);
+    payload = aiter_mla__cdiv(total, ncu) + ovh;
+    remaining = payload;
+
+    memset(plan, 0, (size_t)info->plan_ints * sizeof(int32_t));
+    v = aiter_mla_decode_plan_view_of(info, plan);
+    for (b = 0; b < batch; b++) {
+        int32_t q_len = qo[b + 1] - qo[b], pages = kvp[b + 1] - kvp[b], qs;
+        int64_t kv_len = aiter_mla__kv_len(pages, last[b], ps);
+        for (qs = qo[b]; qs < qo[b + 1]; qs += tpt) {
+            int32_t qe = (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]), first = nwork, page = 0, i;
+            for (;;) {
+                int64_t left = aiter_mla__cdiv(pages - page, ppb), take = left;
+                int32_t end;
+                int32_t *w;
+                if (cu < ncu - 1 && left + ovh > remaining) {
+                    take = remaining - ovh;
+                    if (take <= 0) { /* this CU is full: close it */
+                        v.work_indptr[++cu] = nwork;
+                        remaining = payload;
+                        continue;
+                    }
+                    /* a causal tail shorter than q_len is not left alone */
+                    if (kv_len - (page + take * ppb) * ps < q_len) take = left;
+                }
+                end = (int32_t)aiter_mla__min64(pages, page + take * ppb);
+                AITER_MLA_ASSERT(nwork < info->max_work);
+                w = v.work_info + (int64_t)nwork * AITER_MLA_WORK_INTS;
+                w[0] = b;
+                w[1] = -1;
+                w[2] = qs;
+                w[3] = qe;
+                w[4] = kvp[b] + page;
+                w[5] = kvp[b] + end;
+                w[6] = (int32_t)(kv_len - aiter_mla__min64(kv_len, (int64_t)end * ps));
+                w[7] = 0;
+                nwork++;
+                remaining -= take + ovh;
+                page = end;
+                if (page >= pages) break;
+                v.work_indptr[++cu] = nwork; /* the cut filled this CU */
+                remaining = payload;
+            }
+            v.reduce_final_map[2 * unit] = qs;
+            v.reduce_final_map[2 * unit + 1] = qe;
+            if (nwork - first > 1) /* split: every piece gets fp32 partial rows */
+                for (i = first; i < nwork; i++) {
+                    AITER_MLA_ASSERT(npieces < info->max_partials && nrows + (qe - qs) <= info->max_partial_rows);
+                    v.work_info[(int64_t)i * AITER_MLA_WORK_INTS + 1] = nrows;
+                    v.reduce_partial_map[npieces++] = nrows;
+                    nrows += qe - qs;
+                }
+            v.reduce_indptr[++unit] = npieces;
+        }
+    }
+    while (cu < ncu) v.work_indptr[++cu] = nwork;
+    for (b = unit + 1; b <= info->max_reduce_tiles; b++) v.reduce_indptr[b] = npieces;
+    plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
+    plan[AITER_MLA__PH_NUM_CU] = ncu;
+    plan[AITER_MLA__PH_NUM_WORK] = nwork;
+    plan[AITER_MLA__PH_NUM_REDUCE_TILES] = unit;
+    plan[AITER_MLA__PH_NUM_PARTIALS] = npieces;
+    plan[AITER_MLA__PH_NUM_PARTIAL_ROWS] = nrows;
+    plan[AITER_MLA__PH_BATCH] = batch;
+    return AITER_MLA_OK;
+}
+
+#define AITER_MLA__BAD_PLAN(...) do { st = aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, __VA_ARGS__); goto done; } while (0)
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decode_plan_info *info,
+                                                           const int32_t *qo, const int32_t *kvp, const int32_t *last,
+                                                           int batch, const int32_t *plan) {
+    const char *op = "decode_plan_check";
+    aiter_mla_decode_plan_view v;
+    aiter_mla_status st = AITER_MLA_OK;
+    int32_t *unit_base = NULL, *covered, *pieces;
+    unsigned char *row_used;
+    int64_t units = 0, i, u;
+    int b, c, tpt, ps;
+    AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
+    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
+    v = aiter_mla_decode_plan_view_of(info, (int32_t *)plan);
+    tpt = info->tokens_per_tile;
+    ps = info->desc.page_size;
+    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
+    if (v.num_cu != info->desc.num_cu || v.batch != batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for num_cu %d, batch %d", op, v.num_cu, v.batch);
+    if (v.num_work < 0 || v.num_work > info->max_work || v.num_partials < 0 || v.num_partials > info->max_partials ||
+        v.num_partial_rows < 0 || v.num_partial_rows > info->max_partial_rows || v.num_reduce_tiles < 0 ||
+        v.num_reduce_tiles > info->max_reduce_tiles)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: header counts exceed the plan's capacities", op);
+
+    /* unit (query tile) numbering: unit_base[b] is the first tile of request b */
+    unit_base = (int32_t *)AITER_MLA_MALLOC(((size_t)batch + 1 + 2 * (size_t)info->max_reduce_tiles) * sizeof(int32_t) +
+                                            (size_t)info->max_partial_rows + 1);
+    if (!unit_base) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    covered = unit_base + batch + 1;
+    pieces = covered + info->max_reduce_tiles;
+    row_used = (unsigned char *)(pieces + info->max_reduce_tiles);
+    memset(covered, 0, 2 * (size_t)info->max_reduce_tiles * sizeof(int32_t));
+    memset(row_used, 0, (size_t)info->max_partial_rows + 1);
+    for (b = 0; b < batch; b++) {
+        unit_base[b] = (int32_t)units;
+        units += aiter_mla__cdiv(qo[b + 1] - qo[b], tpt);
+    }
+    unit_base[batch] = (int32_t)units;
+    if (units != v.num_reduce_tiles) AITER_MLA__BAD_PLAN("%s: %d reduce tiles, expected %lld", op, v.num_reduce_tiles, (long long)units);
+
+    /* reduce_indptr: starts at 0, monotone, ends at num_partials, tail repeats */
+    if (v.reduce_indptr[0] != 0) AITER_MLA__BAD_PLAN("%s: reduce_indptr[0] = %d", op, v.reduce_indptr[0]);
+    for (u = 0; u < info->max_reduce_tiles; u++) {
+        if (v.reduce_indptr[u + 1] < v.reduce_indptr[u])
+            AITER_MLA__BAD_PLAN("%s: reduce_indptr decreases at %lld", op, (long long)u);
+        if (u >= units && v.reduce_indptr[u + 1] != v.reduce_indptr[u])
+            AITER_MLA__BAD_PLAN("%s: reduce_indptr tail entry %lld does not repeat the last value", op, (long long)u + 1);
+    }
+    if (v.reduce_indptr[units] != v.num_partials)
+        AITER_MLA__BAD_PLAN("%s: reduce_indptr ends at %d, num_partials = %d", op, v.reduce_indptr[units], v.num_partials);
+
+    /* work_indptr: starts at 0, monotone, ends at num_work */
+    if (v.work_indptr[0] != 0 || v.work_indptr[v.num_cu] != v.num_work)
+        AITER_MLA__BAD_PLAN("%s: work_indptr does not span 0..num_work", op);
+    for (c = 0; c < v.num_cu; c++)
+        if (v.work_indptr[c + 1] < v.work_indptr[c]) AITER_MLA__BAD_PLAN("%s: work_indptr decreases at CU %d", op, c);
+
+    /* every piece: a known tile, contiguous with the previous piece of its tile (so the
+     * keys of every row are covered exactly once, in KV order), offsets consistent */
+    for (i = 0; i < v.num_work; i++) {
+        const int32_t *w = v.work_info + i * AITER_MLA_WORK_INTS;
+        int32_t wb = w[0], loc = w[1], qs = w[2], qe = w[3], ks = w[4], ke = w[5], off = w[6], k, pages;
+        int64_t kv_len, end_tok;
+        if (wb < 0 || wb >= batch) AITER_MLA__BAD_PLAN("%s: work %lld has batch_idx %d", op, (long long)i, wb);
+        k = (qs - qo[wb]) / tpt;
+        if (qs < qo[wb] || (qs - qo[wb]) % tpt || qs >= qo[wb + 1] || qe != (int32_t)aiter_mla__min64(qs + tpt, qo[wb + 1]))
+            AITER_MLA__BAD_PLAN("%s: work %lld has query rows %d..%d, not a tile of request %d", op, (long long)i, qs, qe, wb);
+        u = unit_base[wb] + k;
+        pages = kvp[wb + 1] - kvp[wb];
+        kv_len = aiter_mla__kv_len(pages, last[wb], ps);
+        if (ks != kvp[wb] + covered[u] || ke < ks || ke > kvp[wb + 1] || (ke == ks && pages > 0))
+            AITER_MLA__BAD_PLAN("%s: work %lld covers pages %d..%d of request %d, expected to start at %d", op,
+                                (long long)i, ks, ke, wb, kvp[wb] + covered[u]);
+        end_tok = aiter_mla__min64(kv_len, (int64_t)(ke - kvp[wb]) * ps);
+        if (off != kv_len - end_tok)
+            AITER_MLA__BAD_PLAN("%s: work %lld has kv_offset %d, expected %lld", op, (long long)i, off, (long long)(kv_len - end_tok));
+        covered[u] = ke - kvp[wb];
+        if (loc >= 0) {
+            int32_t j = v.reduce_indptr[u] + pieces[u], r;
+            if (j >= v.reduce_indptr[u + 1] || v.reduce_partial_map[j] != loc)
+                AITER_MLA__BAD_PLAN("%s: work %lld (partial row %d) is not piece %d of reduce tile %lld", op,
+                                    (long long)i, loc, pieces[u], (long long)u);
+            if ((int64_t)loc + (qe - qs) > v.num_partial_rows)
+                AITER_MLA__BAD_PLAN("%s: work %lld partial rows %d.. pass num_partial_rows", op, (long long)i, loc);
+            for (r = loc; r < loc + (qe - qs); r++) {
+                if (row_used[r]) AITER_MLA__BAD_PLAN("%s: partial row %d is used twice", op, r);
+                row_used[r] = 1;
+            }
+        } else if (loc != -1) {
+            AITER_MLA__BAD_PLAN("%s: work %lld has partial_qo_loc %d", op, (long long)i, loc);
+        }
+        pieces[u]++;
+    }
+    for (b = 0; b < batch; b++)
+        for (u = unit_base[b]; u < unit_base[b + 1]; u++) {
+            int32_t np = v.reduce_indptr[u + 1] - v.reduce_indptr[u];
+            int32_t qs = qo[b] + (int32_t)(u - unit_base[b]) * tpt;
+            if (covered[u] != kvp[b + 1] - kvp[b] || pieces[u] == 0)
+                AITER_MLA__BAD_PLAN("%s: tile %lld of request %d covers %d of %d pages", op, (long long)u, b, covered[u],
+                                    kvp[b + 1] - kvp[b]);
+            if (np != (pieces[u] > 1 ? pieces[u] : 0))
+                AITER_MLA__BAD_PLAN("%s: reduce tile %lld lists %d pieces, has %d", op, (long long)u, np, pieces[u]);
+            if (v.reduce_final_map[2 * u] != qs || v.reduce_final_map[2 * u + 1] != (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]))
+                AITER_MLA__BAD_PLAN("%s: reduce_final_map of tile %lld is wrong", op, (long long)u);
+        }
+    /* an unsplit piece with partial rows would go unreduced */
+    for (i = 0; i < v.num_work; i++) {
+        const int32_t *w = v.work_info + i * AITER_MLA_WORK_INTS;
+        u = unit_base[w[0]] + (w[2] - qo[w[0]]) / tpt;
+        if ((pieces[u] > 1) != (w[1] >= 0))
+            AITER_MLA__BAD_PLAN("%s: work %lld: partial_qo_loc %d but its tile has %d pieces", op, (long long)i, w[1], pieces[u]);
+    }
+done:
+    AITER_MLA_FREE(unit_base);
+    return st;
+}
+#undef AITER_MLA__BAD_PLAN
+
+/* ---- dense decode -------------------------------------------------------------------- */
+/* Validate the args and resolve every default into *a (the one place defaults live).
+ * need_plan: the GPU path and the scheduled reference need plan, plan_info, workspace. */
+static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_mla_decode_args *in,
+                                                  aiter_mla_decode_args *a, int need_plan) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    AITER_MLA__NEED(op, a->q, "q");
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a->o, "o");
+    AITER_MLA__NEED(op, a->qo_indptr, "qo_indptr");
+    AITER_MLA__NEED(op, a->kv_indptr, "kv_indptr");
+    AITER_MLA__NEED(op, a->kv_indices, "kv_indices");
+    AITER_MLA__NEED(op, a->kv_last_page_lens, "kv_last_page_lens");
+    if (!a->page_size) a->page_size = 1;
+    AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__POW2(op, a->page_size, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
+    AITER_MLA__RANGE(op, a->num_pages, 1, INT64_MAX / (AITER_MLA_MAX_PAGE_SIZE * AITER_MLA_HEAD_DIM), "num_pages");
+    AITER_MLA__RANGE(op, a->q_stride_token, 0, INT64_MAX / 4, "q_stride_token");
+    AITER_MLA__RANGE(op, a->q_stride_head, 0, INT64_MAX / 4, "q_stride_head");
+    AITER_MLA__RANGE(op, a->o_stride_token, 0, INT64_MAX / 4, "o_stride_token");
+    AITER_MLA__RANGE(op, a->o_stride_head, 0, INT64_MAX / 4, "o_stride_head");
+    if (!a->q_stride_head) a->q_stride_head = AITER_MLA_HEAD_DIM;
+    if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
+    if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
+    if (!a->o_stride_token) a->o_stride_token = (int64_t)a->num_heads * a->o_stride_head;
+
+    if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
+    if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16, f16 or fp8", op,
+                               aiter_mla_dtype_name(a->q_dtype));
+    if (a->kv_dtype == AITER_MLA_DTYPE_DEFAULT) a->kv_dtype = aiter_mla__is_fp8(a->q_dtype) ? a->q_dtype : a->q_dtype;
+    if (aiter_mla__is_fp8(a->q_dtype) ? a->kv_dtype != a->q_dtype
+                                      : (a->kv_dtype != a->q_dtype && !aiter_mla__is_fp8(a->kv_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED,
+                               "%s: kv_dtype %s with q_dtype %s: the cache must be q's type or fp8 (fp8 q needs the same fp8 cache)",
+                               op, aiter_mla_dtype_name(a->kv_dtype), aiter_mla_dtype_name(a->q_dtype));
+    if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = aiter_mla__is_fp8(a->q_dtype) ? AITER_MLA_BF16 : a->q_dtype;
+    if (!aiter_mla__is_16bit(a->o_dtype) && a->o_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
+                               aiter_mla_dtype_name(a->o_dtype));
+    if (a->sm_scale == 0.0f) a->sm_scale = 0.041666666666666664f; /* 1/sqrt(576) */
+    if (a->q_scale == 0.0f) a->q_scale = 1.0f;
+    if (a->kv_scale == 0.0f) a->kv_scale = 1.0f;
+    if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale = %g is not positive and finite", op, a->sm_scale);
+    if (!(a->q_scale > 0.0f && a->q_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: q_scale = %g is not positive and finite", op, a->q_scale);
+    if (!(a->kv_scale > 0.0f && a->kv_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_scale = %g is not positive and finite", op, a->kv_scale);
+
+    if (!need_plan) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->plan, "plan");
+    AITER_MLA__CHECK(aiter_mla__plan_info_check(op, a->plan_info));
+    if (a->num_heads != a->plan_info->desc.num_heads)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads = %d but the plan was sized for %d", op,
+                               a->num_heads, a->plan_info->desc.num_heads);
+    if (a->page_size != a->plan_info->desc.page_size)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: page_size = %d but the plan was sized for %d", op,
+                               a->page_size, a->plan_info->desc.page_size);
+    if (a->batch > a->plan_info->desc.max_batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op,
+                               a->batch, a->plan_info->desc.max_batch);
+    if (a->plan_info->workspace_bytes > 0) {
+        AITER_MLA__NEED(op, a->workspace, "workspace");
+        if (a->workspace_bytes < a->plan_info->workspace_bytes)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
+                                   (unsigned long long)a->workspace_bytes,
+                                   (unsigned long long)a->plan_info->workspace_bytes);
+    }
+    return AITER_MLA_OK;
+}
+
+/* Query rows [qs, qe) of request b against its keys [tok0, tok1), in double precision.
+ * partial_row < 0: write final o (o_dtype) and lse (+inf when a row sees no key);
+ * otherwise write fp32 partials at partial_row.. (lse -inf when a row sees no key). */
+static void aiter_mla__ref_rows(const aiter_mla_decode_args *a, int b, int32_t qs, int32_t qe, int64_t tok0,
+                                int64_t tok1, int32_t partial_row, float *part_o, float *part_lse) {
+    const int ps = a->page_size, H = a->num_heads, L = AITER_MLA_LATENT_DIM, D = AITER_MLA_HEAD_DIM;
+    const int32_t q_len = a->qo_indptr[b + 1] - a->qo_indptr[b], pages = a->kv_indptr[b + 1] - a->kv_indptr[b];
+    const int64_t kv_len = aiter_mla__kv_len(pages, a->kv_last_page_lens[b], ps);
+    const int kv_fp8 = aiter_mla__is_fp8(a->kv_dtype);
+    const double v_scale = kv_fp8 ? a->kv_scale : 1.0;
+    const double s_scale = (double)a->sm_scale * (aiter_mla__is_fp8(a->q_dtype) ? a->q_scale : 1.0f) * v_scale;
+    double qv[AITER_MLA_HEAD_DIM], acc[AITER_MLA_LATENT_DIM];
+    int32_t row;
+    int h, d;
+    for (row = qs; row < qe; row++)
+        for (h = 0; h < H; h++) {
+            int64_t i = row - a->qo_indptr[b], j, jend = aiter_mla__min64(tok1, kv_len - q_len + i + 1);
+            double m = -HUGE_VAL, l = 0.0, lse;
+            for (d = 0; d < D; d++) qv[d] = aiter_mla_load_f32(a->q, row * a->q_stride_token + h * a->q_stride_head + d, a->q_dtype);
+            for (d = 0; d < L; d++) acc[d] = 0.0;
+            for (j = tok0; j < jend; j++) {
+                int32_t page = a->kv_indices[a->kv_indptr[b] + j / ps];
+                int64_t base;
+                double s = 0.0, mn, alpha, p;
+                if (page < 0 || page >= a->num_pages) continue; /* absent key */
+                base = ((int64_t)page * ps + j % ps) * D;
+                for (d = 0; d < D; d++) s += qv[d] * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
+                s *= s_scale;
+                mn = s > m ? s : m;
+                alpha = exp(m - mn);
+                p = exp(s - mn);
+                l = l * alpha + p;
+                for (d = 0; d < L; d++) acc[d] = acc[d] * alpha + p * v_scale * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
+                m = mn;
+            }
+            lse = l > 0.0 ? m + log(l) : (partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
+            if (partial_row < 0) {
+                for (d = 0; d < L; d++)
+                    aiter_mla_store_f32(a->o, row * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
+                                        l > 0.0 ? (float)(acc[d] / l) : 0.0f);
+                if (a->lse) a->lse[(int64_t)row * H + h] = (float)lse;
+            } else {
+                int64_t pr = (int64_t)(partial_row + row - qs) * H + h;
+                for (d = 0; d < L; d++) part_o[pr * L + d] = l > 0.0 ? (float)(acc[d] / l) : 0.0f;
+                part_lse[pr] = (float)lse;
+            }
+        }
+}
+
+/* Host arrays of the paged addressing, as the reference reads them. */
+static aiter_mla_status aiter_mla__decode_arrays_check(const char *op, const aiter_mla_decode_args *a) {
+    aiter_mla_decode_plan_info any;
+    memset(&any, 0, sizeof any);
+    any.desc.max_batch = a->batch;
+    any.desc.max_q_len = INT32_MAX;
+    any.desc.page_size = a->page_size;
+    return aiter_mla__plan_inputs_check(op, &any, a->qo_indptr, a->kv_indptr, a->kv_last_page_lens, a->batch);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *in) {
+    const char *op = "decode_ref";
+    aiter_mla_decode_args a;
+    int b;
+    AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 0));
+    AITER_MLA__CHECK(aiter_mla__decode_arrays_check(op, &a));
+    for (b = 0; b < a.batch; b++)
+        aiter_mla__ref_rows(&a, b, a.qo_indptr[b], a.qo_indptr[b + 1], 0, INT64_MAX, -1, NULL, NULL);
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_decode_args *in) {
+    const char *op = "decode_ref_scheduled";
+    aiter_mla_decode_args a;
+    aiter_mla_decode_plan_view v;
+    aiter_mla_reduce_args r;
+    float *part_o, *part_lse;
+    int64_t i;
+    AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
+    AITER_MLA__CHECK(aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan));
+    v = aiter_mla_decode_plan_view_of(a.plan_info, (int32_t *)a.plan);
+    part_o = (float *)a.workspace;
+    part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
+    for (i = 0; i < v.num_work; i++) {
+        const int32_t *w = v.work_info + i * AITER_MLA_WORK_INTS;
+        int b = w[0];
+        int32_t pages = a.kv_indptr[b + 1] - a.kv_indptr[b];
+        int64_t kv_len = aiter_mla__kv_len(pages, a.kv_last_page_lens[b], a.page_size);
+        int64_t tok0 = (int64_t)(w[4] - a.kv_indptr[b]) * a.page_size;
+        aiter_mla__ref_rows(&a, b, w[2], w[3], tok0, kv_len - w[6], w[1], part_o, part_lse);
+    }
+    memset(&r, 0, sizeof r);
+    r.partial_o = part_o;
+    r.partial_lse = part_lse;
+    r.reduce_indptr = v.reduce_indptr;
+    r.reduce_final_map = v.reduce_final_map;
+    r.reduce_partial_map = v.reduce_partial_map;
+    r.num_tiles = v.num_reduce_tiles;
+    r.num_heads = a.num_heads;
+    r.o = a.o;
+    r.o_stride_token = a.o_stride_token;
+    r.o_stride_head = a.o_stride_head;
+    r.lse = a.lse;
+    r.o_dtype = a.o_dtype;
+    if (v.num_partials == 0) return AITER_MLA_OK;
+    return aiter_mla_reduce_ref(&r);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in, void *stream) {
+    const char *op = "decode";
+    aiter_mla_decode_args a;
+    AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
+    if (((uintptr_t)a.kv_cache & 15u) != 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
+    (void)stream;
+    return AITER_MLA__LAUNCH(op, aiter_mla__launch_decode(&a, a.plan_info, stream));
+}
+
+/* ---- reduce -------------------------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args *in) {
+    const char *op = "reduce_ref";
+    aiter_mla_reduce_args a;
+    int t, h, d;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.dv) a.dv = AITER_MLA_LATENT_DIM;
+    if (a.o_dtype == AITER_MLA_DTYPE_DEFAULT) a.o_dtype = AITER_MLA_BF16;
+    AITER_MLA__RANGE(op, a.num_tiles, 0, INT32_MAX - 1, "num_tiles");
+    AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
+    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
+                               aiter_mla_dtype_name(a.o_dtype));
+    if (!a.o_stride_head) a.o_stride_head = a.dv;
+    if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
+    if (a.num_tiles == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.partial_o, "partial_o");
+    AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
+    AITER_MLA__NEED(op, a.reduce_indptr, "reduce_indptr");
+    AITER_MLA__NEED(op, a.reduce_final_map, "reduce_final_map");
+    AITER_MLA__NEED(op, a.reduce_partial_map, "reduce_partial_map");
+    AITER_MLA__NEED(op, a.o, "o");
+    for (t = 0; t < a.num_tiles; t++) {
+        int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t], row, k;
+        if (k1 - k0 < 2) continue;
+        for (row = qs; row < a.reduce_final_map[2 * t + 1]; row++)
+            for (h = 0; h < a.num_heads; h++) {
+                double m = -HUGE_VAL, sum = 0.0, g;
+                for (k = k0; k < k1; k++) {
+                    double l = a.partial_lse[(int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h];
+                    if (l > m) m = l;
+                }
+                if (m == -HUGE_VAL) { /* every piece empty */
+                    for (d = 0; d < a.dv; d++) aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, 0.0f);
+                    if (a.lse) a.lse[(int64_t)row * a.num_heads + h] = (float)HUGE_VAL;
+                    continue;
+                }
+                for (k = k0; k < k1; k++)
+                    sum += exp(a.partial_lse[(int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h] - m);
+                g = m + log(sum);
+                for (d = 0; d < a.dv; d++) {
+                    double o = 0.0;
+                    for (k = k0; k < k1; k++) {
+                        int64_t pr = (int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h;
+                        o += exp(a.partial_lse[pr] - g) * a.partial_o[pr * a.dv + d];
+                    }
+                    aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, (float)o);
+                }
+                if (a.lse) a.lse[(int64_t)row * a.num_heads + h] = (float)g;
+            }
+    }
+    return AITER_MLA_OK;
+}
+
+/* ---- merge of attention states ------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *in) {
+    const char *op = "merge_attn_states_ref";
+    aiter_mla_merge_args a;
+    int64_t t;
+    int h, d;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (a.dtype == AITER_MLA_DTYPE_DEFAULT) a.dtype = AITER_MLA_BF16;
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.num_heads, 1, 65536, "num_heads");
+    AITER_MLA__RANGE(op, a.head_dim, 1, 65536, "head_dim");
+    if (!aiter_mla__is_16bit(a.dtype) && a.dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.dtype));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.o_prefix, "o_prefix");
+    AITER_MLA__NEED(op, a.lse_prefix, "lse_prefix");
+    AITER_MLA__NEED(op, a.o_suffix, "o_suffix");
+    AITER_MLA__NEED(op, a.lse_suffix, "lse_suffix");
+    AITER_MLA__NEED(op, a.o, "o");
+    for (t = 0; t < a.num_tokens; t++)
+        for (h = 0; h < a.num_heads; h++) {
+            double lp = a.lse_prefix[(int64_t)h * a.num_tokens + t], ls = a.lse_suffix[(int64_t)h * a.num_tokens + t], m, wp, ws;
+            int64_t base = (t * a.num_heads + h) * a.head_dim;
+            if (lp == HUGE_VAL) lp = -HUGE_VAL; /* +inf marks an empty side */
+            if (ls == HUGE_VAL) ls = -HUGE_VAL;
+            m = lp > ls ? lp : ls;
+            wp = m == -HUGE_VAL ? 0.0 : exp(lp - m);
+            ws = m == -HUGE_VAL ? 0.0 : exp(ls - m);
+            for (d = 0; d < a.head_dim; d++) {
+                double o = m == -HUGE_VAL ? 0.0
+                                          : (wp * aiter_mla_load_f32(a.o_prefix, base + d, a.dtype) +
+                                             ws * aiter_mla_load_f32(a.o_suffix, base + d, a.dtype)) / (wp + ws);
+                aiter_mla_store_f32(a.o, base + d, a.dtype, (float)o);
+            }
+            if (a.lse) a.lse[(int64_t)h * a.num_tokens + t] = (float)(m == -HUGE_VAL ? m : m + log(wp + ws));
+        }
+    return AITER_MLA_OK;
+}
+
+/* ---- KV cache write ------------------------------------------------------------------ */
+static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_mla_kv_cache_write_args *in,
+                                                    aiter_mla_kv_cache_write_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->kv_c_stride) a->kv_c_stride = AITER_MLA_LATENT_DIM;
+    if (!a->k_pe_stride) a->k_pe_stride = AITER_MLA_ROPE_DIM;
+    if (!a->block_size) a->block_size = 1;
+    if (a->src_dtype == AITER_MLA_DTYPE_DEFAULT) a->src_dtype = AITER_MLA_BF16;
+    if (a->cache_dtype == AITER_MLA_DTYPE_DEFAULT) a->cache_dtype = a->src_dtype;
+    if (a->scale == 0.0f) a->scale = 1.0f;
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, INT64_MAX / 4, "kv_c_stride");
+    AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, INT64_MAX / 4, "k_pe_stride");
+    if (!aiter_mla__is_16bit(a->src_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
+    if (a->cache_dtype != a->src_dtype && !aiter_mla__is_fp8(a->cache_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: cache_dtype %s is neither src_dtype %s nor fp8", op,
+                               aiter_mla_dtype_name(a->cache_dtype), aiter_mla_dtype_name(a->src_dtype));
+    if (!(a->scale > 0.0f && a->scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->kv_c, "kv_c");
+    AITER_MLA__NEED(op, a->k_pe, "k_pe");
+    AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *in) {
+    aiter_mla_kv_cache_write_args a;
+    int64_t t;
+    int c;
+    AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write_ref", in, &a));
+    for (t = 0; t < a.num_tokens; t++)
+        for (c = 0; c < AITER_MLA_HEAD_DIM; c++) aiter_mla__kv_write_elem(&a, t, c);
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache_write_args *in, void *stream) {
+    aiter_mla_kv_cache_write_args a;
+    AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("kv_cache_write", aiter_mla__launch_kv_cache_write(&a, stream));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AITER_MLA_IMPLEMENTATION */

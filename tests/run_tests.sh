@@ -1,0 +1,93 @@
+#!/bin/sh
+# run_tests.sh - what `make test` runs. Each step counts as one test, except the test
+# programs, whose own "N passed, N failed" lines are added in. Ends with the total line.
+# Environment (from the Makefile): GPU, NVCC, HIPCC, CC, CXX, BUILD, MAKE.
+set -u
+BUILD=${BUILD:-build}
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+MAKE=${MAKE:-make}
+LOG=$BUILD/test-logs
+mkdir -p "$LOG"
+passed=0
+failed=0
+
+step() { # step NAME COMMAND...: run, count, keep the log
+    name=$1; shift
+    if "$@" >"$LOG/$name.log" 2>&1; then
+        passed=$((passed + 1)); echo "ok    $name"
+    else
+        failed=$((failed + 1)); echo "FAIL  $name (log: $LOG/$name.log)"; tail -n 30 "$LOG/$name.log" | sed 's/^/      /'
+    fi
+}
+program() { # program NAME COMMAND...: a test program whose last line is "N passed, N failed"
+    name=$1; shift
+    "$@" >"$LOG/$name.log" 2>&1
+    rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$LOG/$name.log" | tail -n 1)
+    if [ -n "$line" ]; then
+        p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
+        passed=$((passed + p)); failed=$((failed + f))
+    fi
+    if [ $rc -ne 0 ] || [ -z "$line" ]; then
+        [ -n "$line" ] && [ "$f" -gt 0 ] || failed=$((failed + 1))
+        echo "FAIL  $name: ${line:-no summary} (exit $rc, log: $LOG/$name.log)"; grep -E 'FAIL|ERROR|error' "$LOG/$name.log" | head -n 30 | sed 's/^/      /'
+    else
+        echo "ok    $name: $line"
+    fi
+}
+
+# 1. host tests under ASan + UBSan
+step build-test-host $MAKE --no-print-directory GPU=none BUILD="$BUILD" "$BUILD/test_host"
+program test-host "./$BUILD/test_host"
+
+# 2. the header alone: C99 -pedantic (gcc, clang), C++ (11, 17), with and without the
+#    implementation, and AITER_MLA_STATIC
+hdr="$BUILD/hdr"
+mkdir -p "$hdr"
+printf '#include "../../aiter_mla.h"\nint main(void){return 0;}\n' >"$hdr/decl.c"
+printf '#define AITER_MLA_IMPLEMENTATION\n#define AITER_MLA_NO_GPU\n#include "../../aiter_mla.h"\nint main(void){return 0;}\n' >"$hdr/impl.c"
+printf '#define AITER_MLA_STATIC\n#define AITER_MLA_IMPLEMENTATION\n#define AITER_MLA_NO_GPU\n#include "../../aiter_mla.h"\nint main(void){return 0;}\n' >"$hdr/static.c"
+for f in decl impl static; do
+    cp "$hdr/$f.c" "$hdr/$f.cpp"
+    step "header-$f-gcc-c99" "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -o "$hdr/$f-gcc" "$hdr/$f.c" -lm
+    if command -v clang >/dev/null 2>&1; then
+        step "header-$f-clang-c99" clang -std=c99 -pedantic -Wall -Wextra -Werror -o "$hdr/$f-clang" "$hdr/$f.c" -lm
+    fi
+    step "header-$f-c++11" "$CXX" -std=c++11 -Wall -Wextra -Werror -o "$hdr/$f-cxx11" "$hdr/$f.cpp" -lm
+    step "header-$f-c++17" "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -o "$hdr/$f-cxx17" "$hdr/$f.cpp" -lm
+done
+
+# 3. the examples without a GPU, and the decode step on the CPU reference
+step build-examples-cpu $MAKE --no-print-directory GPU=none BUILD="$BUILD/cpu" "$BUILD/cpu/decode" "$BUILD/cpu/bench"
+step run-decode-cpu "./$BUILD/cpu/decode"
+
+# 4. kernels.hip (and the examples' GPU shim) compile for every target whose compiler is here
+kdir="$BUILD/kcheck"
+mkdir -p "$kdir"
+if [ -n "${HIPCC:-}" ]; then
+    for arch in gfx90a gfx940; do
+        step "kernels-hip-$arch" "$HIPCC" --offload-arch=$arch -std=c++17 -O3 -Wall -Wextra -Werror -c kernels.hip -o "$kdir/k-$arch.o"
+    done
+    step "gpu-shim-hip" "$HIPCC" --offload-arch=gfx90a -std=c++17 -Wall -Wextra -Werror -c examples/gpu.hip -o "$kdir/g-hip.o"
+else
+    echo "note  hipcc not found: AMD compile checks not run"
+fi
+if [ -n "${NVCC:-}" ]; then
+    step "kernels-cuda-sm_90a" "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
+    step "gpu-shim-cuda" "$NVCC" -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WITH_BLAS -Xcompiler -Wall,-Wextra,-Werror -c examples/gpu.hip -o "$kdir/g-cuda.o"
+else
+    echo "note  nvcc not found: NVIDIA compile checks not run"
+fi
+step compile-test-gpu "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -Wno-unknown-pragmas -c tests/test_gpu.c -o "$kdir/test_gpu.o"
+
+# 5. the GPU tests, when there is a GPU
+if [ "${GPU:-none}" != none ]; then
+    step build-test-gpu $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/test_gpu"
+    program test-gpu "./$BUILD/test_gpu"
+else
+    echo "note  no GPU here: GPU tests not run (make test-gpu on a GPU machine)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
