@@ -335,8 +335,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * are rebuilt on the host whenever they change.
  *
  * Query tiles: a request's q_len tokens are cut into tiles of tokens_per_tile =
- * min(max_q_len, max(1, 128 / H)) tokens, so a tile holds at most 128 (token, head) rows
- * (or one token when H > 64).
+ * min(max_q_len, max(1, 64 / H)) tokens, so a tile holds at most 64 (token, head) rows
+ * (the tensor-core kernel's tile), or one token when H > 64. (AITER sizes its tiles for
+ * 128 rows; the sizes below follow SPEC 1a with this kernel's tile.)
  *
  * The plan is one int32 buffer of info.plan_ints elements (one copy moves it to the
  * device), laid out as:
@@ -883,7 +884,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     AITER_MLA__RANGE(op, d.overhead_blocks, 0, 64, "overhead_blocks");
     memset(info, 0, sizeof *info);
     info->desc = d;
-    info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, 128 / d.num_heads));
+    info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, 64 / d.num_heads));
     tiles = aiter_mla__cdiv(d.max_q_len, info->tokens_per_tile);
     work = ((int64_t)d.max_batch + d.num_cu - 1) * tiles;
     reduce_tiles = (int64_t)d.max_batch * tiles;

@@ -63,6 +63,41 @@ struct DecodeParams {
     float v_scale;              // kv_scale for fp8 caches, else 1
 };
 
+// One work item of the plan, with the bounds both decode kernels derive from it.
+struct Piece {
+    int b, loc, qs, qe, ks;  // request, partial row (-1: final), query rows, first page
+    int q_begin, q_len;      // the request's query rows
+    int64_t kv_len, tok0, n; // the request's keys, the piece's first key, its key count
+};
+
+__device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
+    const aiter_mla_decode_args &a = p.a;
+    const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
+    Piece c;
+    c.b = wi[0];
+    c.loc = wi[1];
+    c.qs = wi[2];
+    c.qe = wi[3];
+    c.ks = wi[4];
+    const int ke = wi[5], off = wi[6];
+    c.q_begin = a.qo_indptr[c.b];
+    c.q_len = a.qo_indptr[c.b + 1] - c.q_begin;
+    const int pages = a.kv_indptr[c.b + 1] - a.kv_indptr[c.b];
+    const int last = min(max(a.kv_last_page_lens[c.b], 1), a.page_size);
+    c.kv_len = aiter_mla__kv_len(pages, last, a.page_size);
+    c.tok0 = (int64_t)(c.ks - a.kv_indptr[c.b]) * a.page_size;
+    // never more keys than the piece's pages hold, whatever the metadata says
+    c.n = max((int64_t)0, min(c.kv_len - off - c.tok0, (int64_t)(ke - c.ks) * a.page_size));
+    return c;
+}
+
+// Page id of key j (0-based within the piece), or -1 when absent.
+__device__ __forceinline__ int piece_page(const aiter_mla_decode_args &a, const Piece &c, int64_t j) {
+    if (j >= c.n) return -1;
+    const int page = a.kv_indices[c.ks + j / a.page_size];
+    return page < 0 || page >= a.num_pages ? -1 : page;
+}
+
 template <int KVT>
 __device__ __forceinline__ float kv_elem(const unsigned char *tile, int i) {
     return aiter_mla_load_f32(tile, i, (aiter_mla_dtype)KVT);
@@ -83,15 +118,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const int tid = threadIdx.x, H = a.num_heads, P = a.page_size;
     const int w_end = p.work_indptr[blockIdx.x + 1];
     for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
-        const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
-        const int b = wi[0], loc = wi[1], qs = wi[2], qe = wi[3], ks = wi[4], ke = wi[5], off = wi[6];
-        const int q_begin = a.qo_indptr[b], q_len = a.qo_indptr[b + 1] - q_begin;
-        const int pages = a.kv_indptr[b + 1] - a.kv_indptr[b];
-        const int last = min(max(a.kv_last_page_lens[b], 1), P);
-        const int64_t kv_len = aiter_mla__kv_len(pages, last, P);
-        const int64_t tok0 = (int64_t)(ks - a.kv_indptr[b]) * P;
-        // keys of this piece; never more than its pages hold, whatever the metadata says
-        const int64_t n = max((int64_t)0, min(kv_len - off - tok0, (int64_t)(ke - ks) * P));
+        const Piece pc = load_piece(p, w);
+        const int qs = pc.qs, qe = pc.qe, loc = pc.loc, q_begin = pc.q_begin, q_len = pc.q_len;
+        const int64_t kv_len = pc.kv_len, tok0 = pc.tok0, n = pc.n;
         const int rows_total = (qe - qs) * H;
 
         for (int r0 = 0; r0 < rows_total; r0 += kRows) {
@@ -116,14 +145,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
             for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
                 const int nk = (int)min((int64_t)kKeys, n - k0);
-                if (tid < kKeys) {
-                    int page = -1;
-                    if (tid < nk) {
-                        page = a.kv_indices[ks + (k0 + tid) / P];
-                        if (page < 0 || page >= a.num_pages) page = -1; // absent key
-                    }
-                    page_s[tid] = page;
-                }
+                if (tid < kKeys) page_s[tid] = piece_page(a, pc, k0 + tid);
                 __syncthreads();
                 for (int c = tid; c < kKeys * kChunks; c += kThreads) {
                     const int key = c / kChunks, part = c - key * kChunks, page = page_s[key];
@@ -213,6 +235,300 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     }
 }
 
+// ==== dense decode: tensor-core path (NVIDIA sm_80+, mma.sync m16n8k16 bf16) =================
+// Same plan, same pieces, same output conventions as the portable path. Per pass a block
+// takes up to 64 (token, head) rows of a work item (Q in shared memory), streams the
+// piece's keys in tiles of 32 through a 3-stage cp.async ring (zero-filled where a key is
+// absent), computes S = Q K^T with 8 warps, an online softmax (4 threads per row), and
+// O += P V where warp w owns latent dims [64w, 64w + 64) of every row. fp8 caches land in
+// a byte ring and are widened to bf16 through a 256-entry table (exact: e4m3 fits bf16).
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#define AITER_MLA_HAS_MMA 1
+namespace mma {
+
+constexpr int kM = 64, kN = 32, kStages = 3, kThreads = 256;
+constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
+constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
+constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
+constexpr int kSteps = kD / 16;     // 36 k-steps of 16 over the 576 dims
+
+template <bool FP8>
+struct Smem { // byte offsets into the dynamic shared memory
+    static constexpr int q = 0;
+    static constexpr int tile = kN * kRowB;                 // one bf16 key tile
+    static constexpr int stage = FP8 ? kN * kD : tile;      // one ring slot
+    static constexpr int ring = q + kM * kRowB;
+    static constexpr int wide = ring + kStages * stage;     // fp8: the widened tile
+    static constexpr int s = wide + (FP8 ? tile : 0);
+    static constexpr int p = s + kM * kSRow * 4;
+    static constexpr int m = p + kM * kPRowB;               // float m, l, alpha [kM]
+    static constexpr int lim = m + 3 * kM * 4;              // int64 [kM]
+    static constexpr int valid = lim + kM * 8;              // int8 [kStages][kN]
+    static constexpr int lut = valid + kStages * kN;        // uint16 [256]
+    static constexpr int total = lut + 512;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t &r0, uint32_t &r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int KVT>
+__global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr bool FP8 = KVT != AITER_MLA_BF16;
+    constexpr int kRowSrc = kD * (FP8 ? 1 : 2), kChunks = kRowSrc / 16; // cache row bytes, 16 B pieces
+    using S = Smem<FP8>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *q_s = smem + S::q, *ring = smem + S::ring, *p_s = smem + S::p;
+    float *s_s = reinterpret_cast<float *>(smem + S::s);
+    float *m_s = reinterpret_cast<float *>(smem + S::m), *l_s = m_s + kM, *alpha_s = l_s + kM;
+    long long *lim_s = reinterpret_cast<long long *>(smem + S::lim);
+    signed char *valid_s = reinterpret_cast<signed char *>(smem + S::valid);
+    uint16_t *lut = reinterpret_cast<uint16_t *>(smem + S::lut);
+
+    const aiter_mla_decode_args &a = p.a;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, H = a.num_heads, P = a.page_size;
+    const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
+    if (FP8) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
+
+    const int w_end = p.work_indptr[blockIdx.x + 1];
+    for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
+        const Piece pc = load_piece(p, w);
+        const int rows_total = (pc.qe - pc.qs) * H;
+        const int ntiles = (int)((pc.n + kN - 1) / kN);
+
+        // issue the copies of key tile t into ring slot t % kStages
+        auto load_tile = [&](int t) {
+            unsigned char *slot = ring + (t % kStages) * S::stage;
+            for (int c = tid; c < kN * kChunks; c += kThreads) {
+                const int key = c / kChunks, part = c - key * kChunks;
+                const int64_t j = (int64_t)t * kN + key;
+                const int page = piece_page(a, pc, j);
+                const unsigned char *src = page < 0 ? cache : cache + ((int64_t)page * P + (pc.tok0 + j) % P) * kRowSrc + part * 16;
+                cp_async16(smem_addr(slot + key * (FP8 ? kD : kRowB) + part * 16), src, page < 0 ? 0 : 16);
+                if (part == 0) valid_s[(t % kStages) * kN + key] = page >= 0;
+            }
+        };
+
+        for (int r0 = 0; r0 < rows_total; r0 += kM) {
+            const int R = min(kM, rows_total - r0), MT = (R + 15) >> 4;
+            for (int c = tid; c < MT * 16 * (kD / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
+                const int r = c / (kD / 8), part = c - r * (kD / 8);
+                uint4 v = make_uint4(0u, 0u, 0u, 0u);
+                if (r < R) {
+                    const int idx = r0 + r;
+                    const int64_t tok = pc.qs + idx / H, h = idx % H;
+                    v = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) + tok * a.q_stride_token + h * a.q_stride_head)[part];
+                }
+                *reinterpret_cast<uint4 *>(q_s + r * kRowB + part * 16) = v;
+            }
+            if (tid < kM) {
+                lim_s[tid] = pc.kv_len - pc.q_len + (pc.qs + (r0 + tid) / H - pc.q_begin);
+                m_s[tid] = neg_inf();
+                l_s[tid] = 0.0f;
+            }
+            float acc[4][8][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
+
+#pragma unroll
+            for (int t = 0; t < kStages - 1; t++) {
+                if (t < ntiles) load_tile(t);
+                cp_async_commit();
+            }
+            for (int t = 0; t < ntiles; t++) {
+                cp_async_wait<kStages - 2>();
+                __syncthreads(); // tile t landed; every warp is done with tile t - 1
+                if (t + kStages - 1 < ntiles) load_tile(t + kStages - 1);
+                cp_async_commit();
+                const int64_t k0 = (int64_t)t * kN;
+                const int nk = (int)min((int64_t)kN, pc.n - k0);
+                const unsigned char *kt = ring + (t % kStages) * S::stage;
+                if (FP8) { // widen the byte tile to bf16
+                    unsigned char *wide = smem + S::wide;
+                    for (int c = tid; c < kN * kD / 8; c += kThreads) {
+                        const int key = c / (kD / 8), part = c - key * (kD / 8);
+                        const uint2 v8 = *reinterpret_cast<const uint2 *>(kt + key * kD + part * 8);
+                        uint4 o;
+                        o.x = lut[v8.x & 255] | (uint32_t)lut[(v8.x >> 8) & 255] << 16;
+                        o.y = lut[(v8.x >> 16) & 255] | (uint32_t)lut[v8.x >> 24] << 16;
+                        o.z = lut[v8.y & 255] | (uint32_t)lut[(v8.y >> 8) & 255] << 16;
+                        o.w = lut[(v8.y >> 16) & 255] | (uint32_t)lut[v8.y >> 24] << 16;
+                        *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
+                    }
+                    __syncthreads();
+                    kt = wide;
+                }
+                const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
+
+                // S = Q K^T: units of (m-tile, n8-tile, k-part); one row tile splits k in two
+                const int kparts = MT == 1 ? 2 : 1, units = 4 * MT * kparts, steps = kSteps / kparts;
+                for (int u = warp; u < units; u += kThreads / 32) {
+                    const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
+                    const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
+#pragma unroll 6
+                    for (int kk = kp * steps; kk < (kp + 1) * steps; kk++) {
+                        uint32_t af[4], b0, b1;
+                        ldsm_x4(qa + kk * 32, af);
+                        ldsm_x2(ka + kk * 32, b0, b1);
+                        mma_bf16(d, af, b0, b1);
+                    }
+                    const int row = kp * MT * 16 + mt * 16 + (lane >> 2), col = nt * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
+                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
+                }
+                __syncthreads();
+
+                { // online softmax: 4 threads per row, 8 keys each
+                    const int r = tid >> 2, q4 = tid & 3;
+                    const bool active = r < MT * 16;
+                    const signed char *valid = valid_s + (t % kStages) * kN;
+                    float sv[8], mx = neg_inf();
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const int c = q4 * 8 + i;
+                        float s = active ? s_s[r * kSRow + c] : 0.0f;
+                        if (kparts == 2 && active) s += s_s[(16 + r) * kSRow + c];
+                        const bool ok = active && c < nk && valid[c] && pc.tok0 + k0 + c <= lim_s[r];
+                        sv[i] = ok ? s * p.score_scale : neg_inf();
+                        mx = fmaxf(mx, sv[i]);
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_old = active ? m_s[r] : neg_inf(), m_new = fmaxf(m_old, mx);
+                    float alpha = 1.0f, sum = 0.0f;
+                    uint32_t packed[4] = {0u, 0u, 0u, 0u};
+                    if (m_new != neg_inf()) {
+                        alpha = exp2f(m_old - m_new);
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            const float e = exp2f(sv[i] - m_new);
+                            sum += e;
+                            packed[i >> 1] |= (uint32_t)aiter_mla_f32_to_bf16(e) << ((i & 1) * 16);
+                        }
+                    }
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                    if (active) {
+                        *reinterpret_cast<uint4 *>(p_s + r * kPRowB + q4 * 16) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                        if (q4 == 0) {
+                            l_s[r] = l_s[r] * alpha + sum;
+                            m_s[r] = m_new;
+                            alpha_s[r] = alpha;
+                        }
+                    }
+                }
+                __syncthreads();
+
+                // O = O * alpha + P V over this warp's 64 latent dims
+                uint32_t pa[4][2][4];
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    if (mt < MT) {
+                        const float a0 = alpha_s[mt * 16 + (lane >> 2)], a1 = alpha_s[mt * 16 + (lane >> 2) + 8];
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) {
+                            acc[mt][nt][0] *= a0;
+                            acc[mt][nt][1] *= a0;
+                            acc[mt][nt][2] *= a1;
+                            acc[mt][nt][3] *= a1;
+                        }
+#pragma unroll
+                        for (int kk = 0; kk < 2; kk++)
+                            ldsm_x4(smem_addr(p_s) + (mt * 16 + (lane & 15)) * kPRowB + kk * 32 + (lane >> 4) * 16, pa[mt][kk]);
+                    }
+                }
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+#pragma unroll
+                    for (int kk = 0; kk < 2; kk++) {
+                        uint32_t vb[4];
+                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (warp * 64 + np * 16 + (lane >> 4) * 8) * 2, vb);
+#pragma unroll
+                        for (int mt = 0; mt < 4; mt++) {
+                            if (mt < MT) {
+                                mma_bf16(acc[mt][np * 2], pa[mt][kk], vb[0], vb[1]);
+                                mma_bf16(acc[mt][np * 2 + 1], pa[mt][kk], vb[2], vb[3]);
+                            }
+                        }
+                    }
+                }
+            }
+            cp_async_wait<0>();
+
+            // write: o / l (times the fp8 V scale), lse in natural log
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = mt * 16 + (lane >> 2) + half * 8;
+                    if (mt < MT && row < R) {
+                        const int idx = r0 + row;
+                        const int64_t tok = pc.qs + idx / H, h = idx % H;
+                        const float l = l_s[row], inv = l > 0.0f ? p.v_scale / l : 0.0f;
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) {
+                            const int d = warp * 64 + nt * 8 + (lane & 3) * 2;
+                            const float o0 = acc[mt][nt][half * 2] * inv, o1 = acc[mt][nt][half * 2 + 1] * inv;
+                            if (pc.loc < 0) {
+                                const int64_t base = tok * a.o_stride_token + h * a.o_stride_head + d;
+                                aiter_mla_store_f32(a.o, base, a.o_dtype, o0);
+                                aiter_mla_store_f32(a.o, base + 1, a.o_dtype, o1);
+                            } else {
+                                const int64_t pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
+                                *reinterpret_cast<float2 *>(p.part_o + pr * kL + d) = make_float2(o0, o1);
+                            }
+                        }
+                    }
+                }
+            }
+            if (tid < R) {
+                const int idx = r0 + tid;
+                const int64_t tok = pc.qs + idx / H, h = idx % H;
+                const float l = l_s[tid];
+                const float lse = l > 0.0f ? (m_s[tid] + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+                if (pc.loc < 0) {
+                    if (a.lse) a.lse[tok * H + h] = lse;
+                } else {
+                    p.part_lse[(int64_t)(pc.loc + tok - pc.qs) * H + h] = lse;
+                }
+            }
+            __syncthreads(); // Q, m, l are refilled by the next pass
+        }
+    }
+#endif
+}
+
+} // namespace mma
+#endif
+
 // ==== reduce of split pieces (SPEC 1b) =====================================================
 // One block per reduce tile; one warp per (token, head) row; lanes split the dv dims.
 struct ReduceParams {
@@ -287,6 +603,19 @@ __global__ void kv_cache_write_kernel(aiter_mla_kv_cache_write_args a) {
 // ==== launchers ============================================================================
 extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetErrorString((hipError_t)code); }
 
+#ifdef AITER_MLA_HAS_MMA
+template <int KVT>
+static void launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    constexpr int bytes = mma::Smem<KVT != AITER_MLA_BF16>::total;
+    static bool attribute_set = false; // raising the limit is a host-side setting: once per kernel
+    if (!attribute_set) {
+        cudaFuncSetAttribute(mma::decode_mma_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        attribute_set = true;
+    }
+    mma::decode_mma_kernel<KVT><<<grid, mma::kThreads, bytes, s>>>(p);
+}
+#endif
+
 extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
                                         void *stream) {
     hipStream_t s = (hipStream_t)stream;
@@ -302,12 +631,28 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     p.v_scale = kv_fp8 ? a->kv_scale : 1.0f;
     p.score_scale = a->sm_scale * (q_fp8 ? a->q_scale : 1.0f) * p.v_scale * kLog2e;
     const dim3 grid(info->desc.num_cu), block(kThreads);
-    switch (a->kv_dtype) {
-    case AITER_MLA_BF16: decode_kernel<AITER_MLA_BF16><<<grid, block, 0, s>>>(p); break;
-    case AITER_MLA_F16: decode_kernel<AITER_MLA_F16><<<grid, block, 0, s>>>(p); break;
-    case AITER_MLA_FP8_E4M3FN: decode_kernel<AITER_MLA_FP8_E4M3FN><<<grid, block, 0, s>>>(p); break;
-    case AITER_MLA_FP8_E4M3FNUZ: decode_kernel<AITER_MLA_FP8_E4M3FNUZ><<<grid, block, 0, s>>>(p); break;
-    default: return (int)hipErrorInvalidValue;
+    bool launched = false;
+#ifdef AITER_MLA_HAS_MMA
+    // tensor-core path: bf16 q (16-byte rows), bf16 or fp8 cache
+    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
+                      a->q_stride_head % 8 == 0;
+    if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
+        launched = true;
+        switch (a->kv_dtype) {
+        case AITER_MLA_BF16: launch_mma<AITER_MLA_BF16>(grid, s, p); break;
+        case AITER_MLA_FP8_E4M3FN: launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p); break;
+        default: launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p); break;
+        }
+    }
+#endif
+    if (!launched) {
+        switch (a->kv_dtype) {
+        case AITER_MLA_BF16: decode_kernel<AITER_MLA_BF16><<<grid, block, 0, s>>>(p); break;
+        case AITER_MLA_F16: decode_kernel<AITER_MLA_F16><<<grid, block, 0, s>>>(p); break;
+        case AITER_MLA_FP8_E4M3FN: decode_kernel<AITER_MLA_FP8_E4M3FN><<<grid, block, 0, s>>>(p); break;
+        case AITER_MLA_FP8_E4M3FNUZ: decode_kernel<AITER_MLA_FP8_E4M3FNUZ><<<grid, block, 0, s>>>(p); break;
+        default: return (int)hipErrorInvalidValue;
+        }
     }
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || info->max_partials == 0) return (int)e;
