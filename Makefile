@@ -28,7 +28,7 @@ ifeq ($(GPU),auto)
 endif
 
 WARN := -Wall -Wextra -Werror
-CFLAGS_HOST := -std=c99 -pedantic $(WARN) -O2
+CFLAGS_HOST := -std=c99 -pedantic $(WARN)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 ifeq ($(GPU),cuda)
@@ -63,7 +63,7 @@ $(BUILD)/test_host: tests/test_host.c tests/testing.h $(HEADER) | $(BUILD)
 # ---- examples and GPU tests: with kernels.hip when GPU != none ----------------------------
 ifeq ($(GPU),none)
 $(BUILD)/%: examples/%.c $(HEADER) | $(BUILD)
-	$(CC) $(CFLAGS_HOST) -DAITER_MLA_NO_GPU -o $@ $< -lm
+	$(CC) $(CFLAGS_HOST) -O2 -DAITER_MLA_NO_GPU -o $@ $< -lm
 $(BUILD)/test_gpu:
 	@echo "test_gpu needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
 else
@@ -72,9 +72,9 @@ $(BUILD)/kernels.o: kernels.hip $(HEADER) | $(BUILD)
 $(BUILD)/gpu.o: examples/gpu.hip examples/gpu.h | $(BUILD)
 	$(GPUCC) $(GPUFLAGS) $(BLAS) -c -o $@ examples/gpu.hip
 $(BUILD)/%.o: examples/%.c $(HEADER) examples/gpu.h | $(BUILD)
-	$(CC) $(CFLAGS_HOST) -c -o $@ $<
+	$(CC) $(CFLAGS_HOST) -O2 -c -o $@ $<
 $(BUILD)/test_gpu.o: tests/test_gpu.c tests/testing.h $(HEADER) examples/gpu.h | $(BUILD)
-	$(CC) $(CFLAGS_HOST) -Wno-unknown-pragmas -fopenmp -c -o $@ $<
+	$(CC) $(CFLAGS_HOST) -O2 -Wno-unknown-pragmas -fopenmp -c -o $@ $<
 $(BUILD)/%: $(BUILD)/%.o $(BUILD)/kernels.o $(BUILD)/gpu.o
 	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
 endif

@@ -230,7 +230,7 @@ AITER_MLA_HD uint8_t aiter_mla_f32_to_fp8(float f, aiter_mla_dtype t) {
     } else if (a < aiter_mla__bits_f32((uint32_t)(128 - bias) << 23)) { /* below min normal */
         code = (int)rintf(a * aiter_mla__bits_f32((uint32_t)(127 + bias + 2) << 23));
     } else {
-        int e;
+        int e = 0;
         float mant = frexpf(a, &e); /* a = mant * 2^e, mant in [0.5, 1) */
         code = (e - 1 + bias) * 8 + (int)rintf((mant * 2.0f - 1.0f) * 8.0f);
         if (code > max_code) code = max_code;
@@ -383,7 +383,7 @@ typedef struct aiter_mla_decode_plan_info {
     int32_t max_partial_rows;  /* max_partials * tokens_per_tile */
     int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map,
         off_reduce_partial_map; /* int32 offsets of the sections in the plan buffer */
-    int64_t plan_ints;         /* int32 elements of the plan buffer */
+    int64_t plan_ints;         /* int32 elements of the plan buffer (partial map >= 1 entry) */
     size_t workspace_bytes;    /* fp32 partial o [max_partial_rows, H, 512] + lse [.., H] */
 } aiter_mla_decode_plan_info;
 
@@ -416,8 +416,12 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * For request b, query row i of its q_len rows, head h:
  *   s_j = sm_scale * q_scale * kv_scale * (q . k_j) over keys j <= kv_len - q_len + i,
  *   o = softmax(s) . V (V = first 512 columns of the row, dequantised), lse = log sum exp s.
- * A row that sees no key gets o = 0, lse = +inf. Page ids outside [0, num_pages) are
- * skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
+ * q_scale applies only to an fp8 q and kv_scale only to an fp8 cache (scale 1 otherwise).
+ * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
+ * the plan gives each of its tiles one empty work item). Page ids outside [0, num_pages)
+ * are skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
+ * The GPU path needs kv_cache 16-byte aligned; bf16 q with 16-byte aligned rows takes the
+ * tensor-core kernel (NVIDIA), everything else the portable one.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
@@ -443,7 +447,7 @@ typedef struct aiter_mla_decode_args {
     int num_heads;              /* H, 1..128 (equal to the plan's) */
     int page_size;              /* power of two 1..256 (equal to the plan's); 0 means 1 */
     aiter_mla_dtype q_dtype;    /* DEFAULT means bf16 */
-    aiter_mla_dtype kv_dtype;   /* DEFAULT means q_dtype (bf16 if q is fp8) */
+    aiter_mla_dtype kv_dtype;   /* DEFAULT means q_dtype */
     aiter_mla_dtype o_dtype;    /* DEFAULT means q_dtype (bf16 if q is fp8) */
     float sm_scale;             /* 0 means 1/sqrt(576) */
     float q_scale;              /* fp8 q dequant scale; 0 means 1 */
@@ -787,11 +791,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
         int64_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
         if (n < 0)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %lld is negative", op, r, (long long)n);
-        if (start < 0 || a.cu_num_tokens[r + 1] < start + n || a.cu_num_tokens[r + 1] > a.page_indices_capacity)
+        if (start < 0 || a.cu_num_tokens[r + 1] < start + n)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: cu_num_tokens[%d..%d] = %d..%d does not hold seq_lens[%d] = %lld within capacity %lld",
-                                   op, r, r + 1, a.cu_num_tokens[r], a.cu_num_tokens[r + 1], r, (long long)n,
-                                   (long long)a.page_indices_capacity);
+                                   "%s: cu_num_tokens[%d..%d] = %d..%d does not hold seq_lens[%d] = %lld", op, r, r + 1,
+                                   a.cu_num_tokens[r], a.cu_num_tokens[r + 1], r, (long long)n);
+        if (a.cu_num_tokens[r + 1] > a.page_indices_capacity)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: cu_num_tokens[%d] = %d exceeds page_indices_capacity = %lld",
+                                   op, r + 1, a.cu_num_tokens[r + 1], (long long)a.page_indices_capacity);
     }
     for (r = 0; r < a.batch; r++) {
         int32_t t;
@@ -979,7 +985,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     const char *op = "decode_plan_build";
     aiter_mla_decode_plan_view v;
     int ps, tpt, ncu, ovh, b, cu = 0, unit = 0;
-    int64_t ppb, total = 0, payload, remaining;
+    int64_t sp, bps, total = 0, payload, remaining;
     int32_t nwork = 0, npieces = 0, nrows = 0;
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
     AITER_MLA__NEED(op, plan, "plan");
@@ -988,10 +994,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     tpt = info->tokens_per_tile;
     ncu = info->desc.num_cu;
     ovh = info->desc.overhead_blocks;
-    ppb = aiter_mla__max64(1, info->desc.kv_granularity / ps); /* pages per planning block */
+    /* Cuts fall on steps of max(page, kv_granularity) keys: sp pages, costing bps blocks. */
+    sp = aiter_mla__max64(1, info->desc.kv_granularity / ps);
+    bps = aiter_mla__max64(1, ps / info->desc.kv_granularity);
 
     for (b = 0; b < batch; b++)
-        total += aiter_mla__cdiv(qo[b + 1] - qo[b], tpt) * (aiter_mla__cdiv(kvp[b + 1] - kvp[b], ppb) + ovh);
+        total += aiter_mla__cdiv(qo[b + 1] - qo[b], tpt) * (aiter_mla__cdiv(kvp[b + 1] - kvp[b], sp) * bps + ovh);
     payload = aiter_mla__cdiv(total, ncu) + ovh;
     remaining = payload;
 
@@ -1003,20 +1011,20 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
         for (qs = qo[b]; qs < qo[b + 1]; qs += tpt) {
             int32_t qe = (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]), first = nwork, page = 0, i;
             for (;;) {
-                int64_t left = aiter_mla__cdiv(pages - page, ppb), take = left;
+                int64_t left = aiter_mla__cdiv(pages - page, sp), take = left; /* in steps */
                 int32_t end;
                 int32_t *w;
-                if (cu < ncu - 1 && left + ovh > remaining) {
-                    take = remaining - ovh;
+                if (cu < ncu - 1 && left * bps + ovh > remaining) {
+                    take = (remaining - ovh) / bps;
                     if (take <= 0) { /* this CU is full: close it */
                         v.work_indptr[++cu] = nwork;
                         remaining = payload;
                         continue;
                     }
                     /* a causal tail shorter than q_len is not left alone */
-                    if (kv_len - (page + take * ppb) * ps < q_len) take = left;
+                    if (kv_len - (page + take * sp) * ps < q_len) take = left;
                 }
-                end = (int32_t)aiter_mla__min64(pages, page + take * ppb);
+                end = (int32_t)aiter_mla__min64(pages, page + take * sp);
                 AITER_MLA_ASSERT(nwork < info->max_work);
                 w = v.work_info + (int64_t)nwork * AITER_MLA_WORK_INTS;
                 w[0] = b;
@@ -1028,7 +1036,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                 w[6] = (int32_t)(kv_len - aiter_mla__min64(kv_len, (int64_t)end * ps));
                 w[7] = 0;
                 nwork++;
-                remaining -= take + ovh;
+                remaining -= take * bps + ovh;
                 page = end;
                 if (page >= pages) break;
                 v.work_indptr[++cu] = nwork; /* the cut filled this CU */
@@ -1211,7 +1219,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a->q_dtype));
-    if (a->kv_dtype == AITER_MLA_DTYPE_DEFAULT) a->kv_dtype = aiter_mla__is_fp8(a->q_dtype) ? a->q_dtype : a->q_dtype;
+    if (a->kv_dtype == AITER_MLA_DTYPE_DEFAULT) a->kv_dtype = a->q_dtype;
     if (aiter_mla__is_fp8(a->q_dtype) ? a->kv_dtype != a->q_dtype
                                       : (a->kv_dtype != a->q_dtype && !aiter_mla__is_fp8(a->kv_dtype)))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED,

@@ -60,6 +60,7 @@ struct DecodeParams {
     float *part_o;              // [max_partial_rows, H, 512]
     float *part_lse;            // [max_partial_rows, H]
     float score_scale;          // sm_scale * q_scale * kv_scale * log2(e), fp8 scales only
+    int page_shift;             // log2(page_size)
     float v_scale;              // kv_scale for fp8 caches, else 1
 };
 
@@ -92,9 +93,10 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
 }
 
 // Page id of key j (0-based within the piece), or -1 when absent.
-__device__ __forceinline__ int piece_page(const aiter_mla_decode_args &a, const Piece &c, int64_t j) {
+__device__ __forceinline__ int piece_page(const DecodeParams &p, const Piece &c, int j) {
+    const aiter_mla_decode_args &a = p.a;
     if (j >= c.n) return -1;
-    const int page = a.kv_indices[c.ks + j / a.page_size];
+    const int page = a.kv_indices[c.ks + (j >> p.page_shift)];
     return page < 0 || page >= a.num_pages ? -1 : page;
 }
 
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
             for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
                 const int nk = (int)min((int64_t)kKeys, n - k0);
-                if (tid < kKeys) page_s[tid] = piece_page(a, pc, k0 + tid);
+                if (tid < kKeys) page_s[tid] = piece_page(p, pc, (int)k0 + tid);
                 __syncthreads();
                 for (int c = tid; c < kKeys * kChunks; c += kThreads) {
                     const int key = c / kChunks, part = c - key * kChunks, page = page_s[key];
@@ -318,19 +320,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int rows_total = (pc.qe - pc.qs) * H;
         const int ntiles = (int)((pc.n + kN - 1) / kN);
 
-        // issue the copies of key tile t into ring slot t % kStages
-        auto load_tile = [&](int t) {
-            unsigned char *slot = ring + (t % kStages) * S::stage;
-            for (int c = tid; c < kN * kChunks; c += kThreads) {
-                const int key = c / kChunks, part = c - key * kChunks;
-                const int64_t j = (int64_t)t * kN + key;
-                const int page = piece_page(a, pc, j);
-                const unsigned char *src = page < 0 ? cache : cache + ((int64_t)page * P + (pc.tok0 + j) % P) * kRowSrc + part * 16;
-                cp_async16(smem_addr(slot + key * (FP8 ? kD : kRowB) + part * 16), src, page < 0 ? 0 : 16);
-                if (part == 0) valid_s[(t % kStages) * kN + key] = page >= 0;
-            }
+        // Copies of key tile t into ring slot t % kStages: 8 threads per key, 16 bytes each;
+        // `page` is the key's page id, fetched one tile ahead so the issue never waits on it.
+        const int my_key = tid >> 3, my_sub = tid & 7;
+        auto load_tile = [&](int t, int page) {
+            unsigned char *slot = ring + (t % kStages) * S::stage + my_key * (FP8 ? kD : kRowB);
+            const int j = t * kN + my_key;
+            const unsigned char *src = cache + (page < 0 ? 0 : ((int64_t)page * P + (j & (P - 1))) * kRowSrc);
+            for (int part = my_sub; part < kChunks; part += 8)
+                cp_async16(smem_addr(slot + part * 16), src + part * 16, page < 0 ? 0 : 16);
+            if (my_sub == 0) valid_s[(t % kStages) * kN + my_key] = page >= 0;
         };
-
         for (int r0 = 0; r0 < rows_total; r0 += kM) {
             const int R = min(kM, rows_total - r0), MT = (R + 15) >> 4;
             for (int c = tid; c < MT * 16 * (kD / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
@@ -356,16 +356,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
+            __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
+            int next_page = piece_page(p, pc, my_key);
 #pragma unroll
             for (int t = 0; t < kStages - 1; t++) {
-                if (t < ntiles) load_tile(t);
+                if (t < ntiles) load_tile(t, next_page);
                 cp_async_commit();
+                next_page = piece_page(p, pc, (t + 1) * kN + my_key);
             }
             for (int t = 0; t < ntiles; t++) {
                 cp_async_wait<kStages - 2>();
                 __syncthreads(); // tile t landed; every warp is done with tile t - 1
-                if (t + kStages - 1 < ntiles) load_tile(t + kStages - 1);
+                if (t + kStages - 1 < ntiles) load_tile(t + kStages - 1, next_page);
                 cp_async_commit();
+                next_page = piece_page(p, pc, (t + kStages) * kN + my_key);
                 const int64_t k0 = (int64_t)t * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
                 const unsigned char *kt = ring + (t % kStages) * S::stage;
@@ -390,16 +394,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const int kparts = MT == 1 ? 2 : 1, units = 4 * MT * kparts, steps = kSteps / kparts;
                 for (int u = warp; u < units; u += kThreads / 32) {
                     const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
-#pragma unroll 6
-                    for (int kk = kp * steps; kk < (kp + 1) * steps; kk++) {
-                        uint32_t af[4], b0, b1;
+#pragma unroll 3
+                    for (int kk = kp * steps; kk < (kp + 1) * steps; kk += 2) { // steps is even
+                        uint32_t af[4], b0, b1, af2[4], b2, b3;
                         ldsm_x4(qa + kk * 32, af);
                         ldsm_x2(ka + kk * 32, b0, b1);
+                        ldsm_x4(qa + kk * 32 + 32, af2);
+                        ldsm_x2(ka + kk * 32 + 32, b2, b3);
                         mma_bf16(d, af, b0, b1);
+                        mma_bf16(d2, af2, b2, b3);
                     }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) d[e] += d2[e];
                     const int row = kp * MT * 16 + mt * 16 + (lane >> 2), col = nt * 8 + (lane & 3) * 2;
                     *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
                     *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
@@ -530,7 +539,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
-// One block per reduce tile; one warp per (token, head) row; lanes split the dv dims.
+// One block per (reduce tile, head). The pieces' lse give the weights (block-wide max and
+// sum); then 4 groups of 128 threads each sum a quarter of the pieces, 4 dims per thread
+// with 16-byte loads, and the groups meet in shared memory. Sized for latency: a batch-1
+// decode split over every CU has as many pieces as CUs.
+constexpr int kReduceThreads = 512, kReduceGroups = 4;
+
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
     const int32_t *indptr, *final_map, *partial_map;
@@ -542,33 +556,72 @@ struct ReduceParams {
     aiter_mla_dtype o_dtype;
 };
 
-__global__ void __launch_bounds__(kThreads) reduce_kernel(ReduceParams p) {
-    const int t = blockIdx.x;
-    if (t >= *p.num_tiles) return;
-    const int k0 = p.indptr[t], k1 = p.indptr[t + 1];
-    if (k1 - k0 < 2) return;
-    const int qs = p.final_map[2 * t], rows = (p.final_map[2 * t + 1] - qs) * p.num_heads;
+__device__ float block_reduce(float v, bool is_max, float *scratch) {
     const int lane = threadIdx.x % AITER_MLA_WARP_SIZE, warp = threadIdx.x / AITER_MLA_WARP_SIZE;
     const int warps = blockDim.x / AITER_MLA_WARP_SIZE;
-    for (int rh = warp; rh < rows; rh += warps) {
-        const int tok = qs + rh / p.num_heads, h = rh % p.num_heads;
+    for (int o = AITER_MLA_WARP_SIZE / 2; o > 0; o >>= 1) {
+        const float u = aiter_mla__shfl_xor(v, o);
+        v = is_max ? fmaxf(v, u) : v + u;
+    }
+    __syncthreads(); // scratch may still be read from the previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = scratch[0];
+    for (int i = 1; i < warps; i++) v = is_max ? fmaxf(v, scratch[i]) : v + scratch[i];
+    return v;
+}
+
+__global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
+    __shared__ float scratch[kReduceThreads / 32];
+    __shared__ float4 part[kReduceGroups - 1][kReduceThreads / kReduceGroups];
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    if (t >= *p.num_tiles) return;
+    const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0;
+    if (np < 2) return;
+    const int qs = p.final_map[2 * t], qe = p.final_map[2 * t + 1], H = p.num_heads;
+    const int grp = tid / (kReduceThreads / kReduceGroups), gl = tid % (kReduceThreads / kReduceGroups);
+    for (int tok = qs; tok < qe; tok++) {
+        const float *lse = p.part_lse + (int64_t)(tok - qs) * H + h; // + partial row * H
         float m = neg_inf();
-        for (int k = k0; k < k1; k++) m = fmaxf(m, p.part_lse[(int64_t)(p.partial_map[k] + tok - qs) * p.num_heads + h]);
-        float g = pos_inf(), sum = 0.0f;
-        if (m != neg_inf()) {
-            for (int k = k0; k < k1; k++) sum += __expf(p.part_lse[(int64_t)(p.partial_map[k] + tok - qs) * p.num_heads + h] - m);
-            g = m + __logf(sum);
-        }
-        for (int d = lane; d < p.dv; d += AITER_MLA_WARP_SIZE) {
-            float o = 0.0f;
-            if (m != neg_inf())
-                for (int k = k0; k < k1; k++) {
-                    const int64_t pr = (int64_t)(p.partial_map[k] + tok - qs) * p.num_heads + h;
-                    o += __expf(p.part_lse[pr] - g) * p.part_o[pr * p.dv + d];
+        for (int k = tid; k < np; k += kReduceThreads) m = fmaxf(m, lse[(int64_t)p.partial_map[k0 + k] * H]);
+        m = block_reduce(m, true, scratch);
+        float sum = 0.0f;
+        if (m != neg_inf())
+            for (int k = tid; k < np; k += kReduceThreads) sum += __expf(lse[(int64_t)p.partial_map[k0 + k] * H] - m);
+        sum = block_reduce(sum, false, scratch);
+        const float g = m != neg_inf() ? m + __logf(sum) : pos_inf();
+        for (int d4 = gl; d4 * 4 < p.dv; d4 += kReduceThreads / kReduceGroups) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (m != neg_inf()) {
+#pragma unroll 4
+                for (int k = grp; k < np; k += kReduceGroups) {
+                    const int64_t pr = (int64_t)(p.partial_map[k0 + k] + tok - qs) * H + h;
+                    const float wgt = __expf(p.part_lse[pr] - g);
+                    const float4 v = *reinterpret_cast<const float4 *>(p.part_o + pr * p.dv + d4 * 4);
+                    acc.x += wgt * v.x;
+                    acc.y += wgt * v.y;
+                    acc.z += wgt * v.z;
+                    acc.w += wgt * v.w;
                 }
-            aiter_mla_store_f32(p.o, tok * p.o_stride_token + h * p.o_stride_head + d, p.o_dtype, o);
+            }
+            if (grp > 0) part[grp - 1][gl] = acc;
+            __syncthreads();
+            if (grp == 0) {
+                for (int j = 0; j < kReduceGroups - 1; j++) {
+                    acc.x += part[j][gl].x;
+                    acc.y += part[j][gl].y;
+                    acc.z += part[j][gl].z;
+                    acc.w += part[j][gl].w;
+                }
+                const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d4 * 4;
+                aiter_mla_store_f32(p.o, base, p.o_dtype, acc.x);
+                aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc.y);
+                aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc.z);
+                aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc.w);
+            }
+            __syncthreads();
         }
-        if (lane == 0 && p.lse) p.lse[(int64_t)tok * p.num_heads + h] = g;
+        if (tid == 0 && p.lse) p.lse[(int64_t)tok * H + h] = g;
     }
 }
 
@@ -630,6 +683,8 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     const bool q_fp8 = a->q_dtype == AITER_MLA_FP8_E4M3FN || a->q_dtype == AITER_MLA_FP8_E4M3FNUZ;
     p.v_scale = kv_fp8 ? a->kv_scale : 1.0f;
     p.score_scale = a->sm_scale * (q_fp8 ? a->q_scale : 1.0f) * p.v_scale * kLog2e;
+    p.page_shift = 0;
+    while ((1 << p.page_shift) < a->page_size) p.page_shift++;
     const dim3 grid(info->desc.num_cu), block(kThreads);
     bool launched = false;
 #ifdef AITER_MLA_HAS_MMA
@@ -670,7 +725,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
-    reduce_kernel<<<dim3(info->max_reduce_tiles), block, 0, s>>>(r);
+    reduce_kernel<<<dim3(info->max_reduce_tiles, a->num_heads), kReduceThreads, 0, s>>>(r);
     AITER_MLA__LAUNCH_CHECK();
 }
 

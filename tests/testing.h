@@ -5,7 +5,8 @@
  *
  *   CHECK(cond, fmt, ...)                  counts a pass or prints file:line and the message
  *   CHECK_STATUS(expr, status, "field")    exact aiter_mla_status AND the field's name
- *                                          appears in aiter_mla_last_error()
+ *                                          appears in aiter_mla_last_error() (as a whole
+ *                                          identifier, so "q" is not found in "q_dtype")
  *   testing_summary()                      prints "N passed, N failed"; non-zero if failed
  *
  *   test_rng (splitmix64, explicit seed), uniform floats, int ranges, random fills of a
@@ -67,18 +68,38 @@ static inline const char *testing_status_name(aiter_mla_status s) {
     }
 }
 
+static inline int testing_is_ident_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+/* 1 when msg contains field as a whole identifier ("q" does not match inside "q_dtype" or
+ * "seq"; "page_indices" does not match inside "expand_page_indices"). An empty field
+ * matches any message. */
+static inline int testing_names_field(const char *msg, const char *field) {
+    size_t n;
+    const char *p;
+    if (!msg || !field) return 0;
+    n = strlen(field);
+    if (n == 0) return 1;
+    for (p = strstr(msg, field); p; p = strstr(p + 1, field)) {
+        int before_ok = p == msg || !testing_is_ident_char(p[-1]);
+        int after_ok = !testing_is_ident_char(p[n]);
+        if (before_ok && after_ok) return 1;
+    }
+    return 0;
+}
+
 static inline int testing_check_status(aiter_mla_status got, aiter_mla_status want, const char *field,
                                        const char *expr, const char *file, int line) {
     const char *msg = aiter_mla_last_error();
     int ok_status = got == want;
-    int ok_field = want == AITER_MLA_OK || (msg != NULL && field != NULL && strstr(msg, field) != NULL);
+    int ok_field = want == AITER_MLA_OK || testing_names_field(msg, field);
     return testing_check(ok_status && ok_field, file, line, expr,
                          "expected %s naming \"%s\", got %s, last_error = \"%s\"", testing_status_name(want),
                          field ? field : "", testing_status_name(got), msg ? msg : "(null)");
 }
 
 /* Calls expr once; the status must be exactly `expected` and (unless expected is OK) the
- * thread's last error must contain `field`. */
+ * thread's last error must contain `field` as a whole identifier ("" accepts any text). */
 #define CHECK_STATUS(expr, expected, field) \
     testing_check_status((expr), (expected), (field), #expr, __FILE__, __LINE__)
 

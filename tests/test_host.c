@@ -1,0 +1,2682 @@
+/* test_host.c - host-side tests of aiter_mla.h (converters, helpers, planners, CPU references,
+ * validation). Build (from the repository root):
+ *
+ *   gcc -std=c99 -Wall -Wextra -Werror -pedantic -g -fsanitize=address,undefined -I. \
+ *       tests/test_host.c -lm && ./a.out
+ *
+ * Every expected value is computed here, from SPEC.md and the header's comments, with code
+ * written for the test (never with the library function under test). The last line printed
+ * is "N passed, N failed"; the exit status is non-zero when anything failed. */
+#ifndef AITER_MLA_IMPLEMENTATION
+#define AITER_MLA_IMPLEMENTATION
+#endif
+#ifndef AITER_MLA_NO_GPU
+#define AITER_MLA_NO_GPU
+#endif
+#include "../aiter_mla.h"
+#include "testing.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+static float bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f32_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static int32_t *alloc_i32(int64_t n) { return (int32_t *)test_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t)); }
+static float *alloc_f32(int64_t n) { return (float *)test_malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
+static double *alloc_f64(int64_t n) { return (double *)test_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+static void *alloc_elems(int64_t n, aiter_mla_dtype t) {
+    return test_malloc((size_t)(n > 0 ? n : 1) * test_dtype_bytes(t));
+}
+
+/* =====================================================================================
+ * status strings, dtype helpers
+ * ===================================================================================== */
+static void test_status_and_dtypes(void) {
+    int i, j;
+    for (i = 0; i < (int)AITER_MLA_STATUS_COUNT; i++) {
+        const char *s = aiter_mla_status_string((aiter_mla_status)i);
+        CHECK(s != NULL && s[0] != '\0', "status %d has no string", i);
+        for (j = 0; j < i; j++) {
+            const char *t = aiter_mla_status_string((aiter_mla_status)j);
+            CHECK(s == NULL || t == NULL || strcmp(s, t) != 0, "status %d and %d share the string \"%s\"", i, j,
+                  s ? s : "");
+        }
+    }
+    CHECK(aiter_mla_status_string(AITER_MLA_OK) != NULL && strcmp(aiter_mla_status_string(AITER_MLA_OK), "ok") == 0,
+          "status string of OK is not \"ok\"");
+    CHECK(aiter_mla_last_error() != NULL, "aiter_mla_last_error() returned NULL");
+
+    CHECK(aiter_mla_dtype_size(AITER_MLA_BF16) == 2, "bf16 size");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_F16) == 2, "f16 size");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_F32) == 4, "f32 size");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_FP8_E4M3FN) == 1, "e4m3fn size");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_FP8_E4M3FNUZ) == 1, "e4m3fnuz size");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_DTYPE_DEFAULT) == 0, "DEFAULT size must be 0");
+    CHECK(aiter_mla_dtype_size(AITER_MLA_DTYPE_COUNT) == 0, "invalid dtype size must be 0");
+    for (i = 1; i < (int)AITER_MLA_DTYPE_COUNT; i++) {
+        const char *s = aiter_mla_dtype_name((aiter_mla_dtype)i);
+        CHECK(s != NULL && s[0] != '\0', "dtype %d has no name", i);
+        for (j = 1; j < i; j++) {
+            const char *t = aiter_mla_dtype_name((aiter_mla_dtype)j);
+            CHECK(s == NULL || t == NULL || strcmp(s, t) != 0, "dtypes %d and %d share the name", i, j);
+        }
+    }
+}
+
+/* =====================================================================================
+ * converters
+ * ===================================================================================== */
+/* Expected e4m3 code of x by brute force: the nearest finite code (saturating), ties to the
+ * even code. Zero results: fnuz 0x00 only; e4m3fn 0x00 (0x80 accepted in *alt). */
+static int ref_f32_to_fp8(float x, int fnuz, int *alt) {
+    int c, best = -1, max_code = fnuz ? 0x7f : 0x7e;
+    double best_d = INFINITY;
+    *alt = -1;
+    if (x != x) {
+        if (!fnuz && signbit(x)) *alt = 0xff;
+        return fnuz ? 0x80 : 0x7f;
+    }
+    /* saturating: beyond the largest finite value (and +-inf) is +-max. (The search below
+     * would also find it, but differences of huge floats lose precision in double.) */
+    if (fabs((double)x) >= (fnuz ? 240.0 : 448.0)) return x > 0 ? max_code : (0x80 | max_code);
+    for (c = 0; c < 256; c++) {
+        double v = ref_fp8_to_f64((uint8_t)c, fnuz), d;
+        if (v != v) continue;
+        if (!fnuz && c == 0x80) continue; /* -0: handled with +0 below */
+        d = fabs((double)x - v);
+        if (d < best_d || (d == best_d && (c & 1) == 0)) {
+            best_d = d;
+            best = c;
+        }
+    }
+    if (ref_fp8_to_f64((uint8_t)best, fnuz) == 0.0) {
+        best = 0;
+        if (!fnuz) *alt = 0x80;
+    }
+    return best;
+}
+
+static void test_fp8_decode(void) {
+    int f, c;
+    for (f = 0; f < 2; f++) {
+        aiter_mla_dtype t = f ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        int bad = 0, first = -1, bad_load = 0;
+        for (c = 0; c < 256; c++) {
+            double want = ref_fp8_to_f64((uint8_t)c, f);
+            float got = aiter_mla_fp8_to_f32((uint8_t)c, t);
+            uint8_t byte = (uint8_t)c;
+            float got_load = aiter_mla_load_f32(&byte, 0, t);
+            int ok;
+            if (want != want) ok = got != got;
+            else ok = (double)got == want && (!!signbit(got)) == (!!signbit(want));
+            if (!ok) {
+                bad++;
+                if (first < 0) first = c;
+            }
+            if (!(want != want ? got_load != got_load : (double)got_load == want)) bad_load++;
+        }
+        CHECK(bad == 0, "%s: %d of 256 codes decode wrongly (first 0x%02x: got %g, want %g)", f ? "fnuz" : "fn", bad,
+              first, first >= 0 ? (double)aiter_mla_fp8_to_f32((uint8_t)first, t) : 0.0,
+              first >= 0 ? ref_fp8_to_f64((uint8_t)first, f) : 0.0);
+        CHECK(bad_load == 0, "%s: aiter_mla_load_f32 disagrees on %d codes", f ? "fnuz" : "fn", bad_load);
+        CHECK(aiter_mla_fp8_max(t) == (f ? 240.0f : 448.0f), "fp8_max(%s) = %g", f ? "fnuz" : "fn",
+              (double)aiter_mla_fp8_max(t));
+    }
+    /* hand-checked anchors of the independent formula and the library */
+    CHECK(aiter_mla_fp8_to_f32(0x7e, AITER_MLA_FP8_E4M3FN) == 448.0f, "fn 0x7e != 448");
+    CHECK(aiter_mla_fp8_to_f32(0xfe, AITER_MLA_FP8_E4M3FN) == -448.0f, "fn 0xfe != -448");
+    CHECK(aiter_mla_fp8_to_f32(0x7f, AITER_MLA_FP8_E4M3FNUZ) == 240.0f, "fnuz 0x7f != 240");
+    CHECK(aiter_mla_fp8_to_f32(0xff, AITER_MLA_FP8_E4M3FNUZ) == -240.0f, "fnuz 0xff != -240");
+    CHECK(aiter_mla_fp8_to_f32(0x38, AITER_MLA_FP8_E4M3FN) == 1.0f, "fn 0x38 != 1");
+    CHECK(aiter_mla_fp8_to_f32(0x40, AITER_MLA_FP8_E4M3FNUZ) == 1.0f, "fnuz 0x40 != 1");
+    CHECK(aiter_mla_fp8_to_f32(0x01, AITER_MLA_FP8_E4M3FN) == 0.001953125f, "fn 0x01 != 2^-9");
+    CHECK(aiter_mla_fp8_to_f32(0x01, AITER_MLA_FP8_E4M3FNUZ) == 0.0009765625f, "fnuz 0x01 != 2^-10");
+    CHECK(aiter_mla_fp8_to_f32(0x08, AITER_MLA_FP8_E4M3FN) == 0.015625f, "fn 0x08 != 2^-6");
+    CHECK(aiter_mla_fp8_to_f32(0x07, AITER_MLA_FP8_E4M3FN) == 0.013671875f, "fn 0x07 != 7*2^-9");
+    {
+        float z = aiter_mla_fp8_to_f32(0x80, AITER_MLA_FP8_E4M3FN);
+        float n1 = aiter_mla_fp8_to_f32(0x7f, AITER_MLA_FP8_E4M3FN);
+        float n2 = aiter_mla_fp8_to_f32(0xff, AITER_MLA_FP8_E4M3FN);
+        float n3 = aiter_mla_fp8_to_f32(0x80, AITER_MLA_FP8_E4M3FNUZ);
+        CHECK(z == 0.0f && signbit(z), "fn 0x80 must be -0.0, got %g", (double)z);
+        CHECK(n1 != n1 && n2 != n2, "fn 0x7f/0xff must be NaN");
+        CHECK(n3 != n3, "fnuz 0x80 must be NaN");
+        CHECK(aiter_mla_fp8_to_f32(0x7f, AITER_MLA_FP8_E4M3FN) != 480.0f, "fn 0x7f is not 480");
+    }
+    CHECK(ref_fp8_to_f64(0x7e, 0) == 448.0 && ref_fp8_to_f64(0x7f, 1) == 240.0 && ref_fp8_to_f64(0x38, 0) == 1.0 &&
+              ref_fp8_to_f64(0x40, 1) == 1.0,
+          "independent fp8 formula self-check");
+}
+
+static void fp8_encode_one(float x, int f, int *bad, float *first_x, int *first_got) {
+    aiter_mla_dtype t = f ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+    int alt, want = ref_f32_to_fp8(x, f, &alt);
+    int got = aiter_mla_f32_to_fp8(x, t);
+    uint8_t stored = 0xAA;
+    aiter_mla_store_f32(&stored, 0, t, x);
+    if ((got != want && got != alt) || stored != (uint8_t)got) {
+        if (*bad == 0) {
+            *first_x = x;
+            *first_got = got;
+        }
+        (*bad)++;
+    }
+}
+
+static void test_fp8_encode(void) {
+    int f;
+    test_rng r = rng_seed(0xf8f8f8f8ull);
+    for (f = 0; f < 2; f++) {
+        const char *nm = f ? "fnuz" : "fn";
+        aiter_mla_dtype t = f ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        double pos[128];
+        int npos = 0, c, i, bad, fg;
+        float fx;
+        /* exact values round trip */
+        bad = 0;
+        fx = 0;
+        fg = 0;
+        for (c = 0; c < 256; c++) {
+            double v = ref_fp8_to_f64((uint8_t)c, f);
+            if (v != v) continue;
+            fp8_encode_one((float)v, f, &bad, &fx, &fg);
+        }
+        CHECK(bad == 0, "%s: %d exact values do not round-trip (first %g -> 0x%02x)", nm, bad, (double)fx, fg);
+        /* midpoints between neighbours (ties go to the even code), and one float either side */
+        for (c = 0; c < 128; c++) {
+            double v = ref_fp8_to_f64((uint8_t)c, f);
+            if (v == v) pos[npos++] = v;
+        }
+        bad = 0;
+        for (i = 0; i + 1 < npos; i++) {
+            float mid = (float)((pos[i] + pos[i + 1]) * 0.5);
+            CHECK((double)mid == (pos[i] + pos[i + 1]) * 0.5, "midpoint not exact in float");
+            fp8_encode_one(mid, f, &bad, &fx, &fg);
+            fp8_encode_one(-mid, f, &bad, &fx, &fg);
+            fp8_encode_one(nextafterf(mid, 0.0f), f, &bad, &fx, &fg);
+            fp8_encode_one(nextafterf(mid, 1e9f), f, &bad, &fx, &fg);
+            fp8_encode_one(-nextafterf(mid, 0.0f), f, &bad, &fx, &fg);
+            fp8_encode_one(-nextafterf(mid, 1e9f), f, &bad, &fx, &fg);
+        }
+        CHECK(bad == 0, "%s: %d midpoint cases wrong (first %.9g -> 0x%02x)", nm, bad, (double)fx, fg);
+        /* tie examples checked by hand: fn 1.0625 is between 1.0 (0x38) and 1.125 (0x39) -> 0x38;
+         * 1.1875 between 0x39 and 1.25 (0x3a) -> 0x3a. */
+        if (!f) {
+            CHECK(aiter_mla_f32_to_fp8(1.0625f, t) == 0x38, "fn 1.0625 -> 0x%02x, want 0x38",
+                  aiter_mla_f32_to_fp8(1.0625f, t));
+            CHECK(aiter_mla_f32_to_fp8(1.1875f, t) == 0x3a, "fn 1.1875 -> 0x%02x, want 0x3a",
+                  aiter_mla_f32_to_fp8(1.1875f, t));
+            CHECK(aiter_mla_f32_to_fp8(-1.1875f, t) == 0xba, "fn -1.1875 -> 0x%02x, want 0xba",
+                  aiter_mla_f32_to_fp8(-1.1875f, t));
+            CHECK(aiter_mla_f32_to_fp8(0.0009765625f, t) == 0x00, "fn 2^-10 (half the min subnormal) -> 0x%02x",
+                  aiter_mla_f32_to_fp8(0.0009765625f, t));
+        } else {
+            CHECK(aiter_mla_f32_to_fp8(1.0625f, t) == 0x40, "fnuz 1.0625 -> 0x%02x, want 0x40",
+                  aiter_mla_f32_to_fp8(1.0625f, t));
+            CHECK(aiter_mla_f32_to_fp8(0.00048828125f, t) == 0x00, "fnuz 2^-11 -> 0x%02x, want 0x00",
+                  aiter_mla_f32_to_fp8(0.00048828125f, t));
+        }
+        /* random values: uniform, log-uniform, raw bit patterns */
+        bad = 0;
+        for (i = 0; i < 60000; i++) {
+            float x;
+            int kind = i % 3;
+            if (kind == 0) x = rng_f32(&r, -600.0f, 600.0f);
+            else if (kind == 1) {
+                x = (float)ldexp(rng_uniform(&r, 1.0, 2.0), rng_int(&r, -14, 10));
+                if (rng_u32(&r) & 1) x = -x;
+            } else
+                x = bits_to_f32(rng_u32(&r));
+            fp8_encode_one(x, f, &bad, &fx, &fg);
+        }
+        CHECK(bad == 0, "%s: %d random values encode wrongly (first %.9g -> 0x%02x)", nm, bad, (double)fx, fg);
+        /* saturation, infinities, NaN, zeros */
+        {
+            int maxc = f ? 0x7f : 0x7e;
+            float big[] = {448.0f, 449.0f, 464.0f, 479.0f, 480.0f, 500.0f, 1e6f, 1e30f, FLT_MAX, 240.0f, 241.0f,
+                           247.9f, 248.0f, 250.0f, 256.0f};
+            for (i = 0; i < ARRAY_LEN(big); i++) {
+                int want_p = big[i] >= (f ? 240.0f : 448.0f) ? maxc : -1;
+                if (want_p < 0) continue;
+                CHECK(aiter_mla_f32_to_fp8(big[i], t) == want_p, "%s: %g must saturate to 0x%02x, got 0x%02x", nm,
+                      (double)big[i], want_p, aiter_mla_f32_to_fp8(big[i], t));
+                CHECK(aiter_mla_f32_to_fp8(-big[i], t) == (0x80 | want_p), "%s: %g must saturate to 0x%02x, got 0x%02x",
+                      nm, (double)-big[i], 0x80 | want_p, aiter_mla_f32_to_fp8(-big[i], t));
+            }
+            CHECK(aiter_mla_f32_to_fp8(INFINITY, t) == maxc, "%s: +inf -> 0x%02x", nm, aiter_mla_f32_to_fp8(INFINITY, t));
+            CHECK(aiter_mla_f32_to_fp8(-INFINITY, t) == (0x80 | maxc), "%s: -inf -> 0x%02x", nm,
+                  aiter_mla_f32_to_fp8(-INFINITY, t));
+            CHECK(aiter_mla_fp8_to_f32(aiter_mla_f32_to_fp8(1e9f, t), t) == (f ? 240.0f : 448.0f),
+                  "%s: saturated value does not decode to max", nm);
+            if (f) {
+                CHECK(aiter_mla_f32_to_fp8(NAN, t) == 0x80, "fnuz NaN -> 0x%02x", aiter_mla_f32_to_fp8(NAN, t));
+                CHECK(aiter_mla_f32_to_fp8(-NAN, t) == 0x80, "fnuz -NaN -> 0x%02x", aiter_mla_f32_to_fp8(-NAN, t));
+                CHECK(aiter_mla_f32_to_fp8(-0.0f, t) == 0x00, "fnuz -0.0 -> 0x%02x", aiter_mla_f32_to_fp8(-0.0f, t));
+                CHECK(aiter_mla_f32_to_fp8(-1e-30f, t) == 0x00, "fnuz -1e-30 -> 0x%02x",
+                      aiter_mla_f32_to_fp8(-1e-30f, t));
+                CHECK(aiter_mla_f32_to_fp8(-0.00048828125f, t) == 0x00, "fnuz -2^-11 -> 0x%02x",
+                      aiter_mla_f32_to_fp8(-0.00048828125f, t));
+                CHECK(aiter_mla_f32_to_fp8(-0.0004f, t) == 0x00, "fnuz -0.0004 -> 0x%02x",
+                      aiter_mla_f32_to_fp8(-0.0004f, t));
+                CHECK(aiter_mla_f32_to_fp8(-0.0006f, t) == 0x81, "fnuz -0.0006 -> 0x%02x, want 0x81",
+                      aiter_mla_f32_to_fp8(-0.0006f, t));
+            } else {
+                CHECK(aiter_mla_f32_to_fp8(NAN, t) == 0x7f, "fn NaN -> 0x%02x", aiter_mla_f32_to_fp8(NAN, t));
+                CHECK((aiter_mla_f32_to_fp8(-NAN, t) & 0x7f) == 0x7f, "fn -NaN -> 0x%02x", aiter_mla_f32_to_fp8(-NAN, t));
+                CHECK(aiter_mla_fp8_to_f32(aiter_mla_f32_to_fp8(-0.0f, t), t) == 0.0f, "fn -0.0 does not encode a zero");
+                CHECK(aiter_mla_f32_to_fp8(0.0f, t) == 0x00, "fn +0 -> 0x%02x", aiter_mla_f32_to_fp8(0.0f, t));
+            }
+        }
+    }
+}
+
+/* ---- bf16 / f16 ---- */
+/* expected bf16 value of f with round-to-nearest-even, computed in double */
+static double ref_round_bf16(float f) {
+    uint32_t u = f32_to_bits(f), a = u & 0x7fffffffu;
+    uint16_t lo;
+    double vlo, vhi, ax, dl, dh, v;
+    int up;
+    if (f != f) return NAN;
+    if (isinf(f)) return (double)f;
+    lo = (uint16_t)(a >> 16);
+    vlo = ref_bf16_to_f64(lo);
+    vhi = (lo + 1 == 0x7f80) ? ldexp(1.0, 128) : ref_bf16_to_f64((uint16_t)(lo + 1));
+    ax = fabs((double)f);
+    dl = ax - vlo;
+    dh = vhi - ax;
+    up = dh < dl || (dh == dl && (lo & 1));
+    v = up ? ((lo + 1 == 0x7f80) ? INFINITY : vhi) : vlo;
+    return (u >> 31) ? -v : v;
+}
+/* expected f16 value of f with round-to-nearest-even (overflow to inf), computed in double */
+static double ref_round_f16(float f) {
+    double ax = fabs((double)f), q, n, fl, fr, k, v;
+    if (f != f) return NAN;
+    if (isinf(f)) return (double)f;
+    if (ax < ldexp(1.0, -14)) q = ldexp(1.0, -24);
+    else {
+        int e;
+        frexp(ax, &e);
+        q = ldexp(1.0, e - 1 - 10);
+    }
+    n = ax / q;
+    fl = floor(n);
+    fr = n - fl;
+    k = fl;
+    if (fr > 0.5 || (fr == 0.5 && fmod(fl, 2.0) != 0.0)) k = fl + 1.0;
+    v = k * q;
+    if (v > 65504.0) v = INFINITY;
+    return signbit(f) ? -v : v;
+}
+
+static int same_value(double got, double want) {
+    if (want != want) return got != got;
+    return got == want && (!!signbit(got)) == (!!signbit(want));
+}
+
+static void test_bf16_f16(void) {
+    test_rng r = rng_seed(0xbf16f16ull);
+    int c, i, bad, first;
+    float fx;
+    /* decode every code */
+    bad = 0;
+    first = -1;
+    for (c = 0; c < 65536; c++) {
+        if (!same_value(aiter_mla_bf16_to_f32((uint16_t)c), ref_bf16_to_f64((uint16_t)c))) {
+            if (first < 0) first = c;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "bf16 decode: %d codes wrong (first 0x%04x)", bad, first);
+    bad = 0;
+    first = -1;
+    for (c = 0; c < 65536; c++) {
+        if (!same_value(aiter_mla_f16_to_f32((uint16_t)c), ref_f16_to_f64((uint16_t)c))) {
+            if (first < 0) first = c;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "f16 decode: %d codes wrong (first 0x%04x: got %g want %g)", bad, first,
+          first >= 0 ? (double)aiter_mla_f16_to_f32((uint16_t)first) : 0.0,
+          first >= 0 ? ref_f16_to_f64((uint16_t)first) : 0.0);
+    /* round trip of every non-NaN code; NaN codes stay NaN */
+    bad = 0;
+    first = -1;
+    for (c = 0; c < 65536; c++) {
+        double v = ref_bf16_to_f64((uint16_t)c);
+        uint16_t back = aiter_mla_f32_to_bf16(aiter_mla_bf16_to_f32((uint16_t)c));
+        int ok = v != v ? ref_bf16_to_f64(back) != ref_bf16_to_f64(back) : back == c;
+        if (!ok) {
+            if (first < 0) first = c;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "bf16 round trip: %d codes wrong (first 0x%04x)", bad, first);
+    bad = 0;
+    first = -1;
+    for (c = 0; c < 65536; c++) {
+        double v = ref_f16_to_f64((uint16_t)c);
+        uint16_t back = aiter_mla_f32_to_f16(aiter_mla_f16_to_f32((uint16_t)c));
+        int ok = v != v ? ref_f16_to_f64(back) != ref_f16_to_f64(back) : back == c;
+        if (!ok) {
+            if (first < 0) first = c;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "f16 round trip: %d codes wrong (first 0x%04x)", bad, first);
+
+    /* rounding of random floats, ties and near-ties */
+    bad = 0;
+    fx = 0;
+    for (i = 0; i < 300000; i++) {
+        float x;
+        int kind = i % 4;
+        uint16_t g;
+        if (kind == 0) x = bits_to_f32(rng_u32(&r));
+        else if (kind == 1) {
+            uint32_t hi = rng_u32(&r) & 0xffff0000u;
+            static const int lows[] = {0x8000, 0x7fff, 0x8001, 0x0000, 0xffff};
+            uint32_t low = (uint32_t)rng_pick(&r, lows, 5);
+            x = bits_to_f32(hi | low);
+        } else if (kind == 2)
+            x = rng_f32(&r, -3.0f, 3.0f);
+        else
+            x = (float)ldexp(rng_uniform(&r, -2.0, 2.0), rng_int(&r, -140, 127));
+        g = aiter_mla_f32_to_bf16(x);
+        if (!same_value(ref_bf16_to_f64(g), ref_round_bf16(x))) {
+            if (bad == 0) fx = x;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "f32->bf16: %d values rounded wrongly (first %.9g bits 0x%08x -> 0x%04x, want %.9g)", bad,
+          (double)fx, f32_to_bits(fx), aiter_mla_f32_to_bf16(fx), ref_round_bf16(fx));
+    /* bf16 specials */
+    CHECK(aiter_mla_f32_to_bf16(bits_to_f32(0x3f808000u)) == 0x3f80, "bf16 tie to even (down) failed");
+    CHECK(aiter_mla_f32_to_bf16(bits_to_f32(0x3f818000u)) == 0x3f82, "bf16 tie to even (up) failed");
+    CHECK(aiter_mla_f32_to_bf16(bits_to_f32(0x7f7fffffu)) == 0x7f80, "bf16: FLT_MAX must overflow to inf");
+    CHECK(aiter_mla_f32_to_bf16(bits_to_f32(0x7f7f7fffu)) == 0x7f7f, "bf16: just below the overflow tie");
+    {
+        uint16_t n1 = aiter_mla_f32_to_bf16(NAN), n2 = aiter_mla_f32_to_bf16(bits_to_f32(0x7f800001u)),
+                 n3 = aiter_mla_f32_to_bf16(bits_to_f32(0xff800001u));
+        CHECK(ref_bf16_to_f64(n1) != ref_bf16_to_f64(n1), "bf16(NaN) is not NaN (0x%04x)", n1);
+        CHECK(ref_bf16_to_f64(n2) != ref_bf16_to_f64(n2), "bf16(NaN with low payload) is not NaN (0x%04x)", n2);
+        CHECK(ref_bf16_to_f64(n3) != ref_bf16_to_f64(n3), "bf16(-NaN with low payload) is not NaN (0x%04x)", n3);
+        CHECK(aiter_mla_f32_to_bf16(INFINITY) == 0x7f80 && aiter_mla_f32_to_bf16(-INFINITY) == 0xff80, "bf16 inf");
+        CHECK(aiter_mla_f32_to_bf16(-0.0f) == 0x8000, "bf16 -0");
+        CHECK(aiter_mla_f32_to_bf16(bits_to_f32(0x00018000u)) == 0x0002, "bf16 subnormal tie");
+    }
+
+    bad = 0;
+    fx = 0;
+    for (i = 0; i < 300000; i++) {
+        float x;
+        int kind = i % 5;
+        uint16_t g;
+        if (kind == 0) x = bits_to_f32(rng_u32(&r));
+        else if (kind == 1) { /* exact midpoint of two neighbouring finite halves (or nudged) */
+            uint16_t h = (uint16_t)rng_int(&r, 0, 0x7bfe);
+            double mid = (ref_f16_to_f64(h) + ref_f16_to_f64((uint16_t)(h + 1))) * 0.5;
+            int nudge = rng_int(&r, -1, 1);
+            x = (float)mid;
+            if (nudge < 0) x = nextafterf(x, 0.0f);
+            if (nudge > 0) x = nextafterf(x, 1e9f);
+            if (rng_u32(&r) & 1) x = -x;
+        } else if (kind == 2)
+            x = rng_f32(&r, -70000.0f, 70000.0f);
+        else if (kind == 3)
+            x = (float)ldexp(rng_uniform(&r, -2.0, 2.0), rng_int(&r, -27, 16));
+        else
+            x = (float)ldexp((double)rng_int(&r, -2100, 2100) * 0.5, -24); /* subnormal ties */
+        g = aiter_mla_f32_to_f16(x);
+        if (!same_value(ref_f16_to_f64(g), ref_round_f16(x))) {
+            if (bad == 0) fx = x;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "f32->f16: %d values rounded wrongly (first %.9g bits 0x%08x -> 0x%04x, want %.9g)", bad,
+          (double)fx, f32_to_bits(fx), aiter_mla_f32_to_f16(fx), ref_round_f16(fx));
+    CHECK(aiter_mla_f32_to_f16(65504.0f) == 0x7bff, "f16 65504");
+    CHECK(aiter_mla_f32_to_f16(nextafterf(65520.0f, 0.0f)) == 0x7bff, "f16 just below 65520 must give 65504");
+    CHECK(aiter_mla_f32_to_f16(65520.0f) == 0x7c00, "f16 65520 must overflow to inf (got 0x%04x)",
+          aiter_mla_f32_to_f16(65520.0f));
+    CHECK(aiter_mla_f32_to_f16(-65520.0f) == 0xfc00, "f16 -65520 must overflow to -inf");
+    CHECK(aiter_mla_f32_to_f16(1e10f) == 0x7c00 && aiter_mla_f32_to_f16(INFINITY) == 0x7c00, "f16 overflow/inf");
+    CHECK(aiter_mla_f32_to_f16(-INFINITY) == 0xfc00, "f16 -inf");
+    CHECK(aiter_mla_f32_to_f16((float)ldexp(1.0, -25)) == 0x0000, "f16 2^-25 ties to 0");
+    CHECK(aiter_mla_f32_to_f16((float)ldexp(3.0, -25)) == 0x0002, "f16 3*2^-25 ties to 2*2^-24");
+    CHECK(aiter_mla_f32_to_f16((float)ldexp(1.0, -24)) == 0x0001, "f16 min subnormal");
+    CHECK(aiter_mla_f32_to_f16((float)ldexp(1023.5, -24)) == 0x0400, "f16 max-subnormal/min-normal tie");
+    CHECK(aiter_mla_f32_to_f16(-(float)ldexp(1.0, -26)) == 0x8000, "f16 tiny negative -> -0");
+    CHECK(aiter_mla_f32_to_f16(1.0f + (float)ldexp(1.0, -11)) == 0x3c00, "f16 tie 1+2^-11 -> 1");
+    CHECK(aiter_mla_f32_to_f16(1.0f + (float)ldexp(3.0, -11)) == 0x3c02, "f16 tie 1+3*2^-11 -> 1+2^-9");
+    {
+        uint16_t n1 = aiter_mla_f32_to_f16(NAN), n2 = aiter_mla_f32_to_f16(bits_to_f32(0x7f800001u)),
+                 n3 = aiter_mla_f32_to_f16(bits_to_f32(0xffc00000u));
+        CHECK(ref_f16_to_f64(n1) != ref_f16_to_f64(n1), "f16(NaN) not NaN (0x%04x)", n1);
+        CHECK(ref_f16_to_f64(n2) != ref_f16_to_f64(n2), "f16(NaN low payload) not NaN (0x%04x)", n2);
+        CHECK(ref_f16_to_f64(n3) != ref_f16_to_f64(n3), "f16(-NaN) not NaN (0x%04x)", n3);
+    }
+    /* load/store through the generic helpers */
+    {
+        uint16_t b16[1];
+        float f32v[1];
+        aiter_mla_store_f32(b16, 0, AITER_MLA_BF16, 1.5f);
+        CHECK(b16[0] == 0x3fc0, "store bf16 1.5");
+        CHECK(aiter_mla_load_f32(b16, 0, AITER_MLA_BF16) == 1.5f, "load bf16 1.5");
+        aiter_mla_store_f32(b16, 0, AITER_MLA_F16, -2.5f);
+        CHECK(b16[0] == 0xc100, "store f16 -2.5 (got 0x%04x)", b16[0]);
+        CHECK(aiter_mla_load_f32(b16, 0, AITER_MLA_F16) == -2.5f, "load f16 -2.5");
+        aiter_mla_store_f32(f32v, 0, AITER_MLA_F32, 0.1f);
+        CHECK(f32v[0] == 0.1f && aiter_mla_load_f32(f32v, 0, AITER_MLA_F32) == 0.1f, "f32 load/store");
+    }
+}
+
+/* =====================================================================================
+ * head padding (SPEC 1c)
+ * ===================================================================================== */
+static void test_head_padding(void) {
+    test_rng r = rng_seed(0x4ead);
+    int H, bad = 0, first = 0;
+    static const int Hs[] = {1, 2, 4, 8, 16, 32};
+    static const aiter_mla_dtype dts[] = {AITER_MLA_DTYPE_DEFAULT, AITER_MLA_F16, AITER_MLA_F32, AITER_MLA_FP8_E4M3FN};
+    int hi, di, hdi, ni;
+    for (H = 1; H <= 130; H++) {
+        int want = H >= 16 ? (H % 16 == 0) : (16 % H == 0);
+        if (aiter_mla_num_heads_is_valid(H) != want) {
+            if (!bad) first = H;
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "aiter_mla_num_heads_is_valid wrong for %d head counts (first H=%d)", bad, first);
+    CHECK(aiter_mla_num_heads_is_valid(0) == 0, "H=0 must be invalid");
+    CHECK(aiter_mla_num_heads_is_valid(-1) == 0, "H=-1 must be invalid");
+    for (H = 1; H <= 128; H++) {
+        if (!(H >= 16 ? (H % 16 == 0) : (16 % H == 0))) continue;
+        CHECK(aiter_mla_padded_num_heads(H) == imax(H, 16), "padded_num_heads(%d) = %d", H, aiter_mla_padded_num_heads(H));
+    }
+
+    for (hi = 0; hi < ARRAY_LEN(Hs); hi++)
+        for (di = 0; di < ARRAY_LEN(dts); di++)
+            for (hdi = 0; hdi < 2; hdi++)
+                for (ni = 0; ni < 2; ni++) {
+                    int h = Hs[hi], Hp = imax(h, 16), rep = Hp / h;
+                    aiter_mla_dtype dt = dts[di];
+                    aiter_mla_dtype et = dt == AITER_MLA_DTYPE_DEFAULT ? AITER_MLA_BF16 : dt;
+                    int hd_arg = hdi ? 5 : 0, hd = hdi ? 5 : 576;
+                    int64_t N = ni ? 3 : 1, n;
+                    size_t es = test_dtype_bytes(et);
+                    size_t row = (size_t)hd * es;
+                    unsigned char *src = (unsigned char *)test_malloc((size_t)N * h * row);
+                    unsigned char *dst = (unsigned char *)test_malloc((size_t)N * Hp * row);
+                    unsigned char *src2 = (unsigned char *)test_malloc((size_t)N * Hp * row);
+                    unsigned char *dst2 = (unsigned char *)test_malloc((size_t)N * h * row);
+                    unsigned char *back = (unsigned char *)test_malloc((size_t)N * h * row);
+                    aiter_mla_head_pad_args a;
+                    int pad_bad = 0, unpad_bad = 0;
+                    fill_random(src, N * h * hd, et, &r, -4.0f, 4.0f, 1.0f);
+                    fill_random(src2, N * Hp * hd, et, &r, -4.0f, 4.0f, 1.0f);
+                    memset(dst, 0xCD, (size_t)N * Hp * row);
+                    memset(dst2, 0xCD, (size_t)N * h * row);
+                    memset(back, 0xCD, (size_t)N * h * row);
+                    memset(&a, 0, sizeof a);
+                    a.src = src;
+                    a.dst = dst;
+                    a.num_tokens = N;
+                    a.num_heads = h;
+                    a.head_dim = hd_arg;
+                    a.dtype = dt;
+                    CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_OK, "");
+                    for (n = 0; n < N; n++) {
+                        int hp;
+                        for (hp = 0; hp < Hp; hp++)
+                            if (memcmp(dst + ((size_t)n * Hp + hp) * row, src + ((size_t)n * h + hp / rep) * row, row))
+                                pad_bad++;
+                    }
+                    CHECK(pad_bad == 0, "pad_q_ref H=%d dtype=%d hd=%d N=%d: %d padded heads wrong", h, (int)dt, hd,
+                          (int)N, pad_bad);
+                    a.src = src2;
+                    a.dst = dst2;
+                    CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_OK, "");
+                    for (n = 0; n < N; n++) {
+                        int hh;
+                        for (hh = 0; hh < h; hh++)
+                            if (memcmp(dst2 + ((size_t)n * h + hh) * row, src2 + ((size_t)n * Hp + hh * rep) * row, row))
+                                unpad_bad++;
+                    }
+                    CHECK(unpad_bad == 0, "unpad_o_ref H=%d dtype=%d hd=%d N=%d: %d heads wrong", h, (int)dt, hd,
+                          (int)N, unpad_bad);
+                    a.src = dst; /* pad then unpad is the identity */
+                    a.dst = back;
+                    CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_OK, "");
+                    CHECK(memcmp(back, src, (size_t)N * h * row) == 0, "unpad(pad(x)) != x for H=%d dtype=%d", h, (int)dt);
+                    if (hi == 0 && di == 0 && hdi == 0 && ni == 0) {
+                        a.src = src;
+                        a.dst = dst;
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                        a.src = src2;
+                        a.dst = dst2;
+                        CHECK_STATUS(aiter_mla_unpad_o(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                        /* invalid inputs */
+                        a.src = src;
+                        a.dst = dst;
+                        a.num_heads = 3;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        a.num_heads = 24;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        a.num_heads = 0;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+                        a.num_heads = 1;
+                        a.src = NULL;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_NULL_POINTER, "src");
+                        a.src = src;
+                        a.dst = NULL;
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_NULL_POINTER, "dst");
+                        a.dst = dst;
+                        a.num_tokens = -1;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+                        a.num_tokens = N;
+                        a.head_dim = -3;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "head_dim");
+                    }
+                    free(src);
+                    free(dst);
+                    free(src2);
+                    free(dst2);
+                    free(back);
+                }
+}
+
+/* =====================================================================================
+ * page-index expansion (SPEC 1d)
+ * ===================================================================================== */
+static void test_expand_page_indices(void) {
+    test_rng r = rng_seed(0xe7a9d);
+    static const int Ks[] = {1, 2, 16, 64, 256, 0};
+    const int32_t SENT = 0x7eadbeef;
+    int ki, it;
+    for (ki = 0; ki < ARRAY_LEN(Ks); ki++)
+        for (it = 0; it < 6; it++) {
+            int K = Ks[ki] ? Ks[ki] : 1, batch = rng_int(&r, 1, 6), b, maxblk = 0, bad = 0, first_b = -1, first_t = -1;
+            int32_t seq[6], cu[7];
+            int64_t stride;
+            int32_t *bt, *out;
+            int with_neg = it % 2, gaps = it % 3 == 2;
+            aiter_mla_expand_page_indices_args a;
+            for (b = 0; b < batch; b++) {
+                int kind = rng_int(&r, 0, 4);
+                seq[b] = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? K + 1 : rng_int(&r, 0, 600);
+                maxblk = imax(maxblk, ceil_div(seq[b], K));
+            }
+            stride = maxblk + rng_int(&r, 0, 3);
+            if (stride == 0) stride = 1;
+            bt = alloc_i32(batch * stride);
+            for (b = 0; b < batch * stride; b++) bt[b] = rng_int(&r, 0, 5000);
+            if (with_neg)
+                for (b = 0; b < batch * stride; b++)
+                    if (rng_int(&r, 0, 4) == 0) bt[b] = rng_int(&r, 0, 1) ? -1 : -7;
+            cu[0] = 0;
+            for (b = 0; b < batch; b++) cu[b + 1] = cu[b] + seq[b] + (gaps ? rng_int(&r, 0, 3) : 0);
+            out = alloc_i32(cu[batch] + 2);
+            for (b = 0; b < cu[batch] + 2; b++) out[b] = SENT;
+            memset(&a, 0, sizeof a);
+            a.block_table = bt;
+            a.block_table_stride = stride;
+            a.cu_num_tokens = cu;
+            a.seq_lens = seq;
+            a.page_indices = out;
+            a.page_indices_capacity = cu[batch] + (it % 2) * 2;
+            a.batch = batch;
+            a.kernel_block_size = Ks[ki];
+            CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_OK, "");
+            for (b = 0; b < batch; b++) {
+                int t;
+                for (t = 0; t < seq[b]; t++) {
+                    int32_t blk = bt[b * stride + t / K], got = out[cu[b] + t];
+                    int ok = blk >= 0 ? got == blk * K + t % K : got == -1;
+                    if (!ok) {
+                        if (!bad) {
+                            first_b = b;
+                            first_t = t;
+                        }
+                        bad++;
+                    }
+                }
+                for (t = cu[b] + seq[b]; t < cu[b + 1]; t++)
+                    if (out[t] != SENT) bad++;
+            }
+            if (out[cu[batch]] != SENT || out[cu[batch] + 1] != SENT) bad++;
+            CHECK(bad == 0, "expand K=%d batch=%d: %d wrong entries (first request %d token %d)", K, batch, bad, first_b,
+                  first_t);
+            if (ki == 0 && it == 0) CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+            if (ki == 2 && it == 0) {
+                a.kernel_block_size = 3;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
+                a.kernel_block_size = 512;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
+                a.kernel_block_size = K;
+                a.batch = -1;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+                a.batch = batch;
+                a.block_table = NULL;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_NULL_POINTER, "block_table");
+                a.block_table = bt;
+                a.page_indices = NULL;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_NULL_POINTER, "page_indices");
+                a.page_indices = out;
+                a.seq_lens = NULL;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_NULL_POINTER, "seq_lens");
+                a.seq_lens = seq;
+                a.cu_num_tokens = NULL;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_NULL_POINTER, "cu_num_tokens");
+                a.cu_num_tokens = cu;
+                a.block_table_stride = 0;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+                a.block_table_stride = stride;
+                a.page_indices_capacity = -1;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT,
+                             "page_indices_capacity");
+                a.page_indices_capacity = cu[batch];
+            }
+            free(bt);
+            free(out);
+        }
+    /* A request longer than the table is wide (block_table_stride < ceil(seq_len / K)):
+     * either rejected naming block_table_stride, or the entries beyond the width are -1.
+     * Either way nothing may be read past the table (ASan watches the single row). */
+    {
+        int32_t bt1[1] = {5}, seq1[1] = {3}, cu1[2] = {0, 3}, out1[3] = {SENT, SENT, SENT}, seq2[2] = {2, 2},
+                cu2[3] = {0, 3, 2}, cu3[3] = {0, 2, 4}, bt2[4] = {1, 2, 3, 4}, out2[4];
+        aiter_mla_expand_page_indices_args a;
+        aiter_mla_status st;
+        int32_t *btp = (int32_t *)test_malloc(sizeof(int32_t));
+        btp[0] = bt1[0];
+        memset(&a, 0, sizeof a);
+        a.block_table = btp;
+        a.block_table_stride = 1;
+        a.cu_num_tokens = cu1;
+        a.seq_lens = seq1;
+        a.page_indices = out1;
+        a.page_indices_capacity = 3;
+        a.batch = 1;
+        a.kernel_block_size = 1;
+        st = aiter_mla_expand_page_indices_ref(&a);
+        CHECK(st == AITER_MLA_OK && out1[0] == 5 && out1[1] == -1 && out1[2] == -1,
+              "expand beyond the table width (header: -1): status %s, got [%d, %d, %d], want [5, -1, -1]",
+              testing_status_name(st), out1[0], out1[1], out1[2]);
+        free(btp);
+        /* cu_num_tokens not monotone / not holding seq_lens: rejected by the reference */
+        memset(&a, 0, sizeof a);
+        a.block_table = bt2;
+        a.block_table_stride = 2;
+        a.cu_num_tokens = cu2;
+        a.seq_lens = seq2;
+        a.page_indices = out2;
+        a.page_indices_capacity = 4;
+        a.batch = 2;
+        a.kernel_block_size = 1;
+        CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_num_tokens");
+        /* output buffer too small for cu_num_tokens[batch] = 4 */
+        a.cu_num_tokens = cu3;
+        a.page_indices_capacity = 3;
+        CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "page_indices_capacity");
+        a.page_indices_capacity = 4;
+        CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_OK, "");
+        CHECK(out2[0] == 1 && out2[1] == 2 && out2[2] == 3 && out2[3] == 4, "expand K=1 copy: [%d %d %d %d]", out2[0],
+              out2[1], out2[2], out2[3]);
+    }
+}
+
+/* =====================================================================================
+ * decode metadata (host)
+ * ===================================================================================== */
+static void test_metadata_build(void) {
+    test_rng r = rng_seed(0x3e7a);
+    static const int pss[] = {1, 16, 64, 256, 0};
+    const int32_t SENT = -77777;
+    int it;
+    for (it = 0; it < 50; it++) {
+        int ps_arg = pss[it % ARRAY_LEN(pss)], ps = ps_arg ? ps_arg : 1;
+        int batch = rng_int(&r, 1, 20), b, maxp = 0, total = 0, bad = 0;
+        int32_t seq[20], ql[20];
+        int use_ql = it % 3 != 0, qlen_scalar = it % 3 == 0 ? (it % 2 ? 3 : 0) : 0;
+        int64_t stride, cap;
+        int32_t *bt, *qo, *kvp, *kvi, *last;
+        aiter_mla_decode_metadata_args a;
+        for (b = 0; b < batch; b++) {
+            int kind = rng_int(&r, 0, 6);
+            seq[b] = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? ps : kind == 3 ? ps + 1 : kind == 4 ? 2 * ps - 1
+                                                                                                       : rng_int(&r, 0, 1500);
+            ql[b] = rng_int(&r, 1, 4);
+            maxp = imax(maxp, ceil_div(seq[b], ps));
+            total += ceil_div(seq[b], ps);
+        }
+        stride = maxp + rng_int(&r, 0, 2);
+        if (stride == 0) stride = 1;
+        bt = alloc_i32(batch * stride);
+        for (b = 0; b < batch * stride; b++) bt[b] = rng_int(&r, 0, 99999);
+        cap = total + rng_int(&r, 0, 5);
+        qo = alloc_i32(batch + 1);
+        kvp = alloc_i32(batch + 1);
+        kvi = alloc_i32(cap);
+        last = alloc_i32(batch);
+        for (b = 0; b < cap; b++) kvi[b] = SENT;
+        for (b = 0; b <= batch; b++) qo[b] = kvp[b] = SENT;
+        for (b = 0; b < batch; b++) last[b] = SENT;
+        memset(&a, 0, sizeof a);
+        a.block_table = bt;
+        a.block_table_stride = stride;
+        a.seq_lens = seq;
+        a.q_lens = use_ql ? ql : NULL;
+        a.q_len = qlen_scalar;
+        a.batch = batch;
+        a.page_size = ps_arg;
+        a.qo_indptr = qo;
+        a.kv_indptr = kvp;
+        a.kv_indices = kvi;
+        a.kv_indices_capacity = cap;
+        a.kv_last_page_lens = last;
+        CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_OK, "");
+        {
+            int32_t q_acc = 0, k_acc = 0;
+            if (qo[0] != 0 || kvp[0] != 0) bad++;
+            for (b = 0; b < batch; b++) {
+                int pages = ceil_div(seq[b], ps), p;
+                int qlb = use_ql ? ql[b] : (qlen_scalar ? qlen_scalar : 1);
+                int want_last = pages == 0 ? 0 : seq[b] - (pages - 1) * ps;
+                q_acc += qlb;
+                if (qo[b + 1] != q_acc) bad++;
+                for (p = 0; p < pages; p++)
+                    if (kvi[k_acc + p] != bt[b * stride + p]) bad++;
+                k_acc += pages;
+                if (kvp[b + 1] != k_acc) bad++;
+                if (last[b] != want_last) bad++;
+            }
+            for (b = total; b < cap; b++)
+                if (kvi[b] != SENT) bad++;
+        }
+        CHECK(bad == 0, "metadata build it=%d (batch %d, page_size %d, q_lens %s): %d wrong entries", it, batch, ps,
+              use_ql ? "array" : "scalar", bad);
+        if (total > 0 && it < 10) {
+            a.kv_indices_capacity = total - 1;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_indices");
+            a.kv_indices_capacity = cap;
+        }
+        if (it == 1) {
+            int32_t saved = seq[0];
+            seq[0] = -1;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_lens");
+            seq[0] = saved;
+            a.page_size = 24;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+            a.page_size = 512;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+            a.page_size = ps_arg;
+            a.batch = 0;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+            a.batch = batch;
+            a.block_table = NULL;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_NULL_POINTER, "block_table");
+            a.block_table = bt;
+            a.kv_indptr = NULL;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
+            a.kv_indptr = kvp;
+
+        }
+        if (it < 12 && maxp > 1 && use_ql) {
+            int32_t saved_q = ql[0];
+            a.block_table_stride = maxp - 1; /* narrower than the longest request needs */
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+            a.block_table_stride = stride;
+            ql[0] = 9; /* more than AITER_MLA_MAX_Q_LEN */
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_lens");
+            ql[0] = saved_q;
+        }
+        free(bt);
+        free(qo);
+        free(kvp);
+        free(kvi);
+        free(last);
+    }
+}
+
+/* =====================================================================================
+ * split-KV plan (SPEC 1a)
+ * ===================================================================================== */
+/* Rows (token x head) of one query tile, from the header's comment: tokens_per_tile =
+ * min(max_q_len, max(1, 64 / H)). (The first draft of the header said 128.) */
+#define TEST_TILE_ROWS 64
+
+static void expected_plan_info(const aiter_mla_decode_plan_desc *d, aiter_mla_decode_plan_info *e) {
+    int B, H, mql, cu, tpt, tiles;
+    memset(e, 0, sizeof *e);
+    e->desc = *d;
+    if (e->desc.page_size == 0) e->desc.page_size = 1;
+    if (e->desc.kv_granularity == 0) e->desc.kv_granularity = 64;
+    if (e->desc.overhead_blocks == 0) e->desc.overhead_blocks = 1;
+    B = d->max_batch;
+    H = d->num_heads;
+    mql = d->max_q_len;
+    cu = d->num_cu;
+    tpt = imin(mql, imax(1, TEST_TILE_ROWS / H));
+    tiles = ceil_div(mql, tpt);
+    e->tokens_per_tile = tpt;
+    e->max_tiles = tiles;
+    e->max_work = (B + cu - 1) * tiles;
+    e->max_reduce_tiles = B * tiles;
+    e->max_partials = imin(B * tiles + cu - 1, 2 * (cu - 1));
+    e->max_partial_rows = e->max_partials * tpt;
+    e->off_work_indptr = AITER_MLA_PLAN_HEADER_INTS;
+    e->off_work_info = e->off_work_indptr + cu + 1;
+    e->off_reduce_indptr = e->off_work_info + (int64_t)e->max_work * AITER_MLA_WORK_INTS;
+    e->off_reduce_final_map = e->off_reduce_indptr + e->max_reduce_tiles + 1;
+    e->off_reduce_partial_map = e->off_reduce_final_map + 2 * (int64_t)e->max_reduce_tiles;
+    e->plan_ints = e->off_reduce_partial_map + e->max_partials;
+    e->workspace_bytes = (size_t)e->max_partial_rows * (size_t)H * (512 + 1) * sizeof(float);
+}
+
+static int info_mismatch(const aiter_mla_decode_plan_info *g, const aiter_mla_decode_plan_info *e, char *what, size_t n) {
+#define IM_FIELD(f)                                                                                  \
+    if ((int64_t)g->f != (int64_t)e->f) {                                                            \
+        snprintf(what, n, #f " = %lld, want %lld", (long long)g->f, (long long)e->f);                \
+        return 1;                                                                                    \
+    }
+    IM_FIELD(desc.max_batch)
+    IM_FIELD(desc.num_heads)
+    IM_FIELD(desc.max_q_len)
+    IM_FIELD(desc.num_cu)
+    IM_FIELD(desc.page_size)
+    IM_FIELD(desc.kv_granularity)
+    IM_FIELD(desc.overhead_blocks)
+    IM_FIELD(tokens_per_tile)
+    IM_FIELD(max_tiles)
+    IM_FIELD(max_work)
+    IM_FIELD(max_reduce_tiles)
+    IM_FIELD(max_partials)
+    IM_FIELD(max_partial_rows)
+    IM_FIELD(off_work_indptr)
+    IM_FIELD(off_work_info)
+    IM_FIELD(off_reduce_indptr)
+    IM_FIELD(off_reduce_final_map)
+    IM_FIELD(off_reduce_partial_map)
+    IM_FIELD(workspace_bytes)
+#undef IM_FIELD
+    /* The layout lists reduce_partial_map [max_partials] last; allow a little tail padding
+     * (the implementation keeps one element when max_partials is 0). */
+    if (g->plan_ints < e->plan_ints || g->plan_ints > e->plan_ints + 16) {
+        snprintf(what, n, "plan_ints = %lld, want %lld (+ at most 16 padding)", (long long)g->plan_ints,
+                 (long long)e->plan_ints);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_plan_info(void) {
+    static const int Hs[] = {1, 2, 3, 8, 16, 24, 32, 48, 64, 100, 128};
+    static const int Bs[] = {1, 7, 256};
+    static const int cus[] = {1, 2, 80, 304};
+    static const int pss[] = {0, 1, 16, 256};
+    static const int grans[] = {0, 16, 64, 4096};
+    static const int ovhs[] = {0, 1, 64};
+    int hi, mql, bi, ci, n = 0, bad = 0, bad_status = 0;
+    char first[200] = "";
+    for (hi = 0; hi < ARRAY_LEN(Hs); hi++)
+        for (mql = 1; mql <= 8; mql++)
+            for (bi = 0; bi < ARRAY_LEN(Bs); bi++)
+                for (ci = 0; ci < ARRAY_LEN(cus); ci++) {
+                    aiter_mla_decode_plan_desc d;
+                    aiter_mla_decode_plan_info g, e;
+                    char what[160];
+                    memset(&d, 0, sizeof d);
+                    d.max_batch = Bs[bi];
+                    d.num_heads = Hs[hi];
+                    d.max_q_len = mql;
+                    d.num_cu = cus[ci];
+                    d.page_size = pss[n % ARRAY_LEN(pss)];
+                    d.kv_granularity = grans[(n / 3) % ARRAY_LEN(grans)];
+                    d.overhead_blocks = ovhs[(n / 5) % ARRAY_LEN(ovhs)];
+                    n++;
+                    memset(&g, 0x5a, sizeof g);
+                    if (aiter_mla_decode_plan_get_info(&d, &g) != AITER_MLA_OK) {
+                        bad_status++;
+                        continue;
+                    }
+                    expected_plan_info(&d, &e);
+                    if (info_mismatch(&g, &e, what, sizeof what)) {
+                        if (!bad)
+                            snprintf(first, sizeof first, "B=%d H=%d mql=%d cu=%d: %s", d.max_batch, d.num_heads,
+                                     d.max_q_len, d.num_cu, what);
+                        bad++;
+                    }
+                }
+    CHECK(bad_status == 0, "plan_get_info failed on %d valid descs (last error: %s)", bad_status, aiter_mla_last_error());
+    CHECK(bad == 0, "plan_get_info: %d of %d descs differ from the header's formulas; first: %s", bad, n, first);
+}
+
+typedef struct plan_piece {
+    int tile, ks, ke, loc, rows, cu, w;
+} plan_piece;
+
+static int piece_cmp(const void *x, const void *y) {
+    const plan_piece *a = (const plan_piece *)x, *b = (const plan_piece *)y;
+    if (a->tile != b->tile) return a->tile < b->tile ? -1 : 1;
+    if (a->ks != b->ks) return a->ks < b->ks ? -1 : 1;
+    if (a->ke != b->ke) return a->ke < b->ke ? -1 : 1;
+    return a->w < b->w ? -1 : a->w > b->w;
+}
+
+static int req_kv_len(const int32_t *kvp, const int32_t *last, int b, int ps) {
+    int pages = kvp[b + 1] - kvp[b];
+    return pages > 0 ? (pages - 1) * ps + last[b] : 0;
+}
+
+/* Independent check of a built plan against the header's documentation. Returns the number
+ * of problems (the first is described in err). cu_cost (optional, [num_cu]) receives each
+ * CU's sum over its items of ceil(keys / kv_granularity) + overhead_blocks. */
+static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo, const int32_t *kvp,
+                       const int32_t *last, int batch, int32_t *plan, char *err, size_t errn, int64_t *cu_cost) {
+    aiter_mla_decode_plan_view v = aiter_mla_decode_plan_view_of(info, plan);
+    int cu = info->desc.num_cu, tpt = info->tokens_per_tile, ps = info->desc.page_size;
+    int gran = info->desc.kv_granularity, ovh = info->desc.overhead_blocks;
+    int nerr = 0, b, c, t, np = 0, total_tiles, p;
+    int32_t *tile_base = alloc_i32(batch + 1);
+    plan_piece *pieces = NULL;
+    unsigned char *row_used = NULL;
+    err[0] = '\0';
+#define PERR(...)                                                  \
+    do {                                                           \
+        if (nerr++ == 0) snprintf(err, errn, __VA_ARGS__);         \
+    } while (0)
+    tile_base[0] = 0;
+    for (b = 0; b < batch; b++) tile_base[b + 1] = tile_base[b] + ceil_div(qo[b + 1] - qo[b], tpt);
+    total_tiles = tile_base[batch];
+    if (cu_cost)
+        for (c = 0; c < cu; c++) cu_cost[c] = 0;
+    if (v.num_cu != cu) PERR("header num_cu %d != %d", v.num_cu, cu);
+    if (v.batch != batch) PERR("header batch %d != %d", v.batch, batch);
+    if (v.num_reduce_tiles != total_tiles) PERR("num_reduce_tiles %d != %d query tiles", v.num_reduce_tiles, total_tiles);
+    if (total_tiles > info->max_reduce_tiles) PERR("%d tiles > max_reduce_tiles %d", total_tiles, info->max_reduce_tiles);
+    if (v.num_work < 0 || v.num_work > info->max_work) {
+        PERR("num_work %d outside 0..max_work %d", v.num_work, info->max_work);
+        goto out;
+    }
+    if (v.num_partials < 0 || v.num_partials > info->max_partials) {
+        PERR("num_partials %d outside 0..max_partials %d", v.num_partials, info->max_partials);
+        goto out;
+    }
+    if (v.num_partial_rows < 0 || v.num_partial_rows > info->max_partial_rows) {
+        PERR("num_partial_rows %d outside 0..max_partial_rows %d", v.num_partial_rows, info->max_partial_rows);
+        goto out;
+    }
+    if (v.work_indptr[0] != 0) PERR("work_indptr[0] = %d", v.work_indptr[0]);
+    for (c = 0; c < cu; c++)
+        if (v.work_indptr[c + 1] < v.work_indptr[c]) {
+            PERR("work_indptr not monotone at CU %d", c);
+            goto out;
+        }
+    if (v.work_indptr[cu] != v.num_work) {
+        PERR("work_indptr[num_cu] = %d != num_work %d", v.work_indptr[cu], v.num_work);
+        goto out;
+    }
+    if (v.work_indptr[0] != 0) goto out;
+    /* reduce_indptr: starts at 0, monotone, tail repeats, bounded by max_partials */
+    if (v.reduce_indptr[0] != 0) {
+        PERR("reduce_indptr[0] = %d", v.reduce_indptr[0]);
+        goto out;
+    }
+    for (t = 0; t < total_tiles; t++)
+        if (v.reduce_indptr[t + 1] < v.reduce_indptr[t]) {
+            PERR("reduce_indptr not monotone at tile %d", t);
+            goto out;
+        }
+    if (total_tiles <= info->max_reduce_tiles) {
+        if (v.reduce_indptr[total_tiles] != v.num_partials) {
+            PERR("reduce_indptr[num_tiles] = %d != num_partials %d", v.reduce_indptr[total_tiles], v.num_partials);
+            goto out;
+        }
+        for (t = total_tiles + 1; t <= info->max_reduce_tiles; t++)
+            if (v.reduce_indptr[t] != v.reduce_indptr[total_tiles]) {
+                PERR("reduce_indptr tail entry %d = %d does not repeat %d", t, v.reduce_indptr[t],
+                     v.reduce_indptr[total_tiles]);
+                break;
+            }
+    } else
+        goto out;
+
+    pieces = (plan_piece *)test_malloc(sizeof(plan_piece) * (size_t)(v.num_work > 0 ? v.num_work : 1));
+    for (c = 0; c < cu; c++) {
+        int w;
+        for (w = v.work_indptr[c]; w < v.work_indptr[c + 1]; w++) {
+            const int32_t *wk = v.work_info + (int64_t)AITER_MLA_WORK_INTS * w;
+            int bi = wk[0], loc = wk[1], qs = wk[2], qe = wk[3], kvs = wk[4], kve = wk[5], off = wk[6];
+            int kv_len, ks, ke;
+            if (bi < 0 || bi >= batch) {
+                PERR("work %d: batch_idx %d out of range", w, bi);
+                continue;
+            }
+            if (qs < qo[bi] || qs >= qo[bi + 1] || (qs - qo[bi]) % tpt != 0 || qe != imin(qs + tpt, qo[bi + 1])) {
+                PERR("work %d: rows [%d, %d) are not a query tile of request %d (rows [%d, %d), %d per tile)", w, qs, qe,
+                     bi, qo[bi], qo[bi + 1], tpt);
+                continue;
+            }
+            kv_len = req_kv_len(kvp, last, bi, ps);
+            if (kvs < kvp[bi] || kve < kvs || kve > kvp[bi + 1]) {
+                PERR("work %d: pages [%d, %d) outside request %d's [%d, %d)", w, kvs, kve, bi, kvp[bi], kvp[bi + 1]);
+                continue;
+            }
+            if (off < 0 || off > kv_len) {
+                PERR("work %d: kv_offset %d outside 0..%d", w, off, kv_len);
+                continue;
+            }
+            ke = kv_len - off;
+            ks = (kvs - kvp[bi]) * ps;
+            if (ceil_div(ke, ps) != kve - kvp[bi]) {
+                PERR("work %d (request %d, kv_len %d): kv_end %d does not match kv_offset %d", w, bi, kv_len, kve, off);
+                continue;
+            }
+            if (ke < ks) {
+                PERR("work %d: key range [%d, %d) reversed", w, ks, ke);
+                continue;
+            }
+            /* SPEC 1a: a causal tail shorter than q_len is not left alone (the cut is
+             * extended to the end), so a piece that stops early leaves >= q_len keys */
+            if (off > 0 && off < qo[bi + 1] - qo[bi]) {
+                PERR("work %d (request %d, q_len %d, kv_len %d): cut leaves a causal tail of %d keys", w, bi,
+                     qo[bi + 1] - qo[bi], kv_len, off);
+                continue;
+            }
+            pieces[np].tile = tile_base[bi] + (qs - qo[bi]) / tpt;
+            pieces[np].ks = ks;
+            pieces[np].ke = ke;
+            pieces[np].loc = loc;
+            pieces[np].rows = qe - qs;
+            pieces[np].cu = c;
+            pieces[np].w = w;
+            np++;
+            if (cu_cost) cu_cost[c] += ceil_div(ke - ks, gran) + ovh;
+        }
+    }
+    qsort(pieces, (size_t)np, sizeof(plan_piece), piece_cmp);
+    row_used = (unsigned char *)test_calloc((size_t)(info->max_partial_rows > 0 ? info->max_partial_rows : 1));
+    p = 0;
+    b = 0;
+    {
+        int split_pieces = 0;
+        for (t = 0; t < total_tiles; t++) {
+            int start = p, cnt, k, cur = 0, lt, qs, qe, kv_len, qlb, vis, rstart, rcnt;
+            while (p < np && pieces[p].tile == t) p++;
+            cnt = p - start;
+            while (tile_base[b + 1] <= t) b++;
+            lt = t - tile_base[b];
+            qs = qo[b] + lt * tpt;
+            qe = imin(qs + tpt, qo[b + 1]);
+            kv_len = req_kv_len(kvp, last, b, ps);
+            qlb = qo[b + 1] - qo[b];
+            vis = imax(0, imin(kv_len, kv_len - qlb + (qe - qo[b])));
+            if (cnt == 0) {
+                PERR("tile %d (request %d, rows [%d, %d), kv_len %d) has no work item", t, b, qs, qe, kv_len);
+                continue;
+            }
+            for (k = start; k < p; k++) {
+                if (pieces[k].ks != cur) {
+                    PERR("tile %d (request %d, kv_len %d): keys %s at %d (piece [%d, %d))", t, b, kv_len,
+                         pieces[k].ks < cur ? "covered twice" : "not covered", imin(cur, pieces[k].ks), pieces[k].ks,
+                         pieces[k].ke);
+                    break;
+                }
+                cur = pieces[k].ke;
+            }
+            if (k == p && (cur < vis || cur > kv_len))
+                PERR("tile %d (request %d): pieces cover keys [0, %d), need [0, %d) within kv_len %d", t, b, cur, vis,
+                     kv_len);
+            if (cnt == 1) {
+                if (pieces[start].loc != -1)
+                    PERR("tile %d: single piece has partial_qo_loc %d (want -1)", t, pieces[start].loc);
+            } else {
+                for (k = start; k < p; k++) {
+                    int lo = pieces[k].loc, r;
+                    split_pieces++;
+                    if (lo < 0 || lo + pieces[k].rows > v.num_partial_rows) {
+                        PERR("tile %d: split piece partial_qo_loc %d (+%d rows) outside 0..num_partial_rows %d", t, lo,
+                             pieces[k].rows, v.num_partial_rows);
+                        continue;
+                    }
+                    for (r = lo; r < lo + pieces[k].rows; r++) {
+                        if (row_used[r]) PERR("partial row %d used twice (tile %d)", r, t);
+                        row_used[r] = 1;
+                    }
+                }
+            }
+            if (v.reduce_final_map[2 * t] != qs || v.reduce_final_map[2 * t + 1] != qe)
+                PERR("reduce_final_map[%d] = (%d, %d), want (%d, %d)", t, v.reduce_final_map[2 * t],
+                     v.reduce_final_map[2 * t + 1], qs, qe);
+            rstart = v.reduce_indptr[t];
+            rcnt = v.reduce_indptr[t + 1] - rstart;
+            if (rcnt != (cnt >= 2 ? cnt : 0))
+                PERR("reduce tile %d lists %d pieces, the tile has %d", t, rcnt, cnt);
+            else
+                for (k = 0; k < rcnt; k++)
+                    if (v.reduce_partial_map[rstart + k] != pieces[start + k].loc) {
+                        PERR("reduce_partial_map of tile %d entry %d = %d, want %d (pieces in KV order)", t, k,
+                             v.reduce_partial_map[rstart + k], pieces[start + k].loc);
+                        break;
+                    }
+        }
+        if (nerr == 0 && split_pieces != v.num_partials)
+            PERR("%d split pieces but num_partials %d", split_pieces, v.num_partials);
+    }
+out:
+    free(tile_base);
+    free(pieces);
+    free(row_used);
+#undef PERR
+    return nerr;
+}
+
+/* A random batch: q lengths 1..mql and context lengths of the given style.
+ * style 0: mixed (0, 1, short, 8192+, medium, fewer keys than q); 1: all kv_uniform. */
+static void make_lengths(test_rng *r, int batch, int mql, int ps, int style, int kv_uniform, int32_t *qo, int32_t *kvp,
+                         int32_t *last, int32_t *kvlen) {
+    int b;
+    qo[0] = 0;
+    kvp[0] = 0;
+    for (b = 0; b < batch; b++) {
+        int ql = rng_int(r, 1, mql), kv, pages;
+        if (style == 1) {
+            kv = kv_uniform;
+            ql = mql;
+        } else {
+            int kind = rng_int(r, 0, 6);
+            kv = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? rng_int(r, 2, 300) : kind == 3 ? rng_int(r, 8192, 9000)
+                                                                            : kind == 4 ? rng_int(r, 1, 3000)
+                                                                            : kind == 5 ? ql - 1
+                                                                                        : rng_int(r, 300, 1200);
+        }
+        pages = ceil_div(kv, ps);
+        qo[b + 1] = qo[b] + ql;
+        kvp[b + 1] = kvp[b] + pages;
+        last[b] = pages ? kv - (pages - 1) * ps : 0;
+        if (kvlen) kvlen[b] = kv;
+    }
+}
+
+static void test_plan_random(void) {
+    test_rng r = rng_seed(0x91a9);
+    static const int Hs[] = {1, 8, 16, 32, 64, 128};
+    static const int pss[] = {1, 16, 64, 256};
+    static const int cus[] = {1, 2, 7, 80, 132, 304};
+    static const int grans[] = {0, 16, 32, 64, 128, 1024, 4096};
+    static const int ovhs[] = {0, 1, 2, 5, 64};
+    int it, n_build_fail = 0, n_check_fail = 0, n_verify_fail = 0, n_split = 0, iters = 240;
+    char first_build[1024] = "", first_check[1024] = "", first_verify[1024] = "";
+    for (it = 0; it < iters; it++) {
+        int batch = it < 20 ? rng_int(&r, 1, 3) : (it % 8 == 0 ? rng_int(&r, 200, 300) : rng_int(&r, 1, 40));
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        int32_t *qo = alloc_i32(batch + 1), *kvp = alloc_i32(batch + 1), *last = alloc_i32(batch);
+        int32_t *plan;
+        int64_t i;
+        aiter_mla_status st;
+        char err[400];
+        memset(&d, 0, sizeof d);
+        d.num_heads = rng_pick(&r, Hs, ARRAY_LEN(Hs));
+        d.max_q_len = rng_int(&r, 1, 8);
+        d.page_size = rng_pick(&r, pss, ARRAY_LEN(pss));
+        d.num_cu = rng_pick(&r, cus, ARRAY_LEN(cus));
+        d.kv_granularity = rng_pick(&r, grans, ARRAY_LEN(grans));
+        d.overhead_blocks = rng_pick(&r, ovhs, ARRAY_LEN(ovhs));
+        d.max_batch = batch + rng_int(&r, 0, 5);
+        make_lengths(&r, batch, d.max_q_len, d.page_size, it % 11 == 5 ? 1 : 0, rng_int(&r, 0, 9000), qo, kvp, last,
+                     NULL);
+        if (aiter_mla_decode_plan_get_info(&d, &info) != AITER_MLA_OK) {
+            n_build_fail++;
+            if (!first_build[0]) snprintf(first_build, sizeof first_build, "get_info: %s", aiter_mla_last_error());
+            free(qo);
+            free(kvp);
+            free(last);
+            continue;
+        }
+        plan = alloc_i32(info.plan_ints);
+        for (i = 0; i < info.plan_ints; i++) plan[i] = 0x5a5a5a5a;
+        st = aiter_mla_decode_plan_build(&info, qo, kvp, last, batch, plan);
+        if (st != AITER_MLA_OK) {
+            n_build_fail++;
+            if (!first_build[0])
+                snprintf(first_build, sizeof first_build, "it %d (batch %d H %d mql %d ps %d cu %d): %s: %s", it, batch,
+                         d.num_heads, d.max_q_len, d.page_size, d.num_cu, testing_status_name(st), aiter_mla_last_error());
+        } else {
+            st = aiter_mla_decode_plan_check(&info, qo, kvp, last, batch, plan);
+            if (st != AITER_MLA_OK) {
+                n_check_fail++;
+                if (!first_check[0])
+                    snprintf(first_check, sizeof first_check, "it %d (batch %d H %d mql %d ps %d cu %d): %s: %s", it,
+                             batch, d.num_heads, d.max_q_len, d.page_size, d.num_cu, testing_status_name(st),
+                             aiter_mla_last_error());
+            }
+            if (verify_plan(&info, qo, kvp, last, batch, plan, err, sizeof err, NULL)) {
+                n_verify_fail++;
+                if (!first_verify[0])
+                    snprintf(first_verify, sizeof first_verify,
+                             "it %d (batch %d H %d mql %d ps %d cu %d gran %d ovh %d): %s", it, batch, d.num_heads,
+                             d.max_q_len, d.page_size, d.num_cu, d.kv_granularity, d.overhead_blocks, err);
+            }
+            if (aiter_mla_decode_plan_view_of(&info, plan).num_partials > 0) n_split++;
+        }
+        free(plan);
+        free(qo);
+        free(kvp);
+        free(last);
+    }
+    CHECK(n_build_fail == 0, "plan build failed in %d of %d random configs; first: %s", n_build_fail, iters, first_build);
+    CHECK(n_check_fail == 0, "plan_check rejected %d freshly built plans; first: %s", n_check_fail, first_check);
+    CHECK(n_verify_fail == 0, "independent plan verification failed for %d of %d plans; first: %s", n_verify_fail, iters,
+          first_verify);
+    CHECK(n_split >= iters / 10, "only %d of %d random plans split any request (test is not exercising splits)", n_split,
+          iters);
+
+    /* cuts near the end of a request with q_len 8: every kv_len 17..400 on 2, 3, 5 CUs */
+    {
+        static const int tcus[] = {2, 3, 5};
+        int ci, kv, nfail = 0, nsplit = 0;
+        char first[1024] = "";
+        for (ci = 0; ci < ARRAY_LEN(tcus); ci++)
+            for (kv = 17; kv <= 400; kv++) {
+                aiter_mla_decode_plan_desc d;
+                aiter_mla_decode_plan_info info;
+                int32_t qo[2] = {0, 8}, kvp[2] = {0, kv}, last[1] = {1}, *plan;
+                char err[400];
+                memset(&d, 0, sizeof d);
+                d.max_batch = 1;
+                d.num_heads = 16;
+                d.max_q_len = 8;
+                d.num_cu = tcus[ci];
+                d.page_size = 1;
+                d.kv_granularity = 16;
+                if (aiter_mla_decode_plan_get_info(&d, &info) != AITER_MLA_OK) {
+                    nfail++;
+                    continue;
+                }
+                plan = alloc_i32(info.plan_ints);
+                if (aiter_mla_decode_plan_build(&info, qo, kvp, last, 1, plan) != AITER_MLA_OK ||
+                    aiter_mla_decode_plan_check(&info, qo, kvp, last, 1, plan) != AITER_MLA_OK ||
+                    verify_plan(&info, qo, kvp, last, 1, plan, err, sizeof err, NULL)) {
+                    if (!nfail) snprintf(first, sizeof first, "kv %d, %d CUs: %s / %s", kv, tcus[ci], err, aiter_mla_last_error());
+                    nfail++;
+                }
+                if (aiter_mla_decode_plan_view_of(&info, plan).num_partials > 0) nsplit++;
+                free(plan);
+            }
+        CHECK(nfail == 0, "q_len 8 near-end cuts: %d plans wrong; first: %s", nfail, first);
+        CHECK(nsplit > 300, "q_len 8 near-end cuts: only %d plans split", nsplit);
+    }
+}
+
+static void test_plan_balance(void) {
+    static const int cfg[][4] = {/* batch, kv_len, page_size, num_cu */
+                                 {1, 8192, 1, 80},   {4, 8192, 16, 80},  {37, 5000, 64, 132}, {8, 8192, 1, 7},
+                                 {128, 8192, 16, 304}, {3, 20000, 1, 132}, {2, 9000, 64, 304}};
+    int ci;
+    test_rng r = rng_seed(7);
+    for (ci = 0; ci < ARRAY_LEN(cfg); ci++) {
+        int batch = cfg[ci][0], kv = cfg[ci][1], ps = cfg[ci][2], cu = cfg[ci][3], c;
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        int32_t *qo = alloc_i32(batch + 1), *kvp = alloc_i32(batch + 1), *last = alloc_i32(batch), *plan;
+        int64_t *cost = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)cu), maxc = 0, total, payload;
+        char err[400];
+        int gran, ovh;
+        memset(&d, 0, sizeof d);
+        d.max_batch = batch;
+        d.num_heads = 16;
+        d.max_q_len = 1;
+        d.num_cu = cu;
+        d.page_size = ps;
+        make_lengths(&r, batch, 1, ps, 1, kv, qo, kvp, last, NULL);
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        gran = info.desc.kv_granularity;
+        ovh = info.desc.overhead_blocks;
+        plan = alloc_i32(info.plan_ints);
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, batch, plan), AITER_MLA_OK, "");
+        CHECK(verify_plan(&info, qo, kvp, last, batch, plan, err, sizeof err, cost) == 0, "balance cfg %d: %s", ci, err);
+        total = (int64_t)batch * (ceil_div(kv, gran) + ovh);
+        payload = (total + cu - 1) / cu + ovh;
+        for (c = 0; c < cu; c++)
+            if (cost[c] > maxc) maxc = cost[c];
+        CHECK(maxc <= payload + ovh,
+              "balance cfg %d (batch %d, kv %d, page %d, %d CUs): busiest CU holds %lld blocks, payload %lld (+%d allowed)",
+              ci, batch, kv, ps, cu, (long long)maxc, (long long)payload, ovh);
+        free(qo);
+        free(kvp);
+        free(last);
+        free(plan);
+        free(cost);
+    }
+}
+
+/* Copy `plan`, let the caller corrupt the copy, then both the library's checker and the
+ * test's verifier must reject it. */
+static void expect_corrupt_rejected(const char *what, const aiter_mla_decode_plan_info *info, const int32_t *qo,
+                                    const int32_t *kvp, const int32_t *last, int batch, int32_t *bad_plan) {
+    char err[400];
+    aiter_mla_status st = aiter_mla_decode_plan_check(info, qo, kvp, last, batch, bad_plan);
+    CHECK(st == AITER_MLA_ERR_PLAN_INVALID, "corrupted plan (%s): plan_check returned %s (want ERR_PLAN_INVALID); %s", what,
+          testing_status_name(st), aiter_mla_last_error());
+    CHECK(verify_plan(info, qo, kvp, last, batch, bad_plan, err, sizeof err, NULL) > 0,
+          "corrupted plan (%s): the test's own verifier did not notice", what);
+}
+
+static void test_plan_corruption(void) {
+    const int batch = 3;
+    int32_t qo[4] = {0, 1, 3, 4}, kvp[4], last[3], kvlen[3] = {3000, 2000, 50};
+    aiter_mla_decode_plan_desc d;
+    aiter_mla_decode_plan_info info;
+    aiter_mla_decode_plan_view v;
+    int32_t *plan, *c;
+    int b, wa = -1, wb = -1, w, tile_a = -1;
+    char err[400];
+    kvp[0] = 0;
+    for (b = 0; b < batch; b++) {
+        kvp[b + 1] = kvp[b] + kvlen[b];
+        last[b] = 1;
+    }
+    memset(&d, 0, sizeof d);
+    d.max_batch = 4;
+    d.num_heads = 16;
+    d.max_q_len = 2;
+    d.num_cu = 8;
+    d.page_size = 1;
+    if (!CHECK(aiter_mla_decode_plan_get_info(&d, &info) == AITER_MLA_OK, "get_info: %s", aiter_mla_last_error())) return;
+    plan = alloc_i32(info.plan_ints);
+    c = alloc_i32(info.plan_ints);
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, batch, plan), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, batch, plan), AITER_MLA_OK, "");
+    CHECK(verify_plan(&info, qo, kvp, last, batch, plan, err, sizeof err, NULL) == 0, "base plan: %s", err);
+    v = aiter_mla_decode_plan_view_of(&info, plan);
+    /* two adjacent pieces of one split tile: A ends where B starts */
+    for (w = 0; w < v.num_work && wa < 0; w++) {
+        const int32_t *x = v.work_info + 8 * w;
+        int u;
+        if (x[1] < 0) continue;
+        for (u = 0; u < v.num_work; u++) {
+            const int32_t *y = v.work_info + 8 * u;
+            if (u != w && y[0] == x[0] && y[2] == x[2] && y[1] >= 0 && y[4] == x[5] && y[5] > y[4] && x[5] > x[4]) {
+                wa = w;
+                wb = u;
+                break;
+            }
+        }
+    }
+    if (!CHECK(wa >= 0, "the base plan (3 requests, 8 CUs, 3000/2000/50 keys) has no split tile to corrupt")) {
+        free(plan);
+        free(c);
+        return;
+    }
+    { /* the reduce tile of A: the tile whose final map starts at A's qo_start */
+        const int32_t *x = v.work_info + 8 * wa;
+        int bb;
+        for (bb = 0; bb < v.num_reduce_tiles; bb++)
+            if (v.reduce_final_map[2 * bb] == x[2]) tile_a = bb;
+    }
+#define CORRUPT_BEGIN()                                                        \
+    do {                                                                       \
+        aiter_mla_decode_plan_view cv;                                         \
+        int32_t *A, *B;                                                        \
+        memcpy(c, plan, sizeof(int32_t) * (size_t)info.plan_ints);             \
+        cv = aiter_mla_decode_plan_view_of(&info, c);                          \
+        A = cv.work_info + 8 * wa;                                             \
+        B = cv.work_info + 8 * wb;                                             \
+        (void)A;                                                               \
+        (void)B;
+#define CORRUPT_END(what)                                                      \
+        expect_corrupt_rejected(what, &info, qo, kvp, last, batch, c);         \
+    } while (0)
+
+    CORRUPT_BEGIN();
+    B[4] -= 1; /* B starts one page early: overlaps A */
+    CORRUPT_END("overlapping pieces");
+
+    CORRUPT_BEGIN();
+    A[5] -= 1; /* A ends one key early (kv_offset kept consistent): a gap */
+    A[6] += 1;
+    CORRUPT_END("gap between pieces");
+
+    CORRUPT_BEGIN();
+    A[6] += 1; /* kv_offset no longer matches kv_end */
+    CORRUPT_END("kv_offset inconsistent with kv_end");
+
+    CORRUPT_BEGIN();
+    {
+        int kv_len = req_kv_len(kvp, last, B[0], 1);
+        B[5] = B[4]; /* drop B's keys */
+        B[6] = kv_len - (B[4] - kvp[B[0]]);
+    }
+    CORRUPT_END("dropped piece");
+
+    CORRUPT_BEGIN();
+    {
+        int k, old = B[1];
+        B[1] = A[1]; /* two pieces share a partial row */
+        for (k = 0; k < cv.num_partials; k++)
+            if (cv.reduce_partial_map[k] == old) cv.reduce_partial_map[k] = A[1];
+    }
+    CORRUPT_END("duplicate partial row");
+
+    CORRUPT_BEGIN();
+    A[1] = -1; /* split piece claims to write o directly */
+    CORRUPT_END("split piece with partial_qo_loc -1");
+
+    CORRUPT_BEGIN();
+    {
+        int k, old = A[1];
+        A[1] = info.max_partial_rows; /* beyond the workspace */
+        for (k = 0; k < cv.num_partials; k++)
+            if (cv.reduce_partial_map[k] == old) cv.reduce_partial_map[k] = A[1];
+    }
+    CORRUPT_END("partial row outside the workspace");
+
+    if (tile_a >= 0) {
+        CORRUPT_BEGIN();
+        cv.reduce_indptr[tile_a + 1] += 1; /* tile claims one piece too many */
+        CORRUPT_END("reduce_indptr off by one");
+
+        CORRUPT_BEGIN();
+        cv.reduce_indptr[tile_a + 1] = cv.reduce_indptr[tile_a] - 1; /* not monotone */
+        CORRUPT_END("reduce_indptr not monotone");
+
+        CORRUPT_BEGIN();
+        cv.reduce_partial_map[cv.reduce_indptr[tile_a]] += 1; /* reduce reads a wrong row */
+        CORRUPT_END("reduce_partial_map wrong row");
+
+        CORRUPT_BEGIN();
+        cv.reduce_final_map[2 * tile_a + 1] += 1;
+        CORRUPT_END("reduce_final_map wrong qo_end");
+    }
+
+    CORRUPT_BEGIN();
+    A[0] = batch; /* batch_idx out of range */
+    CORRUPT_END("batch_idx out of range");
+
+    CORRUPT_BEGIN();
+    A[3] += 1; /* qo_end past the tile */
+    CORRUPT_END("qo_end beyond the tile");
+
+    CORRUPT_BEGIN();
+    A[5] = kvp[batch] + 5; /* kv_end beyond the request (and kv_indices) */
+    A[6] = 0;
+    CORRUPT_END("kv_end out of range");
+
+    CORRUPT_BEGIN();
+    if (info.desc.num_cu >= 2) {
+        int x = cv.work_indptr[1];
+        cv.work_indptr[1] = cv.work_indptr[2] + 1;
+        if (cv.work_indptr[1] == x) cv.work_indptr[1] += 1;
+    }
+    CORRUPT_END("work_indptr not monotone");
+
+    /* the last piece of request 0 stops one key short (offsets consistent): only the
+     * end-of-sequence coverage shows it */
+    {
+        int wl = -1;
+        for (w = 0; w < v.num_work; w++) {
+            const int32_t *x = v.work_info + 8 * w;
+            if (x[0] == 0 && x[5] == kvp[1] && x[5] - x[4] >= 2) wl = w;
+        }
+        if (CHECK(wl >= 0, "no last piece of request 0 found")) {
+            int32_t *L;
+            memcpy(c, plan, sizeof(int32_t) * (size_t)info.plan_ints);
+            L = aiter_mla_decode_plan_view_of(&info, c).work_info + 8 * wl;
+            L[5] -= 1;
+            L[6] += 1;
+            expect_corrupt_rejected("last piece one key short", &info, qo, kvp, last, batch, c);
+        }
+    }
+    /* the plan against a longer last request than it was built for */
+    {
+        int32_t kvp3[4];
+        memcpy(kvp3, kvp, sizeof kvp);
+        kvp3[batch] += 3;
+        CHECK(aiter_mla_decode_plan_check(&info, qo, kvp3, last, batch, plan) == AITER_MLA_ERR_PLAN_INVALID,
+              "plan_check accepted a plan for a last request 3 keys longer than it was built for");
+    }
+    /* the plan against arrays it was not built from (longer context for request 0) */
+    {
+        int32_t kvp2[4], last2[3];
+        memcpy(kvp2, kvp, sizeof kvp);
+        memcpy(last2, last, sizeof last);
+        for (b = 1; b <= batch; b++) kvp2[b] += 7;
+        CHECK(aiter_mla_decode_plan_check(&info, qo, kvp2, last2, batch, plan) == AITER_MLA_ERR_PLAN_INVALID,
+              "plan_check accepted a plan against longer kv lengths than it was built for");
+    }
+#undef CORRUPT_BEGIN
+#undef CORRUPT_END
+    free(plan);
+    free(c);
+}
+
+static void test_plan_validation(void) {
+    aiter_mla_decode_plan_desc d0, d;
+    aiter_mla_decode_plan_info info, tmp;
+    int32_t qo[5] = {0, 1, 3, 4, 5}, kvp[5] = {0, 2, 5, 5, 6}, last[4] = {16, 3, 0, 16};
+    int32_t *plan;
+    memset(&d0, 0, sizeof d0);
+    d0.max_batch = 4;
+    d0.num_heads = 16;
+    d0.max_q_len = 2;
+    d0.num_cu = 4;
+    d0.page_size = 16;
+#define DESC_CASE(field, value, fname)                                                                   \
+    do {                                                                                                 \
+        d = d0;                                                                                          \
+        d.field = value;                                                                                 \
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &tmp), AITER_MLA_ERR_INVALID_ARGUMENT, fname);   \
+    } while (0)
+    DESC_CASE(num_heads, 129, "num_heads");
+    DESC_CASE(num_heads, 0, "num_heads");
+    DESC_CASE(max_q_len, 9, "max_q_len");
+    DESC_CASE(max_q_len, 0, "max_q_len");
+    DESC_CASE(num_cu, 0, "num_cu");
+    DESC_CASE(num_cu, -3, "num_cu");
+    DESC_CASE(kv_granularity, 24, "kv_granularity");
+    DESC_CASE(kv_granularity, 8, "kv_granularity");
+    DESC_CASE(kv_granularity, 8192, "kv_granularity");
+    DESC_CASE(page_size, 24, "page_size");
+    DESC_CASE(page_size, 512, "page_size");
+    DESC_CASE(max_batch, 0, "max_batch");
+    DESC_CASE(overhead_blocks, 65, "overhead_blocks");
+    DESC_CASE(overhead_blocks, -1, "overhead_blocks");
+#undef DESC_CASE
+    CHECK(aiter_mla_decode_plan_get_info(NULL, &tmp) == AITER_MLA_ERR_NULL_POINTER, "get_info(NULL desc)");
+    CHECK(aiter_mla_decode_plan_get_info(&d0, NULL) == AITER_MLA_ERR_NULL_POINTER, "get_info(NULL info)");
+
+    if (!CHECK(aiter_mla_decode_plan_get_info(&d0, &info) == AITER_MLA_OK, "get_info: %s", aiter_mla_last_error())) return;
+    plan = alloc_i32(info.plan_ints);
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 4, plan), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 4, plan), AITER_MLA_OK, "");
+    {
+        int32_t q2[5] = {0, 2, 1, 3, 4};
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, q2, kvp, last, 4, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "qo_indptr");
+    }
+    {
+        int32_t k2[5] = {0, 3, 2, 5, 6};
+        int32_t l2[4] = {16, 16, 16, 16};
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, k2, l2, 4, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indptr");
+    }
+    {
+        int32_t q3[5] = {0, 1, 4, 5, 6}; /* request 1 has 3 query tokens > max_q_len 2 */
+        aiter_mla_status st = aiter_mla_decode_plan_build(&info, q3, kvp, last, 4, plan);
+        const char *m = aiter_mla_last_error();
+        CHECK(st == AITER_MLA_ERR_PLAN_MISMATCH && m && (strstr(m, "max_q_len") || strstr(m, "qo_indptr")),
+              "q_len 3 > max_q_len 2 at plan build: got %s \"%s\", want ERR_PLAN_MISMATCH naming max_q_len or qo_indptr",
+              testing_status_name(st), m ? m : "");
+    }
+    {
+        int32_t l3[4] = {16, 0, 0, 16}; /* request 1 has 3 pages but 0 keys in its last */
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, l3, 4, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "kv_last_page_lens");
+        l3[1] = 17; /* more than a page */
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, l3, 4, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "kv_last_page_lens");
+        l3[1] = -1;
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, l3, 4, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "kv_last_page_lens");
+    }
+    {
+        int32_t q5[7] = {0, 1, 2, 3, 4, 5, 6}, k5[7] = {0, 1, 2, 3, 4, 5, 6}, l5[6] = {1, 1, 1, 1, 1, 1};
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, q5, k5, l5, 5, plan), AITER_MLA_ERR_PLAN_MISMATCH, "batch");
+    }
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 4, NULL), AITER_MLA_ERR_NULL_POINTER, "plan");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, NULL, kvp, last, 4, plan), AITER_MLA_ERR_NULL_POINTER, "qo_indptr");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, NULL, last, 4, plan), AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, NULL, 4, plan), AITER_MLA_ERR_NULL_POINTER,
+                 "kv_last_page_lens");
+    CHECK(aiter_mla_decode_plan_build(NULL, qo, kvp, last, 4, plan) == AITER_MLA_ERR_NULL_POINTER, "plan_build(NULL info)");
+    free(plan);
+}
+
+/* =====================================================================================
+ * CPU reference decode (SPEC 1) and its scheduled replay
+ * ===================================================================================== */
+typedef struct dec_case {
+    const char *name;
+    int batch, H, ps_arg; /* ps_arg 0 means the default (1) */
+    int q_lens[8], kv_lens[8];
+    aiter_mla_dtype q_dtype, kv_dtype, o_dtype; /* DEFAULT allowed */
+    float sm_scale, q_scale, kv_scale;          /* 0 allowed (defaults) */
+    int64_t q_st, q_sh, o_st, o_sh;             /* 0 = contiguous */
+    int with_lse, bad_pages;
+    int cus[3]; /* scheduled replays with these num_cu (0 = none) */
+    int kv_gran;
+    uint64_t seed;
+} dec_case;
+
+static dec_case make_dec_case(const char *name, int batch, int H, int ps_arg, aiter_mla_dtype qt, aiter_mla_dtype kt,
+                              aiter_mla_dtype ot, uint64_t seed) {
+    dec_case c;
+    memset(&c, 0, sizeof c);
+    c.name = name;
+    c.batch = batch;
+    c.H = H;
+    c.ps_arg = ps_arg;
+    c.q_dtype = qt;
+    c.kv_dtype = kt;
+    c.o_dtype = ot;
+    c.seed = seed;
+    c.with_lse = 1;
+    return c;
+}
+static void set_ints(int *dst, int n, ...) {
+    va_list ap;
+    int i;
+    va_start(ap, n);
+    for (i = 0; i < n; i++) dst[i] = va_arg(ap, int);
+    va_end(ap);
+}
+
+typedef struct dec_setup {
+    const dec_case *c;
+    int batch, H, ps, T;
+    aiter_mla_dtype qt, kt, ot;
+    int32_t *qo, *kvp, *kvi, *last;
+    int64_t num_pages, q_st, q_sh, o_st, o_sh, o_elems;
+    void *q, *cache;
+    double *ref_o, *ref_lse;
+    unsigned char *row_empty;
+} dec_setup;
+
+static int g_sched_runs = 0, g_sched_split_runs = 0;
+
+static void dec_setup_build(dec_setup *s, const dec_case *c) {
+    test_rng r = rng_seed(c->seed);
+    int b, t, h;
+    int64_t i;
+    int32_t *perm;
+    float qsc = c->q_scale != 0.0f ? c->q_scale : 1.0f, ksc = c->kv_scale != 0.0f ? c->kv_scale : 1.0f;
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    s->batch = c->batch;
+    s->H = c->H;
+    s->ps = c->ps_arg ? c->ps_arg : 1;
+    s->qt = c->q_dtype != AITER_MLA_DTYPE_DEFAULT ? c->q_dtype : AITER_MLA_BF16;
+    s->kt = c->kv_dtype != AITER_MLA_DTYPE_DEFAULT ? c->kv_dtype : (dtype_is_fp8(s->qt) ? AITER_MLA_BF16 : s->qt);
+    s->ot = c->o_dtype != AITER_MLA_DTYPE_DEFAULT ? c->o_dtype : (dtype_is_fp8(s->qt) ? AITER_MLA_BF16 : s->qt);
+    s->qo = alloc_i32(s->batch + 1);
+    s->kvp = alloc_i32(s->batch + 1);
+    s->last = alloc_i32(s->batch);
+    s->qo[0] = 0;
+    s->kvp[0] = 0;
+    for (b = 0; b < s->batch; b++) {
+        int pages = ceil_div(c->kv_lens[b], s->ps);
+        s->qo[b + 1] = s->qo[b] + c->q_lens[b];
+        s->kvp[b + 1] = s->kvp[b] + pages;
+        s->last[b] = pages ? c->kv_lens[b] - (pages - 1) * s->ps : 0;
+    }
+    s->T = s->qo[s->batch];
+    s->num_pages = s->kvp[s->batch] + 3;
+    perm = alloc_i32(s->num_pages);
+    for (i = 0; i < s->num_pages; i++) perm[i] = (int32_t)i;
+    rng_shuffle_i32(&r, perm, (int)s->num_pages);
+    s->kvi = alloc_i32(s->kvp[s->batch]);
+    for (i = 0; i < s->kvp[s->batch]; i++) s->kvi[i] = perm[i];
+    free(perm);
+    if (c->bad_pages) {
+        for (i = s->kvp[0]; i < s->kvp[1]; i++)
+            if (i % 3 == 1) s->kvi[i] = (i % 2) ? -1 : -100;
+        for (i = s->kvp[s->batch - 1]; i < s->kvp[s->batch]; i++) s->kvi[i] = (int32_t)(s->num_pages + i);
+    }
+    s->q_sh = c->q_sh ? c->q_sh : 576;
+    s->q_st = c->q_st ? c->q_st : (int64_t)s->H * 576;
+    s->q = alloc_elems((int64_t)s->T * s->q_st, s->qt);
+    poison_fill(s->q, (int64_t)s->T * s->q_st, s->qt);
+    for (t = 0; t < s->T; t++)
+        for (h = 0; h < s->H; h++)
+            fill_random_at(s->q, t * s->q_st + h * s->q_sh, 576, s->qt, &r, -1.0f, 1.0f, dtype_is_fp8(s->qt) ? qsc : 1.0f);
+    s->cache = alloc_elems(s->num_pages * s->ps * 576, s->kt);
+    fill_random(s->cache, s->num_pages * s->ps * 576, s->kt, &r, -1.0f, 1.0f, dtype_is_fp8(s->kt) ? ksc : 1.0f);
+    s->o_sh = c->o_sh ? c->o_sh : 512;
+    s->o_st = c->o_st ? c->o_st : (int64_t)s->H * 512;
+    s->o_elems = (int64_t)s->T * s->o_st;
+}
+
+static void dec_setup_free(dec_setup *s) {
+    free(s->qo);
+    free(s->kvp);
+    free(s->kvi);
+    free(s->last);
+    free(s->q);
+    free(s->cache);
+    free(s->ref_o);
+    free(s->ref_lse);
+    free(s->row_empty);
+}
+
+/* naive double-precision attention, straight from SPEC 1 */
+static void dec_reference(dec_setup *s) {
+    const dec_case *c = s->c;
+    int H = s->H, ps = s->ps, b, t, h, d, max_kv = 1;
+    int64_t i, nk_all = s->num_pages * ps * 576;
+    double *qd = alloc_f64((int64_t)s->T * H * 576), *kd = alloc_f64(nk_all), *sc;
+    int64_t *keys;
+    double sm = c->sm_scale != 0.0f ? (double)c->sm_scale : 1.0 / sqrt(576.0);
+    double qs = c->q_scale != 0.0f ? (double)c->q_scale : 1.0, ks = c->kv_scale != 0.0f ? (double)c->kv_scale : 1.0;
+    double scale = sm * qs * ks;
+    for (t = 0; t < s->T; t++)
+        for (h = 0; h < H; h++)
+            for (d = 0; d < 576; d++) qd[((int64_t)t * H + h) * 576 + d] = ref_load(s->q, t * s->q_st + h * s->q_sh + d, s->qt);
+    for (i = 0; i < nk_all; i++) kd[i] = ref_load(s->cache, i, s->kt);
+    for (b = 0; b < s->batch; b++) max_kv = imax(max_kv, c->kv_lens[b]);
+    keys = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)max_kv);
+    sc = alloc_f64(max_kv);
+    s->ref_o = alloc_f64((int64_t)s->T * H * 512);
+    s->ref_lse = alloc_f64((int64_t)s->T * H);
+    s->row_empty = (unsigned char *)test_calloc((size_t)s->T + 1);
+    for (b = 0; b < s->batch; b++) {
+        int kv_len = c->kv_lens[b], qlb = c->q_lens[b], qi;
+        for (qi = 0; qi < qlb; qi++) {
+            int lim = kv_len - qlb + qi, j, nk = 0;
+            t = s->qo[b] + qi;
+            for (j = 0; j < kv_len && j <= lim; j++) {
+                int32_t pid = s->kvi[s->kvp[b] + j / ps];
+                if (pid < 0 || pid >= s->num_pages) continue;
+                keys[nk++] = ((int64_t)pid * ps + j % ps) * 576;
+            }
+            s->row_empty[t] = nk == 0;
+            for (h = 0; h < H; h++) {
+                const double *qv = qd + ((int64_t)t * H + h) * 576;
+                double *o = s->ref_o + ((int64_t)t * H + h) * 512, m = -INFINITY, sum = 0.0;
+                int k;
+                for (d = 0; d < 512; d++) o[d] = 0.0;
+                if (nk == 0) {
+                    s->ref_lse[(int64_t)t * H + h] = INFINITY;
+                    continue;
+                }
+                for (k = 0; k < nk; k++) {
+                    double dot = 0.0;
+                    const double *kv = kd + keys[k];
+                    for (d = 0; d < 576; d++) dot += qv[d] * kv[d];
+                    sc[k] = scale * dot;
+                    if (sc[k] > m) m = sc[k];
+                }
+                for (k = 0; k < nk; k++) sum += exp(sc[k] - m);
+                for (k = 0; k < nk; k++) {
+                    double p = exp(sc[k] - m) / sum * ks;
+                    const double *kv = kd + keys[k];
+                    for (d = 0; d < 512; d++) o[d] += p * kv[d];
+                }
+                s->ref_lse[(int64_t)t * H + h] = m + log(sum);
+            }
+        }
+    }
+    free(qd);
+    free(kd);
+    free(keys);
+    free(sc);
+}
+
+static void dec_args(const dec_setup *s, aiter_mla_decode_args *a) {
+    const dec_case *c = s->c;
+    memset(a, 0, sizeof *a);
+    a->q = s->q;
+    a->q_stride_token = c->q_st;
+    a->q_stride_head = c->q_sh;
+    a->kv_cache = s->cache;
+    a->num_pages = s->num_pages;
+    a->qo_indptr = s->qo;
+    a->kv_indptr = s->kvp;
+    a->kv_indices = s->kvi;
+    a->kv_last_page_lens = s->last;
+    a->o_stride_token = c->o_st;
+    a->o_stride_head = c->o_sh;
+    a->batch = s->batch;
+    a->num_heads = s->H;
+    a->page_size = c->ps_arg;
+    a->q_dtype = c->q_dtype;
+    a->kv_dtype = c->kv_dtype;
+    a->o_dtype = c->o_dtype;
+    a->sm_scale = c->sm_scale;
+    a->q_scale = c->q_scale;
+    a->kv_scale = c->kv_scale;
+}
+
+/* o (in the output dtype, strided) as float [T, H, 512] */
+static float *dec_gather_o(const dec_setup *s, const void *o) {
+    int t, h, d;
+    float *g = alloc_f32((int64_t)s->T * s->H * 512);
+    for (t = 0; t < s->T; t++)
+        for (h = 0; h < s->H; h++)
+            for (d = 0; d < 512; d++)
+                g[((int64_t)t * s->H + h) * 512 + d] = (float)ref_load(o, t * s->o_st + h * s->o_sh + d, s->ot);
+    return g;
+}
+
+static void dec_compare(const dec_setup *s, const char *what, const void *o, const float *lse) {
+    int64_t n = (int64_t)s->T * s->H * 512, i, empty_bad = 0, pad_bad = 0;
+    float *got = dec_gather_o(s, o), *ref = alloc_f32(n);
+    unsigned char *mark = (unsigned char *)test_calloc((size_t)s->o_elems + 1);
+    int t, h, d;
+    for (i = 0; i < n; i++) ref[i] = (float)s->ref_o[i];
+    for (t = 0; t < s->T; t++)
+        for (h = 0; h < s->H; h++)
+            for (d = 0; d < 512; d++) {
+                mark[t * s->o_st + h * s->o_sh + d] = 1;
+                if (s->row_empty[t] && !(got[((int64_t)t * s->H + h) * 512 + d] == 0.0f)) empty_bad++;
+            }
+    CHECK(empty_bad == 0, "%s: %lld outputs of rows that see no key are not 0", what, (long long)empty_bad);
+    CHECK_CLOSE(what, got, ref, n, TOL_BF16_REL, TOL_BF16_COS);
+    for (i = 0; i < s->o_elems; i++)
+        if (!mark[i] && !is_poison(o, i, s->ot)) pad_bad++;
+    CHECK(pad_bad == 0, "%s: %lld elements between the o strides were written", what, (long long)pad_bad);
+    if (lse) {
+        int64_t m = (int64_t)s->T * s->H;
+        float *rl = alloc_f32(m);
+        for (i = 0; i < m; i++) rl[i] = (float)s->ref_lse[i];
+        CHECK_LSE(what, lse, rl, m);
+        free(rl);
+    }
+    free(got);
+    free(ref);
+    free(mark);
+}
+
+static void run_decode_case(const dec_case *c) {
+    dec_setup s;
+    aiter_mla_decode_args a;
+    void *o1;
+    float *l1;
+    aiter_mla_status st;
+    int64_t nl, i;
+    int ci, b, mql = 1;
+    char what[200];
+    dec_setup_build(&s, c);
+    dec_reference(&s);
+    dec_args(&s, &a);
+    nl = (int64_t)s.T * s.H;
+    o1 = alloc_elems(s.o_elems, s.ot);
+    poison_fill(o1, s.o_elems, s.ot);
+    l1 = alloc_f32(nl);
+    poison_f32(l1, nl);
+    a.o = o1;
+    a.lse = c->with_lse ? l1 : NULL;
+    st = aiter_mla_decode_ref(&a);
+    snprintf(what, sizeof what, "decode_ref [%s]", c->name);
+    if (CHECK(st == AITER_MLA_OK, "%s returned %s: %s", what, testing_status_name(st), aiter_mla_last_error())) {
+        dec_compare(&s, what, o1, c->with_lse ? l1 : NULL);
+        if (!c->with_lse) {
+            int64_t touched = 0;
+            for (i = 0; i < nl; i++)
+                if (!is_poison(l1, i, AITER_MLA_F32)) touched++;
+            CHECK(touched == 0, "%s: lse buffer written although lse = NULL", what);
+        }
+    }
+    for (b = 0; b < s.batch; b++) mql = imax(mql, c->q_lens[b]);
+    for (ci = 0; ci < 3 && c->cus[ci]; ci++) {
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        aiter_mla_decode_args a2;
+        int32_t *plan;
+        void *ws, *o2;
+        float *l2;
+        char err[400], what2[240];
+        memset(&d, 0, sizeof d);
+        d.max_batch = s.batch + 1;
+        d.num_heads = s.H;
+        d.max_q_len = mql;
+        d.num_cu = c->cus[ci];
+        d.page_size = c->ps_arg;
+        d.kv_granularity = c->kv_gran;
+        snprintf(what2, sizeof what2, "decode_ref_scheduled [%s, %d CUs]", c->name, d.num_cu);
+        if (!CHECK(aiter_mla_decode_plan_get_info(&d, &info) == AITER_MLA_OK, "%s: get_info: %s", what2,
+                   aiter_mla_last_error()))
+            continue;
+        plan = alloc_i32(info.plan_ints);
+        for (i = 0; i < info.plan_ints; i++) plan[i] = 0x5a5a5a5a;
+        if (!CHECK(aiter_mla_decode_plan_build(&info, s.qo, s.kvp, s.last, s.batch, plan) == AITER_MLA_OK,
+                   "%s: plan_build: %s", what2, aiter_mla_last_error())) {
+            free(plan);
+            continue;
+        }
+        CHECK_STATUS(aiter_mla_decode_plan_check(&info, s.qo, s.kvp, s.last, s.batch, plan), AITER_MLA_OK, "");
+        CHECK(verify_plan(&info, s.qo, s.kvp, s.last, s.batch, plan, err, sizeof err, NULL) == 0, "%s: plan: %s", what2,
+              err);
+        g_sched_runs++;
+        if (aiter_mla_decode_plan_view_of(&info, plan).num_partials > 0) g_sched_split_runs++;
+        ws = test_malloc(info.workspace_bytes);
+        poison_f32((float *)ws, (int64_t)(info.workspace_bytes / sizeof(float)));
+        o2 = alloc_elems(s.o_elems, s.ot);
+        poison_fill(o2, s.o_elems, s.ot);
+        l2 = alloc_f32(nl);
+        poison_f32(l2, nl);
+        a2 = a;
+        a2.o = o2;
+        a2.lse = c->with_lse ? l2 : NULL;
+        a2.plan = plan;
+        a2.plan_info = &info;
+        a2.workspace = ws;
+        a2.workspace_bytes = info.workspace_bytes;
+        st = aiter_mla_decode_ref_scheduled(&a2);
+        if (CHECK(st == AITER_MLA_OK, "%s returned %s: %s", what2, testing_status_name(st), aiter_mla_last_error())) {
+            float *g2, *g1;
+            char what3[280];
+            dec_compare(&s, what2, o2, c->with_lse ? l2 : NULL);
+            /* and against the unscheduled reference's own output */
+            g2 = dec_gather_o(&s, o2);
+            g1 = dec_gather_o(&s, o1);
+            snprintf(what3, sizeof what3, "%s vs decode_ref", what2);
+            CHECK_CLOSE(what3, g2, g1, nl * 512, TOL_BF16_REL, TOL_BF16_COS);
+            if (c->with_lse) CHECK_LSE(what3, l2, l1, nl);
+            free(g1);
+            free(g2);
+        }
+        free(plan);
+        free(ws);
+        free(o2);
+        free(l2);
+    }
+    free(o1);
+    free(l1);
+    dec_setup_free(&s);
+}
+
+static void test_decode_ref(void) {
+    dec_case c;
+
+    c = make_dec_case("bf16 defaults, page 1, H16", 3, 16, 0, AITER_MLA_DTYPE_DEFAULT, AITER_MLA_DTYPE_DEFAULT,
+                      AITER_MLA_DTYPE_DEFAULT, 101);
+    set_ints(c.q_lens, 3, 1, 1, 1);
+    set_ints(c.kv_lens, 3, 37, 0, 200);
+    set_ints(c.cus, 2, 3, 132);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("f16, page 16, causal rows without keys", 4, 8, 16, AITER_MLA_F16, AITER_MLA_F16,
+                      AITER_MLA_DTYPE_DEFAULT, 102);
+    set_ints(c.q_lens, 4, 2, 3, 1, 4);
+    set_ints(c.kv_lens, 4, 1, 2, 50, 130);
+    set_ints(c.cus, 2, 3, 80);
+    c.kv_gran = 16;
+    c.sm_scale = 0.12f;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16 q, e4m3fn cache, strided q/o, page 64", 3, 4, 64, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN,
+                      AITER_MLA_BF16, 103);
+    set_ints(c.q_lens, 3, 4, 1, 2);
+    set_ints(c.kv_lens, 3, 300, 65, 64);
+    c.kv_scale = 0.5f;
+    c.q_sh = 580;
+    c.q_st = 4 * 580 + 37;
+    c.o_sh = 520;
+    c.o_st = 4 * 520 + 11;
+    set_ints(c.cus, 2, 7, 132);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16 q, e4m3fnuz cache, f32 o, long", 2, 2, 16, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FNUZ,
+                      AITER_MLA_F32, 104);
+    set_ints(c.q_lens, 2, 1, 2);
+    set_ints(c.kv_lens, 2, 2000, 1999);
+    c.kv_scale = 2.0f;
+    c.sm_scale = 0.09f;
+    set_ints(c.cus, 2, 3, 132);
+    c.kv_gran = 64;
+    run_decode_case(&c);
+
+    c = make_dec_case("f16 q, e4m3fn cache, H1, 2048 keys", 1, 1, 1, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_F16,
+                      105);
+    set_ints(c.q_lens, 1, 1);
+    set_ints(c.kv_lens, 1, 2048);
+    c.kv_scale = 0.25f;
+    set_ints(c.cus, 2, 132, 3);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("e4m3fn q and cache, q_scale", 2, 16, 16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN,
+                      AITER_MLA_DTYPE_DEFAULT, 106);
+    set_ints(c.q_lens, 2, 1, 2);
+    set_ints(c.kv_lens, 2, 100, 33);
+    c.q_scale = 0.5f;
+    c.kv_scale = 1.5f;
+    set_ints(c.cus, 1, 3);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("e4m3fnuz q and cache, f16 o", 2, 8, 1, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ,
+                      AITER_MLA_F16, 107);
+    set_ints(c.q_lens, 2, 3, 1);
+    set_ints(c.kv_lens, 2, 40, 2);
+    c.q_scale = 2.0f;
+    c.kv_scale = 0.75f;
+    set_ints(c.cus, 1, 5);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16, page ids outside [0, num_pages)", 3, 2, 16, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16,
+                      108);
+    set_ints(c.q_lens, 3, 1, 2, 1);
+    set_ints(c.kv_lens, 3, 100, 40, 20);
+    c.bad_pages = 1;
+    set_ints(c.cus, 1, 3);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16, every request empty", 2, 4, 16, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 109);
+    set_ints(c.q_lens, 2, 1, 3);
+    set_ints(c.kv_lens, 2, 0, 0);
+    set_ints(c.cus, 1, 3);
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16, H128, two tiles", 2, 128, 1, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 110);
+    set_ints(c.q_lens, 2, 1, 2);
+    set_ints(c.kv_lens, 2, 50, 7);
+    set_ints(c.cus, 2, 3, 132);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16 q, e4m3fn cache, H64, q_len 4", 2, 64, 64, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN,
+                      AITER_MLA_BF16, 111);
+    set_ints(c.q_lens, 2, 4, 3);
+    set_ints(c.kv_lens, 2, 129, 3);
+    c.kv_scale = 0.5f;
+    set_ints(c.cus, 1, 7);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("f16, H32, ragged, f32 o, no lse", 4, 32, 64, AITER_MLA_F16, AITER_MLA_F16, AITER_MLA_F32, 112);
+    set_ints(c.q_lens, 4, 4, 1, 2, 3);
+    set_ints(c.kv_lens, 4, 129, 3, 0, 64);
+    c.with_lse = 0;
+    set_ints(c.cus, 2, 3, 132);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16, sharp softmax, no lse", 2, 16, 16, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 113);
+    set_ints(c.q_lens, 2, 1, 1);
+    set_ints(c.kv_lens, 2, 500, 17);
+    c.sm_scale = 0.2f;
+    c.with_lse = 0;
+    set_ints(c.cus, 1, 132);
+    run_decode_case(&c);
+
+    c = make_dec_case("bf16 q, e4m3fnuz cache, page 256, q_len 8, H 16", 2, 16, 256, AITER_MLA_BF16,
+                      AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 114);
+    set_ints(c.q_lens, 2, 8, 5);
+    set_ints(c.kv_lens, 2, 300, 6);
+    c.kv_scale = 0.3f;
+    set_ints(c.cus, 2, 3, 132);
+    c.kv_gran = 16;
+    run_decode_case(&c);
+
+    CHECK(g_sched_runs >= 20, "only %d scheduled replays ran", g_sched_runs);
+    CHECK(g_sched_split_runs >= 10, "only %d of %d scheduled replays had split pieces", g_sched_split_runs, g_sched_runs);
+}
+
+/* =====================================================================================
+ * reduce of split pieces (SPEC 1b)
+ * ===================================================================================== */
+static void test_reduce_ref(void) {
+    test_rng r = rng_seed(0x7ed);
+    static const int tile_tokens[6] = {1, 2, 1, 3, 1, 2};
+    static const int tile_pieces[6] = {2, 3, 1, 0, 2, 4};
+    const int ntiles = 6, H = 3;
+    int variant;
+    for (variant = 0; variant < 3; variant++) {
+        aiter_mla_dtype ot_arg = variant == 0 ? AITER_MLA_DTYPE_DEFAULT : variant == 1 ? AITER_MLA_F32 : AITER_MLA_F16;
+        aiter_mla_dtype ot = ot_arg == AITER_MLA_DTYPE_DEFAULT ? AITER_MLA_BF16 : ot_arg;
+        int dv_arg = variant == 0 ? 8 : variant == 1 ? 0 : 16, dv = dv_arg ? dv_arg : 512;
+        int64_t o_sh_arg = variant == 2 ? dv + 3 : 0, o_st_arg = variant == 2 ? (int64_t)H * (dv + 3) + 5 : 0;
+        int64_t o_sh = o_sh_arg ? o_sh_arg : dv, o_st = o_st_arg ? o_st_arg : (int64_t)H * dv;
+        int T = 0, P = 0, npieces = 0, t, k, row, h, d;
+        int32_t ri[7], fm[12], pm[16], qs[6];
+        float *po, *pl, *lse, *got, *ref, *gl, *rl;
+        void *o;
+        int64_t n_o, i, cnt = 0, untouched_bad = 0, empty_bad = 0;
+        aiter_mla_reduce_args a;
+        ri[0] = 0;
+        for (t = 0; t < ntiles; t++) {
+            qs[t] = T;
+            fm[2 * t] = T;
+            fm[2 * t + 1] = T + tile_tokens[t];
+            T += tile_tokens[t];
+            for (k = 0; k < tile_pieces[t]; k++) {
+                pm[npieces++] = P;
+                P += tile_tokens[t] + 1; /* a spare row between pieces */
+            }
+            ri[t + 1] = npieces;
+        }
+        po = alloc_f32((int64_t)P * H * dv);
+        pl = alloc_f32((int64_t)P * H);
+        for (i = 0; i < (int64_t)P * H * dv; i++) po[i] = rng_f32(&r, -1.0f, 1.0f);
+        for (i = 0; i < (int64_t)P * H; i++) pl[i] = rng_f32(&r, -5.0f, 5.0f);
+        /* tile 4: every piece empty for every row and head -> o = 0, lse = +inf */
+        for (k = ri[4]; k < ri[5]; k++)
+            for (h = 0; h < H; h++) pl[(int64_t)pm[k] * H + h] = -INFINITY;
+        /* tile 5: piece 1 empty */
+        for (row = 0; row < tile_tokens[5]; row++)
+            for (h = 0; h < H; h++) pl[(int64_t)(pm[ri[5] + 1] + row) * H + h] = -INFINITY;
+        /* tile 0, head 1: piece 0 empty; tile 1, head 0: far-apart lse */
+        pl[(int64_t)pm[ri[0]] * H + 1] = -INFINITY;
+        pl[(int64_t)pm[ri[1]] * H + 0] = 50.0f;
+        pl[(int64_t)pm[ri[1] + 1] * H + 0] = -50.0f;
+        pl[(int64_t)pm[ri[1] + 2] * H + 0] = 0.0f;
+        n_o = (int64_t)T * o_st;
+        o = alloc_elems(n_o, ot);
+        poison_fill(o, n_o, ot);
+        lse = alloc_f32((int64_t)T * H);
+        poison_f32(lse, (int64_t)T * H);
+        memset(&a, 0, sizeof a);
+        a.partial_o = po;
+        a.partial_lse = pl;
+        a.reduce_indptr = ri;
+        a.reduce_final_map = fm;
+        a.reduce_partial_map = pm;
+        a.num_tiles = ntiles;
+        a.num_heads = H;
+        a.dv = dv_arg;
+        a.o = o;
+        a.o_stride_token = o_st_arg;
+        a.o_stride_head = o_sh_arg;
+        a.lse = lse;
+        a.o_dtype = ot_arg;
+        if (!CHECK(aiter_mla_reduce_ref(&a) == AITER_MLA_OK, "reduce_ref variant %d: %s", variant, aiter_mla_last_error()))
+            goto next;
+        got = alloc_f32((int64_t)T * H * dv);
+        ref = alloc_f32((int64_t)T * H * dv);
+        gl = alloc_f32((int64_t)T * H);
+        rl = alloc_f32((int64_t)T * H);
+        for (t = 0; t < ntiles; t++) {
+            int np = ri[t + 1] - ri[t];
+            for (row = 0; row < tile_tokens[t]; row++) {
+                int tok = qs[t] + row;
+                for (h = 0; h < H; h++) {
+                    if (np < 2) { /* not visited: untouched */
+                        for (d = 0; d < dv; d++)
+                            if (!is_poison(o, tok * o_st + h * o_sh + d, ot)) untouched_bad++;
+                        if (!is_poison(lse, (int64_t)tok * H + h, AITER_MLA_F32)) untouched_bad++;
+                        continue;
+                    }
+                    {
+                        double m = -INFINITY, sum = 0.0, g;
+                        for (k = ri[t]; k < ri[t + 1]; k++) {
+                            double l = pl[(int64_t)(pm[k] + row) * H + h];
+                            if (l > m) m = l;
+                        }
+                        if (m == -INFINITY) {
+                            for (d = 0; d < dv; d++) {
+                                double v = ref_load(o, tok * o_st + h * o_sh + d, ot);
+                                if (!(v == 0.0)) empty_bad++;
+                            }
+                            if (!(lse[(int64_t)tok * H + h] == INFINITY)) empty_bad++;
+                            continue;
+                        }
+                        for (k = ri[t]; k < ri[t + 1]; k++) sum += exp(pl[(int64_t)(pm[k] + row) * H + h] - m);
+                        g = m + log(sum);
+                        for (d = 0; d < dv; d++) {
+                            double acc = 0.0;
+                            for (k = ri[t]; k < ri[t + 1]; k++) {
+                                int64_t pr = pm[k] + row;
+                                acc += exp(pl[pr * H + h] - g) * po[(pr * H + h) * dv + d];
+                            }
+                            got[cnt] = (float)ref_load(o, tok * o_st + h * o_sh + d, ot);
+                            ref[cnt] = (float)acc;
+                            cnt++;
+                        }
+                        gl[(int64_t)tok * H + h] = lse[(int64_t)tok * H + h];
+                        rl[(int64_t)tok * H + h] = (float)g;
+                    }
+                }
+            }
+        }
+        {
+            char what[80];
+            int64_t nl = 0;
+            snprintf(what, sizeof what, "reduce_ref variant %d (dtype %d, dv %d)", variant, (int)ot, dv);
+            CHECK(untouched_bad == 0, "%s: %lld elements of tiles with < 2 pieces were written", what, (long long)untouched_bad);
+            CHECK(empty_bad == 0, "%s: %lld values of all-empty rows are not o = 0 / lse = +inf", what, (long long)empty_bad);
+            if (ot == AITER_MLA_F32) CHECK_CLOSE(what, got, ref, cnt, 1e-5, 0.999999);
+            else CHECK_CLOSE(what, got, ref, cnt, TOL_BF16_REL, TOL_BF16_COS);
+            /* compact the lse pairs that were filled */
+            for (t = 0; t < ntiles; t++) {
+                if (ri[t + 1] - ri[t] < 2 || t == 4) continue;
+                for (row = 0; row < tile_tokens[t]; row++)
+                    for (h = 0; h < H; h++) {
+                        int64_t ix = (int64_t)(qs[t] + row) * H + h;
+                        gl[nl] = gl[ix];
+                        rl[nl] = rl[ix];
+                        nl++;
+                    }
+            }
+            CHECK_LSE(what, gl, rl, nl);
+        }
+        free(got);
+        free(ref);
+        free(gl);
+        free(rl);
+    next:
+        if (variant == 0) {
+            aiter_mla_reduce_args b = a;
+            b.num_heads = 0;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            b.num_heads = 129;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            b = a;
+            b.o_dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
+            b = a;
+            b.partial_o = NULL;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_NULL_POINTER, "partial_o");
+            b = a;
+            b.num_tiles = -1;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tiles");
+            b = a;
+            b.dv = -1;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+        }
+        free(po);
+        free(pl);
+        free(o);
+        free(lse);
+    }
+}
+
+/* =====================================================================================
+ * merge of attention states (SPEC 2a)
+ * ===================================================================================== */
+static void test_merge_ref(void) {
+    test_rng r = rng_seed(0x3e26e);
+    int variant;
+    for (variant = 0; variant < 4; variant++) {
+        aiter_mla_dtype dt_arg = variant == 0 ? AITER_MLA_DTYPE_DEFAULT : variant == 1 ? AITER_MLA_F16
+                                                                      : variant == 2 ? AITER_MLA_F32
+                                                                                     : AITER_MLA_BF16;
+        aiter_mla_dtype dt = dt_arg == AITER_MLA_DTYPE_DEFAULT ? AITER_MLA_BF16 : dt_arg;
+        int T = 7, H = 3, D = variant == 2 ? 512 : 16, t, h, d, with_lse = variant != 3;
+        int64_t n = (int64_t)T * H * D, i, exact_bad = 0;
+        void *op = alloc_elems(n, dt), *os = alloc_elems(n, dt), *o = alloc_elems(n, dt);
+        float *lp = alloc_f32((int64_t)H * T), *ls = alloc_f32((int64_t)H * T), *lo = alloc_f32((int64_t)H * T);
+        float *got = alloc_f32(n), *ref = alloc_f32(n), *rl = alloc_f32((int64_t)H * T);
+        aiter_mla_merge_args a;
+        char what[80];
+        snprintf(what, sizeof what, "merge_ref variant %d (dtype %d, D %d)", variant, (int)dt, D);
+        fill_random(op, n, dt, &r, -1.0f, 1.0f, 1.0f);
+        fill_random(os, n, dt, &r, -1.0f, 1.0f, 1.0f);
+        for (i = 0; i < (int64_t)H * T; i++) {
+            lp[i] = rng_f32(&r, -4.0f, 4.0f);
+            ls[i] = rng_f32(&r, -4.0f, 4.0f);
+        }
+#define LIX(hh, tt) ((int64_t)(hh) * T + (tt))
+        lp[LIX(0, 0)] = INFINITY;                              /* prefix empty (+inf counts as -inf) */
+        ls[LIX(0, 1)] = INFINITY;                              /* suffix empty */
+        lp[LIX(1, 2)] = -INFINITY, ls[LIX(1, 2)] = -INFINITY;  /* both empty */
+        lp[LIX(1, 3)] = INFINITY, ls[LIX(1, 3)] = INFINITY;    /* both empty */
+        lp[LIX(2, 4)] = -INFINITY, ls[LIX(2, 4)] = INFINITY;   /* both empty */
+        lp[LIX(2, 5)] = -INFINITY;                             /* prefix empty */
+        lp[LIX(0, 6)] = 80.0f, ls[LIX(0, 6)] = -80.0f;         /* far apart */
+        poison_fill(o, n, dt);
+        poison_f32(lo, (int64_t)H * T);
+        memset(&a, 0, sizeof a);
+        a.o_prefix = op;
+        a.lse_prefix = lp;
+        a.o_suffix = os;
+        a.lse_suffix = ls;
+        a.o = o;
+        a.lse = with_lse ? lo : NULL;
+        a.num_tokens = T;
+        a.num_heads = H;
+        a.head_dim = D;
+        a.dtype = dt_arg;
+        if (CHECK(aiter_mla_merge_attn_states_ref(&a) == AITER_MLA_OK, "%s: %s", what, aiter_mla_last_error())) {
+            for (t = 0; t < T; t++)
+                for (h = 0; h < H; h++) {
+                    double x = lp[LIX(h, t)], y = ls[LIX(h, t)], m, wp, ws;
+                    if (x == INFINITY) x = -INFINITY;
+                    if (y == INFINITY) y = -INFINITY;
+                    m = x > y ? x : y;
+                    for (d = 0; d < D; d++) {
+                        int64_t e = ((int64_t)t * H + h) * D + d;
+                        double vp = ref_load(op, e, dt), vs = ref_load(os, e, dt), want;
+                        got[e] = (float)ref_load(o, e, dt);
+                        if (m == -INFINITY) want = 0.0;
+                        else {
+                            wp = exp(x - m);
+                            ws = exp(y - m);
+                            want = (wp * vp + ws * vs) / (wp + ws);
+                            /* one side empty: the other side, exactly */
+                            if (x == -INFINITY && !(got[e] == (float)vs)) exact_bad++;
+                            if (y == -INFINITY && !(got[e] == (float)vp)) exact_bad++;
+                        }
+                        if (m == -INFINITY && !(got[e] == 0.0f)) exact_bad++;
+                        ref[e] = (float)want;
+                    }
+                    if (m == -INFINITY) rl[LIX(h, t)] = -INFINITY;
+                    else rl[LIX(h, t)] = (float)(m + log(exp(x - m) + exp(y - m)));
+                }
+            CHECK(exact_bad == 0, "%s: %lld outputs with an empty side are not exactly the other side (or 0)", what,
+                  (long long)exact_bad);
+            if (dt == AITER_MLA_F32) CHECK_CLOSE(what, got, ref, n, 1e-5, 0.999999);
+            else CHECK_CLOSE(what, got, ref, n, TOL_BF16_REL, TOL_BF16_COS);
+            if (with_lse) CHECK_LSE(what, lo, rl, (int64_t)H * T);
+            else {
+                int64_t touched = 0;
+                for (i = 0; i < (int64_t)H * T; i++)
+                    if (!is_poison(lo, i, AITER_MLA_F32)) touched++;
+                CHECK(touched == 0, "%s: lse written although NULL", what);
+            }
+        }
+#undef LIX
+        if (variant == 0) {
+            aiter_mla_merge_args b = a;
+            b.num_heads = 0;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            b = a;
+            b.head_dim = 0;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "head_dim");
+            b = a;
+            b.num_tokens = -1;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+            b = a;
+            b.dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "dtype");
+            b = a;
+            b.o = NULL;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_NULL_POINTER, "o");
+            b = a;
+            b.lse_prefix = NULL;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_NULL_POINTER, "lse_prefix");
+        }
+        free(op);
+        free(os);
+        free(o);
+        free(lp);
+        free(ls);
+        free(lo);
+        free(got);
+        free(ref);
+        free(rl);
+    }
+}
+
+/* =====================================================================================
+ * KV cache write (SPEC 3)
+ * ===================================================================================== */
+static void test_kv_cache_write(void) {
+    test_rng r = rng_seed(0xcac4e);
+    static const struct {
+        aiter_mla_dtype src, cache;
+        float scale;
+        int block_size, strided;
+    } cases[] = {
+        {AITER_MLA_BF16, AITER_MLA_BF16, 0.0f, 16, 1},
+        {AITER_MLA_F16, AITER_MLA_F16, 0.0f, 1, 0},
+        {AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, 0.5f, 16, 1},
+        {AITER_MLA_BF16, AITER_MLA_FP8_E4M3FNUZ, 2.0f, 16, 0},
+        {AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, 0.25f, 0, 1},
+        {AITER_MLA_DTYPE_DEFAULT, AITER_MLA_DTYPE_DEFAULT, 0.0f, 16, 0},
+        {AITER_MLA_F16, AITER_MLA_FP8_E4M3FNUZ, 0.0f, 8, 1},
+    };
+    int ci;
+    for (ci = 0; ci < ARRAY_LEN(cases); ci++) {
+        aiter_mla_dtype src = cases[ci].src ? cases[ci].src : AITER_MLA_BF16;
+        aiter_mla_dtype cdt = cases[ci].cache ? cases[ci].cache : src;
+        int bs = cases[ci].block_size ? cases[ci].block_size : 1, nb = bs == 1 ? 48 : 48 / bs;
+        int64_t nslots = (int64_t)nb * bs, ntok = 24, tok, i;
+        int64_t cst = cases[ci].strided ? 520 : 512, pst = cases[ci].strided ? 70 : 64;
+        float scale = cases[ci].scale != 0.0f ? cases[ci].scale : 1.0f;
+        size_t ces = test_dtype_bytes(cdt), ses = test_dtype_bytes(src);
+        void *kvc = alloc_elems(ntok * cst, src), *kpe = alloc_elems(ntok * pst, src);
+        unsigned char *cache = (unsigned char *)test_malloc((size_t)nslots * 576 * ces);
+        int64_t slots[24];
+        int32_t perm[48];
+        unsigned char *written = (unsigned char *)test_calloc((size_t)nslots);
+        int64_t bad = 0, untouched_bad = 0;
+        aiter_mla_kv_cache_write_args a;
+        fill_random(kvc, ntok * cst, src, &r, -3.0f, 3.0f, 1.0f);
+        fill_random(kpe, ntok * pst, src, &r, -3.0f, 3.0f, 1.0f);
+        /* values that saturate fp8 (after / scale) */
+        aiter_mla_store_f32(kvc, 0, src, 1000.0f);
+        aiter_mla_store_f32(kvc, 1, src, -1000.0f);
+        aiter_mla_store_f32(kvc, 2, src, 300.0f);
+        aiter_mla_store_f32(kpe, 3, src, -250.0f);
+        aiter_mla_store_f32(kvc, cst + 5, src, 1e-4f);
+        memset(cache, 0xA5, (size_t)nslots * 576 * ces);
+        for (i = 0; i < nslots; i++) perm[i] = (int32_t)i;
+        rng_shuffle_i32(&r, perm, (int)nslots);
+        for (tok = 0; tok < ntok; tok++) slots[tok] = perm[tok];
+        slots[3] = -1;
+        slots[7] = nslots;
+        slots[11] = 1000000;
+        slots[15] = -2;
+        slots[19] = (int64_t)1 << 40;
+        memset(&a, 0, sizeof a);
+        a.kv_c = kvc;
+        a.kv_c_stride = cases[ci].strided ? cst : 0;
+        a.k_pe = kpe;
+        a.k_pe_stride = cases[ci].strided ? pst : 0;
+        a.slot_mapping = slots;
+        a.kv_cache = cache;
+        a.num_blocks = nb;
+        a.block_size = cases[ci].block_size;
+        a.num_tokens = ntok;
+        a.src_dtype = cases[ci].src;
+        a.cache_dtype = cases[ci].cache;
+        a.scale = cases[ci].scale;
+        if (CHECK(aiter_mla_kv_cache_write_ref(&a) == AITER_MLA_OK, "kv_cache_write case %d: %s", ci,
+                  aiter_mla_last_error())) {
+            for (tok = 0; tok < ntok; tok++) {
+                int64_t s = slots[tok];
+                int d;
+                if (s < 0 || s >= nslots) continue;
+                written[s] = 1;
+                for (d = 0; d < 576; d++) {
+                    const void *sp = d < 512 ? kvc : kpe;
+                    int64_t si = d < 512 ? tok * cst + d : tok * pst + (d - 512);
+                    const unsigned char *cp = cache + ((size_t)s * 576 + (size_t)d) * ces;
+                    if (dtype_is_fp8(cdt)) {
+                        int alt, want;
+                        float x = (float)ref_load(sp, si, src);
+                        want = ref_f32_to_fp8((float)((double)x / scale), cdt == AITER_MLA_FP8_E4M3FNUZ, &alt);
+                        if (cp[0] != want && cp[0] != alt) bad++;
+                    } else if (cdt == src) {
+                        if (memcmp(cp, (const unsigned char *)sp + (size_t)si * ses, ses)) bad++;
+                    }
+                }
+            }
+            for (i = 0; i < nslots * 576 * (int64_t)ces; i++)
+                if (!written[i / (576 * (int64_t)ces)] && cache[i] != 0xA5) untouched_bad++;
+            CHECK(bad == 0, "kv_cache_write case %d (src %d -> cache %d, scale %g): %lld elements wrong", ci, (int)src,
+                  (int)cdt, (double)scale, (long long)bad);
+            CHECK(untouched_bad == 0, "kv_cache_write case %d: %lld bytes of unaddressed slots changed", ci,
+                  (long long)untouched_bad);
+        }
+        if (ci == 0) {
+            aiter_mla_kv_cache_write_args b = a;
+            CHECK_STATUS(aiter_mla_kv_cache_write(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+            b.cache_dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
+            CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
+            b = a;
+            b.src_dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "src_dtype");
+            b.src_dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "src_dtype");
+            b = a;
+            b.kv_c = NULL;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "kv_c");
+            b = a;
+            b.k_pe = NULL;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "k_pe");
+            b = a;
+            b.slot_mapping = NULL;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "slot_mapping");
+            b = a;
+            b.kv_cache = NULL;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "kv_cache");
+            b = a;
+            b.num_blocks = 0;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+            b = a;
+            b.num_tokens = -1;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+            b = a;
+            b.block_size = -2;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+        }
+        free(kvc);
+        free(kpe);
+        free(cache);
+        free(written);
+    }
+}
+
+/* =====================================================================================
+ * decode argument validation
+ * ===================================================================================== */
+static void test_decode_validation(void) {
+    dec_case c = make_dec_case("validation base", 3, 16, 16, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 201);
+    dec_setup s;
+    aiter_mla_decode_args base, a;
+    aiter_mla_decode_plan_desc d;
+    aiter_mla_decode_plan_info info;
+    int32_t *plan;
+    void *ws, *o;
+    float *lse;
+    set_ints(c.q_lens, 3, 1, 1, 1);
+    set_ints(c.kv_lens, 3, 20, 5, 7);
+    dec_setup_build(&s, &c);
+    memset(&d, 0, sizeof d);
+    d.max_batch = 2;
+    d.num_heads = 16;
+    d.max_q_len = 1;
+    d.num_cu = 4;
+    d.page_size = 16;
+    if (!CHECK(aiter_mla_decode_plan_get_info(&d, &info) == AITER_MLA_OK, "get_info: %s", aiter_mla_last_error())) {
+        dec_setup_free(&s);
+        return;
+    }
+    plan = alloc_i32(info.plan_ints);
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, s.qo, s.kvp, s.last, 2, plan), AITER_MLA_OK, "");
+    ws = test_malloc(info.workspace_bytes);
+    o = alloc_elems(s.o_elems, s.ot);
+    lse = alloc_f32((int64_t)s.T * s.H);
+    dec_args(&s, &base);
+    base.batch = 2;
+    base.o = o;
+    base.lse = lse;
+    base.plan = plan;
+    base.plan_info = &info;
+    base.workspace = ws;
+    base.workspace_bytes = info.workspace_bytes;
+    CHECK(info.workspace_bytes > 0, "validation plan has no workspace (needs num_cu > 1)");
+
+    CHECK_STATUS(aiter_mla_decode_ref(&base), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&base), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_decode(&base, NULL), AITER_MLA_ERR_NO_GPU, "");
+
+#define DEC_CASE(fn, mutate, status, field) \
+    do {                                    \
+        a = base;                           \
+        mutate;                             \
+        CHECK_STATUS(fn, status, field);    \
+    } while (0)
+    /* pointers */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.o = NULL, AITER_MLA_ERR_NULL_POINTER, "o");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.qo_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "qo_indptr");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indices = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indices");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_last_page_lens");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.plan_info = NULL, AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = NULL, AITER_MLA_ERR_NULL_POINTER, "workspace");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.plan_info = NULL, AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    /* integers out of range */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.page_size = 24, AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.page_size = 512, AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_pages = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "num_pages");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    /* dtypes */
+    DEC_CASE(aiter_mla_decode_ref(&a), (a.q_dtype = AITER_MLA_FP8_E4M3FN, a.kv_dtype = AITER_MLA_BF16),
+             AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_dtype = AITER_MLA_F16, AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), (a.q_dtype = AITER_MLA_F16, a.kv_dtype = AITER_MLA_BF16),
+             AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.o_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.o_dtype = AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
+    DEC_CASE(aiter_mla_decode_ref(&a), (a.q_dtype = AITER_MLA_F32, a.kv_dtype = AITER_MLA_F32), AITER_MLA_ERR_UNSUPPORTED,
+             "q_dtype");
+    /* indptr / last page lengths */
+    {
+        int32_t q2[4] = {0, 2, 1, 3}, k2[4] = {0, 2, 1, 3}, l2[3] = {16, 0, 7}, l3[3] = {16, 17, 7};
+        memcpy(l2, s.last, sizeof(int32_t) * 3);
+        l2[0] = 0;
+        memcpy(l3, s.last, sizeof(int32_t) * 3);
+        l3[0] = 17;
+        DEC_CASE(aiter_mla_decode_ref(&a), a.qo_indptr = q2, AITER_MLA_ERR_INVALID_ARGUMENT, "qo_indptr");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = k2, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indptr");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = l2, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_last_page_lens");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = l3, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_last_page_lens");
+    }
+    /* plan disagreements and workspace */
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace_bytes = info.workspace_bytes - 1, AITER_MLA_ERR_BUFFER_TOO_SMALL,
+             "workspace_bytes");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.workspace_bytes = info.workspace_bytes - 1,
+             AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.num_heads = 8, AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.num_heads = 8, AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.batch = 3, AITER_MLA_ERR_PLAN_MISMATCH, "batch");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.batch = 3, AITER_MLA_ERR_PLAN_MISMATCH, "batch");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.page_size = 1, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.page_size = 64, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
+#undef DEC_CASE
+    free(plan);
+    free(ws);
+    free(o);
+    free(lse);
+    dec_setup_free(&s);
+}
+
+int main(void) {
+    test_status_and_dtypes();
+    test_fp8_decode();
+    test_fp8_encode();
+    test_bf16_f16();
+    test_head_padding();
+    test_expand_page_indices();
+    test_metadata_build();
+    test_plan_info();
+    test_plan_random();
+    test_plan_balance();
+    test_plan_corruption();
+    test_plan_validation();
+    test_decode_ref();
+    test_reduce_ref();
+    test_merge_ref();
+    test_kv_cache_write();
+    test_decode_validation();
+    return testing_summary();
+}
