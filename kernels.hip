@@ -248,26 +248,34 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
 
-constexpr int kM = 64, kN = 32, kStages = 3, kThreads = 256;
+constexpr int kN = 32, kThreads = 256;
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
 constexpr int kSteps = kD / 16;     // 36 k-steps of 16 over the 576 dims
+constexpr int kSmemLimit = 227 * 1024;
 
-template <bool FP8>
+// Shared-memory plan of one variant: M rows per pass (16 for the memory-bound shapes,
+// 64 otherwise); the ring takes as many key tiles as the rest leaves room for, so the
+// narrow variants keep more bytes in flight.
+template <bool FP8, int M>
 struct Smem { // byte offsets into the dynamic shared memory
+    static constexpr int tile = kN * kRowB;             // one bf16 key tile
+    static constexpr int stage = FP8 ? kN * kD : tile;  // one ring slot
+    static constexpr int s_rows = M < 32 ? 32 : M;      // S: rows x k-parts
+    static constexpr int fixed = M * kRowB + (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + M * 20 + 512 + 64;
+    static constexpr int stages = (kSmemLimit - fixed) / (stage + kN) > 8 ? 8 : (kSmemLimit - fixed) / (stage + kN);
     static constexpr int q = 0;
-    static constexpr int tile = kN * kRowB;                 // one bf16 key tile
-    static constexpr int stage = FP8 ? kN * kD : tile;      // one ring slot
-    static constexpr int ring = q + kM * kRowB;
-    static constexpr int wide = ring + kStages * stage;     // fp8: the widened tile
+    static constexpr int ring = q + M * kRowB;
+    static constexpr int wide = ring + stages * stage;  // fp8: the widened tile
     static constexpr int s = wide + (FP8 ? tile : 0);
-    static constexpr int p = s + kM * kSRow * 4;
-    static constexpr int m = p + kM * kPRowB;               // float m, l, alpha [kM]
-    static constexpr int lim = m + 3 * kM * 4;              // int64 [kM]
-    static constexpr int valid = lim + kM * 8;              // int8 [kStages][kN]
-    static constexpr int lut = valid + kStages * kN;        // uint16 [256]
+    static constexpr int p = s + s_rows * kSRow * 4;
+    static constexpr int m = p + M * kPRowB;            // float m, l, alpha [M]
+    static constexpr int lim = m + 3 * M * 4;           // int64 [M]
+    static constexpr int valid = lim + M * 8;           // int8 [stages][kN]
+    static constexpr int lut = valid + stages * kN;     // uint16 [256]
     static constexpr int total = lut + 512;
+    static_assert(stages >= 3 && total <= kSmemLimit, "shared memory plan does not fit");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -295,12 +303,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int KVT>
+template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr bool FP8 = KVT != AITER_MLA_BF16;
     constexpr int kRowSrc = kD * (FP8 ? 1 : 2), kChunks = kRowSrc / 16; // cache row bytes, 16 B pieces
-    using S = Smem<FP8>;
+    using S = Smem<FP8, M>;
+    constexpr int kM = M, kMT = M / 16, kStages = S::stages;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *q_s = smem + S::q, *ring = smem + S::ring, *p_s = smem + S::p;
     float *s_s = reinterpret_cast<float *>(smem + S::s);
@@ -348,9 +357,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 m_s[tid] = neg_inf();
                 l_s[tid] = 0.0f;
             }
-            float acc[4][8][4];
+            float acc[kMT][8][4];
 #pragma unroll
-            for (int mt = 0; mt < 4; mt++)
+            for (int mt = 0; mt < kMT; mt++)
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -424,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int i = 0; i < 8; i++) {
                         const int c = q4 * 8 + i;
                         float s = active ? s_s[r * kSRow + c] : 0.0f;
-                        if (kparts == 2 && active) s += s_s[(16 + r) * kSRow + c];
+                        if (kparts == 2 && active) s += s_s[(16 + r) * kSRow + c]; // second k-part
                         const bool ok = active && c < nk && valid[c] && pc.tok0 + k0 + c <= lim_s[r];
                         sv[i] = ok ? s * p.score_scale : neg_inf();
                         mx = fmaxf(mx, sv[i]);
@@ -457,9 +466,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 __syncthreads();
 
                 // O = O * alpha + P V over this warp's 64 latent dims
-                uint32_t pa[4][2][4];
+                uint32_t pa[kMT][2][4];
 #pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
+                for (int mt = 0; mt < kMT; mt++) {
                     if (mt < MT) {
                         const float a0 = alpha_s[mt * 16 + (lane >> 2)], a1 = alpha_s[mt * 16 + (lane >> 2) + 8];
 #pragma unroll
@@ -481,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         uint32_t vb[4];
                         ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (warp * 64 + np * 16 + (lane >> 4) * 8) * 2, vb);
 #pragma unroll
-                        for (int mt = 0; mt < 4; mt++) {
+                        for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
                                 mma_bf16(acc[mt][np * 2], pa[mt][kk], vb[0], vb[1]);
                                 mma_bf16(acc[mt][np * 2 + 1], pa[mt][kk], vb[2], vb[3]);
@@ -494,7 +503,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
             // write: o / l (times the fp8 V scale), lse in natural log
 #pragma unroll
-            for (int mt = 0; mt < 4; mt++) {
+            for (int mt = 0; mt < kMT; mt++) {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int row = mt * 16 + (lane >> 2) + half * 8;
@@ -657,15 +666,21 @@ __global__ void kv_cache_write_kernel(aiter_mla_kv_cache_write_args a) {
 extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetErrorString((hipError_t)code); }
 
 #ifdef AITER_MLA_HAS_MMA
-template <int KVT>
-static void launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    constexpr int bytes = mma::Smem<KVT != AITER_MLA_BF16>::total;
+template <int KVT, int M>
+static void launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    constexpr int bytes = mma::Smem<KVT != AITER_MLA_BF16, M>::total;
     static bool attribute_set = false; // raising the limit is a host-side setting: once per kernel
     if (!attribute_set) {
-        cudaFuncSetAttribute(mma::decode_mma_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        cudaFuncSetAttribute(mma::decode_mma_kernel<KVT, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         attribute_set = true;
     }
-    mma::decode_mma_kernel<KVT><<<grid, mma::kThreads, bytes, s>>>(p);
+    mma::decode_mma_kernel<KVT, M><<<grid, mma::kThreads, bytes, s>>>(p);
+}
+// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64.
+template <int KVT>
+static void launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
+    if (tile_rows <= 16) launch_mma_rows<KVT, 16>(grid, s, p);
+    else launch_mma_rows<KVT, 64>(grid, s, p);
 }
 #endif
 
@@ -692,11 +707,12 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
                       a->q_stride_head % 8 == 0;
     if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
+        const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: launch_mma<AITER_MLA_BF16>(grid, s, p); break;
-        case AITER_MLA_FP8_E4M3FN: launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p); break;
-        default: launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p); break;
+        case AITER_MLA_BF16: launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
+        case AITER_MLA_FP8_E4M3FN: launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
+        default: launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
         }
     }
 #endif

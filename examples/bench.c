@@ -8,13 +8,15 @@
  * several cache copies rotated so that the bytes read are several times the L2; each run
  * timed with device events after warm-up; the median is reported.
  * Bytes: every KV row read once + q + o. FLOPs: sum 2 * H * q_len * ctx * (576 + 512).
- * The host planner's cost (batch 256) is timed on the CPU. */
+ * The host planner's cost (batch 256) is timed on the CPU.
+ * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #ifdef AITER_MLA_NO_GPU
@@ -252,7 +254,7 @@ static void bench_planner(int num_cu) {
     free(plan);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     static const bench_row rows[] = {
         {"D1", 16, 1, 128, 4096, 64, AITER_MLA_BF16},    {"D1-p1", 16, 1, 128, 4096, 1, AITER_MLA_BF16},
         {"D1-fp8", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN},
@@ -277,7 +279,11 @@ int main(void) {
     bench_planner(gpu_num_cu());
     printf("\n| row      |   H | q | batch |   ctx | pg  | cache | median us |    GB/s | TFLOP/s | %% copy | %% GEMM |\n");
     printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
-    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) { /* arguments, if any, pick rows by id */
+        int j, wanted = argc < 2;
+        for (j = 1; j < argc; j++) wanted |= !strcmp(argv[j], rows[i].id);
+        if (wanted) bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+    }
     gpu_timer_destroy(g_timer);
     gpu_stream_destroy(g_stream);
     return 0;
