@@ -9,6 +9,7 @@
 // ---- portability: write HIP, map to CUDA under nvcc ---------------------------------------
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 typedef cudaStream_t hipStream_t;
 typedef cudaError_t hipError_t;
 #define hipSuccess cudaSuccess
@@ -296,6 +297,28 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
 __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t &r0, uint32_t &r1) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
+__device__ __forceinline__ float fast_exp2(float x) { // ex2.approx: exp2(-inf) = +0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { // round to nearest even
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// Two OCP e4m3 values (low byte first) to two bf16, exactly (NaN stays NaN).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
+    const float lo = __half2float(__ushort_as_half((unsigned short)(h2 & 0xffffu)));
+    const float hi = __half2float(__ushort_as_half((unsigned short)(h2 >> 16)));
+    return pack_bf16x2(lo, hi);
+#else
+    return pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
+#endif
+}
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -321,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, H = a.num_heads, P = a.page_size;
     const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
-    if (FP8) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
+    if (KVT == AITER_MLA_FP8_E4M3FNUZ) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
 
     const int w_end = p.work_indptr[blockIdx.x + 1];
     for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
@@ -388,10 +411,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const int key = c / (kD / 8), part = c - key * (kD / 8);
                         const uint2 v8 = *reinterpret_cast<const uint2 *>(kt + key * kD + part * 8);
                         uint4 o;
-                        o.x = lut[v8.x & 255] | (uint32_t)lut[(v8.x >> 8) & 255] << 16;
-                        o.y = lut[(v8.x >> 16) & 255] | (uint32_t)lut[v8.x >> 24] << 16;
-                        o.z = lut[v8.y & 255] | (uint32_t)lut[(v8.y >> 8) & 255] << 16;
-                        o.w = lut[(v8.y >> 16) & 255] | (uint32_t)lut[v8.y >> 24] << 16;
+                        if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter (sm_89+)
+                            o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
+                            o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
+                            o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
+                            o.w = e4m3x2_to_bf16x2((uint16_t)(v8.y >> 16));
+                        } else { // e4m3fnuz has none: the table
+                            o.x = lut[v8.x & 255] | (uint32_t)lut[(v8.x >> 8) & 255] << 16;
+                            o.y = lut[(v8.x >> 16) & 255] | (uint32_t)lut[v8.x >> 24] << 16;
+                            o.z = lut[v8.y & 255] | (uint32_t)lut[(v8.y >> 8) & 255] << 16;
+                            o.w = lut[(v8.y >> 16) & 255] | (uint32_t)lut[v8.y >> 24] << 16;
+                        }
                         *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
                     }
                     __syncthreads();
@@ -424,43 +454,44 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 __syncthreads();
 
-                { // online softmax: 4 threads per row, 8 keys each
-                    const int r = tid >> 2, q4 = tid & 3;
+                { // online softmax: tpr threads per row (16 for a 16-row pass), kpt keys each
+                    const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
+                    const int tpr = kThreads / rows_p2, kpt = kN / tpr;
+                    const int r = tid / tpr, c0 = (tid % tpr) * kpt;
                     const bool active = r < MT * 16;
                     const signed char *valid = valid_s + (t % kStages) * kN;
+                    // last key of this tile the row may see (causal rule and the piece's end)
+                    const int kmax = active ? (int)min(max(lim_s[r] - pc.tok0 - k0, (long long)-1), (long long)nk - 1) : -1;
                     float sv[8], mx = neg_inf();
 #pragma unroll
                     for (int i = 0; i < 8; i++) {
-                        const int c = q4 * 8 + i;
-                        float s = active ? s_s[r * kSRow + c] : 0.0f;
-                        if (kparts == 2 && active) s += s_s[(16 + r) * kSRow + c]; // second k-part
-                        const bool ok = active && c < nk && valid[c] && pc.tok0 + k0 + c <= lim_s[r];
-                        sv[i] = ok ? s * p.score_scale : neg_inf();
+                        sv[i] = neg_inf();
+                        const int c = c0 + i;
+                        if (i < kpt && c <= kmax && valid[c]) {
+                            float s = s_s[r * kSRow + c];
+                            if (kparts == 2) s += s_s[(16 + r) * kSRow + c]; // second k-part
+                            sv[i] = s * p.score_scale;
+                        }
                         mx = fmaxf(mx, sv[i]);
                     }
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    for (int o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
                     const float m_old = active ? m_s[r] : neg_inf(), m_new = fmaxf(m_old, mx);
-                    float alpha = 1.0f, sum = 0.0f;
-                    uint32_t packed[4] = {0u, 0u, 0u, 0u};
-                    if (m_new != neg_inf()) {
-                        alpha = exp2f(m_old - m_new);
+                    const float m_use = m_new == neg_inf() ? 0.0f : m_new; // no key yet: every e is 0
+                    const float alpha = fast_exp2(m_old - m_use);
+                    float sum = 0.0f;
 #pragma unroll
-                        for (int i = 0; i < 8; i++) {
-                            const float e = exp2f(sv[i] - m_new);
-                            sum += e;
-                            packed[i >> 1] |= (uint32_t)aiter_mla_f32_to_bf16(e) << ((i & 1) * 16);
+                    for (int i = 0; i < 8; i += 2) {
+                        if (i < kpt) {
+                            const float e0 = fast_exp2(sv[i] - m_use), e1 = fast_exp2(sv[i + 1] - m_use);
+                            sum += e0 + e1;
+                            if (active) *reinterpret_cast<uint32_t *>(p_s + r * kPRowB + (c0 + i) * 2) = pack_bf16x2(e0, e1);
                         }
                     }
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                    if (active) {
-                        *reinterpret_cast<uint4 *>(p_s + r * kPRowB + q4 * 16) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                        if (q4 == 0) {
-                            l_s[r] = l_s[r] * alpha + sum;
-                            m_s[r] = m_new;
-                            alpha_s[r] = alpha;
-                        }
+                    for (int o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                    if (active && c0 == 0) {
+                        l_s[r] = l_s[r] * alpha + sum;
+                        m_s[r] = m_new;
+                        alpha_s[r] = alpha;
                     }
                 }
                 __syncthreads();
