@@ -240,16 +240,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
 // ==== dense decode: tensor-core path (NVIDIA sm_80+, mma.sync m16n8k16 bf16) =================
 // Same plan, same pieces, same output conventions as the portable path. Per pass a block
-// takes up to 64 (token, head) rows of a work item (Q in shared memory), streams the
-// piece's keys in tiles of 32 through a 3-stage cp.async ring (zero-filled where a key is
-// absent), computes S = Q K^T with 8 warps, an online softmax (4 threads per row), and
-// O += P V where warp w owns latent dims [64w, 64w + 64) of every row. fp8 caches land in
-// a byte ring and are widened to bf16 through a 256-entry table (exact: e4m3 fits bf16).
+// takes up to M (16 or 64) (token, head) rows of a work item (Q in shared memory), streams
+// the piece's keys in tiles of 32 through a cp.async ring as deep as shared memory allows
+// (zero-filled where a key is absent), computes S = Q K^T with 16 warps, an online softmax
+// (up to 16 threads per row), and O += P V where warp w owns latent dims [32w, 32w + 32).
+// fp8 caches land in a byte ring and are widened to bf16 (exact: e4m3 fits bf16) by the
+// hardware converter (e4m3fn) or a 256-entry table (e4m3fnuz).
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
 
-constexpr int kN = 32, kThreads = 256;
+constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
+constexpr int kNT = kL / kWarps / 8; // n8-tiles of latent dims per warp (4: 32 dims)
+constexpr int kTPK = kThreads / kN;  // threads per key when loading a tile
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
@@ -263,7 +266,7 @@ template <bool FP8, int M>
 struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int tile = kN * kRowB;             // one bf16 key tile
     static constexpr int stage = FP8 ? kN * kD : tile;  // one ring slot
-    static constexpr int s_rows = M < 32 ? 32 : M;      // S: rows x k-parts
+    static constexpr int s_rows = 64;                   // S: rows x k-parts
     static constexpr int fixed = M * kRowB + (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + M * 20 + 512 + 64;
     static constexpr int stages = (kSmemLimit - fixed) / (stage + kN) > 8 ? 8 : (kSmemLimit - fixed) / (stage + kN);
     static constexpr int q = 0;
@@ -352,14 +355,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int rows_total = (pc.qe - pc.qs) * H;
         const int ntiles = (int)((pc.n + kN - 1) / kN);
 
-        // Copies of key tile t into ring slot t % kStages: 8 threads per key, 16 bytes each;
+        // Copies of key tile t into ring slot t % kStages: kTPK threads per key, 16 bytes each;
         // `page` is the key's page id, fetched one tile ahead so the issue never waits on it.
-        const int my_key = tid >> 3, my_sub = tid & 7;
+        const int my_key = tid / kTPK, my_sub = tid % kTPK;
         auto load_tile = [&](int t, int page) {
             unsigned char *slot = ring + (t % kStages) * S::stage + my_key * (FP8 ? kD : kRowB);
             const int j = t * kN + my_key;
             const unsigned char *src = cache + (page < 0 ? 0 : ((int64_t)page * P + (j & (P - 1))) * kRowSrc);
-            for (int part = my_sub; part < kChunks; part += 8)
+            for (int part = my_sub; part < kChunks; part += kTPK)
                 cp_async16(smem_addr(slot + part * 16), src + part * 16, page < 0 ? 0 : 16);
             if (my_sub == 0) valid_s[(t % kStages) * kN + my_key] = page >= 0;
         };
@@ -380,11 +383,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 m_s[tid] = neg_inf();
                 l_s[tid] = 0.0f;
             }
-            float acc[kMT][8][4];
+            float acc[kMT][kNT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++)
+                for (int nt = 0; nt < kNT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
@@ -429,15 +432,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
 
-                // S = Q K^T: units of (m-tile, n8-tile, k-part); one row tile splits k in two
-                const int kparts = MT == 1 ? 2 : 1, units = 4 * MT * kparts, steps = kSteps / kparts;
-                for (int u = warp; u < units; u += kThreads / 32) {
+                // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
+                // warp has a unit; k-parts land in separate rows of s_s and meet in the softmax
+                const int kparts = MT == 1 ? 4 : MT == 2 ? 2 : 1, units = 4 * MT * kparts, steps = kSteps / kparts;
+                for (int u = warp; u < units; u += kWarps) {
                     const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
                     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
+                    const int kb = kp * steps, ke = kb + steps;
+                    int kk = kb;
 #pragma unroll 3
-                    for (int kk = kp * steps; kk < (kp + 1) * steps; kk += 2) { // steps is even
+                    for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
                         uint32_t af[4], b0, b1, af2[4], b2, b3;
                         ldsm_x4(qa + kk * 32, af);
                         ldsm_x2(ka + kk * 32, b0, b1);
@@ -445,6 +451,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         ldsm_x2(ka + kk * 32 + 32, b2, b3);
                         mma_bf16(d, af, b0, b1);
                         mma_bf16(d2, af2, b2, b3);
+                    }
+                    if (kk < ke) {
+                        uint32_t af[4], b0, b1;
+                        ldsm_x4(qa + kk * 32, af);
+                        ldsm_x2(ka + kk * 32, b0, b1);
+                        mma_bf16(d, af, b0, b1);
                     }
 #pragma unroll
                     for (int e = 0; e < 4; e++) d[e] += d2[e];
@@ -454,9 +466,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 __syncthreads();
 
-                { // online softmax: tpr threads per row (16 for a 16-row pass), kpt keys each
+                { // online softmax: tpr threads per row (16 for short passes), kpt keys each
                     const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
-                    const int tpr = kThreads / rows_p2, kpt = kN / tpr;
+                    const int tpr = min(16, kThreads / rows_p2), kpt = kN / tpr;
                     const int r = tid / tpr, c0 = (tid % tpr) * kpt;
                     const bool active = r < MT * 16;
                     const signed char *valid = valid_s + (t % kStages) * kN;
@@ -468,8 +480,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         sv[i] = neg_inf();
                         const int c = c0 + i;
                         if (i < kpt && c <= kmax && valid[c]) {
-                            float s = s_s[r * kSRow + c];
-                            if (kparts == 2) s += s_s[(16 + r) * kSRow + c]; // second k-part
+                            float s = 0.0f;
+                            for (int kp = 0; kp < kparts; kp++) s += s_s[(kp * MT * 16 + r) * kSRow + c];
                             sv[i] = s * p.score_scale;
                         }
                         mx = fmaxf(mx, sv[i]);
@@ -496,35 +508,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 __syncthreads();
 
-                // O = O * alpha + P V over this warp's 64 latent dims
-                uint32_t pa[kMT][2][4];
+                // O = O * alpha + P V over this warp's 32 latent dims
 #pragma unroll
                 for (int mt = 0; mt < kMT; mt++) {
                     if (mt < MT) {
                         const float a0 = alpha_s[mt * 16 + (lane >> 2)], a1 = alpha_s[mt * 16 + (lane >> 2) + 8];
 #pragma unroll
-                        for (int nt = 0; nt < 8; nt++) {
+                        for (int nt = 0; nt < kNT; nt++) {
                             acc[mt][nt][0] *= a0;
                             acc[mt][nt][1] *= a0;
                             acc[mt][nt][2] *= a1;
                             acc[mt][nt][3] *= a1;
                         }
-#pragma unroll
-                        for (int kk = 0; kk < 2; kk++)
-                            ldsm_x4(smem_addr(p_s) + (mt * 16 + (lane & 15)) * kPRowB + kk * 32 + (lane >> 4) * 16, pa[mt][kk]);
                     }
                 }
 #pragma unroll
-                for (int np = 0; np < 4; np++) {
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t pa[kMT][4];
 #pragma unroll
-                    for (int kk = 0; kk < 2; kk++) {
+                    for (int mt = 0; mt < kMT; mt++)
+                        if (mt < MT) ldsm_x4(smem_addr(p_s) + (mt * 16 + (lane & 15)) * kPRowB + kk * 32 + (lane >> 4) * 16, pa[mt]);
+#pragma unroll
+                    for (int np = 0; np < kNT / 2; np++) {
                         uint32_t vb[4];
-                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (warp * 64 + np * 16 + (lane >> 4) * 8) * 2, vb);
+                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (warp * kNT * 8 + np * 16 + (lane >> 4) * 8) * 2, vb);
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
-                                mma_bf16(acc[mt][np * 2], pa[mt][kk], vb[0], vb[1]);
-                                mma_bf16(acc[mt][np * 2 + 1], pa[mt][kk], vb[2], vb[3]);
+                                mma_bf16(acc[mt][np * 2], pa[mt], vb[0], vb[1]);
+                                mma_bf16(acc[mt][np * 2 + 1], pa[mt], vb[2], vb[3]);
                             }
                         }
                     }
@@ -543,8 +555,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const int64_t tok = pc.qs + idx / H, h = idx % H;
                         const float l = l_s[row], inv = l > 0.0f ? p.v_scale / l : 0.0f;
 #pragma unroll
-                        for (int nt = 0; nt < 8; nt++) {
-                            const int d = warp * 64 + nt * 8 + (lane & 3) * 2;
+                        for (int nt = 0; nt < kNT; nt++) {
+                            const int d = warp * kNT * 8 + nt * 8 + (lane & 3) * 2;
                             const float o0 = acc[mt][nt][half * 2] * inv, o1 = acc[mt][nt][half * 2 + 1] * inv;
                             if (pc.loc < 0) {
                                 const int64_t base = tok * a.o_stride_token + h * a.o_stride_head + d;
