@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, H = a.num_heads, P = a.page_size;
     const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
-    if (KVT == AITER_MLA_FP8_E4M3FNUZ) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
+    if (KVT == AITER_MLA_FP8_E4M3FNUZ && tid < 256) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
 
     const int w_end = p.work_indptr[blockIdx.x + 1];
     for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
@@ -431,6 +431,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     kt = wide;
                 }
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
+#ifdef AITER_MLA_EXPERIMENT_LOADS_ONLY
+                if (nk > 0) continue;
+#endif
 
                 // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
                 // warp has a unit; k-parts land in separate rows of s_s and meet in the softmax

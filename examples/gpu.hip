@@ -66,12 +66,23 @@ extern "C" void *gpu_malloc(size_t bytes) {
     return p;
 }
 extern "C" void gpu_free(void *p) { if (p) CHECK(RT(Free)(p)); }
-extern "C" void gpu_upload(void *dst, const void *src, size_t n) { CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyHostToDevice))); }
-extern "C" void gpu_download(void *dst, const void *src, size_t n) { CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyDeviceToHost))); }
+// Uploads and memsets run on the legacy default stream, which does not order itself with
+// non-blocking streams: wait for them, so a kernel on any stream sees their result.
+extern "C" void gpu_upload(void *dst, const void *src, size_t n) {
+    CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyHostToDevice)));
+    CHECK(RT(DeviceSynchronize)());
+}
+extern "C" void gpu_download(void *dst, const void *src, size_t n) {
+    CHECK(RT(DeviceSynchronize)()); // kernels on non-blocking streams included
+    CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyDeviceToHost)));
+}
 extern "C" void gpu_upload_async(void *dst, const void *src, size_t n, void *s) {
     CHECK(RT(MemcpyAsync)(dst, src, n, RT(MemcpyHostToDevice), (stream_t)s));
 }
-extern "C" void gpu_memset(void *p, int byte, size_t n) { CHECK(RT(Memset)(p, byte, n)); }
+extern "C" void gpu_memset(void *p, int byte, size_t n) {
+    CHECK(RT(Memset)(p, byte, n));
+    CHECK(RT(DeviceSynchronize)());
+}
 extern "C" void gpu_sync(void) { CHECK(RT(DeviceSynchronize)()); CHECK(RT(GetLastError)()); }
 extern "C" void *gpu_stream_create(void) { stream_t s; CHECK(RT(StreamCreateWithFlags)(&s, RT(StreamNonBlocking))); return (void *)s; }
 extern "C" void gpu_stream_destroy(void *s) { CHECK(RT(StreamDestroy)((stream_t)s)); }
