@@ -238,11 +238,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     }
 }
 
-// ==== dense decode: tensor-core path (NVIDIA sm_80+, mma.sync m16n8k16 bf16) =================
+// ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, bulk copies) ======
 // Same plan, same pieces, same output conventions as the portable path. Per pass a block
 // takes up to M (16 or 64) (token, head) rows of a work item (Q in shared memory), streams
-// the piece's keys in tiles of 32 through a cp.async ring as deep as shared memory allows
-// (zero-filled where a key is absent), computes S = Q K^T with 16 warps, an online softmax
+// the piece's keys in tiles of 32 through a ring of bulk copies (one per key row, issued by
+// warp 0, completing on per-slot mbarriers) as deep as shared memory allows (absent keys
+// zero-filled), computes S = Q K^T with 16 warps, an online softmax
 // (up to 16 threads per row), and O += P V where warp w owns latent dims [32w, 32w + 32).
 // fp8 caches land in a byte ring and are widened to bf16 (exact: e4m3 fits bf16) by the
 // hardware converter (e4m3fn) or a 256-entry table (e4m3fnuz).
@@ -250,9 +251,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
 
+// The path needs sm_90 (bulk copies, e4m3 converter): taken only when every target this
+// file was built for has it (nvcc lists them in __CUDA_ARCH_LIST__).
+constexpr int kArchs[] = {
+#ifdef __CUDA_ARCH_LIST__
+    __CUDA_ARCH_LIST__
+#else
+    0
+#endif
+};
+constexpr bool archs_at_least(int min, int i = 0) {
+    return i == (int)(sizeof kArchs / sizeof kArchs[0]) || (kArchs[i] >= min && archs_at_least(min, i + 1));
+}
+constexpr bool kEnabled = archs_at_least(900);
+
 constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
 constexpr int kNT = kL / kWarps / 8; // n8-tiles of latent dims per warp (4: 32 dims)
-constexpr int kTPK = kThreads / kN;  // threads per key when loading a tile
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
@@ -268,7 +282,7 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int stage = FP8 ? kN * kD : tile;  // one ring slot
     static constexpr int s_rows = 64;                   // S: rows x k-parts
     static constexpr int fixed = M * kRowB + (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + M * 20 + 512 + 64;
-    static constexpr int stages = (kSmemLimit - fixed) / (stage + kN) > 8 ? 8 : (kSmemLimit - fixed) / (stage + kN);
+    static constexpr int stages = (kSmemLimit - fixed) / (stage + kN + 8) > 8 ? 8 : (kSmemLimit - fixed) / (stage + kN + 8);
     static constexpr int q = 0;
     static constexpr int ring = q + M * kRowB;
     static constexpr int wide = ring + stages * stage;  // fp8: the widened tile
@@ -278,17 +292,29 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int lim = m + 3 * M * 4;           // int64 [M]
     static constexpr int valid = lim + M * 8;           // int8 [stages][kN]
     static constexpr int lut = valid + stages * kN;     // uint16 [256]
-    static constexpr int total = lut + 512;
+    static constexpr int bar = lut + 512;               // uint64 mbarrier [stages]
+    static constexpr int total = bar + 8 * stages;
     static_assert(stages >= 3 && total <= kSmemLimit, "shared memory plan does not fit");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+// Bulk copies (the copy engine, sm_90) completing on an mbarrier of this block.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void mbar_expect_tx_arrive(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nwait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra wait_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -312,7 +338,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { // round t
 }
 // Two OCP e4m3 values (low byte first) to two bf16, exactly (NaN stays NaN).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
     const float lo = __half2float(__ushort_as_half((unsigned short)(h2 & 0xffffu)));
@@ -331,9 +357,9 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool FP8 = KVT != AITER_MLA_BF16;
-    constexpr int kRowSrc = kD * (FP8 ? 1 : 2), kChunks = kRowSrc / 16; // cache row bytes, 16 B pieces
+    constexpr int kRowSrc = kD * (FP8 ? 1 : 2); // cache row bytes
     using S = Smem<FP8, M>;
     constexpr int kM = M, kMT = M / 16, kStages = S::stages;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -347,6 +373,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, H = a.num_heads, P = a.page_size;
     const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::bar);
+    if (tid < kStages) mbar_init(smem_addr(bars + tid), 1);
+    fence_proxy_async();
+    int g_base = 0; // tiles streamed by this block so far
     if (KVT == AITER_MLA_FP8_E4M3FNUZ && tid < 256) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
 
     const int w_end = p.work_indptr[blockIdx.x + 1];
@@ -355,16 +385,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int rows_total = (pc.qe - pc.qs) * H;
         const int ntiles = (int)((pc.n + kN - 1) / kN);
 
-        // Copies of key tile t into ring slot t % kStages: kTPK threads per key, 16 bytes each;
-        // `page` is the key's page id, fetched one tile ahead so the issue never waits on it.
-        const int my_key = tid / kTPK, my_sub = tid % kTPK;
+        // Producer (warp 0, lane = key): bulk-copy key tile t into ring slot g % kStages (g
+        // counts every tile this block has streamed, so each slot's mbarrier phase is g /
+        // kStages); rows of absent keys are zero-filled by plain stores. `page` is the lane's
+        // page id, fetched one tile ahead so the issue never waits on it.
         auto load_tile = [&](int t, int page) {
-            unsigned char *slot = ring + (t % kStages) * S::stage + my_key * (FP8 ? kD : kRowB);
-            const int j = t * kN + my_key;
-            const unsigned char *src = cache + (page < 0 ? 0 : ((int64_t)page * P + (j & (P - 1))) * kRowSrc);
-            for (int part = my_sub; part < kChunks; part += kTPK)
-                cp_async16(smem_addr(slot + part * 16), src + part * 16, page < 0 ? 0 : 16);
-            if (my_sub == 0) valid_s[(t % kStages) * kN + my_key] = page >= 0;
+            const int slot = (g_base + t) % kStages;
+            unsigned char *base = ring + slot * S::stage;
+            const uint32_t bar = smem_addr(bars + slot);
+            const unsigned absent = __ballot_sync(0xffffffffu, page < 0);
+            fence_proxy_async(); // earlier plain stores to this slot come before the copies
+            if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * kRowSrc);
+            __syncwarp();
+            if (page >= 0)
+                bulk_copy(smem_addr(base + lane * (FP8 ? kD : kRowB)),
+                          cache + ((int64_t)page * P + ((t * kN + lane) & (P - 1))) * kRowSrc, kRowSrc, bar);
+            for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
+                const int key = __ffs(m) - 1;
+                for (int c = lane; c < kRowSrc / 16; c += 32)
+                    *reinterpret_cast<uint4 *>(base + key * (FP8 ? kD : kRowB) + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+            }
+            valid_s[slot * kN + lane] = page >= 0;
         };
         for (int r0 = 0; r0 < rows_total; r0 += kM) {
             const int R = min(kM, rows_total - r0), MT = (R + 15) >> 4;
@@ -392,22 +433,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
             __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
-            int next_page = piece_page(p, pc, my_key);
-#pragma unroll
-            for (int t = 0; t < kStages - 1; t++) {
-                if (t < ntiles) load_tile(t, next_page);
-                cp_async_commit();
-                next_page = piece_page(p, pc, (t + 1) * kN + my_key);
+            int next_page = 0;
+            if (warp == 0) {
+                next_page = piece_page(p, pc, lane);
+                for (int t = 0; t < kStages - 1 && t < ntiles; t++) {
+                    load_tile(t, next_page);
+                    next_page = piece_page(p, pc, (t + 1) * kN + lane);
+                }
             }
             for (int t = 0; t < ntiles; t++) {
-                cp_async_wait<kStages - 2>();
-                __syncthreads(); // tile t landed; every warp is done with tile t - 1
-                if (t + kStages - 1 < ntiles) load_tile(t + kStages - 1, next_page);
-                cp_async_commit();
-                next_page = piece_page(p, pc, (t + kStages) * kN + my_key);
+                const int slot = (g_base + t) % kStages;
+                mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + t) / kStages) & 1u);
+                __syncthreads(); // tile t landed (and its zero rows); every warp is done with tile t - 1
+                if (warp == 0 && t + kStages - 1 < ntiles) {
+                    load_tile(t + kStages - 1, next_page);
+                    next_page = piece_page(p, pc, (t + kStages) * kN + lane);
+                }
                 const int64_t k0 = (int64_t)t * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
-                const unsigned char *kt = ring + (t % kStages) * S::stage;
+                const unsigned char *kt = ring + slot * S::stage;
                 if (FP8) { // widen the byte tile to bf16
                     unsigned char *wide = smem + S::wide;
                     for (int c = tid; c < kN * kD / 8; c += kThreads) {
@@ -445,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
                     const int kb = kp * steps, ke = kb + steps;
                     int kk = kb;
-#pragma unroll 3
+#pragma unroll 1
                     for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
                         uint32_t af[4], b0, b1, af2[4], b2, b3;
                         ldsm_x4(qa + kk * 32, af);
@@ -474,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const int tpr = min(16, kThreads / rows_p2), kpt = kN / tpr;
                     const int r = tid / tpr, c0 = (tid % tpr) * kpt;
                     const bool active = r < MT * 16;
-                    const signed char *valid = valid_s + (t % kStages) * kN;
+                    const signed char *valid = valid_s + slot * kN;
                     // last key of this tile the row may see (causal rule and the piece's end)
                     const int kmax = active ? (int)min(max(lim_s[r] - pc.tok0 - k0, (long long)-1), (long long)nk - 1) : -1;
                     float sv[8], mx = neg_inf();
@@ -545,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     }
                 }
             }
-            cp_async_wait<0>();
+            g_base += ntiles;
 
             // write: o / l (times the fp8 V scale), lse in natural log
 #pragma unroll
@@ -752,7 +796,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     // tensor-core path: bf16 q (16-byte rows), bf16 or fp8 cache
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
                       a->q_stride_head % 8 == 0;
-    if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
+    if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
         const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
         switch (a->kv_dtype) {
