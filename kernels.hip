@@ -266,35 +266,47 @@ constexpr bool archs_at_least(int min, int i = 0) {
 constexpr bool kEnabled = archs_at_least(900);
 
 constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
-constexpr int kNT = kL / kWarps / 8; // n8-tiles of latent dims per warp (4: 32 dims)
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
 constexpr int kSteps = kD / 16;     // 36 k-steps of 16 over the 576 dims
 constexpr int kSmemLimit = 227 * 1024;
 
-// Shared-memory plan of one variant: M rows per pass (16 for the memory-bound shapes,
-// 64 otherwise); the ring takes as many key tiles as the rest leaves room for, so the
-// narrow variants keep more bytes in flight.
+// Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
+// otherwise. The 16-row variant runs two independent groups of 8 warps, each streaming
+// every other key tile with its own ring, barriers and softmax state, merged at the end
+// of the pass: a group's barriers then stall only its own 8 warps while the other computes.
+// The 64-row variant is one group of 16 warps (its accumulators would not fit twice).
 template <bool FP8, int M>
 struct Smem { // byte offsets into the dynamic shared memory
-    static constexpr int tile = kN * kRowB;             // one bf16 key tile
-    static constexpr int stage = FP8 ? kN * kD : tile;  // one ring slot
-    static constexpr int s_rows = 64;                   // S: rows x k-parts
-    static constexpr int fixed = M * kRowB + (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + M * 20 + 512 + 64;
-    static constexpr int stages = (kSmemLimit - fixed) / (stage + kN + 8) > 8 ? 8 : (kSmemLimit - fixed) / (stage + kN + 8);
+    static constexpr int groups = M == 16 ? 2 : 1;
+    static constexpr int group_warps = kWarps / groups;
+    static constexpr int tile = kN * kRowB;                       // one bf16 key tile
+    static constexpr int stage = FP8 ? kN * kD : tile;            // one ring slot
+    static constexpr int s_rows = M == 16 ? 16 * (group_warps / 4) : 64; // S rows x k-parts
+    static constexpr int group_fixed = (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
+    static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
+    static constexpr int per_stage = stage + kN + 8;               // slot, valid flags, mbarrier
+    static constexpr int fit = (kSmemLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
+    static constexpr int stages = fit > 8 ? 8 : fit;               // ring slots per group
+    // shared by the groups
     static constexpr int q = 0;
-    static constexpr int ring = q + M * kRowB;
-    static constexpr int wide = ring + stages * stage;  // fp8: the widened tile
+    static constexpr int lim = q + M * kRowB;                      // int64 [M]
+    static constexpr int lut = lim + M * 8;                        // uint16 [256]
+    static constexpr int group0 = lut + 512;
+    // per group, at group0 + g * group_bytes
+    static constexpr int ring = 0;
+    static constexpr int wide = ring + stages * stage;             // fp8: the widened tile
     static constexpr int s = wide + (FP8 ? tile : 0);
     static constexpr int p = s + s_rows * kSRow * 4;
-    static constexpr int m = p + M * kPRowB;            // float m, l, alpha [M]
-    static constexpr int lim = m + 3 * M * 4;           // int64 [M]
-    static constexpr int valid = lim + M * 8;           // int8 [stages][kN]
-    static constexpr int lut = valid + stages * kN;     // uint16 [256]
-    static constexpr int bar = lut + 512;               // uint64 mbarrier [stages]
-    static constexpr int total = bar + 8 * stages;
-    static_assert(stages >= 3 && total <= kSmemLimit, "shared memory plan does not fit");
+    static constexpr int m = p + M * kPRowB;                       // float m, l, alpha [M]
+    static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
+    static constexpr int bar = (valid + stages * kN + 7) / 8 * 8;  // uint64 mbarrier [stages]
+    static constexpr int group_bytes = (bar + 8 * stages + 127) / 128 * 128;
+    static constexpr int total = group0 + groups * group_bytes;
+    static_assert(stages >= 2 && total <= kSmemLimit, "shared memory plan does not fit");
+    static_assert(groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
+                  "the merge of the groups reuses a ring");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -361,36 +373,47 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     constexpr bool FP8 = KVT != AITER_MLA_BF16;
     constexpr int kRowSrc = kD * (FP8 ? 1 : 2); // cache row bytes
     using S = Smem<FP8, M>;
-    constexpr int kM = M, kMT = M / 16, kStages = S::stages;
+    constexpr int kM = M, kMT = M / 16, kStages = S::stages, kGroups = S::groups, kGW = S::group_warps;
+    constexpr int kGT = kGW * 32, kNT = kL / kGW / 8; // threads per group, n8-tiles of dims per warp
     extern __shared__ __align__(128) unsigned char smem[];
-    unsigned char *q_s = smem + S::q, *ring = smem + S::ring, *p_s = smem + S::p;
-    float *s_s = reinterpret_cast<float *>(smem + S::s);
-    float *m_s = reinterpret_cast<float *>(smem + S::m), *l_s = m_s + kM, *alpha_s = l_s + kM;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int grp = warp / kGW, gw = warp % kGW, gt = tid % kGT;
+    unsigned char *q_s = smem + S::q, *g_s = smem + S::group0 + grp * S::group_bytes;
+    unsigned char *ring = g_s + S::ring, *p_s = g_s + S::p;
+    float *s_s = reinterpret_cast<float *>(g_s + S::s);
+    float *m_s = reinterpret_cast<float *>(g_s + S::m), *l_s = m_s + kM, *alpha_s = l_s + kM;
     long long *lim_s = reinterpret_cast<long long *>(smem + S::lim);
-    signed char *valid_s = reinterpret_cast<signed char *>(smem + S::valid);
+    signed char *valid_s = reinterpret_cast<signed char *>(g_s + S::valid);
     uint16_t *lut = reinterpret_cast<uint16_t *>(smem + S::lut);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(g_s + S::bar);
+    // a group's own barrier (named barrier 1 + group) or the block's when there is one group
+    auto group_sync = [&]() {
+        if (kGroups == 1) __syncthreads();
+        else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + grp), "r"(kGT) : "memory");
+    };
 
     const aiter_mla_decode_args &a = p.a;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, H = a.num_heads, P = a.page_size;
+    const int H = a.num_heads, P = a.page_size;
     const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
-    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::bar);
-    if (tid < kStages) mbar_init(smem_addr(bars + tid), 1);
+    if (gt < kStages) mbar_init(smem_addr(bars + gt), 1);
     fence_proxy_async();
-    int g_base = 0; // tiles streamed by this block so far
+    int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
     if (KVT == AITER_MLA_FP8_E4M3FNUZ && tid < 256) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
 
     const int w_end = p.work_indptr[blockIdx.x + 1];
     for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
         const Piece pc = load_piece(p, w);
         const int rows_total = (pc.qe - pc.qs) * H;
-        const int ntiles = (int)((pc.n + kN - 1) / kN);
+        const int ntiles_all = (int)((pc.n + kN - 1) / kN);
+        const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
-        // Producer (warp 0, lane = key): bulk-copy key tile t into ring slot g % kStages (g
-        // counts every tile this block has streamed, so each slot's mbarrier phase is g /
-        // kStages); rows of absent keys are zero-filled by plain stores. `page` is the lane's
-        // page id, fetched one tile ahead so the issue never waits on it.
-        auto load_tile = [&](int t, int page) {
-            const int slot = (g_base + t) % kStages;
+        // Producer (the group's first warp, lane = key): bulk-copy the group's i-th key tile
+        // into slot (g_base + i) % kStages, completing on that slot's mbarrier; rows of
+        // absent keys are zero-filled by plain stores. `page` is the lane's page id, fetched
+        // one tile ahead so the issue never waits on it.
+        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + lane; };
+        auto load_tile = [&](int i, int page) {
+            const int slot = (g_base + i) % kStages;
             unsigned char *base = ring + slot * S::stage;
             const uint32_t bar = smem_addr(bars + slot);
             const unsigned absent = __ballot_sync(0xffffffffu, page < 0);
@@ -399,7 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             __syncwarp();
             if (page >= 0)
                 bulk_copy(smem_addr(base + lane * (FP8 ? kD : kRowB)),
-                          cache + ((int64_t)page * P + ((t * kN + lane) & (P - 1))) * kRowSrc, kRowSrc, bar);
+                          cache + ((int64_t)page * P + (key_of(i) & (P - 1))) * kRowSrc, kRowSrc, bar);
             for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
                 const int key = __ffs(m) - 1;
                 for (int c = lane; c < kRowSrc / 16; c += 32)
@@ -407,8 +430,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             }
             valid_s[slot * kN + lane] = page >= 0;
         };
+
         for (int r0 = 0; r0 < rows_total; r0 += kM) {
-            const int R = min(kM, rows_total - r0), MT = (R + 15) >> 4;
+            // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
+            const int R = min(kM, rows_total - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
             for (int c = tid; c < MT * 16 * (kD / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
                 const int r = c / (kD / 8), part = c - r * (kD / 8);
                 uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -419,10 +444,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 *reinterpret_cast<uint4 *>(q_s + r * kRowB + part * 16) = v;
             }
-            if (tid < kM) {
-                lim_s[tid] = pc.kv_len - pc.q_len + (pc.qs + (r0 + tid) / H - pc.q_begin);
-                m_s[tid] = neg_inf();
-                l_s[tid] = 0.0f;
+            if (tid < kM) lim_s[tid] = pc.kv_len - pc.q_len + (pc.qs + (r0 + tid) / H - pc.q_begin);
+            if (gt < kM) {
+                m_s[gt] = neg_inf();
+                l_s[gt] = 0.0f;
             }
             float acc[kMT][kNT][4];
 #pragma unroll
@@ -434,31 +459,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
             __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
             int next_page = 0;
-            if (warp == 0) {
-                next_page = piece_page(p, pc, lane);
-                for (int t = 0; t < kStages - 1 && t < ntiles; t++) {
-                    load_tile(t, next_page);
-                    next_page = piece_page(p, pc, (t + 1) * kN + lane);
+            if (gw == 0) {
+                next_page = piece_page(p, pc, key_of(0));
+                for (int i = 0; i < kStages - 1 && i < ntiles; i++) {
+                    load_tile(i, next_page);
+                    next_page = piece_page(p, pc, key_of(i + 1));
                 }
             }
-            for (int t = 0; t < ntiles; t++) {
-                const int slot = (g_base + t) % kStages;
-                mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + t) / kStages) & 1u);
-                __syncthreads(); // tile t landed (and its zero rows); every warp is done with tile t - 1
-                if (warp == 0 && t + kStages - 1 < ntiles) {
-                    load_tile(t + kStages - 1, next_page);
-                    next_page = piece_page(p, pc, (t + kStages) * kN + lane);
+            for (int i = 0; i < ntiles; i++) {
+                const int slot = (g_base + i) % kStages;
+                mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + i) / kStages) & 1u);
+                group_sync(); // tile i landed (and its zero rows); the group is done with tile i - 1
+                if (gw == 0 && i + kStages - 1 < ntiles) {
+                    load_tile(i + kStages - 1, next_page);
+                    next_page = piece_page(p, pc, key_of(i + kStages));
                 }
-                const int64_t k0 = (int64_t)t * kN;
+                const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
                 const unsigned char *kt = ring + slot * S::stage;
                 if (FP8) { // widen the byte tile to bf16
-                    unsigned char *wide = smem + S::wide;
-                    for (int c = tid; c < kN * kD / 8; c += kThreads) {
+                    unsigned char *wide = g_s + S::wide;
+                    for (int c = gt; c < kN * kD / 8; c += kGT) {
                         const int key = c / (kD / 8), part = c - key * (kD / 8);
                         const uint2 v8 = *reinterpret_cast<const uint2 *>(kt + key * kD + part * 8);
                         uint4 o;
-                        if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter (sm_89+)
+                        if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter
                             o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
                             o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
                             o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
@@ -471,25 +496,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         }
                         *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
                     }
-                    __syncthreads();
+                    group_sync();
                     kt = wide;
                 }
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
-#ifdef AITER_MLA_EXPERIMENT_LOADS_ONLY
-                if (nk > 0) continue;
-#endif
 
                 // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
-                // warp has a unit; k-parts land in separate rows of s_s and meet in the softmax
-                const int kparts = MT == 1 ? 4 : MT == 2 ? 2 : 1, units = 4 * MT * kparts, steps = kSteps / kparts;
-                for (int u = warp; u < units; u += kWarps) {
+                // warp of the group has a unit; k-parts land in separate rows of s_s
+                const int kparts = MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
+                const int units = 4 * MT * kparts, steps = kSteps / kparts;
+                for (int u = gw; u < units; u += kGW) {
                     const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
                     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
                     const int kb = kp * steps, ke = kb + steps;
                     int kk = kb;
-#pragma unroll 1
+#pragma unroll 5
                     for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
                         uint32_t af[4], b0, b1, af2[4], b2, b3;
                         ldsm_x4(qa + kk * 32, af);
@@ -511,27 +534,29 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
                     *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
                 }
-                __syncthreads();
+                group_sync();
 
                 { // online softmax: tpr threads per row (16 for short passes), kpt keys each
                     const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
-                    const int tpr = min(16, kThreads / rows_p2), kpt = kN / tpr;
-                    const int r = tid / tpr, c0 = (tid % tpr) * kpt;
+                    const int tpr = min(16, kGT / rows_p2), kpt = kN / tpr;
+                    const int r = gt / tpr, c0 = (gt % tpr) * kpt;
                     const bool active = r < MT * 16;
                     const signed char *valid = valid_s + slot * kN;
                     // last key of this tile the row may see (causal rule and the piece's end)
                     const int kmax = active ? (int)min(max(lim_s[r] - pc.tok0 - k0, (long long)-1), (long long)nk - 1) : -1;
                     float sv[8], mx = neg_inf();
 #pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        sv[i] = neg_inf();
-                        const int c = c0 + i;
-                        if (i < kpt && c <= kmax && valid[c]) {
+                    for (int j = 0; j < 8; j++) {
+                        sv[j] = neg_inf();
+                        const int c = c0 + j;
+                        if (j < kpt && c <= kmax && valid[c]) {
                             float s = 0.0f;
-                            for (int kp = 0; kp < kparts; kp++) s += s_s[(kp * MT * 16 + r) * kSRow + c];
-                            sv[i] = s * p.score_scale;
+#pragma unroll
+                            for (int kp = 0; kp < 4; kp++)
+                                if (kp < kparts) s += s_s[(kp * MT * 16 + r) * kSRow + c];
+                            sv[j] = s * p.score_scale;
                         }
-                        mx = fmaxf(mx, sv[i]);
+                        mx = fmaxf(mx, sv[j]);
                     }
                     for (int o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
                     const float m_old = active ? m_s[r] : neg_inf(), m_new = fmaxf(m_old, mx);
@@ -539,11 +564,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const float alpha = fast_exp2(m_old - m_use);
                     float sum = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 8; i += 2) {
-                        if (i < kpt) {
-                            const float e0 = fast_exp2(sv[i] - m_use), e1 = fast_exp2(sv[i + 1] - m_use);
+                    for (int j = 0; j < 8; j += 2) {
+                        if (j < kpt) {
+                            const float e0 = fast_exp2(sv[j] - m_use), e1 = fast_exp2(sv[j + 1] - m_use);
                             sum += e0 + e1;
-                            if (active) *reinterpret_cast<uint32_t *>(p_s + r * kPRowB + (c0 + i) * 2) = pack_bf16x2(e0, e1);
+                            if (active) *reinterpret_cast<uint32_t *>(p_s + r * kPRowB + (c0 + j) * 2) = pack_bf16x2(e0, e1);
                         }
                     }
                     for (int o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -553,9 +578,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         alpha_s[r] = alpha;
                     }
                 }
-                __syncthreads();
+                group_sync();
 
-                // O = O * alpha + P V over this warp's 32 latent dims
+                // O = O * alpha + P V over this warp's kNT * 8 latent dims
 #pragma unroll
                 for (int mt = 0; mt < kMT; mt++) {
                     if (mt < MT) {
@@ -578,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int np = 0; np < kNT / 2; np++) {
                         uint32_t vb[4];
-                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (warp * kNT * 8 + np * 16 + (lane >> 4) * 8) * 2, vb);
+                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (gw * kNT * 8 + np * 16 + (lane >> 4) * 8) * 2, vb);
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
@@ -591,44 +616,76 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             }
             g_base += ntiles;
 
-            // write: o / l (times the fp8 V scale), lse in natural log
+            // Two groups: group 1 hands its O to group 0 through its own ring (free now), in
+            // register order (warp gw of each group holds the same dims); its m and l stay in
+            // its softmax state. Group 0 merges while it writes.
+            const float *xo = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::ring);
+            if (kGroups > 1) {
+                if (grp == 1) {
+                    float *xw = reinterpret_cast<float *>(smem + S::group0 + S::group_bytes + S::ring);
 #pragma unroll
-            for (int mt = 0; mt < kMT; mt++) {
+                    for (int mt = 0; mt < kMT; mt++)
 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int row = mt * 16 + (lane >> 2) + half * 8;
-                    if (mt < MT && row < R) {
-                        const int idx = r0 + row;
-                        const int64_t tok = pc.qs + idx / H, h = idx % H;
-                        const float l = l_s[row], inv = l > 0.0f ? p.v_scale / l : 0.0f;
+                        for (int nt = 0; nt < kNT; nt++)
 #pragma unroll
-                        for (int nt = 0; nt < kNT; nt++) {
-                            const int d = warp * kNT * 8 + nt * 8 + (lane & 3) * 2;
-                            const float o0 = acc[mt][nt][half * 2] * inv, o1 = acc[mt][nt][half * 2 + 1] * inv;
-                            if (pc.loc < 0) {
-                                const int64_t base = tok * a.o_stride_token + h * a.o_stride_head + d;
-                                aiter_mla_store_f32(a.o, base, a.o_dtype, o0);
-                                aiter_mla_store_f32(a.o, base + 1, a.o_dtype, o1);
-                            } else {
-                                const int64_t pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-                                *reinterpret_cast<float2 *>(p.part_o + pr * kL + d) = make_float2(o0, o1);
+                            for (int e = 0; e < 4; e++) xw[((gw * kMT + mt) * kNT * 4 + nt * 4 + e) * 32 + lane] = acc[mt][nt][e];
+                }
+                __syncthreads();
+            }
+
+            // write (group 0): o / l (times the fp8 V scale), lse in natural log
+            if (grp == 0) {
+                const float *m1 = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::m), *l1 = m1 + kM;
+#pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int row = mt * 16 + (lane >> 2) + half * 8;
+                        if (mt < MT && row < R) {
+                            float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
+                            if (kGroups > 1) {
+                                const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
+                                fa = fast_exp2(m - mu);
+                                fb = fast_exp2(m1[row] - mu);
+                                l = l * fa + l1[row] * fb;
+                                m = mm;
+                            }
+                            const int idx = r0 + row;
+                            const int64_t tok = pc.qs + idx / H, h = idx % H;
+                            const float inv = l > 0.0f ? p.v_scale / l : 0.0f;
+#pragma unroll
+                            for (int nt = 0; nt < kNT; nt++) {
+                                const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
+                                float o0 = acc[mt][nt][half * 2], o1 = acc[mt][nt][half * 2 + 1];
+                                if (kGroups > 1) {
+                                    const float *x = xo + ((gw * kMT + mt) * kNT * 4 + nt * 4 + half * 2) * 32 + lane;
+                                    o0 = o0 * fa + x[0] * fb;
+                                    o1 = o1 * fa + x[32] * fb;
+                                }
+                                o0 *= inv;
+                                o1 *= inv;
+                                if (pc.loc < 0) {
+                                    const int64_t base = tok * a.o_stride_token + h * a.o_stride_head + d;
+                                    aiter_mla_store_f32(a.o, base, a.o_dtype, o0);
+                                    aiter_mla_store_f32(a.o, base + 1, a.o_dtype, o1);
+                                } else {
+                                    const int64_t pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
+                                    *reinterpret_cast<float2 *>(p.part_o + pr * kL + d) = make_float2(o0, o1);
+                                }
+                            }
+                            if (gw == 0 && (lane & 3) == 0) {
+                                const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+                                if (pc.loc < 0) {
+                                    if (a.lse) a.lse[tok * H + h] = lse;
+                                } else {
+                                    p.part_lse[(int64_t)(pc.loc + tok - pc.qs) * H + h] = lse;
+                                }
                             }
                         }
                     }
                 }
             }
-            if (tid < R) {
-                const int idx = r0 + tid;
-                const int64_t tok = pc.qs + idx / H, h = idx % H;
-                const float l = l_s[tid];
-                const float lse = l > 0.0f ? (m_s[tid] + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-                if (pc.loc < 0) {
-                    if (a.lse) a.lse[tok * H + h] = lse;
-                } else {
-                    p.part_lse[(int64_t)(pc.loc + tok - pc.qs) * H + h] = lse;
-                }
-            }
-            __syncthreads(); // Q, m, l are refilled by the next pass
+            __syncthreads(); // Q, m, l and the merge area are refilled by the next pass
         }
     }
 #endif
