@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
                     const int kb = kp * steps, ke = kb + steps;
                     int kk = kb;
-#pragma unroll 5
+#pragma unroll(kM == 16 ? 5 : 1)
                     for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
                         uint32_t af[4], b0, b1, af2[4], b2, b3;
                         ldsm_x4(qa + kk * 32, af);
@@ -622,6 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             const float *xo = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::ring);
             if (kGroups > 1) {
                 if (grp == 1) {
+                    group_sync(); // the group's last tile may still be read from its ring
                     float *xw = reinterpret_cast<float *>(smem + S::group0 + S::group_bytes + S::ring);
 #pragma unroll
                     for (int mt = 0; mt < kMT; mt++)
