@@ -389,7 +389,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     // a group's own barrier (named barrier 1 + group) or the block's when there is one group
     auto group_sync = [&]() {
         if (kGroups == 1) __syncthreads();
-        else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + grp), "r"(kGT) : "memory");
+        else if (grp == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(kGT) : "memory");
+        else asm volatile("bar.sync 2, %0;\n" ::"n"(kGT) : "memory");
     };
 
     const aiter_mla_decode_args &a = p.a;
@@ -572,6 +573,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         }
                     }
                     for (int o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                    __syncwarp(); // every lane of the row has read m_old before it is replaced
                     if (active && c0 == 0) {
                         l_s[r] = l_s[r] * alpha + sum;
                         m_s[r] = m_new;
