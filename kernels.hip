@@ -467,7 +467,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     next_page = piece_page(p, pc, key_of(i + 1));
                 }
             }
-            for (int i = 0; i < ntiles; i++) {
+            // Both groups run the same number of iterations (a group with one tile fewer passes
+            // the barriers of an empty one), so their barrier sequences pair up across the
+            // block, as race checkers expect.
+            const int iters = (ntiles_all + kGroups - 1) / kGroups;
+            for (int i = 0; i < iters; i++) {
+                if (i >= ntiles) {
+#pragma unroll
+                    for (int b = 0; b < (FP8 ? 4 : 3); b++) group_sync();
+                    continue;
+                }
                 const int slot = (g_base + i) % kStages;
                 mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + i) / kStages) & 1u);
                 group_sync(); // tile i landed (and its zero rows); the group is done with tile i - 1
@@ -623,8 +632,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // its softmax state. Group 0 merges while it writes.
             const float *xo = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::ring);
             if (kGroups > 1) {
+                group_sync(); // group 1's last tile may still be read from its ring
                 if (grp == 1) {
-                    group_sync(); // the group's last tile may still be read from its ring
                     float *xw = reinterpret_cast<float *>(smem + S::group0 + S::group_bytes + S::ring);
 #pragma unroll
                     for (int mt = 0; mt < kMT; mt++)
