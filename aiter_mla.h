@@ -4,7 +4,8 @@
  * the multi-head latent attention (MLA) of DeepSeek V2/V3: host planners, head-padding
  * helpers, validating launch wrappers, GPU kernels for AMD (hipcc) and NVIDIA (nvcc on the
  * same source) and a CPU reference for every operation. No Python, no allocation behind
- * your back, no device queries, no stream creation. SPEC.md states what each op computes.
+ * your back, no device queries, no stream creation. docs/SPEC.md states what each op
+ * computes (the "SPEC n" section numbers below); docs/DESIGN.md explains the layout.
  *
  * ---------------------------------------------------------------------------------------
  * INCLUDING
