@@ -29,14 +29,17 @@
  *        aiter_mla_decode_plan_info info;
  *        aiter_mla_decode_plan_get_info(&pd, &info);
  *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best)
- *        device: int32_t plan_d[info.plan_ints], workspace of info.workspace_bytes bytes
+ *        device: int32_t plan_d[info.plan_ints], and a 16-byte aligned workspace of
+ *                info.workspace_bytes bytes (fp32 partials of split pieces)
  *
  *   2. Every step: build the paged-KV metadata and the split-KV plan on the host, copy the
  *      plan to the device (one copy), and launch.
  *        aiter_mla_decode_metadata_build(&meta);          block table -> indptr/indices
  *        aiter_mla_decode_plan_build(&info, qo_indptr_h, kv_indptr_h, last_page_lens_h,
  *                                    batch, plan_h);
- *        memcpy-async plan_h -> plan_d (and the metadata arrays -> device)
+ *        memcpy-async plan_h -> plan_d (and the metadata arrays -> device); do not
+ *        rebuild plan_h before that copy has finished (double-buffer it, or wait on an
+ *        event recorded after the copy)
  *        aiter_mla_decode_args a = {0};
  *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = pages;  a.o = o_d;
  *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
@@ -47,8 +50,10 @@
  *        if (aiter_mla_decode(&a, stream) != AITER_MLA_OK)
  *            fprintf(stderr, "%s\n", aiter_mla_last_error());
  *
- *      aiter_mla_decode_ref(&a) computes the same on host pointers (the CPU reference).
- *      examples/decode.c is this recipe as a complete program.
+ *      The same struct with host copies of q, the cache and the four metadata arrays is
+ *      the CPU reference: aiter_mla_decode_ref(&a) (plan and workspace unused), or
+ *      aiter_mla_decode_ref_scheduled(&a) with plan_h and a host workspace, which replays
+ *      the plan's pieces and reduce. examples/decode.c is this recipe as a program.
  *
  * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
@@ -64,9 +69,15 @@
  *
  *   Every call that can fail returns aiter_mla_status. On failure,
  *   aiter_mla_last_error() (thread-local) names the operation, the offending field and
- *   the rule, e.g. "decode: num_heads = 129 is outside 1..128". Bad input never crashes,
- *   aborts or reads out of bounds; page ids or slots that are negative or out of range
- *   are data (the key is skipped, the write is dropped), not undefined behaviour.
+ *   the rule, e.g. "decode: num_heads = 129 is outside 1..128". Everything the library
+ *   can check is checked before any work: pointers, ranges, shapes against the plan, and
+ *   the contents of host index arrays (indptrs, lengths, plans, reduce maps), so bad
+ *   input never crashes or aborts. Buffers whose length the library cannot know (q, o
+ *   and the cache against the indptrs; device copies of plans, which the GPU path cannot
+ *   read on the host) are trusted to match what they were built from. Page ids and slots
+ *   that are negative or out of range are data: the key is skipped, the write dropped.
+ *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
+ *   earlier asynchronous failure on the device.
  *
  * WHAT THIS LIBRARY DOES NOT DO
  *
@@ -288,7 +299,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *
 /* ==== page-index expansion (SPEC 1d) ====================================================
  * page_indices[cu_num_tokens[r] + t] = block_table[r, t / K] * K + t % K for t < seq_lens[r],
  * K = kernel_block_size. Turns a block table into per-token flat slots (page size 1).
- * A block id < 0, or a block index t / K at or beyond block_table_stride, gives -1.
+ * A block id < 0, a block index t / K at or beyond block_table_stride, or a slot that does
+ * not fit int32 gives -1.
  * The reference rejects cu_num_tokens that are not monotone or exceed the capacity; the
  * GPU version cannot read them on the host and drops writes outside the capacity. */
 typedef struct aiter_mla_expand_page_indices_args {
@@ -371,7 +383,7 @@ typedef struct aiter_mla_decode_plan_desc {
     int num_cu;         /* >= 1: multiprocessors / CUs the decode kernel may fill */
     int page_size;      /* power of two 1..256; 0 means 1 */
     int kv_granularity; /* tokens per planning block, power of two 16..4096; 0 means 64 */
-    int overhead_blocks; /* fixed cost of a work item in blocks, 0..64; 0 means 1 */
+    int overhead_blocks; /* fixed cost of a work item in blocks, 1..64; 0 means 1 */
 } aiter_mla_decode_plan_desc;
 
 typedef struct aiter_mla_decode_plan_info {
@@ -421,8 +433,10 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
  * the plan gives each of its tiles one empty work item). Page ids outside [0, num_pages)
  * are skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
- * The GPU path needs kv_cache 16-byte aligned; bf16 q with 16-byte aligned rows takes the
- * tensor-core kernel (NVIDIA), everything else the portable one.
+ * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
+ * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
+ * elements) over a bf16 or fp8 cache takes the tensor-core kernel; everything else the
+ * portable one.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
@@ -440,7 +454,9 @@ typedef struct aiter_mla_decode_args {
     int64_t o_stride_head;      /* 0 means 512 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
     const int32_t *plan;        /* plan buffer (device for aiter_mla_decode; host for the
-                                   scheduled reference; unused by aiter_mla_decode_ref) */
+                                   scheduled reference; unused by aiter_mla_decode_ref); it
+                                   must come from aiter_mla_decode_plan_build with this batch
+                                   and these arrays (only the scheduled reference checks) */
     const aiter_mla_decode_plan_info *plan_info; /* host struct the plan was sized with */
     void *workspace;            /* info.workspace_bytes: fp32 partials (same memory space as plan) */
     size_t workspace_bytes;
@@ -474,10 +490,11 @@ typedef struct aiter_mla_reduce_args {
     const int32_t *reduce_final_map;  /* [num_tiles, 2] (qo_start, qo_end) */
     const int32_t *reduce_partial_map;/* [reduce_indptr[num_tiles]] first partial row */
     int num_tiles;              /* tiles to visit (tiles with < 2 pieces are skipped) */
+    int num_partial_rows;       /* rows in partial_o / partial_lse (bounds the maps) */
     int num_heads;              /* 1..128 */
     int dv;                     /* 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32 */
     float *lse;                 /* [T, H], optional */
     aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
 } aiter_mla_reduce_args;
@@ -531,12 +548,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache
 /* ======================================================================================
  * Internal helpers shared by the CPU reference and the kernels (one definition each).
  * ====================================================================================== */
-/* One expanded slot: -1 for a negative block id or a block beyond the row. */
+/* One expanded slot: -1 for a negative block id, a block beyond the row, or int32 overflow. */
 AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, int32_t t, int k) {
-    int32_t blk = t / k, id;
-    if (blk >= stride) return -1;
-    id = row[blk];
-    return id < 0 ? -1 : id * k + t % k;
+    int32_t blk = t / k;
+    int64_t slot;
+    if (blk >= stride || row[blk] < 0) return -1;
+    slot = (int64_t)row[blk] * k + t % k;
+    return slot > INT32_MAX ? -1 : (int32_t)slot;
 }
 
 /* Keys of request b: (pages - 1) * page_size + last page, 0 when it has no page. */
@@ -652,6 +670,8 @@ static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %d is not a power of two", \
                                    op, name, (int)(val));                                          \
     } while (0)
+/* Strides above 2^32 elements are refused: row * stride then stays far inside int64. */
+#define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
 #define AITER_MLA__CHECK(expr) do { aiter_mla_status st_ = (expr); if (st_ != AITER_MLA_OK) return st_; } while (0)
 
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
@@ -888,7 +908,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
     AITER_MLA__POW2(op, d.page_size, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
     AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
-    AITER_MLA__RANGE(op, d.overhead_blocks, 0, 64, "overhead_blocks");
+    AITER_MLA__RANGE(op, d.overhead_blocks, 1, 64, "overhead_blocks");
     memset(info, 0, sizeof *info);
     info->desc = d;
     info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, 64 / d.num_heads));
@@ -933,14 +953,22 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
 
 /* The info must be what get_info makes of its desc (a stale or hand-made one is refused). */
 static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_mla_decode_plan_info *info) {
-    aiter_mla_decode_plan_info fresh;
+    aiter_mla_decode_plan_info f;
+    const aiter_mla_decode_plan_desc *d = &f.desc, *e;
     AITER_MLA__NEED(op, info, "plan_info");
-    if (aiter_mla_decode_plan_get_info(&info->desc, &fresh) != AITER_MLA_OK || fresh.plan_ints != info->plan_ints ||
-        fresh.max_work != info->max_work || fresh.max_partials != info->max_partials ||
-        fresh.tokens_per_tile != info->tokens_per_tile || fresh.workspace_bytes != info->workspace_bytes ||
-        fresh.off_reduce_partial_map != info->off_reduce_partial_map)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info was not made by aiter_mla_decode_plan_get_info",
-                               op);
+    e = &info->desc;
+    if (aiter_mla_decode_plan_get_info(e, &f) != AITER_MLA_OK || d->max_batch != e->max_batch ||
+        d->num_heads != e->num_heads || d->max_q_len != e->max_q_len || d->num_cu != e->num_cu ||
+        d->page_size != e->page_size || d->kv_granularity != e->kv_granularity ||
+        d->overhead_blocks != e->overhead_blocks || f.tokens_per_tile != info->tokens_per_tile ||
+        f.max_tiles != info->max_tiles || f.max_work != info->max_work || f.max_reduce_tiles != info->max_reduce_tiles ||
+        f.max_partials != info->max_partials || f.max_partial_rows != info->max_partial_rows ||
+        f.off_work_indptr != info->off_work_indptr || f.off_work_info != info->off_work_info ||
+        f.off_reduce_indptr != info->off_reduce_indptr || f.off_reduce_final_map != info->off_reduce_final_map ||
+        f.off_reduce_partial_map != info->off_reduce_partial_map || f.plan_ints != info->plan_ints ||
+        f.workspace_bytes != info->workspace_bytes)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
+                               "%s: plan_info differs from what aiter_mla_decode_plan_get_info makes of its desc", op);
     return AITER_MLA_OK;
 }
 
@@ -960,7 +988,7 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
     if (qo[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr[0] = %d is negative", op, qo[0]);
     if (kvp[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_indptr[0] = %d is negative", op, kvp[0]);
     for (b = 0; b < batch; b++) {
-        int32_t pages = kvp[b + 1] - kvp[b];
+        int64_t pages = (int64_t)kvp[b + 1] - kvp[b];
         if (qo[b + 1] < qo[b])
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr is not monotone at %d (%d > %d)", op, b,
                                    qo[b], qo[b + 1]);
@@ -974,7 +1002,7 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
         if (pages > 0 && (last[b] < 1 || last[b] > info->desc.page_size))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_last_page_lens[%d] = %d is outside 1..%d", op,
                                    b, last[b], info->desc.page_size);
-        if ((int64_t)pages * info->desc.page_size > INT32_MAX)
+        if (pages * info->desc.page_size > INT32_MAX)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: request %d has more than 2^31 keys", op, b);
     }
     return AITER_MLA_OK;
@@ -1134,9 +1162,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
         int32_t wb = w[0], loc = w[1], qs = w[2], qe = w[3], ks = w[4], ke = w[5], off = w[6], k, pages;
         int64_t kv_len, end_tok;
         if (wb < 0 || wb >= batch) AITER_MLA__BAD_PLAN("%s: work %lld has batch_idx %d", op, (long long)i, wb);
-        k = (qs - qo[wb]) / tpt;
-        if (qs < qo[wb] || (qs - qo[wb]) % tpt || qs >= qo[wb + 1] || qe != (int32_t)aiter_mla__min64(qs + tpt, qo[wb + 1]))
+        if (qs < qo[wb] || qs >= qo[wb + 1] || (qs - qo[wb]) % tpt || qe != (int32_t)aiter_mla__min64((int64_t)qs + tpt, qo[wb + 1]))
             AITER_MLA__BAD_PLAN("%s: work %lld has query rows %d..%d, not a tile of request %d", op, (long long)i, qs, qe, wb);
+        k = (qs - qo[wb]) / tpt;
         u = unit_base[wb] + k;
         pages = kvp[wb + 1] - kvp[wb];
         kv_len = aiter_mla__kv_len(pages, last[wb], ps);
@@ -1207,10 +1235,10 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
     AITER_MLA__POW2(op, a->page_size, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
     AITER_MLA__RANGE(op, a->num_pages, 1, INT64_MAX / (AITER_MLA_MAX_PAGE_SIZE * AITER_MLA_HEAD_DIM), "num_pages");
-    AITER_MLA__RANGE(op, a->q_stride_token, 0, INT64_MAX / 4, "q_stride_token");
-    AITER_MLA__RANGE(op, a->q_stride_head, 0, INT64_MAX / 4, "q_stride_head");
-    AITER_MLA__RANGE(op, a->o_stride_token, 0, INT64_MAX / 4, "o_stride_token");
-    AITER_MLA__RANGE(op, a->o_stride_head, 0, INT64_MAX / 4, "o_stride_head");
+    AITER_MLA__RANGE(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
+    AITER_MLA__RANGE(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
+    AITER_MLA__RANGE(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
+    AITER_MLA__RANGE(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_HEAD_DIM;
     if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
@@ -1359,6 +1387,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     r.reduce_final_map = v.reduce_final_map;
     r.reduce_partial_map = v.reduce_partial_map;
     r.num_tiles = v.num_reduce_tiles;
+    r.num_partial_rows = a.plan_info->max_partial_rows;
     r.num_heads = a.num_heads;
     r.o = a.o;
     r.o_stride_token = a.o_stride_token;
@@ -1375,6 +1404,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in,
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
     if (((uintptr_t)a.kv_cache & 15u) != 0)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
+    if (((uintptr_t)a.workspace & 15u) != 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 16-byte aligned", op);
     (void)stream;
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_decode(&a, a.plan_info, stream));
 }
@@ -1394,6 +1425,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
                                aiter_mla_dtype_name(a.o_dtype));
+    AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
+    AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
+    AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
     if (a.num_tiles == 0) return AITER_MLA_OK;
@@ -1403,6 +1437,23 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__NEED(op, a.reduce_final_map, "reduce_final_map");
     AITER_MLA__NEED(op, a.reduce_partial_map, "reduce_partial_map");
     AITER_MLA__NEED(op, a.o, "o");
+    if (a.reduce_indptr[0] < 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr[0] = %d is negative", op, a.reduce_indptr[0]);
+    for (t = 0; t < a.num_tiles; t++) { /* every index the reduce will follow, before any write */
+        int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t],
+                qe = a.reduce_final_map[2 * t + 1], k;
+        if (k1 < k0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr decreases at %d", op, t);
+        if (k1 - k0 < 2) continue;
+        if (qs < 0 || qe < qs)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_final_map[%d] = (%d, %d) is not a row range",
+                                   op, t, qs, qe);
+        for (k = k0; k < k1; k++)
+            if (a.reduce_partial_map[k] < 0 || (int64_t)a.reduce_partial_map[k] + (qe - qs) > a.num_partial_rows)
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                       "%s: reduce_partial_map[%d] = %d with %d rows passes num_partial_rows = %d", op, k,
+                                       a.reduce_partial_map[k], qe - qs, a.num_partial_rows);
+    }
     for (t = 0; t < a.num_tiles; t++) {
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t], row, k;
         if (k1 - k0 < 2) continue;
@@ -1489,8 +1540,8 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
     AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, INT64_MAX / 4, "kv_c_stride");
-    AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, INT64_MAX / 4, "k_pe_stride");
+    AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
+    AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     if (!aiter_mla__is_16bit(a->src_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
     if (a->cache_dtype != a->src_dtype && !aiter_mla__is_fp8(a->cache_dtype))

@@ -240,13 +240,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
 // ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, bulk copies) ======
 // Same plan, same pieces, same output conventions as the portable path. Per pass a block
-// takes up to M (16 or 64) (token, head) rows of a work item (Q in shared memory), streams
-// the piece's keys in tiles of 32 through a ring of bulk copies (one per key row, issued by
-// warp 0, completing on per-slot mbarriers) as deep as shared memory allows (absent keys
-// zero-filled), computes S = Q K^T with 16 warps, an online softmax
-// (up to 16 threads per row), and O += P V where warp w owns latent dims [32w, 32w + 32).
-// fp8 caches land in a byte ring and are widened to bf16 (exact: e4m3 fits bf16) by the
-// hardware converter (e4m3fn) or a 256-entry table (e4m3fnuz).
+// takes up to M (token, head) rows of a work item (Q in shared memory) and streams the
+// piece's keys in tiles of 32 through a ring of bulk copies (one per key row, issued by a
+// group's first warp, completing on per-slot mbarriers; absent keys zero-filled), as deep
+// as shared memory allows. Per tile: S = Q K^T (mma.sync m16n8k16), an online softmax (up
+// to 16 threads per row), O += P V. M = 64: one group of 16 warps, warp w owns latent dims
+// [32w, 32w + 32). M = 16 (the memory-bound shapes): two groups of 8 warps stream
+// alternate key tiles with their own rings and merge at the end of the pass; warp w of a
+// group owns [64w, 64w + 64). fp8 caches land in a byte ring and are widened to bf16
+// (exact: e4m3 fits bf16) by the hardware converter (e4m3fn) or a 256-entry table
+// (e4m3fnuz).
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
@@ -742,54 +745,55 @@ __device__ float block_reduce(float v, bool is_max, float *scratch) {
 __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
     __shared__ float scratch[kReduceThreads / 32];
     __shared__ float4 part[kReduceGroups - 1][kReduceThreads / kReduceGroups];
-    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    if (t >= *p.num_tiles) return;
-    const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0;
-    if (np < 2) return;
-    const int qs = p.final_map[2 * t], qe = p.final_map[2 * t + 1], H = p.num_heads;
+    const int h = blockIdx.y, tid = threadIdx.x, H = p.num_heads;
     const int grp = tid / (kReduceThreads / kReduceGroups), gl = tid % (kReduceThreads / kReduceGroups);
-    for (int tok = qs; tok < qe; tok++) {
-        const float *lse = p.part_lse + (int64_t)(tok - qs) * H + h; // + partial row * H
-        float m = neg_inf();
-        for (int k = tid; k < np; k += kReduceThreads) m = fmaxf(m, lse[(int64_t)p.partial_map[k0 + k] * H]);
-        m = block_reduce(m, true, scratch);
-        float sum = 0.0f;
-        if (m != neg_inf())
-            for (int k = tid; k < np; k += kReduceThreads) sum += __expf(lse[(int64_t)p.partial_map[k0 + k] * H] - m);
-        sum = block_reduce(sum, false, scratch);
-        const float g = m != neg_inf() ? m + __logf(sum) : pos_inf();
-        for (int d4 = gl; d4 * 4 < p.dv; d4 += kReduceThreads / kReduceGroups) {
-            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (m != neg_inf()) {
+    for (int t = blockIdx.x; t < *p.num_tiles; t += gridDim.x) {
+        const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0;
+        if (np < 2) continue;
+        const int qs = p.final_map[2 * t], qe = p.final_map[2 * t + 1];
+        for (int tok = qs; tok < qe; tok++) {
+            const float *lse = p.part_lse + (int64_t)(tok - qs) * H + h; // + partial row * H
+            float m = neg_inf();
+            for (int k = tid; k < np; k += kReduceThreads) m = fmaxf(m, lse[(int64_t)p.partial_map[k0 + k] * H]);
+            m = block_reduce(m, true, scratch);
+            float sum = 0.0f;
+            if (m != neg_inf())
+                for (int k = tid; k < np; k += kReduceThreads) sum += __expf(lse[(int64_t)p.partial_map[k0 + k] * H] - m);
+            sum = block_reduce(sum, false, scratch);
+            const float g = m != neg_inf() ? m + __logf(sum) : pos_inf();
+            for (int d4 = gl; d4 * 4 < p.dv; d4 += kReduceThreads / kReduceGroups) {
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (m != neg_inf()) {
 #pragma unroll 4
-                for (int k = grp; k < np; k += kReduceGroups) {
-                    const int64_t pr = (int64_t)(p.partial_map[k0 + k] + tok - qs) * H + h;
-                    const float wgt = __expf(p.part_lse[pr] - g);
-                    const float4 v = *reinterpret_cast<const float4 *>(p.part_o + pr * p.dv + d4 * 4);
-                    acc.x += wgt * v.x;
-                    acc.y += wgt * v.y;
-                    acc.z += wgt * v.z;
-                    acc.w += wgt * v.w;
+                    for (int k = grp; k < np; k += kReduceGroups) {
+                        const int64_t pr = (int64_t)(p.partial_map[k0 + k] + tok - qs) * H + h;
+                        const float wgt = __expf(p.part_lse[pr] - g);
+                        const float4 v = *reinterpret_cast<const float4 *>(p.part_o + pr * p.dv + d4 * 4);
+                        acc.x += wgt * v.x;
+                        acc.y += wgt * v.y;
+                        acc.z += wgt * v.z;
+                        acc.w += wgt * v.w;
+                    }
                 }
-            }
-            if (grp > 0) part[grp - 1][gl] = acc;
-            __syncthreads();
-            if (grp == 0) {
-                for (int j = 0; j < kReduceGroups - 1; j++) {
-                    acc.x += part[j][gl].x;
-                    acc.y += part[j][gl].y;
-                    acc.z += part[j][gl].z;
-                    acc.w += part[j][gl].w;
+                if (grp > 0) part[grp - 1][gl] = acc;
+                __syncthreads();
+                if (grp == 0) {
+                    for (int j = 0; j < kReduceGroups - 1; j++) {
+                        acc.x += part[j][gl].x;
+                        acc.y += part[j][gl].y;
+                        acc.z += part[j][gl].z;
+                        acc.w += part[j][gl].w;
+                    }
+                    const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d4 * 4;
+                    aiter_mla_store_f32(p.o, base, p.o_dtype, acc.x);
+                    aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc.y);
+                    aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc.z);
+                    aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc.w);
                 }
-                const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d4 * 4;
-                aiter_mla_store_f32(p.o, base, p.o_dtype, acc.x);
-                aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc.y);
-                aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc.z);
-                aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc.w);
+                __syncthreads();
             }
-            __syncthreads();
+            if (tid == 0 && p.lse) p.lse[(int64_t)tok * H + h] = g;
         }
-        if (tid == 0 && p.lse) p.lse[(int64_t)tok * H + h] = g;
     }
 }
 
@@ -804,19 +808,25 @@ __global__ void head_pad_kernel(const T *src, T *dst, int64_t total, int dst_hea
     }
 }
 
+// Grids of the small ops are capped (kMaxGrid blocks) and loop: HIP limits a launch to
+// 2^32 threads in all.
+constexpr int kMaxGrid = 65535;
+
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
-    const int r = blockIdx.x;
-    const int32_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
-    const int32_t *row = a.block_table + (int64_t)r * a.block_table_stride;
-    for (int32_t t = threadIdx.x; t < n; t += blockDim.x) {
-        const int64_t i = (int64_t)start + t;
-        if (i >= 0 && i < a.page_indices_capacity)
-            a.page_indices[i] = aiter_mla__expand_one(row, a.block_table_stride, t, a.kernel_block_size);
+    for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
+        const int32_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
+        const int32_t *row = a.block_table + (int64_t)r * a.block_table_stride;
+        for (int32_t t = threadIdx.x; t < n; t += blockDim.x) {
+            const int64_t i = (int64_t)start + t;
+            if (i >= 0 && i < a.page_indices_capacity)
+                a.page_indices[i] = aiter_mla__expand_one(row, a.block_table_stride, t, a.kernel_block_size);
+        }
     }
 }
 
 __global__ void kv_cache_write_kernel(aiter_mla_kv_cache_write_args a) {
-    for (int c = threadIdx.x; c < kD; c += blockDim.x) aiter_mla__kv_write_elem(&a, blockIdx.x, c);
+    for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x)
+        for (int c = threadIdx.x; c < kD; c += blockDim.x) aiter_mla__kv_write_elem(&a, t, c);
 }
 
 } // namespace
@@ -826,20 +836,18 @@ extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetE
 
 #ifdef AITER_MLA_HAS_MMA
 template <int KVT, int M>
-static void launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
+static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
     constexpr int bytes = mma::Smem<KVT != AITER_MLA_BF16, M>::total;
-    static bool attribute_set = false; // raising the limit is a host-side setting: once per kernel
-    if (!attribute_set) {
-        cudaFuncSetAttribute(mma::decode_mma_kernel<KVT, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        attribute_set = true;
-    }
+    // the shared-memory limit is per device and cheap to set: set it at every launch
+    const hipError_t e = cudaFuncSetAttribute(mma::decode_mma_kernel<KVT, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != hipSuccess) return e;
     mma::decode_mma_kernel<KVT, M><<<grid, mma::kThreads, bytes, s>>>(p);
+    return hipSuccess;
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64.
 template <int KVT>
-static void launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
-    if (tile_rows <= 16) launch_mma_rows<KVT, 16>(grid, s, p);
-    else launch_mma_rows<KVT, 64>(grid, s, p);
+static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
+    return tile_rows <= 16 ? launch_mma_rows<KVT, 16>(grid, s, p) : launch_mma_rows<KVT, 64>(grid, s, p);
 }
 #endif
 
@@ -868,11 +876,13 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
         const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
+        hipError_t e = hipSuccess;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
-        case AITER_MLA_FP8_E4M3FN: launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
-        default: launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
+        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
+        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
         }
+        if (e != hipSuccess) return (int)e;
     }
 #endif
     if (!launched) {
@@ -900,7 +910,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
-    reduce_kernel<<<dim3(info->max_reduce_tiles, a->num_heads), kReduceThreads, 0, s>>>(r);
+    reduce_kernel<<<dim3(min(info->max_reduce_tiles, kMaxGrid), a->num_heads), kReduceThreads, 0, s>>>(r);
     AITER_MLA__LAUNCH_CHECK();
 }
 
@@ -909,7 +919,7 @@ extern "C" int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int 
     const int hp = aiter_mla_padded_num_heads(a->num_heads), rep = hp / a->num_heads;
     const int src_h = unpad ? hp : a->num_heads, dst_h = unpad ? a->num_heads : hp;
     const int64_t total = a->num_tokens * dst_h * a->head_dim;
-    const int blocks = (int)min((int64_t)65535, (total + 255) / 256);
+    const int blocks = (int)min((int64_t)kMaxGrid, (total + 255) / 256);
     switch (aiter_mla_dtype_size(a->dtype)) {
     case 1: head_pad_kernel<<<blocks, 256, 0, s>>>((const uint8_t *)a->src, (uint8_t *)a->dst, total, dst_h, src_h, a->head_dim, rep, unpad); break;
     case 2: head_pad_kernel<<<blocks, 256, 0, s>>>((const uint16_t *)a->src, (uint16_t *)a->dst, total, dst_h, src_h, a->head_dim, rep, unpad); break;
@@ -919,11 +929,11 @@ extern "C" int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int 
 }
 
 extern "C" int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream) {
-    expand_page_indices_kernel<<<a->batch, 256, 0, (hipStream_t)stream>>>(*a);
+    expand_page_indices_kernel<<<min(a->batch, kMaxGrid), 256, 0, (hipStream_t)stream>>>(*a);
     AITER_MLA__LAUNCH_CHECK();
 }
 
 extern "C" int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream) {
-    kv_cache_write_kernel<<<(unsigned)a->num_tokens, 192, 0, (hipStream_t)stream>>>(*a);
+    kv_cache_write_kernel<<<(unsigned)min(a->num_tokens, (int64_t)kMaxGrid), 192, 0, (hipStream_t)stream>>>(*a);
     AITER_MLA__LAUNCH_CHECK();
 }

@@ -2187,6 +2187,7 @@ static void test_reduce_ref(void) {
         a.reduce_final_map = fm;
         a.reduce_partial_map = pm;
         a.num_tiles = ntiles;
+        a.num_partial_rows = P;
         a.num_heads = H;
         a.dv = dv_arg;
         a.o = o;
@@ -2287,6 +2288,31 @@ static void test_reduce_ref(void) {
             b = a;
             b.dv = -1;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+            /* indices the reduce would follow are checked before any write */
+            b = a;
+            b.num_partial_rows = P - 2; /* the last piece ends at row P - 1 */
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_partial_rows");
+            b = a;
+            b.o_stride_head = -512;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head");
+            {
+                int32_t bad_fm[2 * 8], bad_pm[64], bad_ri[9];
+                memcpy(bad_fm, fm, sizeof(int32_t) * 2 * ntiles);
+                memcpy(bad_pm, pm, sizeof(int32_t) * npieces);
+                memcpy(bad_ri, ri, sizeof(int32_t) * (ntiles + 1));
+                b = a;
+                b.reduce_final_map = bad_fm;
+                bad_fm[0] = -5;
+                CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "reduce_final_map");
+                b = a;
+                b.reduce_partial_map = bad_pm;
+                bad_pm[0] = -1;
+                CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "reduce_partial_map");
+                b = a;
+                b.reduce_indptr = bad_ri;
+                bad_ri[1] = bad_ri[2] + 1;
+                CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "reduce_indptr");
+            }
         }
         free(po);
         free(pl);
@@ -2660,6 +2686,87 @@ static void test_decode_validation(void) {
     dec_setup_free(&s);
 }
 
+/* =====================================================================================
+ * hardening: tampered plan info, overflowing slots, misaligned workspace
+ * ===================================================================================== */
+static void test_hardening(void) {
+    aiter_mla_decode_plan_desc d;
+    aiter_mla_decode_plan_info info, bad;
+    int32_t qo[3] = {0, 1, 2}, kvp[3] = {0, 3, 5}, last[2] = {1, 1}, *plan;
+    memset(&d, 0, sizeof d);
+    d.max_batch = 2;
+    d.num_heads = 16;
+    d.max_q_len = 1;
+    d.num_cu = 4;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+    plan = (int32_t *)test_malloc((size_t)info.plan_ints * sizeof(int32_t));
+    /* an info changed after get_info is refused, whatever field changed */
+    bad = info;
+    bad.desc.kv_granularity = 0;
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    bad = info;
+    bad.max_reduce_tiles += 100;
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    bad = info;
+    bad.desc.num_cu = 8; /* the sizes no longer fit the desc */
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    bad = info;
+    bad.off_work_info += 1;
+    CHECK_STATUS(aiter_mla_decode_plan_check(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    /* kv_indptr that would overflow a subtraction is rejected as not monotone */
+    {
+        int32_t kv_bad[3] = {0, 5, INT32_MIN};
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kv_bad, last, 2, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indptr");
+    }
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 2, plan), AITER_MLA_OK, "");
+    /* the GPU wrapper refuses a misaligned workspace (validation runs before ERR_NO_GPU) */
+    {
+        aiter_mla_decode_args a;
+        uint16_t q[2 * 16 * 576], cache[8 * 576 + 8], o[2 * 16 * 512];
+        int32_t idx[5] = {0, 1, 2, 3, 4};
+        float ws[4096 + 4];
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.kv_cache = (void *)(((uintptr_t)cache + 15) & ~(uintptr_t)15);
+        a.num_pages = 7;
+        a.qo_indptr = qo;
+        a.kv_indptr = kvp;
+        a.kv_indices = idx;
+        a.kv_last_page_lens = last;
+        a.o = o;
+        a.plan = plan;
+        a.plan_info = &info;
+        a.workspace = (char *)(((uintptr_t)ws + 15) & ~(uintptr_t)15) + 4;
+        a.workspace_bytes = info.workspace_bytes;
+        a.batch = 2;
+        a.num_heads = 16;
+        if (info.workspace_bytes <= sizeof ws - 32)
+            CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace");
+        a.workspace = (void *)(((uintptr_t)ws + 15) & ~(uintptr_t)15);
+        if (info.workspace_bytes <= sizeof ws - 32) CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
+        a.q_stride_token = (int64_t)1 << 40;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token");
+    }
+    /* a slot that does not fit int32 expands to -1, not to an overflowed value */
+    {
+        aiter_mla_expand_page_indices_args e;
+        int32_t bt[2] = {16777216, 3}, cu[2] = {0, 300}, sl[1] = {300}, out[300];
+        memset(&e, 0, sizeof e);
+        e.block_table = bt;
+        e.block_table_stride = 2;
+        e.cu_num_tokens = cu;
+        e.seq_lens = sl;
+        e.page_indices = out;
+        e.page_indices_capacity = 300;
+        e.batch = 1;
+        e.kernel_block_size = 256;
+        CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_OK, "");
+        CHECK(out[0] == -1 && out[255] == -1, "slot 16777216 * 256 must expand to -1, got %d", out[0]);
+        CHECK(out[256] == 3 * 256 && out[299] == 3 * 256 + 43, "block 3 must expand normally, got %d", out[256]);
+    }
+    free(plan);
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -2678,5 +2785,6 @@ int main(void) {
     test_merge_ref();
     test_kv_cache_write();
     test_decode_validation();
+    test_hardening();
     return testing_summary();
 }
