@@ -441,7 +441,7 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
     const void *q;              /* [T, H, 576] q_dtype, T = qo_indptr[batch] */
-    int64_t q_stride_token;     /* 0 means H * 576 */
+    int64_t q_stride_token;     /* 0 means H * 576 (strides: at most 2^32 elements) */
     int64_t q_stride_head;      /* 0 means 576 */
     const void *kv_cache;       /* [num_pages, page_size, 576] kv_dtype */
     int64_t num_pages;          /* >= 1: pages in kv_cache (bounds page ids) */
