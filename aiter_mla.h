@@ -541,6 +541,53 @@ typedef struct aiter_mla_kv_cache_write_args {
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *a);
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
 
+/* ==== sparse index conversion (SPEC 4, DeepSeek V3.2) ===================================
+ * Turns each token's top-k request-local key positions into global cache slots:
+ *   decode form (block_table set):  out = block_table[req, idx / BS] * BS + idx % BS
+ *   prefill form (block_table NULL): out = workspace_starts[req] + idx
+ * with req = req_id[t]. A negative idx, a block index at or beyond block_table_stride, a
+ * negative block id, a req_id outside [0, num_requests) or a slot that does not fit int32
+ * gives -1. valid_counts (optional) receives the number of entries that are not -1 per
+ * row, which is FlashMLA's topk_length when the valid entries come first. CPU version
+ * only, so far; the GPU version and the sparse attention itself are still to come. */
+typedef struct aiter_mla_sparse_index_args {
+    const int32_t *indices;          /* [num_tokens, indices_stride] request-local, -1 = none */
+    int64_t indices_stride;          /* 0 means topk */
+    const int32_t *req_id;           /* [num_tokens] request of each token */
+    const int32_t *block_table;      /* [num_requests, block_table_stride]; NULL: prefill form */
+    int64_t block_table_stride;      /* >= 1 with block_table */
+    int block_size;                  /* BS, 1..4096, with block_table; 0 means 64 */
+    const int32_t *workspace_starts; /* [num_requests] prefill form: first row of each request */
+    int num_requests;                /* >= 1 */
+    int64_t num_tokens;              /* >= 0 */
+    int topk;                        /* >= 1 */
+    int32_t *out;                    /* [num_tokens, out_stride] global slots */
+    int64_t out_stride;              /* 0 means topk */
+    int32_t *valid_counts;           /* [num_tokens], optional */
+} aiter_mla_sparse_index_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_mla_sparse_index_args *a);
+
+/* filter_prefill_indices (SPEC 4): split each token's indices into the part that lies in
+ * its request's cached context (idx < ctx_len: kept, else -1) and the part among the new
+ * tokens (idx >= ctx_len: idx - ctx_len, else -1). CPU version. */
+typedef struct aiter_mla_filter_prefill_args {
+    const int32_t *indices;   /* [num_tokens, topk] request-local, -1 = none */
+    const int32_t *req_id;    /* [num_tokens] */
+    const int32_t *ctx_lens;  /* [num_requests] cached context length of each request */
+    int num_requests;         /* >= 1 */
+    int64_t num_tokens;       /* >= 0 */
+    int topk;                 /* >= 1 */
+    int32_t *context_out;     /* [num_tokens, topk] */
+    int32_t *new_out;         /* [num_tokens, topk] */
+} aiter_mla_filter_prefill_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *a);
+
+/* FlashMLA's older API returns base-2 lse; this gives the natural-log one in place:
+ * lse_e = lse_2 * ln 2 (infinities stay). */
+AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1573,6 +1620,91 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache
     if (a.num_tokens == 0) return AITER_MLA_OK;
     (void)stream;
     return AITER_MLA__LAUNCH("kv_cache_write", aiter_mla__launch_kv_cache_write(&a, stream));
+}
+
+/* ---- sparse index conversion ---------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_mla_sparse_index_args *in) {
+    const char *op = "convert_sparse_indices_ref";
+    aiter_mla_sparse_index_args a;
+    int64_t t;
+    int i;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.indices_stride) a.indices_stride = a.topk;
+    if (!a.out_stride) a.out_stride = a.topk;
+    if (!a.block_size) a.block_size = 64;
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a.num_requests, 1, INT32_MAX, "num_requests");
+    AITER_MLA__RANGE(op, a.indices_stride, a.topk, AITER_MLA__MAX_STRIDE, "indices_stride");
+    AITER_MLA__RANGE(op, a.out_stride, a.topk, AITER_MLA__MAX_STRIDE, "out_stride");
+    if (a.block_table) {
+        AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+        AITER_MLA__RANGE(op, a.block_size, 1, 4096, "block_size");
+    } else {
+        AITER_MLA__NEED(op, a.workspace_starts, "workspace_starts (or block_table)");
+    }
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.indices, "indices");
+    AITER_MLA__NEED(op, a.req_id, "req_id");
+    AITER_MLA__NEED(op, a.out, "out");
+    for (t = 0; t < a.num_tokens; t++) {
+        const int32_t req = a.req_id[t];
+        int32_t valid = 0;
+        for (i = 0; i < a.topk; i++) {
+            const int32_t idx = a.indices[t * a.indices_stride + i];
+            int64_t slot = -1;
+            if (idx >= 0 && req >= 0 && req < a.num_requests) {
+                if (a.block_table) {
+                    const int64_t blk = idx / a.block_size;
+                    const int32_t id = blk < a.block_table_stride ? a.block_table[req * a.block_table_stride + blk] : -1;
+                    if (id >= 0) slot = (int64_t)id * a.block_size + idx % a.block_size;
+                } else {
+                    slot = (int64_t)a.workspace_starts[req] + idx;
+                }
+                if (slot < 0 || slot > INT32_MAX) slot = -1;
+            }
+            a.out[t * a.out_stride + i] = (int32_t)slot;
+            valid += slot >= 0;
+        }
+        if (a.valid_counts) a.valid_counts[t] = valid;
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *in) {
+    const char *op = "filter_prefill_indices_ref";
+    aiter_mla_filter_prefill_args a;
+    int64_t t;
+    int i;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a.num_requests, 1, INT32_MAX, "num_requests");
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.indices, "indices");
+    AITER_MLA__NEED(op, a.req_id, "req_id");
+    AITER_MLA__NEED(op, a.ctx_lens, "ctx_lens");
+    AITER_MLA__NEED(op, a.context_out, "context_out");
+    AITER_MLA__NEED(op, a.new_out, "new_out");
+    for (t = 0; t < a.num_tokens; t++) {
+        const int32_t req = a.req_id[t];
+        const int32_t ctx = req >= 0 && req < a.num_requests ? a.ctx_lens[req] : -1;
+        for (i = 0; i < a.topk; i++) {
+            const int32_t idx = a.indices[t * a.topk + i];
+            const int known = idx >= 0 && ctx >= 0; /* -1 entries and unknown requests stay -1 */
+            a.context_out[t * a.topk + i] = known && idx < ctx ? idx : -1;
+            a.new_out[t * a.topk + i] = known && idx >= ctx ? idx - ctx : -1;
+        }
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n) {
+    int64_t i;
+    if (!lse) return;
+    for (i = 0; i < n; i++) lse[i] *= 0.69314718055994531f; /* +-inf times ln 2 stays +-inf */
 }
 
 #ifdef __cplusplus

@@ -2767,6 +2767,156 @@ static void test_hardening(void) {
     free(plan);
 }
 
+/* =====================================================================================
+ * sparse index conversion, filter_prefill_indices, base-2 lse (SPEC 4)
+ * ===================================================================================== */
+/* the expected slot, written out case by case */
+static int32_t naive_sparse_slot(int32_t idx, int32_t req, int nreq, const int32_t *bt, int64_t bt_stride, int bs,
+                                 const int32_t *starts) {
+    int64_t v;
+    if (idx < 0) return -1;
+    if (req < 0) return -1;
+    if (req >= nreq) return -1;
+    if (bt == NULL) {
+        v = (int64_t)starts[req] + (int64_t)idx;
+    } else {
+        int64_t which = (int64_t)idx / bs;
+        if (which >= bt_stride) return -1;
+        if (bt[(int64_t)req * bt_stride + which] < 0) return -1;
+        v = (int64_t)bt[(int64_t)req * bt_stride + which] * bs + (int64_t)(idx % bs);
+    }
+    if (v < 0 || v > 2147483647LL) return -1;
+    return (int32_t)v;
+}
+
+static void test_sparse_indices(void) {
+    static const int topks[] = {1, 63, 64, 2048}, bss[] = {1, 64, 100};
+    test_rng r = rng_seed(0x5a5e01);
+    int iter;
+    for (iter = 0; iter < 48; iter++) {
+        const int topk = topks[iter % 4], bs = bss[(iter / 4) % 3], prefill = (iter / 12) % 2;
+        const int nreq = rng_int(&r, 1, 6), T = topk >= 2048 ? 3 : rng_int(&r, 1, 40), width = rng_int(&r, 1, 9);
+        const int64_t in_stride = topk + (iter % 3), out_stride = topk + (iter % 2) * 5;
+        int32_t *idx = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)(T * in_stride));
+        int32_t *out = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)(T * out_stride));
+        int32_t *bt = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)(nreq * width)), starts[6], req[40], counts[40];
+        aiter_mla_sparse_index_args a;
+        int t, i, bad = 0, bad_count = 0, nvalid = 0;
+        for (i = 0; i < nreq * width; i++) bt[i] = rng_int(&r, 0, 9) == 0 ? -1 : rng_int(&r, 0, 5000);
+        if (iter == 5) bt[0] = 40000000; /* 40000000 * 64 is past int32: -1 */
+        for (i = 0; i < nreq; i++) starts[i] = rng_int(&r, 0, 100000);
+        for (t = 0; t < T; t++) req[t] = rng_int(&r, 0, 19) == 0 ? (rng_int(&r, 0, 1) ? -1 : nreq) : rng_int(&r, 0, nreq - 1);
+        for (i = 0; i < T * in_stride; i++) idx[i] = rng_int(&r, 0, 6) == 0 ? -1 : rng_int(&r, 0, (width + 1) * bs);
+        for (i = 0; i < T * out_stride; i++) out[i] = 0x5a5a5a5a;
+        memset(&a, 0, sizeof a);
+        a.indices = idx;
+        a.indices_stride = in_stride;
+        a.req_id = req;
+        a.block_table = prefill ? NULL : bt;
+        a.block_table_stride = width;
+        a.block_size = bs;
+        a.workspace_starts = starts;
+        a.num_requests = nreq;
+        a.num_tokens = T;
+        a.topk = topk;
+        a.out = out;
+        a.out_stride = out_stride;
+        a.valid_counts = counts;
+        if (!CHECK(aiter_mla_convert_sparse_indices_ref(&a) == AITER_MLA_OK, "convert iter %d: %s", iter, aiter_mla_last_error()))
+            goto next;
+        for (t = 0; t < T; t++) {
+            int c = 0;
+            for (i = 0; i < topk; i++) {
+                int32_t want = naive_sparse_slot(idx[t * in_stride + i], req[t], nreq, prefill ? NULL : bt, width, bs, starts);
+                bad += out[t * out_stride + i] != want;
+                c += want >= 0;
+            }
+            for (i = topk; i < out_stride; i++) bad += out[t * out_stride + i] != 0x5a5a5a5a; /* padding untouched */
+            bad_count += counts[t] != c;
+            nvalid += c;
+        }
+        CHECK(bad == 0, "convert iter %d (topk %d, bs %d, %s): %d entries differ", iter, topk, bs, prefill ? "prefill" : "decode", bad);
+        CHECK(bad_count == 0, "convert iter %d: %d valid counts differ", iter, bad_count);
+        CHECK(nvalid > 0, "convert iter %d: no valid entry at all (test too weak)", iter);
+    next:
+        free(idx);
+        free(out);
+        free(bt);
+    }
+    /* filter_prefill_indices */
+    for (iter = 0; iter < 8; iter++) {
+        const int nreq = 3, T = 17, topk = 33;
+        int32_t idx[17 * 33], ctxo[17 * 33], newo[17 * 33], req[17], ctx[3] = {0, 5, 40};
+        aiter_mla_filter_prefill_args f;
+        int t, i, bad = 0;
+        for (t = 0; t < T; t++) req[t] = t == 3 ? 7 : rng_int(&r, 0, nreq - 1);
+        for (i = 0; i < T * topk; i++) idx[i] = rng_int(&r, 0, 5) == 0 ? -1 : rng_int(&r, 0, 80);
+        memset(&f, 0, sizeof f);
+        f.indices = idx;
+        f.req_id = req;
+        f.ctx_lens = ctx;
+        f.num_requests = nreq;
+        f.num_tokens = T;
+        f.topk = topk;
+        f.context_out = ctxo;
+        f.new_out = newo;
+        CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(&f), AITER_MLA_OK, "");
+        for (t = 0; t < T; t++)
+            for (i = 0; i < topk; i++) {
+                int32_t v = idx[t * topk + i], c = req[t] < nreq ? ctx[req[t]] : -1, wc = -1, wn = -1;
+                if (v >= 0 && c >= 0) {
+                    if (v < c) wc = v;
+                    else wn = v - c;
+                }
+                bad += ctxo[t * topk + i] != wc || newo[t * topk + i] != wn;
+            }
+        CHECK(bad == 0, "filter_prefill_indices iter %d: %d entries differ", iter, bad);
+    }
+    /* base-2 lse */
+    {
+        float l[4] = {1.0f, -2.5f, INFINITY, -INFINITY};
+        aiter_mla_lse_base2_to_natural(l, 4);
+        CHECK(fabs(l[0] - 0.693147f) < 1e-6 && fabs(l[1] + 2.5 * 0.693147) < 1e-5 && l[2] == INFINITY && l[3] == -INFINITY,
+              "lse base 2 -> e: got %g %g %g %g", l[0], l[1], l[2], l[3]);
+    }
+    /* validation */
+    {
+        int32_t idx[4] = {0, 1, 2, 3}, req[1] = {0}, out[8], bt[2] = {0, 1}, st[1] = {0};
+        aiter_mla_sparse_index_args a, b;
+        memset(&a, 0, sizeof a);
+        a.indices = idx;
+        a.req_id = req;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.num_requests = 1;
+        a.num_tokens = 1;
+        a.topk = 4;
+        a.out = out;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&a), AITER_MLA_OK, "");
+        CHECK(out[0] == 0 && out[3] == 3, "block_size 0 means 64: got %d %d", out[0], out[3]);
+        b = a;
+        b.topk = 0;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+        b = a;
+        b.indices = NULL;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_NULL_POINTER, "indices");
+        b = a;
+        b.block_table = NULL;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_NULL_POINTER, "workspace_starts");
+        b.workspace_starts = st;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_OK, "");
+        b = a;
+        b.block_size = 5000;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+        b = a;
+        b.out_stride = 3;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "out_stride");
+        b = a;
+        b.num_requests = 0;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_requests");
+    }
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -2786,5 +2936,6 @@ int main(void) {
     test_kv_cache_write();
     test_decode_validation();
     test_hardening();
+    test_sparse_indices();
     return testing_summary();
 }
