@@ -588,6 +588,68 @@ AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_
  * lse_e = lse_2 * ln 2 (infinities stay). */
 AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
 
+/* ==== fp8_ds_mla cache rows (SPEC 6, DeepSeek V3.2) ======================================
+ * 656 bytes per token: bytes 0..511 = 512 fp8 values of the latent, 512..527 = four fp32
+ * scales (scale i covers values 128 i .. 128 i + 127), 528..655 = 64 bf16 rope values.
+ * Value = fp8 * scale. Writing, per group of 128: scale = amax / fp8_max (at least
+ * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)));
+ * values are stored as fp8(x / scale), saturating. fp8_max defaults to the flavour's
+ * maximum (448 e4m3fn, 240 e4m3fnuz; vLLM passes 224 on gfx942 for headroom). The slots
+ * of slot_mapping follow SPEC 3 (-1 and out-of-range slots are skipped). CPU versions. */
+enum { AITER_MLA_DS_MLA_ROW_BYTES = 656 };
+
+typedef struct aiter_mla_ds_mla_write_args {
+    const void *kv_c;            /* [num_tokens, 512] src_dtype, row stride kv_c_stride */
+    int64_t kv_c_stride;         /* 0 means 512 */
+    const void *k_pe;            /* [num_tokens, 64] src_dtype, row stride k_pe_stride */
+    int64_t k_pe_stride;         /* 0 means 64 */
+    const int64_t *slot_mapping; /* [num_tokens] int64 */
+    void *kv_cache;              /* [num_blocks, block_size, 656] bytes */
+    int64_t num_blocks;          /* >= 1 */
+    int block_size;              /* >= 1; 0 means 64 */
+    int64_t num_tokens;          /* >= 0 */
+    aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 */
+    aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
+    float fp8_max;               /* divisor of the amax; 0 means the flavour's maximum */
+    int pow2_scales;             /* 0: amax / fp8_max; 1: the power-of-two rule */
+} aiter_mla_ds_mla_write_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *a);
+/* One 656-byte row to 576 floats (512 dequantised latent values, then 64 rope values). */
+AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp8_dtype, float *out576);
+
+/* ==== sparse MLA attention (SPEC 4) =====================================================
+ * For token t, head h, over the valid entries k of its index row (the first topk_length[t]
+ * when given; an entry is valid when its slot is in [0, num_slots)):
+ *   s_k = sm_scale * (q . K[slot_k]),  o = sum_k exp(s_k - m) V[slot_k] /
+ *         (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),  m = max_k s_k,
+ *   lse = log sum_k exp(s_k) (the sink does not enter it), max_logits = m.
+ * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
+ * -inf. attn_sink NULL (or -inf entries) means no sink. Caches: bf16 rows of 576
+ * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). CPU reference; the
+ * GPU kernels are still to come. */
+typedef struct aiter_mla_sparse_args {
+    const void *q;               /* [num_tokens, H, 576] q_dtype */
+    const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
+    int64_t num_slots;           /* >= 1 */
+    int cache_is_ds_mla;         /* 0: bf16 rows; 1: fp8_ds_mla rows */
+    aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
+    const int32_t *indices;      /* [num_tokens, topk] global slots, -1 = none */
+    const int32_t *topk_length;  /* [num_tokens], optional: entries that count per row */
+    const float *attn_sink;      /* [H], optional */
+    void *o;                     /* [num_tokens, H, 512] o_dtype */
+    float *lse;                  /* [num_tokens, H], optional, natural log */
+    float *max_logits;           /* [num_tokens, H], optional */
+    int64_t num_tokens;          /* >= 0 */
+    int num_heads;               /* 1..128 */
+    int topk;                    /* >= 1 */
+    float sm_scale;              /* 0 means 1/sqrt(576) */
+    aiter_mla_dtype q_dtype;     /* bf16 or f16; DEFAULT means bf16 */
+    aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means bf16 */
+} aiter_mla_sparse_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1705,6 +1767,153 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n) {
     int64_t i;
     if (!lse) return;
     for (i = 0; i < n; i++) lse[i] *= 0.69314718055994531f; /* +-inf times ln 2 stays +-inf */
+}
+
+/* ---- fp8_ds_mla rows ------------------------------------------------------------------ */
+AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *in) {
+    const char *op = "ds_mla_write_ref";
+    aiter_mla_ds_mla_write_args a;
+    int64_t t;
+    int g, i;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.kv_c_stride) a.kv_c_stride = AITER_MLA_LATENT_DIM;
+    if (!a.k_pe_stride) a.k_pe_stride = AITER_MLA_ROPE_DIM;
+    if (!a.block_size) a.block_size = 64;
+    if (a.src_dtype == AITER_MLA_DTYPE_DEFAULT) a.src_dtype = AITER_MLA_BF16;
+    if (a.fp8_dtype == AITER_MLA_DTYPE_DEFAULT) a.fp8_dtype = AITER_MLA_FP8_E4M3FN;
+    if (a.fp8_max == 0.0f) a.fp8_max = aiter_mla_fp8_max(a.fp8_dtype);
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a.kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
+    AITER_MLA__RANGE(op, a.k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
+    if (!aiter_mla__is_16bit(a.src_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.src_dtype));
+    if (!aiter_mla__is_fp8(a.fp8_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: fp8_dtype %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.fp8_dtype));
+    if (!(a.fp8_max > 0.0f && a.fp8_max <= aiter_mla_fp8_max(a.fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a.fp8_max,
+                               aiter_mla_fp8_max(a.fp8_dtype));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.kv_c, "kv_c");
+    AITER_MLA__NEED(op, a.k_pe, "k_pe");
+    AITER_MLA__NEED(op, a.slot_mapping, "slot_mapping");
+    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    for (t = 0; t < a.num_tokens; t++) {
+        const int64_t slot = a.slot_mapping[t];
+        unsigned char *row;
+        if (slot < 0 || slot >= a.num_blocks * a.block_size) continue; /* padding or out of range */
+        row = (unsigned char *)a.kv_cache + slot * AITER_MLA_DS_MLA_ROW_BYTES;
+        for (g = 0; g < 4; g++) {
+            float amax = 0.0f, scale;
+            for (i = 0; i < 128; i++) {
+                float x = fabsf(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype));
+                if (x > amax) amax = x;
+            }
+            if (a.pow2_scales) {
+                float r = amax / a.fp8_max;
+                scale = exp2f(ceilf(log2f(r > 1e-4f ? r : 1e-4f)));
+            } else {
+                scale = amax / a.fp8_max;
+                if (!(scale >= 1.17549435e-38f)) scale = 1.17549435e-38f; /* FLT_MIN; also NaN */
+            }
+            memcpy(row + 512 + 4 * g, &scale, 4);
+            for (i = 0; i < 128; i++)
+                row[g * 128 + i] =
+                    aiter_mla_f32_to_fp8(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype) / scale, a.fp8_dtype);
+        }
+        for (i = 0; i < AITER_MLA_ROPE_DIM; i++) {
+            uint16_t h = aiter_mla_f32_to_bf16(aiter_mla_load_f32(a.k_pe, t * a.k_pe_stride + i, a.src_dtype));
+            memcpy(row + 528 + 2 * i, &h, 2);
+        }
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp8_dtype, float *out) {
+    const unsigned char *r = (const unsigned char *)row;
+    int i;
+    if (fp8_dtype == AITER_MLA_DTYPE_DEFAULT) fp8_dtype = AITER_MLA_FP8_E4M3FN;
+    for (i = 0; i < AITER_MLA_LATENT_DIM; i++) {
+        float scale;
+        memcpy(&scale, r + 512 + 4 * (i / 128), 4);
+        out[i] = aiter_mla_fp8_to_f32(r[i], fp8_dtype) * scale;
+    }
+    for (i = 0; i < AITER_MLA_ROPE_DIM; i++) {
+        uint16_t h;
+        memcpy(&h, r + 528 + 2 * i, 2);
+        out[AITER_MLA_LATENT_DIM + i] = aiter_mla_bf16_to_f32(h);
+    }
+}
+
+/* ---- sparse MLA attention ----------------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
+    const char *op = "sparse_attention_ref";
+    aiter_mla_sparse_args a;
+    float keys[AITER_MLA_HEAD_DIM];
+    int64_t t;
+    int h, k, d;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (a.sm_scale == 0.0f) a.sm_scale = 0.041666666666666664f;
+    if (a.q_dtype == AITER_MLA_DTYPE_DEFAULT) a.q_dtype = AITER_MLA_BF16;
+    if (a.o_dtype == AITER_MLA_DTYPE_DEFAULT) a.o_dtype = AITER_MLA_BF16;
+    if (a.ds_mla_fp8 == AITER_MLA_DTYPE_DEFAULT) a.ds_mla_fp8 = AITER_MLA_FP8_E4M3FN;
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a.num_slots, 1, INT32_MAX, "num_slots");
+    if (!aiter_mla__is_16bit(a.q_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.q_dtype));
+    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.o_dtype));
+    if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
+    if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale = %g is not positive and finite", op, a.sm_scale);
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.q, "q");
+    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a.indices, "indices");
+    AITER_MLA__NEED(op, a.o, "o");
+    for (t = 0; t < a.num_tokens; t++) {
+        int n = a.topk;
+        if (a.topk_length) n = a.topk_length[t] < 0 ? 0 : a.topk_length[t] < a.topk ? a.topk_length[t] : a.topk;
+        for (h = 0; h < a.num_heads; h++) {
+            const int64_t qrow = (t * a.num_heads + h) * AITER_MLA_HEAD_DIM;
+            double m = -HUGE_VAL, l = 0.0, acc[AITER_MLA_LATENT_DIM], sink;
+            for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = 0.0;
+            for (k = 0; k < n; k++) {
+                const int32_t slot = a.indices[t * a.topk + k];
+                double s = 0.0, mn, alpha, p;
+                if (slot < 0 || slot >= a.num_slots) continue; /* absent */
+                if (a.cache_is_ds_mla)
+                    aiter_mla_ds_mla_read_row((const unsigned char *)a.kv_cache + (int64_t)slot * AITER_MLA_DS_MLA_ROW_BYTES,
+                                              a.ds_mla_fp8, keys);
+                else
+                    for (d = 0; d < AITER_MLA_HEAD_DIM; d++)
+                        keys[d] = aiter_mla_load_f32(a.kv_cache, (int64_t)slot * AITER_MLA_HEAD_DIM + d, AITER_MLA_BF16);
+                for (d = 0; d < AITER_MLA_HEAD_DIM; d++) s += (double)aiter_mla_load_f32(a.q, qrow + d, a.q_dtype) * keys[d];
+                s *= a.sm_scale;
+                mn = s > m ? s : m;
+                alpha = exp(m - mn);
+                p = exp(s - mn);
+                l = l * alpha + p;
+                for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = acc[d] * alpha + p * keys[d];
+                m = mn;
+            }
+            sink = a.attn_sink ? a.attn_sink[h] : -HUGE_VAL;
+            for (d = 0; d < AITER_MLA_LATENT_DIM; d++) {
+                double den = l > 0.0 ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
+                aiter_mla_store_f32(a.o, (t * a.num_heads + h) * AITER_MLA_LATENT_DIM + d, a.o_dtype,
+                                    den > 0.0 ? (float)(acc[d] / den) : 0.0f);
+            }
+            if (a.lse) a.lse[t * a.num_heads + h] = l > 0.0 ? (float)(m + log(l)) : (float)HUGE_VAL;
+            if (a.max_logits) a.max_logits[t * a.num_heads + h] = (float)m;
+        }
+    }
+    return AITER_MLA_OK;
 }
 
 #ifdef __cplusplus

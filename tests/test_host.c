@@ -2917,6 +2917,251 @@ static void test_sparse_indices(void) {
     }
 }
 
+/* =====================================================================================
+ * fp8_ds_mla rows (SPEC 6) and the sparse attention reference (SPEC 4)
+ * ===================================================================================== */
+/* the test's own reading of a 656-byte row: scales by memcpy, fp8 by the independent decoder */
+static void naive_ds_mla_row(const unsigned char *row, int fnuz, double *out) {
+    int i;
+    for (i = 0; i < 512; i++) {
+        float sc;
+        memcpy(&sc, row + 512 + 4 * (i / 128), 4);
+        out[i] = ref_fp8_to_f64(row[i], fnuz) * sc;
+    }
+    for (i = 0; i < 64; i++) {
+        uint16_t hb;
+        memcpy(&hb, row + 528 + 2 * i, 2);
+        out[512 + i] = ref_bf16_to_f64(hb);
+    }
+}
+
+static void test_ds_mla_rows(void) {
+    test_rng r = rng_seed(0xd5a1);
+    int variant;
+    for (variant = 0; variant < 4; variant++) {
+        const int fnuz = variant & 1, pow2 = variant >> 1, T = 9, blocks = 3, bs = 4;
+        const double fmax = fnuz ? 240.0 : 448.0;
+        uint16_t kvc[9 * 520], kpe[9 * 70];
+        int64_t slots[9];
+        unsigned char cache[3 * 4 * 656];
+        aiter_mla_ds_mla_write_args w;
+        int t, g, i, bad_scale = 0, bad_code = 0, bad_rope = 0, bad_err = 0, touched = 0;
+        for (t = 0; t < T; t++) {
+            for (g = 0; g < 4; g++) { /* groups of very different magnitudes; group 2 of token 0 all zero */
+                const float amp = t == 0 && g == 2 ? 0.0f : (float)ldexp(1.0, rng_int(&r, -12, 8));
+                for (i = 0; i < 128; i++) kvc[t * 520 + g * 128 + i] = aiter_mla_f32_to_bf16(rng_f32(&r, -amp, amp));
+            }
+            for (i = 0; i < 64; i++) kpe[t * 70 + i] = aiter_mla_f32_to_bf16(rng_f32(&r, -3.0f, 3.0f));
+            slots[t] = t == 4 ? -1 : t == 6 ? 3 * 4 + 2 : t; /* a padding token and one past the cache */
+        }
+        memset(cache, 0xa5, sizeof cache);
+        memset(&w, 0, sizeof w);
+        w.kv_c = kvc;
+        w.kv_c_stride = 520;
+        w.k_pe = kpe;
+        w.k_pe_stride = 70;
+        w.slot_mapping = slots;
+        w.kv_cache = cache;
+        w.num_blocks = blocks;
+        w.block_size = bs;
+        w.num_tokens = T;
+        w.fp8_dtype = fnuz ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        w.pow2_scales = pow2;
+        CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+        for (t = 0; t < T; t++) {
+            const unsigned char *row;
+            double got[576];
+            if (slots[t] < 0 || slots[t] >= blocks * bs) continue;
+            row = cache + slots[t] * 656;
+            touched++;
+            for (g = 0; g < 4; g++) {
+                double amax = 0.0, want;
+                float sc;
+                for (i = 0; i < 128; i++) {
+                    double x = fabs(ref_bf16_to_f64(kvc[t * 520 + g * 128 + i]));
+                    if (x > amax) amax = x;
+                }
+                if (pow2) want = ldexp(1.0, (int)ceil(log2(amax / fmax > 1e-4 ? amax / fmax : 1e-4)));
+                else want = amax / fmax > 1.17549435e-38 ? (double)(float)(amax / fmax) : 1.17549435e-38;
+                memcpy(&sc, row + 512 + 4 * g, 4);
+                bad_scale += fabs(sc - want) > 1e-6 * want;
+                for (i = 0; i < 128; i++) {
+                    float x = aiter_mla_bf16_to_f32(kvc[t * 520 + g * 128 + i]);
+                    bad_code += row[g * 128 + i] != aiter_mla_f32_to_fp8(x / sc, w.fp8_dtype);
+                }
+            }
+            for (i = 0; i < 64; i++) {
+                uint16_t hb;
+                memcpy(&hb, row + 528 + 2 * i, 2);
+                bad_rope += hb != kpe[t * 70 + i];
+            }
+            /* reading back: within half an fp8 step (2^-4 relative) of the group's scale range */
+            naive_ds_mla_row(row, fnuz, got);
+            for (i = 0; i < 512; i++) {
+                float sc;
+                double x = ref_bf16_to_f64(kvc[t * 520 + i]);
+                memcpy(&sc, row + 512 + 4 * (i / 128), 4);
+                if (fabs(got[i] - x) > fabs(x) / 15.0 + sc * (fnuz ? 1.0 / 1024 : 1.0 / 512)) bad_err++;
+            }
+            {
+                float lib[576];
+                aiter_mla_ds_mla_read_row(row, w.fp8_dtype, lib);
+                for (i = 0; i < 576; i++) bad_err += lib[i] != (float)got[i];
+            }
+        }
+        CHECK(touched == 7, "ds_mla variant %d: %d rows written, expected 7", variant, touched);
+        CHECK(bad_scale == 0 && bad_code == 0 && bad_rope == 0 && bad_err == 0,
+              "ds_mla variant %d: %d scales, %d codes, %d rope values, %d read-backs wrong", variant, bad_scale, bad_code,
+              bad_rope, bad_err);
+        { /* slots -1 and past the cache leave the cache alone: rows 4 (never written) stay 0xa5 */
+            int untouched = 1;
+            for (i = 0; i < 656; i++) untouched &= cache[4 * 656 + i] == 0xa5;
+            CHECK(untouched, "ds_mla variant %d: a skipped slot's row was written", variant);
+        }
+        if (variant == 0) {
+            aiter_mla_ds_mla_write_args b = w;
+            b.fp8_dtype = AITER_MLA_BF16;
+            CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "fp8_dtype");
+            b = w;
+            b.fp8_max = 500.0f;
+            CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+            b = w;
+            b.slot_mapping = NULL;
+            CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "slot_mapping");
+        }
+    }
+}
+
+static void test_sparse_attention_ref(void) {
+    static const struct { int heads, topk, tokens, ds_mla, with_len; } cases[] = {
+        {1, 1, 3, 0, 0}, {16, 63, 3, 0, 1}, {64, 64, 2, 1, 0}, {128, 64, 2, 0, 1},
+        {16, 2048, 2, 1, 1}, {1, 2048, 2, 0, 0}, {16, 64, 3, 1, 1},
+    };
+    test_rng r = rng_seed(0x5b0a);
+    int c;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        const int H = cases[c].heads, K = cases[c].topk, T = cases[c].tokens, ds = cases[c].ds_mla;
+        const int64_t S = 700;
+        const float scale = 0.1f;
+        uint16_t *q = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)T * H * 576);
+        void *cache = test_malloc(ds ? (size_t)S * 656 : sizeof(uint16_t) * (size_t)S * 576);
+        int32_t *idx = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)T * K), len[3];
+        float *o = (float *)test_malloc(sizeof(float) * (size_t)T * H * 512), *ref = (float *)test_malloc(sizeof(float) * (size_t)T * H * 512);
+        float lse[3 * 128], lse_ref[3 * 128], mx[3 * 128], mx_ref[3 * 128], sink[128];
+        double *rows = (double *)test_malloc(sizeof(double) * (size_t)S * 576);
+        aiter_mla_sparse_args a;
+        int t, h, k, d;
+        int64_t i;
+        fill_random(q, (int64_t)T * H * 576, AITER_MLA_BF16, &r, -2.0f, 2.0f, 1.0f);
+        if (ds) { /* write the rows through the writer, read them with the test's own decoder */
+            uint16_t *kvc = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)S * 576);
+            int64_t *sl = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)S);
+            aiter_mla_ds_mla_write_args w;
+            fill_random(kvc, S * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+            for (i = 0; i < S; i++) sl[i] = i;
+            memset(&w, 0, sizeof w);
+            w.kv_c = kvc;
+            w.kv_c_stride = 576;
+            w.k_pe = kvc + 512;
+            w.k_pe_stride = 576;
+            w.slot_mapping = sl;
+            w.kv_cache = cache;
+            w.num_blocks = S;
+            w.block_size = 1;
+            w.num_tokens = S;
+            CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+            for (i = 0; i < S; i++) naive_ds_mla_row((const unsigned char *)cache + i * 656, 0, rows + i * 576);
+            free(kvc);
+            free(sl);
+        } else {
+            fill_random(cache, S * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+            for (i = 0; i < S * 576; i++) rows[i] = ref_bf16_to_f64(((uint16_t *)cache)[i]);
+        }
+        for (i = 0; i < (int64_t)T * K; i++) idx[i] = rng_int(&r, 0, 7) == 0 ? -1 : rng_int(&r, 0, (int)S + 5); /* holes, past the end */
+        if (K > 1) idx[1] = idx[0];                                  /* a duplicate */
+        for (k = 0; k < K; k++) idx[(T - 1) * K + k] = k % 2 ? -1 : (int)S + k; /* last token: no valid slot */
+        for (t = 0; t < T; t++) len[t] = cases[c].with_len ? rng_int(&r, 0, K) : K;
+        for (h = 0; h < H; h++) sink[h] = h % 3 == 0 ? -INFINITY : h % 3 == 1 ? rng_f32(&r, -2.0f, 6.0f) : INFINITY;
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.kv_cache = cache;
+        a.num_slots = S;
+        a.cache_is_ds_mla = ds;
+        a.indices = idx;
+        a.topk_length = cases[c].with_len ? len : NULL;
+        a.attn_sink = c % 2 ? sink : NULL;
+        a.o = o;
+        a.lse = lse;
+        a.max_logits = mx;
+        a.num_tokens = T;
+        a.num_heads = H;
+        a.topk = K;
+        a.sm_scale = scale;
+        a.o_dtype = AITER_MLA_F32;
+        poison_f32(o, (int64_t)T * H * 512);
+        poison_f32(lse, T * H);
+        poison_f32(mx, T * H);
+        if (!CHECK(aiter_mla_sparse_attention_ref(&a) == AITER_MLA_OK, "sparse case %d: %s", c, aiter_mla_last_error())) goto next;
+        /* naive: two passes over the valid entries, straight from the formula */
+        for (t = 0; t < T; t++)
+            for (h = 0; h < H; h++) {
+                const int n = cases[c].with_len ? len[t] : K;
+                double m = -HUGE_VAL, den = 0.0, num[512];
+                for (d = 0; d < 512; d++) num[d] = 0.0;
+                for (k = 0; k < n; k++) {
+                    const int32_t sl = idx[t * K + k];
+                    double s = 0.0;
+                    if (sl < 0 || sl >= S) continue;
+                    for (d = 0; d < 576; d++) s += ref_bf16_to_f64(q[((int64_t)t * H + h) * 576 + d]) * rows[(int64_t)sl * 576 + d];
+                    s *= scale;
+                    if (s > m) m = s;
+                }
+                for (k = 0; k < n; k++) {
+                    const int32_t sl = idx[t * K + k];
+                    double s = 0.0, e;
+                    if (sl < 0 || sl >= S) continue;
+                    for (d = 0; d < 576; d++) s += ref_bf16_to_f64(q[((int64_t)t * H + h) * 576 + d]) * rows[(int64_t)sl * 576 + d];
+                    e = exp(s * scale - m);
+                    den += e;
+                    for (d = 0; d < 512; d++) num[d] += e * rows[(int64_t)sl * 576 + d];
+                }
+                lse_ref[t * H + h] = den > 0.0 ? (float)(m + log(den)) : INFINITY;
+                mx_ref[t * H + h] = (float)m;
+                if (a.attn_sink && den > 0.0) den += exp((double)sink[h] - m);
+                for (d = 0; d < 512; d++) ref[((int64_t)t * H + h) * 512 + d] = den > 0.0 ? (float)(num[d] / den) : 0.0f;
+            }
+        {
+            char what[96];
+            snprintf(what, sizeof what, "sparse H=%d topk=%d %s%s%s", H, K, ds ? "fp8_ds_mla" : "bf16",
+                     cases[c].with_len ? " topk_length" : "", a.attn_sink ? " sink" : "");
+            CHECK_CLOSE(what, o, ref, (int64_t)T * H * 512, 1e-4, 0.999999);
+            CHECK_LSE(what, lse, lse_ref, T * H);
+            CHECK_LSE(what, mx, mx_ref, T * H);
+        }
+        if (c == 0) {
+            aiter_mla_sparse_args b = a;
+            b.num_heads = 129;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            b = a;
+            b.indices = NULL;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_NULL_POINTER, "indices");
+            b = a;
+            b.q_dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "q_dtype");
+            b = a;
+            b.topk = 0;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+        }
+    next:
+        free(q);
+        free(cache);
+        free(idx);
+        free(o);
+        free(ref);
+        free(rows);
+    }
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -2937,5 +3182,7 @@ int main(void) {
     test_decode_validation();
     test_hardening();
     test_sparse_indices();
+    test_ds_mla_rows();
+    test_sparse_attention_ref();
     return testing_summary();
 }
