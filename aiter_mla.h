@@ -650,6 +650,33 @@ typedef struct aiter_mla_sparse_args {
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
 
+/* ==== context gather (SPEC 2b; also the dequantising gather of SPEC 6) ====================
+ * Copies cached latent rows into a contiguous workspace, dequantised: for request b and
+ * i < cu_out_rows[b+1] - cu_out_rows[b], context position p = seq_starts[b] + i (0 when
+ * seq_starts is NULL) is read from block block_table[b, p / block_size], offset
+ * p % block_size, and written to row cu_out_rows[b] + i of out. Chunk c of a long context
+ * is seq_starts = c * C with rows min(ctx, (c + 1) * C) - c * C. A block index beyond the
+ * table or a block id outside [0, num_blocks) gives a row of zeros. CPU version. */
+typedef struct aiter_mla_gather_cache_args {
+    const void *kv_cache;        /* [num_blocks, block_size, 576] cache_dtype, or 656-byte rows */
+    int64_t num_blocks;          /* >= 1 */
+    int block_size;              /* >= 1; 0 means 1 */
+    aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (per-tensor scale); DEFAULT means bf16 */
+    float scale;                 /* fp8 per-tensor scale; 0 means 1 */
+    int cache_is_ds_mla;         /* 1: fp8_ds_mla rows (cache_dtype and scale unused) */
+    aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
+    const int32_t *block_table;  /* [batch, block_table_stride] */
+    int64_t block_table_stride;  /* >= 1 */
+    const int32_t *cu_out_rows;  /* [batch + 1] first output row of each request, monotone */
+    const int32_t *seq_starts;   /* [batch] optional: first context position gathered */
+    int batch;                   /* >= 1 */
+    void *out;                   /* [out_rows, 576] out_dtype */
+    int64_t out_rows;            /* rows available in out (>= cu_out_rows[batch]) */
+    aiter_mla_dtype out_dtype;   /* bf16, f16 or f32; DEFAULT means bf16 */
+} aiter_mla_gather_cache_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *a);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1911,6 +1938,70 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
             }
             if (a.lse) a.lse[t * a.num_heads + h] = l > 0.0 ? (float)(m + log(l)) : (float)HUGE_VAL;
             if (a.max_logits) a.max_logits[t * a.num_heads + h] = (float)m;
+        }
+    }
+    return AITER_MLA_OK;
+}
+
+/* ---- context gather ---------------------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *in) {
+    const char *op = "gather_cache_ref";
+    aiter_mla_gather_cache_args a;
+    float row[AITER_MLA_HEAD_DIM];
+    int b, d;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.block_size) a.block_size = 1;
+    if (a.cache_dtype == AITER_MLA_DTYPE_DEFAULT) a.cache_dtype = AITER_MLA_BF16;
+    if (a.ds_mla_fp8 == AITER_MLA_DTYPE_DEFAULT) a.ds_mla_fp8 = AITER_MLA_FP8_E4M3FN;
+    if (a.out_dtype == AITER_MLA_DTYPE_DEFAULT) a.out_dtype = AITER_MLA_BF16;
+    if (a.scale == 0.0f) a.scale = 1.0f;
+    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a.out_rows, 0, INT32_MAX, "out_rows");
+    if (a.cache_is_ds_mla ? !aiter_mla__is_fp8(a.ds_mla_fp8)
+                          : !aiter_mla__is_16bit(a.cache_dtype) && !aiter_mla__is_fp8(a.cache_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
+                               a.cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
+                               aiter_mla_dtype_name(a.cache_is_ds_mla ? a.ds_mla_fp8 : a.cache_dtype));
+    if (!aiter_mla__is_16bit(a.out_dtype) && a.out_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op,
+                               aiter_mla_dtype_name(a.out_dtype));
+    if (!(a.scale > 0.0f && a.scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a.scale);
+    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__NEED(op, a.cu_out_rows, "cu_out_rows");
+    AITER_MLA__NEED(op, a.out, "out");
+    if (a.cu_out_rows[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_out_rows[0] is negative", op);
+    for (b = 0; b < a.batch; b++) {
+        if (a.cu_out_rows[b + 1] < a.cu_out_rows[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_out_rows is not monotone at %d", op, b);
+        if (a.seq_starts && a.seq_starts[b] < 0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_starts[%d] = %d is negative", op, b, a.seq_starts[b]);
+    }
+    if (a.cu_out_rows[a.batch] > a.out_rows)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: cu_out_rows[%d] = %d exceeds out_rows = %lld", op,
+                               a.batch, a.cu_out_rows[a.batch], (long long)a.out_rows);
+    for (b = 0; b < a.batch; b++) {
+        int32_t i;
+        for (i = 0; i < a.cu_out_rows[b + 1] - a.cu_out_rows[b]; i++) {
+            const int64_t pos = (int64_t)(a.seq_starts ? a.seq_starts[b] : 0) + i, blk = pos / a.block_size;
+            const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
+            const int64_t slot = id >= 0 && id < a.num_blocks ? (int64_t)id * a.block_size + pos % a.block_size : -1;
+            const int64_t dst = (int64_t)(a.cu_out_rows[b] + i) * AITER_MLA_HEAD_DIM;
+            if (slot < 0) {
+                for (d = 0; d < AITER_MLA_HEAD_DIM; d++) row[d] = 0.0f; /* absent: zeros */
+            } else if (a.cache_is_ds_mla) {
+                aiter_mla_ds_mla_read_row((const unsigned char *)a.kv_cache + slot * AITER_MLA_DS_MLA_ROW_BYTES, a.ds_mla_fp8, row);
+            } else {
+                const float sc = aiter_mla__is_fp8(a.cache_dtype) ? a.scale : 1.0f;
+                for (d = 0; d < AITER_MLA_HEAD_DIM; d++)
+                    row[d] = aiter_mla_load_f32(a.kv_cache, slot * AITER_MLA_HEAD_DIM + d, a.cache_dtype) * sc;
+            }
+            for (d = 0; d < AITER_MLA_HEAD_DIM; d++) aiter_mla_store_f32(a.out, dst + d, a.out_dtype, row[d]);
         }
     }
     return AITER_MLA_OK;

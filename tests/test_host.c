@@ -3162,6 +3162,116 @@ static void test_sparse_attention_ref(void) {
     }
 }
 
+/* =====================================================================================
+ * context gather (SPEC 2b, and the dequantising gather of SPEC 6)
+ * ===================================================================================== */
+static void test_gather_cache(void) {
+    static const aiter_mla_dtype fmts[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_DTYPE_DEFAULT};
+    test_rng r = rng_seed(0x6a7e);
+    int f;
+    for (f = 0; f < 5; f++) {
+        const int ds = fmts[f] == AITER_MLA_DTYPE_DEFAULT, B = 3, bs = 16, blocks = 20, width = 6, chunk = 37;
+        const float scale = aiter_mla__is_fp8(fmts[f]) ? 0.03f : 0.0f;
+        const size_t row_bytes = ds ? 656 : 576 * aiter_mla_dtype_size(fmts[f]);
+        unsigned char *cache = (unsigned char *)test_malloc(row_bytes * blocks * bs);
+        int32_t bt[3 * 6], ctx[3] = {70, 5, 96}, starts[3], cu[4];
+        float *out;
+        aiter_mla_gather_cache_args g;
+        int c, b, i, d, bad = 0, rows = 0;
+        int64_t n;
+        if (ds) {
+            uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * 576 * blocks * bs);
+            int64_t *sl = (int64_t *)test_malloc(sizeof(int64_t) * blocks * bs);
+            aiter_mla_ds_mla_write_args w;
+            fill_random(kv, (int64_t)576 * blocks * bs, AITER_MLA_BF16, &r, -2.0f, 2.0f, 1.0f);
+            for (i = 0; i < blocks * bs; i++) sl[i] = i;
+            memset(&w, 0, sizeof w);
+            w.kv_c = kv;
+            w.kv_c_stride = 576;
+            w.k_pe = kv + 512;
+            w.k_pe_stride = 576;
+            w.slot_mapping = sl;
+            w.kv_cache = cache;
+            w.num_blocks = blocks;
+            w.block_size = bs;
+            w.num_tokens = blocks * bs;
+            aiter_mla_ds_mla_write_ref(&w);
+            free(kv);
+            free(sl);
+        } else {
+            fill_random(cache, (int64_t)576 * blocks * bs, fmts[f], &r, -2.0f, 2.0f, scale);
+        }
+        for (i = 0; i < B * width; i++) bt[i] = rng_int(&r, 0, blocks - 1);
+        bt[1] = -1;      /* request 0, positions 16..31: absent */
+        bt[2] = blocks;  /* request 0, positions 32..47: out of range */
+        for (c = 0; c * chunk < 96; c++) { /* every chunk of every request */
+            cu[0] = 0;
+            for (b = 0; b < B; b++) {
+                const int lo = c * chunk, hi = ctx[b] < (c + 1) * chunk ? ctx[b] : (c + 1) * chunk;
+                starts[b] = lo;
+                cu[b + 1] = cu[b] + (hi > lo ? hi - lo : 0);
+            }
+            n = cu[B];
+            out = (float *)test_malloc(sizeof(float) * (size_t)(n + 1) * 576);
+            poison_f32(out, (n + 1) * 576);
+            memset(&g, 0, sizeof g);
+            g.kv_cache = cache;
+            g.num_blocks = blocks;
+            g.block_size = bs;
+            g.cache_dtype = ds ? AITER_MLA_DTYPE_DEFAULT : fmts[f];
+            g.scale = scale;
+            g.cache_is_ds_mla = ds;
+            g.block_table = bt;
+            g.block_table_stride = width;
+            g.cu_out_rows = cu;
+            g.seq_starts = starts;
+            g.batch = B;
+            g.out = out;
+            g.out_rows = n + 1;
+            g.out_dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_gather_cache_ref(&g), AITER_MLA_OK, "");
+            for (b = 0; b < B; b++)
+                for (i = 0; i < cu[b + 1] - cu[b]; i++) {
+                    const int pos = starts[b] + i, blk = pos / bs, id = blk < width ? bt[b * width + blk] : -1;
+                    double rowv[576];
+                    if (id < 0 || id >= blocks) {
+                        for (d = 0; d < 576; d++) rowv[d] = 0.0;
+                    } else if (ds) {
+                        naive_ds_mla_row(cache + ((size_t)id * bs + pos % bs) * 656, 0, rowv);
+                    } else {
+                        for (d = 0; d < 576; d++)
+                            rowv[d] = ref_load(cache, ((int64_t)id * bs + pos % bs) * 576 + d, fmts[f]) * (scale != 0.0f ? scale : 1.0);
+                    }
+                    for (d = 0; d < 576; d++) bad += fabs(out[(int64_t)(cu[b] + i) * 576 + d] - rowv[d]) > 1e-6 * (1.0 + fabs(rowv[d]));
+                    rows++;
+                }
+            for (d = 0; d < 576; d++) bad += !is_poison(out, n * 576 + d, AITER_MLA_F32); /* the spare row stays */
+            free(out);
+        }
+        CHECK(bad == 0 && rows == 70 + 5 + 96, "gather format %d: %d values wrong over %d rows", f, bad, rows);
+        if (f == 0) {
+            aiter_mla_gather_cache_args h = g;
+            int32_t cu_bad[4] = {0, 5, 3, 9};
+            float small[576];
+            h.out = small;
+            h.out_rows = 0;
+            h.cu_out_rows = cu_bad;
+            CHECK_STATUS(aiter_mla_gather_cache_ref(&h), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_out_rows");
+            h.cu_out_rows = cu;
+            CHECK_STATUS(aiter_mla_gather_cache_ref(&h), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+            h = g;
+            h.out = small; /* g.out was freed with its chunk */
+            h.cache_dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_gather_cache_ref(&h), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
+            h = g;
+            h.out = small;
+            h.block_table = NULL;
+            CHECK_STATUS(aiter_mla_gather_cache_ref(&h), AITER_MLA_ERR_NULL_POINTER, "block_table");
+        }
+        free(cache);
+    }
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -3184,5 +3294,6 @@ int main(void) {
     test_sparse_indices();
     test_ds_mla_rows();
     test_sparse_attention_ref();
+    test_gather_cache();
     return testing_summary();
 }
