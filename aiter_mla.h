@@ -519,6 +519,38 @@ typedef struct aiter_mla_merge_args {
 
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *a);
 
+/* ==== varlen prefill attention (SPEC 2, 2c) =============================================
+ * For request b (query rows cu_seqlens_q[b].., key rows cu_seqlens_k[b]..), head h and
+ * query row i of its sq rows: s_j = sm_scale * q_scale * k_scale * (q . k_j) over its sk
+ * keys, or with causal over j <= sk - sq + i (bottom-right aligned); o = softmax(s) . v
+ * (v times v_scale), lse[h, row] = log sum exp s. A row that sees no key: o = 0 and
+ * lse = -inf (the value merge_attn_states treats as empty). fp8 operands (both flavours)
+ * carry per-tensor scales; with 16-bit operands the scales are not applied. CPU reference;
+ * the GPU kernels are still to come. */
+typedef struct aiter_mla_prefill_args {
+    const void *q;               /* [Tq, H, dqk] qkv_dtype */
+    const void *k;               /* [Tk, H, dqk] qkv_dtype */
+    const void *v;               /* [Tk, H, dv]  qkv_dtype */
+    int64_t q_stride_token, q_stride_head; /* 0 means H * dqk, dqk (all strides at most 2^32) */
+    int64_t k_stride_token, k_stride_head; /* 0 means H * dqk, dqk */
+    int64_t v_stride_token, v_stride_head; /* 0 means H * dv, dv */
+    const int32_t *cu_seqlens_q; /* [batch + 1] */
+    const int32_t *cu_seqlens_k; /* [batch + 1] */
+    void *o;                     /* [Tq, H, dv] o_dtype */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
+    float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
+    int batch;                   /* >= 1 */
+    int num_heads;               /* >= 1 */
+    int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
+    int causal;                  /* 0 or 1 */
+    float sm_scale;              /* 0 means 1/sqrt(dqk) */
+    float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 */
+    aiter_mla_dtype qkv_dtype;   /* bf16, f16 or fp8; DEFAULT means bf16 */
+    aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means qkv_dtype (bf16 for fp8) */
+} aiter_mla_prefill_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *a);
+
 /* ==== KV cache write (SPEC 3) ===========================================================
  * cache[slot / block_size, slot % block_size, :] = [kv_c | k_pe] for every token whose
  * slot is in [0, num_blocks * block_size); slot -1 (padding) and out-of-range slots are
@@ -2002,6 +2034,109 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
                     row[d] = aiter_mla_load_f32(a.kv_cache, slot * AITER_MLA_HEAD_DIM + d, a.cache_dtype) * sc;
             }
             for (d = 0; d < AITER_MLA_HEAD_DIM; d++) aiter_mla_store_f32(a.out, dst + d, a.out_dtype, row[d]);
+        }
+    }
+    return AITER_MLA_OK;
+}
+
+/* ---- varlen prefill attention --------------------------------------------------------------- */
+static int aiter_mla__prefill_dim_ok(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
+    const char *op = "prefill_ref";
+    aiter_mla_prefill_args a;
+    double qv[256], acc[256];
+    int b, h, d;
+    int64_t tq;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.dqk) a.dqk = 192;
+    if (!a.dv) a.dv = 128;
+    if (a.qkv_dtype == AITER_MLA_DTYPE_DEFAULT) a.qkv_dtype = AITER_MLA_BF16;
+    if (a.o_dtype == AITER_MLA_DTYPE_DEFAULT) a.o_dtype = aiter_mla__is_fp8(a.qkv_dtype) ? AITER_MLA_BF16 : a.qkv_dtype;
+    if (a.sm_scale == 0.0f) a.sm_scale = (float)(1.0 / sqrt((double)a.dqk));
+    if (a.q_scale == 0.0f) a.q_scale = 1.0f;
+    if (a.k_scale == 0.0f) a.k_scale = 1.0f;
+    if (a.v_scale == 0.0f) a.v_scale = 1.0f;
+    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a.num_heads, 1, 65536, "num_heads");
+    AITER_MLA__RANGE(op, a.causal, 0, 1, "causal");
+    if (!aiter_mla__prefill_dim_ok(a.dqk))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dqk = %d is not 64, 128, 192 or 256", op, a.dqk);
+    if (!aiter_mla__prefill_dim_ok(a.dv) || a.dv > a.dqk)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dv = %d is not 64, 128, 192 or 256 and at most dqk = %d", op,
+                               a.dv, a.dqk);
+    if (!aiter_mla__is_16bit(a.qkv_dtype) && !aiter_mla__is_fp8(a.qkv_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
+                               aiter_mla_dtype_name(a.qkv_dtype));
+    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.o_dtype));
+    if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f) || !(a.q_scale > 0.0f && a.q_scale < 1e30f) ||
+        !(a.k_scale > 0.0f && a.k_scale < 1e30f) || !(a.v_scale > 0.0f && a.v_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale, q_scale, k_scale and v_scale must be positive and finite", op);
+    AITER_MLA__RANGE(op, a.q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
+    AITER_MLA__RANGE(op, a.q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
+    AITER_MLA__RANGE(op, a.k_stride_token, 0, AITER_MLA__MAX_STRIDE, "k_stride_token");
+    AITER_MLA__RANGE(op, a.k_stride_head, 0, AITER_MLA__MAX_STRIDE, "k_stride_head");
+    AITER_MLA__RANGE(op, a.v_stride_token, 0, AITER_MLA__MAX_STRIDE, "v_stride_token");
+    AITER_MLA__RANGE(op, a.v_stride_head, 0, AITER_MLA__MAX_STRIDE, "v_stride_head");
+    AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
+    AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
+    if (!a.q_stride_head) a.q_stride_head = a.dqk;
+    if (!a.q_stride_token) a.q_stride_token = (int64_t)a.num_heads * a.q_stride_head;
+    if (!a.k_stride_head) a.k_stride_head = a.dqk;
+    if (!a.k_stride_token) a.k_stride_token = (int64_t)a.num_heads * a.k_stride_head;
+    if (!a.v_stride_head) a.v_stride_head = a.dv;
+    if (!a.v_stride_token) a.v_stride_token = (int64_t)a.num_heads * a.v_stride_head;
+    if (!a.o_stride_head) a.o_stride_head = a.dv;
+    if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
+    AITER_MLA__NEED(op, a.q, "q");
+    AITER_MLA__NEED(op, a.k, "k");
+    AITER_MLA__NEED(op, a.v, "v");
+    AITER_MLA__NEED(op, a.o, "o");
+    AITER_MLA__NEED(op, a.cu_seqlens_q, "cu_seqlens_q");
+    AITER_MLA__NEED(op, a.cu_seqlens_k, "cu_seqlens_k");
+    if (a.cu_seqlens_q[0] < 0 || a.cu_seqlens_k[0] < 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
+    for (b = 0; b < a.batch; b++) {
+        if (a.cu_seqlens_q[b + 1] < a.cu_seqlens_q[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
+        if (a.cu_seqlens_k[b + 1] < a.cu_seqlens_k[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
+    }
+    tq = a.cu_seqlens_q[a.batch];
+    {
+        const int q8 = aiter_mla__is_fp8(a.qkv_dtype);
+        const double s_scale = (double)a.sm_scale * (q8 ? (double)a.q_scale * a.k_scale : 1.0), vs = q8 ? a.v_scale : 1.0;
+        for (b = 0; b < a.batch; b++) {
+            const int32_t q0 = a.cu_seqlens_q[b], sq = a.cu_seqlens_q[b + 1] - q0, k0 = a.cu_seqlens_k[b],
+                          sk = a.cu_seqlens_k[b + 1] - k0;
+            int32_t i, j;
+            for (i = 0; i < sq; i++)
+                for (h = 0; h < a.num_heads; h++) {
+                    const int64_t jend = a.causal ? aiter_mla__min64(sk, (int64_t)sk - sq + i + 1) : sk;
+                    double m = -HUGE_VAL, l = 0.0;
+                    for (d = 0; d < a.dqk; d++)
+                        qv[d] = aiter_mla_load_f32(a.q, (int64_t)(q0 + i) * a.q_stride_token + h * a.q_stride_head + d, a.qkv_dtype);
+                    for (d = 0; d < a.dv; d++) acc[d] = 0.0;
+                    for (j = 0; j < jend; j++) {
+                        const int64_t kr = (int64_t)(k0 + j) * a.k_stride_token + h * a.k_stride_head;
+                        const int64_t vr = (int64_t)(k0 + j) * a.v_stride_token + h * a.v_stride_head;
+                        double s = 0.0, mn, alpha, p;
+                        for (d = 0; d < a.dqk; d++) s += qv[d] * aiter_mla_load_f32(a.k, kr + d, a.qkv_dtype);
+                        s *= s_scale;
+                        mn = s > m ? s : m;
+                        alpha = exp(m - mn);
+                        p = exp(s - mn);
+                        l = l * alpha + p;
+                        for (d = 0; d < a.dv; d++) acc[d] = acc[d] * alpha + p * vs * aiter_mla_load_f32(a.v, vr + d, a.qkv_dtype);
+                        m = mn;
+                    }
+                    for (d = 0; d < a.dv; d++)
+                        aiter_mla_store_f32(a.o, (int64_t)(q0 + i) * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype,
+                                            l > 0.0 ? (float)(acc[d] / l) : 0.0f);
+                    if (a.lse) a.lse[(int64_t)h * tq + q0 + i] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+                }
         }
     }
     return AITER_MLA_OK;

@@ -3272,6 +3272,180 @@ static void test_gather_cache(void) {
     }
 }
 
+/* =====================================================================================
+ * varlen prefill reference (SPEC 2, 2c), and chunked context + merge = one pass (SPEC 2a)
+ * ===================================================================================== */
+static void test_prefill_ref(void) {
+    static const int dims[][2] = {{192, 128}, {64, 64}, {128, 64}, {256, 256}, {256, 192}};
+    test_rng r = rng_seed(0x9f111);
+    int c;
+    for (c = 0; c < 10; c++) {
+        const int B = 4, H = c % 3 == 0 ? 1 : 3, dqk = dims[c % 5][0], dv = dims[c % 5][1], causal = c % 2;
+        const aiter_mla_dtype dt = c == 7 ? AITER_MLA_FP8_E4M3FN : c == 8 ? AITER_MLA_F16 : AITER_MLA_BF16;
+        const float qs = dt == AITER_MLA_FP8_E4M3FN ? 0.5f : 0.0f, ks = dt == AITER_MLA_FP8_E4M3FN ? 0.25f : 0.0f;
+        const int64_t kst = (int64_t)H * dqk + 8; /* k rows strided, as a view of a wider buffer */
+        int32_t cq[5], ck[5], sq[4] = {3, 0, 1, 9}, sk[4] = {5, 4, 0, 6};
+        int b, i, j, h, d;
+        void *q, *k, *v;
+        float *o, *ref, *lse, *lse_ref;
+        aiter_mla_prefill_args a;
+        cq[0] = ck[0] = 0;
+        for (b = 0; b < B; b++) {
+            cq[b + 1] = cq[b] + sq[b];
+            ck[b + 1] = ck[b] + sk[b];
+        }
+        q = test_malloc((size_t)cq[B] * H * dqk * 2 + 16);
+        k = test_malloc((size_t)ck[B] * kst * 2 + 16);
+        v = test_malloc((size_t)ck[B] * H * dv * 2 + 16);
+        fill_random(q, (int64_t)cq[B] * H * dqk, dt, &r, -1.0f, 1.0f, qs);
+        fill_random(k, (int64_t)ck[B] * kst, dt, &r, -1.0f, 1.0f, ks);
+        fill_random(v, (int64_t)ck[B] * H * dv, dt, &r, -1.0f, 1.0f, 0.0f);
+        o = (float *)test_malloc(sizeof(float) * (size_t)cq[B] * H * dv);
+        ref = (float *)test_malloc(sizeof(float) * (size_t)cq[B] * H * dv);
+        lse = (float *)test_malloc(sizeof(float) * (size_t)H * cq[B] + 4);
+        lse_ref = (float *)test_malloc(sizeof(float) * (size_t)H * cq[B] + 4);
+        poison_f32(o, (int64_t)cq[B] * H * dv);
+        poison_f32(lse, (int64_t)H * cq[B]);
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.k_stride_token = kst;
+        a.cu_seqlens_q = cq;
+        a.cu_seqlens_k = ck;
+        a.o = o;
+        a.lse = lse;
+        a.batch = B;
+        a.num_heads = H;
+        a.dqk = dqk;
+        a.dv = dv;
+        a.causal = causal;
+        a.sm_scale = 0.15f;
+        a.q_scale = qs;
+        a.k_scale = ks;
+        a.qkv_dtype = dt;
+        a.o_dtype = AITER_MLA_F32;
+        if (!CHECK(aiter_mla_prefill_ref(&a) == AITER_MLA_OK, "prefill case %d: %s", c, aiter_mla_last_error())) goto next;
+        for (b = 0; b < B; b++)
+            for (i = 0; i < sq[b]; i++)
+                for (h = 0; h < H; h++) {
+                    const double sc = 0.15 * (dt == AITER_MLA_FP8_E4M3FN ? 0.5 * 0.25 : 1.0);
+                    const int last = causal ? sk[b] - sq[b] + i : sk[b] - 1; /* last visible key */
+                    double m = -HUGE_VAL, den = 0.0, num[256], sv[16];
+                    for (d = 0; d < dv; d++) num[d] = 0.0;
+                    for (j = 0; j <= last && j < sk[b]; j++) {
+                        double s = 0.0;
+                        for (d = 0; d < dqk; d++)
+                            s += ref_load(q, ((int64_t)(cq[b] + i) * H + h) * dqk + d, dt) *
+                                 ref_load(k, (int64_t)(ck[b] + j) * kst + (int64_t)h * dqk + d, dt);
+                        sv[j] = s * sc;
+                        if (sv[j] > m) m = sv[j];
+                    }
+                    for (j = 0; j <= last && j < sk[b]; j++) {
+                        const double e = exp(sv[j] - m);
+                        den += e;
+                        for (d = 0; d < dv; d++) num[d] += e * ref_load(v, ((int64_t)(ck[b] + j) * H + h) * dv + d, dt);
+                    }
+                    for (d = 0; d < dv; d++) ref[((int64_t)(cq[b] + i) * H + h) * dv + d] = den > 0.0 ? (float)(num[d] / den) : 0.0f;
+                    lse_ref[(int64_t)h * cq[B] + cq[b] + i] = den > 0.0 ? (float)(m + log(den)) : -INFINITY;
+                }
+        {
+            char what[80];
+            snprintf(what, sizeof what, "prefill %d/%d %s%s H=%d", dqk, dv, aiter_mla_dtype_name(dt), causal ? " causal" : "", H);
+            CHECK_CLOSE(what, o, ref, (int64_t)cq[B] * H * dv, 1e-5, 0.99999);
+            CHECK_LSE(what, lse, lse_ref, (int64_t)H * cq[B]);
+        }
+        if (c == 0) {
+            aiter_mla_prefill_args e = a;
+            e.dqk = 96;
+            CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dqk");
+            e = a;
+            e.dv = 256;
+            CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dv");
+            e = a;
+            e.cu_seqlens_k = sq; /* {3, 0, ...}: not monotone */
+            CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_k");
+            e = a;
+            e.causal = 2;
+            CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "causal");
+        }
+    next:
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+        free(ref);
+        free(lse);
+        free(lse_ref);
+    }
+
+    /* chunked prefill: new tokens (causal among themselves, seeing the whole context) as
+     * two non-causal context chunks + one causal pass, merged by lse, equal one causal pass
+     * over context + new keys */
+    {
+        enum { H = 2, DQK = 64, DV = 64, CTX = 23, NEW = 6, CH = 10 };
+        uint16_t q[NEW * H * DQK], k[(CTX + NEW) * H * DQK], v[(CTX + NEW) * H * DV];
+        float full[NEW * H * DV], part[NEW * H * DV], acc[NEW * H * DV], lse_acc[H * NEW], lse_part[H * NEW], lse_full[H * NEW], tmp[H * NEW];
+        int32_t cq[2] = {0, NEW}, ck[2], ch;
+        aiter_mla_prefill_args p;
+        aiter_mla_merge_args m;
+        fill_random(q, NEW * H * DQK, AITER_MLA_BF16, &r, -1.0f, 1.0f, 0.0f);
+        fill_random(k, (CTX + NEW) * H * DQK, AITER_MLA_BF16, &r, -1.0f, 1.0f, 0.0f);
+        fill_random(v, (CTX + NEW) * H * DV, AITER_MLA_BF16, &r, -1.0f, 1.0f, 0.0f);
+        memset(&p, 0, sizeof p);
+        p.q = q;
+        p.cu_seqlens_q = cq;
+        p.cu_seqlens_k = ck;
+        p.batch = 1;
+        p.num_heads = H;
+        p.dqk = DQK;
+        p.dv = DV;
+        p.sm_scale = 0.2f;
+        p.o_dtype = AITER_MLA_F32;
+        /* one pass: all CTX + NEW keys, causal */
+        ck[0] = 0;
+        ck[1] = CTX + NEW;
+        p.k = k;
+        p.v = v;
+        p.causal = 1;
+        p.o = full;
+        p.lse = lse_full;
+        CHECK_STATUS(aiter_mla_prefill_ref(&p), AITER_MLA_OK, "");
+        /* new tokens alone, causal */
+        ck[1] = NEW;
+        p.k = k + CTX * H * DQK;
+        p.v = v + CTX * H * DV;
+        p.o = acc;
+        p.lse = lse_acc;
+        CHECK_STATUS(aiter_mla_prefill_ref(&p), AITER_MLA_OK, "");
+        /* each context chunk, non-causal, merged in */
+        for (ch = 0; ch * CH < CTX; ch++) {
+            ck[1] = (ch + 1) * CH < CTX ? CH : CTX - ch * CH;
+            p.k = k + ch * CH * H * DQK;
+            p.v = v + ch * CH * H * DV;
+            p.causal = 0;
+            p.o = part;
+            p.lse = lse_part;
+            CHECK_STATUS(aiter_mla_prefill_ref(&p), AITER_MLA_OK, "");
+            memset(&m, 0, sizeof m);
+            m.o_prefix = part;
+            m.lse_prefix = lse_part;
+            m.o_suffix = acc;
+            m.lse_suffix = lse_acc;
+            m.o = acc; /* in place: each element is read before it is written */
+            m.lse = tmp;
+            m.num_tokens = NEW;
+            m.num_heads = H;
+            m.head_dim = DV;
+            m.dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&m), AITER_MLA_OK, "");
+            memcpy(lse_acc, tmp, sizeof tmp);
+        }
+        CHECK_CLOSE("chunked prefill + merge", acc, full, NEW * H * DV, 1e-5, 0.99999);
+        CHECK_LSE("chunked prefill + merge", lse_acc, lse_full, H * NEW);
+    }
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -3295,5 +3469,6 @@ int main(void) {
     test_ds_mla_rows();
     test_sparse_attention_ref();
     test_gather_cache();
+    test_prefill_ref();
     return testing_summary();
 }
