@@ -496,6 +496,9 @@ typedef struct aiter_mla_reduce_args {
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32 */
     float *lse;                 /* [T, H], optional */
+    int64_t lse_stride_token, lse_stride_head; /* 0 means H, 1 ([T, H]); prefill's [H, T] is 1, T */
+    int empty_lse_neg_inf;      /* a row no piece saw a key for: 0 gives lse +inf (decode),
+                                   1 gives -inf (prefill) */
     aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
 } aiter_mla_reduce_args;
 
@@ -547,9 +550,60 @@ typedef struct aiter_mla_prefill_args {
     float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 */
     aiter_mla_dtype qkv_dtype;   /* bf16, f16 or fp8; DEFAULT means bf16 */
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means qkv_dtype (bf16 for fp8) */
+    const int32_t *plan;         /* persistent plan (below), for the scheduled reference */
+    const struct aiter_mla_prefill_plan_info *plan_info;
+    void *workspace;             /* plan_info->workspace_bytes: fp32 partials */
+    size_t workspace_bytes;
 } aiter_mla_prefill_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *a);
+
+/* ==== persistent prefill plan (SPEC 2c) ==================================================
+ * Each request's query rows are cut into tiles of tile_q rows, visited zig-zag (0, n-1, 1,
+ * n-2, ...). A tile's keys are the first min(sk - sq + tile_end, sk) of its request when
+ * causal (all sk otherwise), counted in units of kv_granularity keys. The units are
+ * spread over the CUs, each getting avg or avg + 1 (the first U % num_cu get one more),
+ * walking the tiles in visit order and cutting a tile where a CU's quota runs out. Work
+ * items use the decode plan's 8-int layout (SPEC 1a) with kv_start/kv_end as key rows
+ * (absolute, like cu_seqlens_k), kv_offset = keys of the request after the piece, and
+ * pad = q_head_range = (num_heads << 16) | 0. Split tiles write fp32 partials + lse that
+ * the reduce (SPEC 1b) merges; whole tiles write o and lse directly. Reduce tile t is the
+ * t-th tile in visit order. Sizes from upper bounds: tiles <= max_q_tokens / tile_q +
+ * max_batch, work <= tiles + num_cu - 1, split pieces <= min(work, 2 (num_cu - 1)). The
+ * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps)
+ * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference. */
+typedef struct aiter_mla_prefill_plan_desc {
+    int max_batch;          /* >= 1 */
+    int64_t max_q_tokens;   /* >= 1: query rows of a batch at most */
+    int num_heads;          /* >= 1 */
+    int num_cu;             /* >= 1 */
+    int dv;                 /* 64..256; 0 means 128 (sizes the workspace) */
+    int tile_q;             /* power of two 16..1024; 0 means 256 */
+    int kv_granularity;     /* power of two 16..4096; 0 means 128 */
+} aiter_mla_prefill_plan_desc;
+
+typedef struct aiter_mla_prefill_plan_info {
+    aiter_mla_prefill_plan_desc desc; /* with defaults resolved */
+    int32_t max_tiles, max_work, max_partials, max_partial_rows;
+    int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map, off_reduce_partial_map;
+    int64_t plan_ints;      /* int32 elements of the plan buffer */
+    size_t workspace_bytes; /* fp32 partial o [max_partial_rows, H, dv] + lse [.., H] */
+} aiter_mla_prefill_plan_info;
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
+                                                               aiter_mla_prefill_plan_info *info);
+/* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info,
+                                                            const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                                            int batch, int causal, int32_t *plan);
+/* Every invariant: each (tile row, visible key) covered exactly once, pieces in bounds,
+ * CU quotas avg or avg + 1, partial rows unique, reduce maps consistent. */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_prefill_plan_info *info,
+                                                            const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                                            int batch, int causal, const int32_t *plan);
+/* CPU replay of a->plan (host) and its reduce, with a->workspace (host): the same pieces
+ * and partials a persistent-plan kernel computes. */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *a);
 
 /* ==== KV cache write (SPEC 3) ===========================================================
  * cache[slot / block_size, slot % block_size, :] = [kv_c | k_pe] for every token whose
@@ -1596,6 +1650,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
     AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
+    AITER_MLA__RANGE(op, a.lse_stride_token, 0, AITER_MLA__MAX_STRIDE, "lse_stride_token");
+    AITER_MLA__RANGE(op, a.lse_stride_head, 0, AITER_MLA__MAX_STRIDE, "lse_stride_head");
+    if (!a.lse_stride_token && !a.lse_stride_head) {
+        a.lse_stride_token = a.num_heads;
+        a.lse_stride_head = 1;
+    }
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
     if (a.num_tiles == 0) return AITER_MLA_OK;
@@ -1634,7 +1694,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                 }
                 if (m == -HUGE_VAL) { /* every piece empty */
                     for (d = 0; d < a.dv; d++) aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, 0.0f);
-                    if (a.lse) a.lse[(int64_t)row * a.num_heads + h] = (float)HUGE_VAL;
+                    if (a.lse) a.lse[row * a.lse_stride_token + h * a.lse_stride_head] = (float)(a.empty_lse_neg_inf ? -HUGE_VAL : HUGE_VAL);
                     continue;
                 }
                 for (k = k0; k < k1; k++)
@@ -1648,7 +1708,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                     }
                     aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, (float)o);
                 }
-                if (a.lse) a.lse[(int64_t)row * a.num_heads + h] = (float)g;
+                if (a.lse) a.lse[row * a.lse_stride_token + h * a.lse_stride_head] = (float)g;
             }
     }
     return AITER_MLA_OK;
@@ -2042,12 +2102,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
 /* ---- varlen prefill attention --------------------------------------------------------------- */
 static int aiter_mla__prefill_dim_ok(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
 
-AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
-    const char *op = "prefill_ref";
+/* Validate and resolve the defaults of prefill args into *out (the one place they live). */
+static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_mla_prefill_args *in,
+                                                   aiter_mla_prefill_args *out) {
     aiter_mla_prefill_args a;
-    double qv[256], acc[256];
-    int b, h, d;
-    int64_t tq;
+    int b;
     AITER_MLA__NEED(op, in, "args");
     a = *in;
     if (!a.dqk) a.dqk = 192;
@@ -2104,42 +2163,369 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_arg
         if (a.cu_seqlens_k[b + 1] < a.cu_seqlens_k[b])
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
     }
-    tq = a.cu_seqlens_q[a.batch];
-    {
-        const int q8 = aiter_mla__is_fp8(a.qkv_dtype);
-        const double s_scale = (double)a.sm_scale * (q8 ? (double)a.q_scale * a.k_scale : 1.0), vs = q8 ? a.v_scale : 1.0;
-        for (b = 0; b < a.batch; b++) {
-            const int32_t q0 = a.cu_seqlens_q[b], sq = a.cu_seqlens_q[b + 1] - q0, k0 = a.cu_seqlens_k[b],
-                          sk = a.cu_seqlens_k[b + 1] - k0;
-            int32_t i, j;
-            for (i = 0; i < sq; i++)
-                for (h = 0; h < a.num_heads; h++) {
-                    const int64_t jend = a.causal ? aiter_mla__min64(sk, (int64_t)sk - sq + i + 1) : sk;
-                    double m = -HUGE_VAL, l = 0.0;
-                    for (d = 0; d < a.dqk; d++)
-                        qv[d] = aiter_mla_load_f32(a.q, (int64_t)(q0 + i) * a.q_stride_token + h * a.q_stride_head + d, a.qkv_dtype);
-                    for (d = 0; d < a.dv; d++) acc[d] = 0.0;
-                    for (j = 0; j < jend; j++) {
-                        const int64_t kr = (int64_t)(k0 + j) * a.k_stride_token + h * a.k_stride_head;
-                        const int64_t vr = (int64_t)(k0 + j) * a.v_stride_token + h * a.v_stride_head;
-                        double s = 0.0, mn, alpha, p;
-                        for (d = 0; d < a.dqk; d++) s += qv[d] * aiter_mla_load_f32(a.k, kr + d, a.qkv_dtype);
-                        s *= s_scale;
-                        mn = s > m ? s : m;
-                        alpha = exp(m - mn);
-                        p = exp(s - mn);
-                        l = l * alpha + p;
-                        for (d = 0; d < a.dv; d++) acc[d] = acc[d] * alpha + p * vs * aiter_mla_load_f32(a.v, vr + d, a.qkv_dtype);
-                        m = mn;
-                    }
-                    for (d = 0; d < a.dv; d++)
-                        aiter_mla_store_f32(a.o, (int64_t)(q0 + i) * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype,
-                                            l > 0.0 ? (float)(acc[d] / l) : 0.0f);
-                    if (a.lse) a.lse[(int64_t)h * tq + q0 + i] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+    *out = a;
+    return AITER_MLA_OK;
+}
+
+/* Query rows [r0, r1) (request-local) of request b, all heads, against its keys [j0, j1)
+ * (request-local) under the causal rule. partial_row < 0: write o and lse ([H, Tq], -inf
+ * for a row with no key); else fp32 partials at partial_row + (row - r0) (lse -inf too). */
+static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int32_t r0, int32_t r1, int64_t j0, int64_t j1,
+                                    int32_t partial_row, float *part_o, float *part_lse) {
+    const int q8 = aiter_mla__is_fp8(a->qkv_dtype);
+    const double s_scale = (double)a->sm_scale * (q8 ? (double)a->q_scale * a->k_scale : 1.0), vs = q8 ? a->v_scale : 1.0;
+    const int32_t q0 = a->cu_seqlens_q[b], sq = a->cu_seqlens_q[b + 1] - q0, k0 = a->cu_seqlens_k[b],
+                  sk = a->cu_seqlens_k[b + 1] - k0;
+    const int64_t tq = a->cu_seqlens_q[a->batch];
+    double qv[256], acc[256];
+    int32_t i;
+    int h, d;
+    for (i = r0; i < r1; i++)
+        for (h = 0; h < a->num_heads; h++) {
+            const int64_t jend = aiter_mla__min64(j1, a->causal ? (int64_t)sk - sq + i + 1 : sk);
+            double m = -HUGE_VAL, l = 0.0;
+            int64_t j;
+            for (d = 0; d < a->dqk; d++)
+                qv[d] = aiter_mla_load_f32(a->q, (int64_t)(q0 + i) * a->q_stride_token + h * a->q_stride_head + d, a->qkv_dtype);
+            for (d = 0; d < a->dv; d++) acc[d] = 0.0;
+            for (j = j0; j < jend; j++) {
+                const int64_t kr = (k0 + j) * a->k_stride_token + h * a->k_stride_head;
+                const int64_t vr = (k0 + j) * a->v_stride_token + h * a->v_stride_head;
+                double s = 0.0, mn, alpha, p;
+                for (d = 0; d < a->dqk; d++) s += qv[d] * aiter_mla_load_f32(a->k, kr + d, a->qkv_dtype);
+                s *= s_scale;
+                mn = s > m ? s : m;
+                alpha = exp(m - mn);
+                p = exp(s - mn);
+                l = l * alpha + p;
+                for (d = 0; d < a->dv; d++) acc[d] = acc[d] * alpha + p * vs * aiter_mla_load_f32(a->v, vr + d, a->qkv_dtype);
+                m = mn;
+            }
+            if (partial_row < 0) {
+                for (d = 0; d < a->dv; d++)
+                    aiter_mla_store_f32(a->o, (int64_t)(q0 + i) * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
+                                        l > 0.0 ? (float)(acc[d] / l) : 0.0f);
+                if (a->lse) a->lse[(int64_t)h * tq + q0 + i] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+            } else {
+                const int64_t pr = (int64_t)(partial_row + i - r0) * a->num_heads + h;
+                for (d = 0; d < a->dv; d++) part_o[pr * a->dv + d] = l > 0.0 ? (float)(acc[d] / l) : 0.0f;
+                part_lse[pr] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+            }
+        }
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
+    aiter_mla_prefill_args a;
+    int b;
+    AITER_MLA__CHECK(aiter_mla__prefill_resolve("prefill_ref", in, &a));
+    for (b = 0; b < a.batch; b++)
+        aiter_mla__prefill_rows(&a, b, 0, a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b], 0, INT64_MAX, -1, NULL, NULL);
+    return AITER_MLA_OK;
+}
+
+/* ---- persistent prefill plan ------------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *din,
+                                                               aiter_mla_prefill_plan_info *info) {
+    const char *op = "prefill_plan";
+    aiter_mla_prefill_plan_desc d;
+    int64_t tiles, work, partials;
+    AITER_MLA__NEED(op, din, "desc");
+    AITER_MLA__NEED(op, info, "info");
+    d = *din;
+    if (!d.dv) d.dv = 128;
+    if (!d.tile_q) d.tile_q = 256;
+    if (!d.kv_granularity) d.kv_granularity = 128;
+    AITER_MLA__RANGE(op, d.max_batch, 1, 1 << 20, "max_batch");
+    AITER_MLA__RANGE(op, d.max_q_tokens, 1, 1 << 26, "max_q_tokens");
+    AITER_MLA__RANGE(op, d.num_heads, 1, 65535, "num_heads");
+    AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
+    AITER_MLA__RANGE(op, d.dv, 64, 256, "dv");
+    AITER_MLA__POW2(op, d.tile_q, 16, 1024, "tile_q");
+    AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
+    memset(info, 0, sizeof *info);
+    info->desc = d;
+    tiles = d.max_q_tokens / d.tile_q + d.max_batch;
+    work = tiles + d.num_cu - 1;
+    partials = aiter_mla__min64(work, 2 * ((int64_t)d.num_cu - 1));
+    info->max_tiles = (int32_t)tiles;
+    info->max_work = (int32_t)work;
+    info->max_partials = (int32_t)partials;
+    info->max_partial_rows = (int32_t)(partials * d.tile_q);
+    info->off_work_indptr = AITER_MLA_PLAN_HEADER_INTS;
+    info->off_work_info = info->off_work_indptr + d.num_cu + 1;
+    info->off_reduce_indptr = info->off_work_info + work * AITER_MLA_WORK_INTS;
+    info->off_reduce_final_map = info->off_reduce_indptr + tiles + 1;
+    info->off_reduce_partial_map = info->off_reduce_final_map + 2 * tiles;
+    info->plan_ints = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
+    info->workspace_bytes = (size_t)info->max_partial_rows * d.num_heads * (d.dv + 1) * sizeof(float);
+    return AITER_MLA_OK;
+}
+
+static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const aiter_mla_prefill_plan_info *info,
+                                                       const int32_t *cq, const int32_t *ck, int batch, int causal) {
+    aiter_mla_prefill_plan_info f;
+    int b;
+    AITER_MLA__NEED(op, info, "plan_info");
+    if (aiter_mla_prefill_plan_get_info(&info->desc, &f) != AITER_MLA_OK || memcmp(&f.desc, &info->desc, sizeof f.desc) != 0 ||
+        f.max_tiles != info->max_tiles || f.max_work != info->max_work || f.max_partials != info->max_partials ||
+        f.max_partial_rows != info->max_partial_rows || f.off_work_info != info->off_work_info ||
+        f.off_reduce_indptr != info->off_reduce_indptr || f.off_reduce_final_map != info->off_reduce_final_map ||
+        f.off_reduce_partial_map != info->off_reduce_partial_map || f.plan_ints != info->plan_ints ||
+        f.workspace_bytes != info->workspace_bytes)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info differs from what aiter_mla_prefill_plan_get_info makes of its desc", op);
+    AITER_MLA__NEED(op, cq, "cu_seqlens_q");
+    AITER_MLA__NEED(op, ck, "cu_seqlens_k");
+    AITER_MLA__RANGE(op, batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, causal, 0, 1, "causal");
+    if (batch > info->desc.max_batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, batch,
+                               info->desc.max_batch);
+    if (cq[0] < 0 || ck[0] < 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
+    for (b = 0; b < batch; b++) {
+        if (cq[b + 1] < cq[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
+        if (ck[b + 1] < ck[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
+    }
+    if ((int64_t)cq[batch] - cq[0] > info->desc.max_q_tokens)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: %d query rows (cu_seqlens_q) exceed the plan's max_q_tokens = %lld",
+                               op, cq[batch] - cq[0], (long long)info->desc.max_q_tokens);
+    return AITER_MLA_OK;
+}
+
+/* Tile k (0-based) of the n tiles of a request in zig-zag visit order: 0, n-1, 1, n-2, ... */
+static int32_t aiter_mla__zigzag(int32_t k, int32_t n) { return k % 2 ? n - 1 - k / 2 : k / 2; }
+
+/* Keys a tile's rows may see: the first min(sk - sq + tile_end, sk) when causal. */
+static int64_t aiter_mla__tile_keys(int32_t sq, int32_t sk, int32_t tile_end, int causal) {
+    return causal ? aiter_mla__max64(0, aiter_mla__min64((int64_t)sk - sq + tile_end, sk)) : sk;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
+                                                            const int32_t *ck, int batch, int causal, int32_t *plan) {
+    const char *op = "prefill_plan_build";
+    aiter_mla_decode_plan_view v;
+    const int32_t tq = info ? info->desc.tile_q : 0, gran = info ? info->desc.kv_granularity : 0;
+    int64_t total = 0, avg, rem, quota;
+    int32_t nwork = 0, npieces = 0, nrows = 0, unit = 0;
+    int b, cu = 0, ncu;
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
+    AITER_MLA__NEED(op, plan, "plan");
+    ncu = info->desc.num_cu;
+    for (b = 0; b < batch; b++) {
+        const int32_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b];
+        int32_t t;
+        for (t = 0; t * tq < sq; t++)
+            total += aiter_mla__cdiv(aiter_mla__tile_keys(sq, sk, (int32_t)aiter_mla__min64((int64_t)(t + 1) * tq, sq), causal), gran);
+    }
+    avg = total / ncu;
+    rem = total % ncu;
+    quota = avg + (rem > 0);
+    memset(plan, 0, (size_t)info->plan_ints * sizeof(int32_t));
+    memset(&v, 0, sizeof v);
+    v.work_indptr = plan + info->off_work_indptr;
+    v.work_info = plan + info->off_work_info;
+    v.reduce_indptr = plan + info->off_reduce_indptr;
+    v.reduce_final_map = plan + info->off_reduce_final_map;
+    v.reduce_partial_map = plan + info->off_reduce_partial_map;
+    for (b = 0; b < batch; b++) {
+        const int32_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b], n = (int32_t)aiter_mla__cdiv(sq, tq);
+        int32_t k;
+        for (k = 0; k < n; k++) {
+            const int32_t t = aiter_mla__zigzag(k, n), r0 = t * tq, r1 = (int32_t)aiter_mla__min64((int64_t)r0 + tq, sq);
+            const int64_t keys = aiter_mla__tile_keys(sq, sk, r1, causal);
+            int64_t left = aiter_mla__cdiv(keys, gran), done = 0; /* units */
+            const int32_t first = nwork;
+            int32_t i;
+            do {
+                int64_t take = left;
+                int32_t *w;
+                if (left > 0 && quota == 0 && cu < ncu - 1) { /* this CU is full: the next one */
+                    v.work_indptr[++cu] = nwork;
+                    quota = avg + (cu < rem);
+                    continue;
                 }
+                if (cu < ncu - 1 && take > quota) take = quota;
+                AITER_MLA_ASSERT(nwork < info->max_work);
+                w = v.work_info + (int64_t)nwork++ * AITER_MLA_WORK_INTS;
+                w[0] = b;
+                w[1] = -1;
+                w[2] = cq[b] + r0;
+                w[3] = cq[b] + r1;
+                w[4] = ck[b] + (int32_t)aiter_mla__min64(done * gran, keys);
+                w[5] = ck[b] + (int32_t)aiter_mla__min64((done + take) * gran, keys);
+                w[6] = sk - (w[5] - ck[b]);
+                w[7] = (int32_t)((uint32_t)info->desc.num_heads << 16);
+                done += take;
+                left -= take;
+                quota -= aiter_mla__min64(take, quota);
+            } while (left > 0);
+            v.reduce_final_map[2 * unit] = cq[b] + r0;
+            v.reduce_final_map[2 * unit + 1] = cq[b] + r1;
+            if (nwork - first > 1)
+                for (i = first; i < nwork; i++) {
+                    AITER_MLA_ASSERT(npieces < info->max_partials && nrows + (r1 - r0) <= info->max_partial_rows);
+                    v.work_info[(int64_t)i * AITER_MLA_WORK_INTS + 1] = nrows;
+                    v.reduce_partial_map[npieces++] = nrows;
+                    nrows += r1 - r0;
+                }
+            v.reduce_indptr[++unit] = npieces;
         }
     }
+    while (cu < ncu) v.work_indptr[++cu] = nwork;
+    for (b = unit + 1; b <= info->max_tiles; b++) v.reduce_indptr[b] = npieces;
+    plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
+    plan[AITER_MLA__PH_NUM_CU] = ncu;
+    plan[AITER_MLA__PH_NUM_WORK] = nwork;
+    plan[AITER_MLA__PH_NUM_REDUCE_TILES] = unit;
+    plan[AITER_MLA__PH_NUM_PARTIALS] = npieces;
+    plan[AITER_MLA__PH_NUM_PARTIAL_ROWS] = nrows;
+    plan[AITER_MLA__PH_BATCH] = batch;
     return AITER_MLA_OK;
+}
+
+#define AITER_MLA__BAD_PS(...) do { st = aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, __VA_ARGS__); goto done; } while (0)
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
+                                                            const int32_t *ck, int batch, int causal, const int32_t *plan) {
+    const char *op = "prefill_plan_check";
+    aiter_mla_status st = AITER_MLA_OK;
+    const int32_t *wi, *wp, *ri, *fm, *pm;
+    int32_t tq, gran, nwork, ntiles, npieces, nrows, u = 0, w = 0, c;
+    int64_t total = 0, avg, rem, *cu_units = NULL;
+    unsigned char *row_used;
+    int b;
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
+    AITER_MLA__NEED(op, plan, "plan");
+    tq = info->desc.tile_q;
+    gran = info->desc.kv_granularity;
+    nwork = plan[AITER_MLA__PH_NUM_WORK];
+    ntiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
+    npieces = plan[AITER_MLA__PH_NUM_PARTIALS];
+    nrows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
+    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC || plan[AITER_MLA__PH_NUM_CU] != info->desc.num_cu ||
+        plan[AITER_MLA__PH_BATCH] != batch || nwork < 0 || nwork > info->max_work || ntiles < 0 || ntiles > info->max_tiles ||
+        npieces < 0 || npieces > info->max_partials || nrows < 0 || nrows > info->max_partial_rows)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: the plan's header does not fit this batch and info", op);
+    wp = plan + info->off_work_indptr;
+    wi = plan + info->off_work_info;
+    ri = plan + info->off_reduce_indptr;
+    fm = plan + info->off_reduce_final_map;
+    pm = plan + info->off_reduce_partial_map;
+    cu_units = (int64_t *)AITER_MLA_MALLOC(sizeof(int64_t) * (size_t)info->desc.num_cu + (size_t)info->max_partial_rows + 1);
+    if (!cu_units) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    row_used = (unsigned char *)(cu_units + info->desc.num_cu);
+    memset(cu_units, 0, sizeof(int64_t) * (size_t)info->desc.num_cu);
+    memset(row_used, 0, (size_t)info->max_partial_rows + 1);
+    if (wp[0] != 0 || wp[info->desc.num_cu] != nwork) AITER_MLA__BAD_PS("%s: work_indptr does not span 0..num_work", op);
+    for (c = 0; c < info->desc.num_cu; c++)
+        if (wp[c + 1] < wp[c]) AITER_MLA__BAD_PS("%s: work_indptr decreases at CU %d", op, c);
+    if (ri[0] != 0) AITER_MLA__BAD_PS("%s: reduce_indptr[0] = %d", op, ri[0]);
+    /* the items, in order, must be the tiles in visit order, each split into contiguous pieces */
+    c = 0;
+    for (b = 0; b < batch; b++) {
+        const int32_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b], n = (int32_t)aiter_mla__cdiv(sq, tq);
+        int32_t k;
+        for (k = 0; k < n; k++, u++) {
+            const int32_t t = aiter_mla__zigzag(k, n), r0 = t * tq, r1 = (int32_t)aiter_mla__min64((int64_t)r0 + tq, sq);
+            const int64_t keys = aiter_mla__tile_keys(sq, sk, r1, causal);
+            int64_t at = 0;
+            int32_t first = w, j;
+            total += aiter_mla__cdiv(keys, gran);
+            if (u >= ntiles) AITER_MLA__BAD_PS("%s: the plan has %d tiles, the batch more", op, ntiles);
+            if (fm[2 * u] != cq[b] + r0 || fm[2 * u + 1] != cq[b] + r1)
+                AITER_MLA__BAD_PS("%s: reduce_final_map of tile %d is not rows %d..%d", op, u, cq[b] + r0, cq[b] + r1);
+            do {
+                const int32_t *x = wi + (int64_t)w * AITER_MLA_WORK_INTS;
+                if (w >= nwork) AITER_MLA__BAD_PS("%s: tile %d is not fully covered", op, u);
+                while (c < info->desc.num_cu && wp[c + 1] <= w) c++;
+                if (x[0] != b || x[2] != cq[b] + r0 || x[3] != cq[b] + r1 || x[4] != ck[b] + at || x[5] < x[4] ||
+                    x[5] > ck[b] + keys || x[6] != sk - (x[5] - ck[b]) || x[7] != (int32_t)((uint32_t)info->desc.num_heads << 16))
+                    AITER_MLA__BAD_PS("%s: work %d does not continue tile %d of request %d at key %lld", op, w, u, b, (long long)at);
+                if (x[5] == x[4] && keys > 0) AITER_MLA__BAD_PS("%s: work %d is empty inside tile %d", op, w, u);
+                cu_units[c] += aiter_mla__cdiv(x[5] - ck[b], gran) - at / gran;
+                at = x[5] - ck[b];
+                w++;
+            } while (at < keys);
+            if (w - first > 1) { /* split: partial rows unique, listed in the reduce map in order */
+                if (ri[u + 1] - ri[u] != w - first) AITER_MLA__BAD_PS("%s: reduce tile %d lists %d pieces, has %d", op, u, ri[u + 1] - ri[u], w - first);
+                for (j = first; j < w; j++) {
+                    const int32_t loc = wi[(int64_t)j * AITER_MLA_WORK_INTS + 1];
+                    int32_t r;
+                    if (loc < 0 || loc + (r1 - r0) > nrows || pm[ri[u] + j - first] != loc)
+                        AITER_MLA__BAD_PS("%s: piece %d of tile %d has partial row %d", op, j - first, u, loc);
+                    for (r = loc; r < loc + (r1 - r0); r++) {
+                        if (row_used[r]) AITER_MLA__BAD_PS("%s: partial row %d is used twice", op, r);
+                        row_used[r] = 1;
+                    }
+                }
+            } else if (ri[u + 1] != ri[u] || wi[(int64_t)first * AITER_MLA_WORK_INTS + 1] != -1) {
+                AITER_MLA__BAD_PS("%s: whole tile %d has partial rows or reduce entries", op, u);
+            }
+        }
+    }
+    if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PS("%s: counts do not match the header", op);
+    avg = total / info->desc.num_cu;
+    rem = total % info->desc.num_cu;
+    for (c = 0; c < info->desc.num_cu - 1; c++) /* the last CU takes what is left, which is its share */
+        if (cu_units[c] > avg + (c < rem)) AITER_MLA__BAD_PS("%s: CU %d has %lld units, more than its quota %lld", op, c,
+                                                             (long long)cu_units[c], (long long)(avg + (c < rem)));
+    if (cu_units[info->desc.num_cu - 1] > avg + 1)
+        AITER_MLA__BAD_PS("%s: the last CU has %lld units, quota %lld", op, (long long)cu_units[info->desc.num_cu - 1], (long long)avg + 1);
+done:
+    AITER_MLA_FREE(cu_units);
+    return st;
+}
+#undef AITER_MLA__BAD_PS
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *in) {
+    const char *op = "prefill_ref_scheduled";
+    aiter_mla_prefill_args a;
+    aiter_mla_reduce_args r;
+    const aiter_mla_prefill_plan_info *info;
+    float *part_o, *part_lse;
+    int32_t i, nwork;
+    AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a));
+    AITER_MLA__NEED(op, a.plan, "plan");
+    info = a.plan_info;
+    AITER_MLA__CHECK(aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan));
+    if (info->desc.num_heads != a.num_heads || info->desc.dv != a.dv)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads %d / dv %d differ from the plan's %d / %d", op,
+                               a.num_heads, a.dv, info->desc.num_heads, info->desc.dv);
+    if (info->workspace_bytes > 0) {
+        AITER_MLA__NEED(op, a.workspace, "workspace");
+        if (a.workspace_bytes < info->workspace_bytes)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
+                                   (unsigned long long)a.workspace_bytes, (unsigned long long)info->workspace_bytes);
+    }
+    part_o = (float *)a.workspace;
+    part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
+    nwork = a.plan[AITER_MLA__PH_NUM_WORK];
+    for (i = 0; i < nwork; i++) {
+        const int32_t *w = a.plan + info->off_work_info + (int64_t)i * AITER_MLA_WORK_INTS;
+        const int b = w[0];
+        aiter_mla__prefill_rows(&a, b, w[2] - a.cu_seqlens_q[b], w[3] - a.cu_seqlens_q[b], w[4] - a.cu_seqlens_k[b],
+                                w[5] - a.cu_seqlens_k[b], w[1], part_o, part_lse);
+    }
+    if (a.plan[AITER_MLA__PH_NUM_PARTIALS] == 0) return AITER_MLA_OK;
+    memset(&r, 0, sizeof r);
+    r.partial_o = part_o;
+    r.partial_lse = part_lse;
+    r.reduce_indptr = a.plan + info->off_reduce_indptr;
+    r.reduce_final_map = a.plan + info->off_reduce_final_map;
+    r.reduce_partial_map = a.plan + info->off_reduce_partial_map;
+    r.num_tiles = a.plan[AITER_MLA__PH_NUM_REDUCE_TILES];
+    r.num_partial_rows = info->max_partial_rows;
+    r.num_heads = a.num_heads;
+    r.dv = a.dv;
+    r.o = a.o;
+    r.o_stride_token = a.o_stride_token;
+    r.o_stride_head = a.o_stride_head;
+    r.lse = a.lse;
+    r.lse_stride_token = 1;
+    r.lse_stride_head = a.cu_seqlens_q[a.batch];
+    r.empty_lse_neg_inf = 1;
+    r.o_dtype = a.o_dtype;
+    return aiter_mla_reduce_ref(&r);
 }
 
 #ifdef __cplusplus

@@ -3446,6 +3446,138 @@ static void test_prefill_ref(void) {
     }
 }
 
+/* =====================================================================================
+ * persistent prefill plan (SPEC 2c): planner, checker, scheduled replay
+ * ===================================================================================== */
+static void test_prefill_plan(void) {
+    static const int cus[] = {1, 3, 16, 132};
+    test_rng r = rng_seed(0x9191);
+    int iter, split_plans = 0;
+    for (iter = 0; iter < 24; iter++) {
+        const int B = rng_int(&r, 1, 4), H = 2, dqk = 64, dv = 64, causal = iter % 2, ncu = cus[iter % 4];
+        const aiter_mla_dtype dt = iter % 3 == 2 ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
+        int32_t cq[5], ck[5];
+        aiter_mla_prefill_plan_desc d;
+        aiter_mla_prefill_plan_info info;
+        aiter_mla_prefill_args a;
+        int32_t *plan;
+        void *q, *k, *v, *ws;
+        float *o, *o_ref, *lse, *lse_ref;
+        int b;
+        cq[0] = ck[0] = 0;
+        for (b = 0; b < B; b++) {
+            int32_t sq = rng_int(&r, 0, 70), sk = rng_int(&r, 0, 90);
+            if (b == 0 && iter % 4 == 1) sk = sq; /* square */
+            cq[b + 1] = cq[b] + sq;
+            ck[b + 1] = ck[b] + sk;
+        }
+        memset(&d, 0, sizeof d);
+        d.max_batch = 4;
+        d.max_q_tokens = 300;
+        d.num_heads = H;
+        d.num_cu = ncu;
+        d.dv = dv;
+        d.tile_q = 16;
+        d.kv_granularity = 16;
+        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        plan = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)info.plan_ints);
+        if (!CHECK(aiter_mla_prefill_plan_build(&info, cq, ck, B, causal, plan) == AITER_MLA_OK, "ps build %d: %s", iter,
+                   aiter_mla_last_error()))
+            goto free_plan;
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, causal, plan), AITER_MLA_OK, "");
+        split_plans += plan[4] > 0; /* header: split pieces */
+        { /* independent: zig-zag order of the first request's tiles */
+            const int32_t n = (cq[1] - cq[0] + 15) / 16, *fm = plan + info.off_reduce_final_map;
+            int32_t t, bad = 0;
+            for (t = 0; t < n; t++) {
+                const int32_t want = (t % 2 ? n - 1 - t / 2 : t / 2) * 16;
+                bad += fm[2 * t] != want;
+            }
+            CHECK(bad == 0, "ps plan %d: tiles of request 0 not visited zig-zag", iter);
+        }
+        { /* corruptions are caught */
+            int32_t *bad = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)info.plan_ints);
+            const int32_t nw = plan[2];
+            if (nw > 0) {
+                memcpy(bad, plan, sizeof(int32_t) * (size_t)info.plan_ints);
+                bad[info.off_work_info + 5] += 1; /* first piece one key longer */
+                CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, causal, bad), AITER_MLA_ERR_PLAN_INVALID, "");
+                memcpy(bad, plan, sizeof(int32_t) * (size_t)info.plan_ints);
+                bad[info.off_work_info + 7] = 0; /* q_head_range */
+                CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, causal, bad), AITER_MLA_ERR_PLAN_INVALID, "");
+            }
+            free(bad);
+        }
+        /* scheduled replay (pieces + reduce) against the direct reference */
+        q = test_malloc((size_t)(cq[B] + 1) * H * dqk * 2);
+        k = test_malloc((size_t)(ck[B] + 1) * H * dqk * 2);
+        v = test_malloc((size_t)(ck[B] + 1) * H * dv * 2);
+        fill_random(q, (int64_t)cq[B] * H * dqk, dt, &r, -1.0f, 1.0f, dt == AITER_MLA_BF16 ? 0.0f : 0.5f);
+        fill_random(k, (int64_t)ck[B] * H * dqk, dt, &r, -1.0f, 1.0f, dt == AITER_MLA_BF16 ? 0.0f : 0.5f);
+        fill_random(v, (int64_t)ck[B] * H * dv, dt, &r, -1.0f, 1.0f, 0.0f);
+        o = (float *)test_malloc(sizeof(float) * (size_t)(cq[B] + 1) * H * dv);
+        o_ref = (float *)test_malloc(sizeof(float) * (size_t)(cq[B] + 1) * H * dv);
+        lse = (float *)test_malloc(sizeof(float) * (size_t)(cq[B] + 1) * H);
+        lse_ref = (float *)test_malloc(sizeof(float) * (size_t)(cq[B] + 1) * H);
+        ws = test_malloc(info.workspace_bytes);
+        poison_f32(o, (int64_t)cq[B] * H * dv);
+        poison_f32(lse, (int64_t)cq[B] * H);
+        poison_f32((float *)ws, (int64_t)(info.workspace_bytes / 4));
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.cu_seqlens_q = cq;
+        a.cu_seqlens_k = ck;
+        a.batch = B;
+        a.num_heads = H;
+        a.dqk = dqk;
+        a.dv = dv;
+        a.causal = causal;
+        a.qkv_dtype = dt;
+        a.q_scale = a.k_scale = dt == AITER_MLA_BF16 ? 0.0f : 0.5f;
+        a.o_dtype = AITER_MLA_F32;
+        a.o = o_ref;
+        a.lse = lse_ref;
+        CHECK_STATUS(aiter_mla_prefill_ref(&a), AITER_MLA_OK, "");
+        a.o = o;
+        a.lse = lse;
+        a.plan = plan;
+        a.plan_info = &info;
+        a.workspace = ws;
+        a.workspace_bytes = info.workspace_bytes;
+        if (CHECK(aiter_mla_prefill_ref_scheduled(&a) == AITER_MLA_OK, "ps replay %d: %s", iter, aiter_mla_last_error()) && cq[B] > 0) {
+            char what[64];
+            snprintf(what, sizeof what, "ps replay %d (%d CUs, %s%s)", iter, ncu, aiter_mla_dtype_name(dt), causal ? ", causal" : "");
+            CHECK_CLOSE(what, o, o_ref, (int64_t)cq[B] * H * dv, 1e-5, 0.99999);
+            CHECK_LSE(what, lse, lse_ref, (int64_t)cq[B] * H);
+        }
+        if (iter == 0) {
+            aiter_mla_prefill_args e = a;
+            e.workspace_bytes = info.workspace_bytes - 4;
+            if (info.workspace_bytes > 0)
+                CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+            e = a;
+            e.num_heads = 3;
+            CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+            CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 5, causal, plan), AITER_MLA_ERR_PLAN_MISMATCH, "max_batch");
+            d.tile_q = 24;
+            CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
+        }
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+        free(o_ref);
+        free(lse);
+        free(lse_ref);
+        free(ws);
+    free_plan:
+        free(plan);
+    }
+    CHECK(split_plans >= 6, "only %d of 24 prefill plans split a tile (test too weak)", split_plans);
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -3470,5 +3602,6 @@ int main(void) {
     test_sparse_attention_ref();
     test_gather_cache();
     test_prefill_ref();
+    test_prefill_plan();
     return testing_summary();
 }
