@@ -14,10 +14,23 @@
  *                                   #include "aiter_mla.h"
  *   Everywhere else:                #include "aiter_mla.h"
  *   GPU kernels:                    hipcc --offload-arch=gfx942 -c kernels.hip     (AMD)
- *                                   nvcc -x cu -arch=sm_90a -c kernels.hip         (NVIDIA)
+ *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
+ *                                        -c kernels.hip                            (NVIDIA)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
  *                                   the program links without kernels.hip.
+ *
+ * ---------------------------------------------------------------------------------------
+ * WHAT IS HERE (GPU = a launch wrapper over kernels.hip; every op also has a CPU *_ref)
+ *
+ *   dense decode + split-KV plan + reduce    aiter_mla_decode (GPU), _decode_ref(_scheduled)
+ *   decode metadata, page-index expansion    aiter_mla_decode_metadata_build, _expand_page_indices (GPU)
+ *   head padding for 16-head kernels         aiter_mla_pad_q / _unpad_o (GPU)
+ *   KV cache write (bf16/f16/fp8)            aiter_mla_kv_cache_write (GPU)
+ *   varlen prefill + persistent plan         aiter_mla_prefill_ref(_scheduled), _prefill_plan_*  (CPU)
+ *   merge of attention states, gather        aiter_mla_merge_attn_states_ref, _gather_cache_ref  (CPU)
+ *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_convert_sparse_indices_ref, _ds_mla_write_ref,
+ *                                            _sparse_attention_ref (CPU)
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
