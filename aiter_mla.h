@@ -509,7 +509,8 @@ typedef struct aiter_mla_reduce_args {
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32 */
     float *lse;                 /* [T, H], optional */
-    int64_t lse_stride_token, lse_stride_head; /* 0 means H, 1 ([T, H]); prefill's [H, T] is 1, T */
+    int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
+    int64_t lse_stride_head;    /* 0 means 1 */
     int empty_lse_neg_inf;      /* a row no piece saw a key for: 0 gives lse +inf (decode),
                                    1 gives -inf (prefill) */
     aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
@@ -541,7 +542,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_m
  * keys, or with causal over j <= sk - sq + i (bottom-right aligned); o = softmax(s) . v
  * (v times v_scale), lse[h, row] = log sum exp s. A row that sees no key: o = 0 and
  * lse = -inf (the value merge_attn_states treats as empty). fp8 operands (both flavours)
- * carry per-tensor scales; with 16-bit operands the scales are not applied. CPU reference;
+ * carry per-tensor scales; with 16-bit operands the scales are not applied (but must still
+ * be 0 or positive and finite). CPU reference;
  * the GPU kernels are still to come. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
@@ -669,7 +671,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_
 
 /* filter_prefill_indices (SPEC 4): split each token's indices into the part that lies in
  * its request's cached context (idx < ctx_len: kept, else -1) and the part among the new
- * tokens (idx >= ctx_len: idx - ctx_len, else -1). CPU version. */
+ * tokens (idx >= ctx_len: idx - ctx_len, else -1). A req_id outside [0, num_requests) or a
+ * negative ctx_len gives -1 in both outputs. CPU version. */
 typedef struct aiter_mla_filter_prefill_args {
     const int32_t *indices;   /* [num_tokens, topk] request-local, -1 = none */
     const int32_t *req_id;    /* [num_tokens] */
@@ -714,7 +717,8 @@ typedef struct aiter_mla_ds_mla_write_args {
 } aiter_mla_ds_mla_write_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *a);
-/* One 656-byte row to 576 floats (512 dequantised latent values, then 64 rope values). */
+/* One 656-byte row to 576 floats (512 dequantised latent values, then 64 rope values).
+ * An unchecked helper: row and out576 must be valid; fp8_dtype DEFAULT means e4m3fn. */
 AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp8_dtype, float *out576);
 
 /* ==== sparse MLA attention (SPEC 4) =====================================================
@@ -1665,10 +1669,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
     AITER_MLA__RANGE(op, a.lse_stride_token, 0, AITER_MLA__MAX_STRIDE, "lse_stride_token");
     AITER_MLA__RANGE(op, a.lse_stride_head, 0, AITER_MLA__MAX_STRIDE, "lse_stride_head");
-    if (!a.lse_stride_token && !a.lse_stride_head) {
-        a.lse_stride_token = a.num_heads;
-        a.lse_stride_head = 1;
-    }
+    if (!a.lse_stride_head) a.lse_stride_head = 1;
+    if (!a.lse_stride_token) a.lse_stride_token = a.num_heads;
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
     if (a.num_tiles == 0) return AITER_MLA_OK;
@@ -1918,6 +1920,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
     AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
     AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a.num_blocks * a.block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
     AITER_MLA__RANGE(op, a.kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a.k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     if (!aiter_mla__is_16bit(a.src_dtype))
@@ -2064,6 +2067,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
     AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
     AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a.num_blocks * a.block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
     AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a.out_rows, 0, INT32_MAX, "out_rows");
     if (a.cache_is_ds_mla ? !aiter_mla__is_fp8(a.ds_mla_fp8)
@@ -2279,12 +2283,15 @@ static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const ait
     aiter_mla_prefill_plan_info f;
     int b;
     AITER_MLA__NEED(op, info, "plan_info");
-    if (aiter_mla_prefill_plan_get_info(&info->desc, &f) != AITER_MLA_OK || memcmp(&f.desc, &info->desc, sizeof f.desc) != 0 ||
-        f.max_tiles != info->max_tiles || f.max_work != info->max_work || f.max_partials != info->max_partials ||
-        f.max_partial_rows != info->max_partial_rows || f.off_work_info != info->off_work_info ||
-        f.off_reduce_indptr != info->off_reduce_indptr || f.off_reduce_final_map != info->off_reduce_final_map ||
-        f.off_reduce_partial_map != info->off_reduce_partial_map || f.plan_ints != info->plan_ints ||
-        f.workspace_bytes != info->workspace_bytes)
+    if (aiter_mla_prefill_plan_get_info(&info->desc, &f) != AITER_MLA_OK || f.desc.max_batch != info->desc.max_batch ||
+        f.desc.max_q_tokens != info->desc.max_q_tokens || f.desc.num_heads != info->desc.num_heads ||
+        f.desc.num_cu != info->desc.num_cu || f.desc.dv != info->desc.dv || f.desc.tile_q != info->desc.tile_q ||
+        f.desc.kv_granularity != info->desc.kv_granularity || f.max_tiles != info->max_tiles ||
+        f.max_work != info->max_work || f.max_partials != info->max_partials ||
+        f.max_partial_rows != info->max_partial_rows || f.off_work_indptr != info->off_work_indptr ||
+        f.off_work_info != info->off_work_info || f.off_reduce_indptr != info->off_reduce_indptr ||
+        f.off_reduce_final_map != info->off_reduce_final_map || f.off_reduce_partial_map != info->off_reduce_partial_map ||
+        f.plan_ints != info->plan_ints || f.workspace_bytes != info->workspace_bytes)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info differs from what aiter_mla_prefill_plan_get_info makes of its desc", op);
     AITER_MLA__NEED(op, cq, "cu_seqlens_q");
     AITER_MLA__NEED(op, ck, "cu_seqlens_k");
@@ -2455,10 +2462,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
                     x[5] > ck[b] + keys || x[6] != sk - (x[5] - ck[b]) || x[7] != (int32_t)((uint32_t)info->desc.num_heads << 16))
                     AITER_MLA__BAD_PS("%s: work %d does not continue tile %d of request %d at key %lld", op, w, u, b, (long long)at);
                 if (x[5] == x[4] && keys > 0) AITER_MLA__BAD_PS("%s: work %d is empty inside tile %d", op, w, u);
+                if ((x[5] - ck[b]) % gran != 0 && x[5] - ck[b] != keys)
+                    AITER_MLA__BAD_PS("%s: work %d ends at key %d, not on a kv_granularity boundary", op, w, x[5] - ck[b]);
                 cu_units[c] += aiter_mla__cdiv(x[5] - ck[b], gran) - at / gran;
                 at = x[5] - ck[b];
                 w++;
             } while (at < keys);
+            if (ri[u + 1] < ri[u] || ri[u + 1] > npieces)
+                AITER_MLA__BAD_PS("%s: reduce_indptr[%d..%d] leaves 0..num_partials", op, u, u + 1);
             if (w - first > 1) { /* split: partial rows unique, listed in the reduce map in order */
                 if (ri[u + 1] - ri[u] != w - first) AITER_MLA__BAD_PS("%s: reduce tile %d lists %d pieces, has %d", op, u, ri[u + 1] - ri[u], w - first);
                 for (j = first; j < w; j++) {
@@ -2479,11 +2490,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PS("%s: counts do not match the header", op);
     avg = total / info->desc.num_cu;
     rem = total % info->desc.num_cu;
-    for (c = 0; c < info->desc.num_cu - 1; c++) /* the last CU takes what is left, which is its share */
-        if (cu_units[c] > avg + (c < rem)) AITER_MLA__BAD_PS("%s: CU %d has %lld units, more than its quota %lld", op, c,
-                                                             (long long)cu_units[c], (long long)(avg + (c < rem)));
-    if (cu_units[info->desc.num_cu - 1] > avg + 1)
-        AITER_MLA__BAD_PS("%s: the last CU has %lld units, quota %lld", op, (long long)cu_units[info->desc.num_cu - 1], (long long)avg + 1);
+    for (c = 0; c < info->desc.num_cu; c++) /* every CU gets exactly its share */
+        if (cu_units[c] != avg + (c < rem))
+            AITER_MLA__BAD_PS("%s: CU %d has %lld units, its share is %lld", op, c, (long long)cu_units[c], (long long)(avg + (c < rem)));
 done:
     AITER_MLA_FREE(cu_units);
     return st;
@@ -2500,10 +2509,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a));
     AITER_MLA__NEED(op, a.plan, "plan");
     info = a.plan_info;
-    AITER_MLA__CHECK(aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan));
+    AITER_MLA__NEED(op, info, "plan_info");
     if (info->desc.num_heads != a.num_heads || info->desc.dv != a.dv)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads %d / dv %d differ from the plan's %d / %d", op,
                                a.num_heads, a.dv, info->desc.num_heads, info->desc.dv);
+    AITER_MLA__CHECK(aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan));
     if (info->workspace_bytes > 0) {
         AITER_MLA__NEED(op, a.workspace, "workspace");
         if (a.workspace_bytes < info->workspace_bytes)

@@ -3561,6 +3561,11 @@ static void test_prefill_plan(void) {
             e.num_heads = 3;
             CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
             CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 5, causal, plan), AITER_MLA_ERR_PLAN_MISMATCH, "max_batch");
+            {
+                aiter_mla_prefill_plan_info bad_info = info;
+                bad_info.off_work_indptr += 1000000;
+                CHECK_STATUS(aiter_mla_prefill_plan_check(&bad_info, cq, ck, B, causal, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+            }
             d.tile_q = 24;
             CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
         }
@@ -3576,6 +3581,28 @@ static void test_prefill_plan(void) {
         free(plan);
     }
     CHECK(split_plans >= 6, "only %d of 24 prefill plans split a tile (test too weak)", split_plans);
+    { /* one request of 4 units on 2 CUs: 2 + 2; handing CU 0's last item to CU 1 gives 1 + 3 */
+        int32_t cq[2] = {0, 16}, ck[2] = {0, 64}, *plan;
+        aiter_mla_prefill_plan_desc d;
+        aiter_mla_prefill_plan_info info;
+        memset(&d, 0, sizeof d);
+        d.max_batch = 1;
+        d.max_q_tokens = 16;
+        d.num_heads = 1;
+        d.num_cu = 2;
+        d.tile_q = 16;
+        d.kv_granularity = 16;
+        aiter_mla_prefill_plan_get_info(&d, &info);
+        plan = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)info.plan_ints);
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 1, 0, plan), AITER_MLA_OK, "");
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, 1, 0, plan), AITER_MLA_OK, "");
+        CHECK(plan[info.off_work_indptr + 1] == 1 && plan[info.off_work_info + 5] == 32, "2 CUs x 2 units expected");
+        plan[info.off_work_info + 5] = 16; /* piece 0: keys 0..16, piece 1: 16..64 */
+        plan[info.off_work_info + 6] = 48;
+        plan[info.off_work_info + AITER_MLA_WORK_INTS + 4] = 16;
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, 1, 0, plan), AITER_MLA_ERR_PLAN_INVALID, "share");
+        free(plan);
+    }
 }
 
 int main(void) {
