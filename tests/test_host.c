@@ -3605,6 +3605,94 @@ static void test_prefill_plan(void) {
     }
 }
 
+/* =====================================================================================
+ * every entry point refuses a NULL or zeroed argument struct with a status (never a crash)
+ * ===================================================================================== */
+static void test_null_and_zeroed_args(void) {
+    aiter_mla_head_pad_args hp;
+    aiter_mla_expand_page_indices_args ep;
+    aiter_mla_decode_metadata_args md;
+    aiter_mla_decode_plan_desc dd;
+    aiter_mla_decode_plan_info di;
+    aiter_mla_decode_args da;
+    aiter_mla_reduce_args ra;
+    aiter_mla_merge_args ma;
+    aiter_mla_prefill_args pa;
+    aiter_mla_prefill_plan_desc pd;
+    aiter_mla_prefill_plan_info pi;
+    aiter_mla_kv_cache_write_args kw;
+    aiter_mla_sparse_index_args si;
+    aiter_mla_filter_prefill_args fp;
+    aiter_mla_ds_mla_write_args dw;
+    aiter_mla_sparse_args sa;
+    aiter_mla_gather_cache_args ga;
+    int32_t one[2] = {0, 1}, plan[64];
+    memset(&hp, 0, sizeof hp);
+    memset(&ep, 0, sizeof ep);
+    memset(&md, 0, sizeof md);
+    memset(&dd, 0, sizeof dd);
+    memset(&di, 0, sizeof di);
+    memset(&da, 0, sizeof da);
+    memset(&ra, 0, sizeof ra);
+    memset(&ma, 0, sizeof ma);
+    memset(&pa, 0, sizeof pa);
+    memset(&pd, 0, sizeof pd);
+    memset(&pi, 0, sizeof pi);
+    memset(&kw, 0, sizeof kw);
+    memset(&si, 0, sizeof si);
+    memset(&fp, 0, sizeof fp);
+    memset(&dw, 0, sizeof dw);
+    memset(&sa, 0, sizeof sa);
+    memset(&ga, 0, sizeof ga);
+    /* NULL args: a null-pointer status naming "args" (or the first pointer) */
+    CHECK_STATUS(aiter_mla_pad_q_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_unpad_o(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_expand_page_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_decode_metadata_build(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(NULL, &di), AITER_MLA_ERR_NULL_POINTER, "desc");
+    CHECK_STATUS(aiter_mla_decode_plan_build(NULL, one, one, one, 1, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    CHECK_STATUS(aiter_mla_decode_plan_check(NULL, one, one, one, 1, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    CHECK_STATUS(aiter_mla_decode(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_decode_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_reduce_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_merge_attn_states_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_prefill_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_prefill_ref_scheduled(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(NULL, &pi), AITER_MLA_ERR_NULL_POINTER, "desc");
+    CHECK_STATUS(aiter_mla_prefill_plan_build(NULL, one, one, 1, 0, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    CHECK_STATUS(aiter_mla_prefill_plan_check(NULL, one, one, 1, 0, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+    CHECK_STATUS(aiter_mla_kv_cache_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_gather_cache_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    /* zeroed structs: refused with a status (which field depends on the op), or a no-op */
+    CHECK_STATUS(aiter_mla_pad_q_ref(&hp), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&ep), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    CHECK(aiter_mla_decode_metadata_build(&md) != AITER_MLA_OK, "zeroed metadata args accepted");
+    CHECK(aiter_mla_decode_plan_get_info(&dd, &di) != AITER_MLA_OK, "zeroed plan desc accepted");
+    CHECK(aiter_mla_decode_plan_build(&di, one, one, one, 1, plan) != AITER_MLA_OK, "zeroed plan info accepted");
+    CHECK(aiter_mla_decode(&da, NULL) != AITER_MLA_OK, "zeroed decode args accepted");
+    CHECK(aiter_mla_decode_ref(&da) != AITER_MLA_OK, "zeroed decode args accepted");
+    CHECK(aiter_mla_decode_ref_scheduled(&da) != AITER_MLA_OK, "zeroed decode args accepted");
+    CHECK(aiter_mla_reduce_ref(&ra) != AITER_MLA_OK, "zeroed reduce args accepted");
+    CHECK(aiter_mla_merge_attn_states_ref(&ma) != AITER_MLA_OK, "zeroed merge args accepted");
+    CHECK(aiter_mla_prefill_ref(&pa) != AITER_MLA_OK, "zeroed prefill args accepted");
+    CHECK(aiter_mla_prefill_ref_scheduled(&pa) != AITER_MLA_OK, "zeroed prefill args accepted");
+    CHECK(aiter_mla_prefill_plan_get_info(&pd, &pi) != AITER_MLA_OK, "zeroed prefill plan desc accepted");
+    CHECK(aiter_mla_prefill_plan_build(&pi, one, one, 1, 0, plan) != AITER_MLA_OK, "zeroed prefill plan info accepted");
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&kw), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK(aiter_mla_convert_sparse_indices_ref(&si) != AITER_MLA_OK, "zeroed sparse index args accepted");
+    CHECK(aiter_mla_filter_prefill_indices_ref(&fp) != AITER_MLA_OK, "zeroed filter args accepted");
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&dw), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK(aiter_mla_sparse_attention_ref(&sa) != AITER_MLA_OK, "zeroed sparse args accepted");
+    CHECK(aiter_mla_gather_cache_ref(&ga) != AITER_MLA_OK, "zeroed gather args accepted");
+    CHECK(aiter_mla_decode_plan_view_of(NULL, plan).work_info == NULL, "view of a NULL info");
+    aiter_mla_lse_base2_to_natural(NULL, 5); /* no-op */
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -3630,5 +3718,6 @@ int main(void) {
     test_gather_cache();
     test_prefill_ref();
     test_prefill_plan();
+    test_null_and_zeroed_args();
     return testing_summary();
 }
