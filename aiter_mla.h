@@ -1247,14 +1247,68 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
     return AITER_MLA_OK;
 }
 
+/* Shared by the decode and prefill planners: the state of a plan under construction. */
+typedef struct aiter_mla__plan_builder {
+    aiter_mla_decode_plan_view v; /* sections of the plan buffer */
+    int32_t nwork, npieces, nrows, unit, max_partials, max_partial_rows;
+} aiter_mla__plan_builder;
+
+/* Close query tile `unit` (rows qs..qe) whose pieces are work items first..nwork-1: record
+ * its rows and, when it was split, give each piece fp32 partial rows and list them. */
+static void aiter_mla__plan_close_tile(aiter_mla__plan_builder *pb, int32_t qs, int32_t qe, int32_t first) {
+    int32_t i;
+    pb->v.reduce_final_map[2 * pb->unit] = qs;
+    pb->v.reduce_final_map[2 * pb->unit + 1] = qe;
+    if (pb->nwork - first > 1)
+        for (i = first; i < pb->nwork; i++) {
+            AITER_MLA_ASSERT(pb->npieces < pb->max_partials && pb->nrows + (qe - qs) <= pb->max_partial_rows);
+            pb->v.work_info[(int64_t)i * AITER_MLA_WORK_INTS + 1] = pb->nrows;
+            pb->v.reduce_partial_map[pb->npieces++] = pb->nrows;
+            pb->nrows += qe - qs;
+        }
+    pb->v.reduce_indptr[++pb->unit] = pb->npieces;
+}
+
+/* Close the remaining CUs, repeat the last reduce_indptr value over the unused tiles and
+ * write the header. */
+static void aiter_mla__plan_finish(aiter_mla__plan_builder *pb, int32_t *plan, int cu, int ncu, int32_t max_tiles, int batch) {
+    int32_t t;
+    while (cu < ncu) pb->v.work_indptr[++cu] = pb->nwork;
+    for (t = pb->unit + 1; t <= max_tiles; t++) pb->v.reduce_indptr[t] = pb->npieces;
+    plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
+    plan[AITER_MLA__PH_NUM_CU] = ncu;
+    plan[AITER_MLA__PH_NUM_WORK] = pb->nwork;
+    plan[AITER_MLA__PH_NUM_REDUCE_TILES] = pb->unit;
+    plan[AITER_MLA__PH_NUM_PARTIALS] = pb->npieces;
+    plan[AITER_MLA__PH_NUM_PARTIAL_ROWS] = pb->nrows;
+    plan[AITER_MLA__PH_BATCH] = batch;
+}
+
+/* Sections of a plan buffer from its offsets (both plan kinds share the layout). */
+static aiter_mla__plan_builder aiter_mla__plan_begin(int32_t *plan, int64_t plan_ints, int64_t off_work_indptr,
+                                                     int64_t off_work_info, int64_t off_reduce_indptr,
+                                                     int64_t off_reduce_final_map, int64_t off_reduce_partial_map,
+                                                     int32_t max_partials, int32_t max_partial_rows) {
+    aiter_mla__plan_builder pb;
+    memset(&pb, 0, sizeof pb);
+    memset(plan, 0, (size_t)plan_ints * sizeof(int32_t));
+    pb.v.work_indptr = plan + off_work_indptr;
+    pb.v.work_info = plan + off_work_info;
+    pb.v.reduce_indptr = plan + off_reduce_indptr;
+    pb.v.reduce_final_map = plan + off_reduce_final_map;
+    pb.v.reduce_partial_map = plan + off_reduce_partial_map;
+    pb.max_partials = max_partials;
+    pb.max_partial_rows = max_partial_rows;
+    return pb;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decode_plan_info *info,
                                                            const int32_t *qo, const int32_t *kvp, const int32_t *last,
                                                            int batch, int32_t *plan) {
     const char *op = "decode_plan_build";
-    aiter_mla_decode_plan_view v;
-    int ps, tpt, ncu, ovh, b, cu = 0, unit = 0;
+    aiter_mla__plan_builder pb;
+    int ps, tpt, ncu, ovh, b, cu = 0;
     int64_t sp, bps, total = 0, payload, remaining;
-    int32_t nwork = 0, npieces = 0, nrows = 0;
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
     AITER_MLA__NEED(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
@@ -1271,13 +1325,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     payload = aiter_mla__cdiv(total, ncu) + ovh;
     remaining = payload;
 
-    memset(plan, 0, (size_t)info->plan_ints * sizeof(int32_t));
-    v = aiter_mla_decode_plan_view_of(info, plan);
+    pb = aiter_mla__plan_begin(plan, info->plan_ints, info->off_work_indptr, info->off_work_info, info->off_reduce_indptr,
+                               info->off_reduce_final_map, info->off_reduce_partial_map, info->max_partials,
+                               info->max_partial_rows);
     for (b = 0; b < batch; b++) {
         int32_t q_len = qo[b + 1] - qo[b], pages = kvp[b + 1] - kvp[b], qs;
         int64_t kv_len = aiter_mla__kv_len(pages, last[b], ps);
         for (qs = qo[b]; qs < qo[b + 1]; qs += tpt) {
-            int32_t qe = (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]), first = nwork, page = 0, i;
+            int32_t qe = (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]), first = pb.nwork, page = 0;
             for (;;) {
                 int64_t left = aiter_mla__cdiv(pages - page, sp), take = left; /* in steps */
                 int32_t end;
@@ -1285,7 +1340,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                 if (cu < ncu - 1 && left * bps + ovh > remaining) {
                     take = (remaining - ovh) / bps;
                     if (take <= 0) { /* this CU is full: close it */
-                        v.work_indptr[++cu] = nwork;
+                        pb.v.work_indptr[++cu] = pb.nwork;
                         remaining = payload;
                         continue;
                     }
@@ -1293,8 +1348,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                     if (kv_len - (page + take * sp) * ps < q_len) take = left;
                 }
                 end = (int32_t)aiter_mla__min64(pages, page + take * sp);
-                AITER_MLA_ASSERT(nwork < info->max_work);
-                w = v.work_info + (int64_t)nwork * AITER_MLA_WORK_INTS;
+                AITER_MLA_ASSERT(pb.nwork < info->max_work);
+                w = pb.v.work_info + (int64_t)pb.nwork * AITER_MLA_WORK_INTS;
                 w[0] = b;
                 w[1] = -1;
                 w[2] = qs;
@@ -1303,34 +1358,17 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                 w[5] = kvp[b] + end;
                 w[6] = (int32_t)(kv_len - aiter_mla__min64(kv_len, (int64_t)end * ps));
                 w[7] = 0;
-                nwork++;
+                pb.nwork++;
                 remaining -= take * bps + ovh;
                 page = end;
                 if (page >= pages) break;
-                v.work_indptr[++cu] = nwork; /* the cut filled this CU */
+                pb.v.work_indptr[++cu] = pb.nwork; /* the cut filled this CU */
                 remaining = payload;
             }
-            v.reduce_final_map[2 * unit] = qs;
-            v.reduce_final_map[2 * unit + 1] = qe;
-            if (nwork - first > 1) /* split: every piece gets fp32 partial rows */
-                for (i = first; i < nwork; i++) {
-                    AITER_MLA_ASSERT(npieces < info->max_partials && nrows + (qe - qs) <= info->max_partial_rows);
-                    v.work_info[(int64_t)i * AITER_MLA_WORK_INTS + 1] = nrows;
-                    v.reduce_partial_map[npieces++] = nrows;
-                    nrows += qe - qs;
-                }
-            v.reduce_indptr[++unit] = npieces;
+            aiter_mla__plan_close_tile(&pb, qs, qe, first);
         }
     }
-    while (cu < ncu) v.work_indptr[++cu] = nwork;
-    for (b = unit + 1; b <= info->max_reduce_tiles; b++) v.reduce_indptr[b] = npieces;
-    plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
-    plan[AITER_MLA__PH_NUM_CU] = ncu;
-    plan[AITER_MLA__PH_NUM_WORK] = nwork;
-    plan[AITER_MLA__PH_NUM_REDUCE_TILES] = unit;
-    plan[AITER_MLA__PH_NUM_PARTIALS] = npieces;
-    plan[AITER_MLA__PH_NUM_PARTIAL_ROWS] = nrows;
-    plan[AITER_MLA__PH_BATCH] = batch;
+    aiter_mla__plan_finish(&pb, plan, cu, ncu, info->max_reduce_tiles, batch);
     return AITER_MLA_OK;
 }
 
@@ -1453,7 +1491,17 @@ done:
     AITER_MLA_FREE(unit_base);
     return st;
 }
-#undef AITER_MLA__BAD_PLAN
+
+/* One step of the online softmax shared by the CPU references: fold score s into the
+ * running max m and sum l; returns the new key's weight, *alpha the rescale of what came
+ * before (0 for the first key). */
+static double aiter_mla__online_softmax(double s, double *m, double *l, double *alpha) {
+    const double mn = s > *m ? s : *m, p = exp(s - mn);
+    *alpha = exp(*m - mn);
+    *l = *l * *alpha + p;
+    *m = mn;
+    return p;
+}
 
 /* ---- dense decode -------------------------------------------------------------------- */
 /* Validate the args and resolve every default into *a (the one place defaults live).
@@ -1552,17 +1600,13 @@ static void aiter_mla__ref_rows(const aiter_mla_decode_args *a, int b, int32_t q
             for (j = tok0; j < jend; j++) {
                 int32_t page = a->kv_indices[a->kv_indptr[b] + j / ps];
                 int64_t base;
-                double s = 0.0, mn, alpha, p;
+                double s = 0.0, alpha, p;
                 if (page < 0 || page >= a->num_pages) continue; /* absent key */
                 base = ((int64_t)page * ps + j % ps) * D;
                 for (d = 0; d < D; d++) s += qv[d] * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
                 s *= s_scale;
-                mn = s > m ? s : m;
-                alpha = exp(m - mn);
-                p = exp(s - mn);
-                l = l * alpha + p;
+                p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < L; d++) acc[d] = acc[d] * alpha + p * v_scale * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
-                m = mn;
             }
             lse = l > 0.0 ? m + log(l) : (partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
             if (partial_row < 0) {
@@ -2021,7 +2065,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
             for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = 0.0;
             for (k = 0; k < n; k++) {
                 const int32_t slot = a.indices[t * a.topk + k];
-                double s = 0.0, mn, alpha, p;
+                double s = 0.0, alpha, p;
                 if (slot < 0 || slot >= a.num_slots) continue; /* absent */
                 if (a.cache_is_ds_mla)
                     aiter_mla_ds_mla_read_row((const unsigned char *)a.kv_cache + (int64_t)slot * AITER_MLA_DS_MLA_ROW_BYTES,
@@ -2031,12 +2075,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
                         keys[d] = aiter_mla_load_f32(a.kv_cache, (int64_t)slot * AITER_MLA_HEAD_DIM + d, AITER_MLA_BF16);
                 for (d = 0; d < AITER_MLA_HEAD_DIM; d++) s += (double)aiter_mla_load_f32(a.q, qrow + d, a.q_dtype) * keys[d];
                 s *= a.sm_scale;
-                mn = s > m ? s : m;
-                alpha = exp(m - mn);
-                p = exp(s - mn);
-                l = l * alpha + p;
+                p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = acc[d] * alpha + p * keys[d];
-                m = mn;
             }
             sink = a.attn_sink ? a.attn_sink[h] : -HUGE_VAL;
             for (d = 0; d < AITER_MLA_LATENT_DIM; d++) {
@@ -2208,15 +2248,11 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
             for (j = j0; j < jend; j++) {
                 const int64_t kr = (k0 + j) * a->k_stride_token + h * a->k_stride_head;
                 const int64_t vr = (k0 + j) * a->v_stride_token + h * a->v_stride_head;
-                double s = 0.0, mn, alpha, p;
+                double s = 0.0, alpha, p;
                 for (d = 0; d < a->dqk; d++) s += qv[d] * aiter_mla_load_f32(a->k, kr + d, a->qkv_dtype);
                 s *= s_scale;
-                mn = s > m ? s : m;
-                alpha = exp(m - mn);
-                p = exp(s - mn);
-                l = l * alpha + p;
+                p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < a->dv; d++) acc[d] = acc[d] * alpha + p * vs * aiter_mla_load_f32(a->v, vr + d, a->qkv_dtype);
-                m = mn;
             }
             if (partial_row < 0) {
                 for (d = 0; d < a->dv; d++)
@@ -2323,10 +2359,9 @@ static int64_t aiter_mla__tile_keys(int32_t sq, int32_t sk, int32_t tile_end, in
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
                                                             const int32_t *ck, int batch, int causal, int32_t *plan) {
     const char *op = "prefill_plan_build";
-    aiter_mla_decode_plan_view v;
+    aiter_mla__plan_builder pb;
     const int32_t tq = info ? info->desc.tile_q : 0, gran = info ? info->desc.kv_granularity : 0;
     int64_t total = 0, avg, rem, quota;
-    int32_t nwork = 0, npieces = 0, nrows = 0, unit = 0;
     int b, cu = 0, ncu;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
     AITER_MLA__NEED(op, plan, "plan");
@@ -2340,13 +2375,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_pref
     avg = total / ncu;
     rem = total % ncu;
     quota = avg + (rem > 0);
-    memset(plan, 0, (size_t)info->plan_ints * sizeof(int32_t));
-    memset(&v, 0, sizeof v);
-    v.work_indptr = plan + info->off_work_indptr;
-    v.work_info = plan + info->off_work_info;
-    v.reduce_indptr = plan + info->off_reduce_indptr;
-    v.reduce_final_map = plan + info->off_reduce_final_map;
-    v.reduce_partial_map = plan + info->off_reduce_partial_map;
+    pb = aiter_mla__plan_begin(plan, info->plan_ints, info->off_work_indptr, info->off_work_info, info->off_reduce_indptr,
+                               info->off_reduce_final_map, info->off_reduce_partial_map, info->max_partials,
+                               info->max_partial_rows);
     for (b = 0; b < batch; b++) {
         const int32_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b], n = (int32_t)aiter_mla__cdiv(sq, tq);
         int32_t k;
@@ -2354,19 +2385,18 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_pref
             const int32_t t = aiter_mla__zigzag(k, n), r0 = t * tq, r1 = (int32_t)aiter_mla__min64((int64_t)r0 + tq, sq);
             const int64_t keys = aiter_mla__tile_keys(sq, sk, r1, causal);
             int64_t left = aiter_mla__cdiv(keys, gran), done = 0; /* units */
-            const int32_t first = nwork;
-            int32_t i;
+            const int32_t first = pb.nwork;
             do {
                 int64_t take = left;
                 int32_t *w;
                 if (left > 0 && quota == 0 && cu < ncu - 1) { /* this CU is full: the next one */
-                    v.work_indptr[++cu] = nwork;
+                    pb.v.work_indptr[++cu] = pb.nwork;
                     quota = avg + (cu < rem);
                     continue;
                 }
                 if (cu < ncu - 1 && take > quota) take = quota;
-                AITER_MLA_ASSERT(nwork < info->max_work);
-                w = v.work_info + (int64_t)nwork++ * AITER_MLA_WORK_INTS;
+                AITER_MLA_ASSERT(pb.nwork < info->max_work);
+                w = pb.v.work_info + (int64_t)pb.nwork++ * AITER_MLA_WORK_INTS;
                 w[0] = b;
                 w[1] = -1;
                 w[2] = cq[b] + r0;
@@ -2379,31 +2409,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_pref
                 left -= take;
                 quota -= aiter_mla__min64(take, quota);
             } while (left > 0);
-            v.reduce_final_map[2 * unit] = cq[b] + r0;
-            v.reduce_final_map[2 * unit + 1] = cq[b] + r1;
-            if (nwork - first > 1)
-                for (i = first; i < nwork; i++) {
-                    AITER_MLA_ASSERT(npieces < info->max_partials && nrows + (r1 - r0) <= info->max_partial_rows);
-                    v.work_info[(int64_t)i * AITER_MLA_WORK_INTS + 1] = nrows;
-                    v.reduce_partial_map[npieces++] = nrows;
-                    nrows += r1 - r0;
-                }
-            v.reduce_indptr[++unit] = npieces;
+            aiter_mla__plan_close_tile(&pb, cq[b] + r0, cq[b] + r1, first);
         }
     }
-    while (cu < ncu) v.work_indptr[++cu] = nwork;
-    for (b = unit + 1; b <= info->max_tiles; b++) v.reduce_indptr[b] = npieces;
-    plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
-    plan[AITER_MLA__PH_NUM_CU] = ncu;
-    plan[AITER_MLA__PH_NUM_WORK] = nwork;
-    plan[AITER_MLA__PH_NUM_REDUCE_TILES] = unit;
-    plan[AITER_MLA__PH_NUM_PARTIALS] = npieces;
-    plan[AITER_MLA__PH_NUM_PARTIAL_ROWS] = nrows;
-    plan[AITER_MLA__PH_BATCH] = batch;
+    aiter_mla__plan_finish(&pb, plan, cu, ncu, info->max_tiles, batch);
     return AITER_MLA_OK;
 }
 
-#define AITER_MLA__BAD_PS(...) do { st = aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, __VA_ARGS__); goto done; } while (0)
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
                                                             const int32_t *ck, int batch, int causal, const int32_t *plan) {
@@ -2436,10 +2448,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     row_used = (unsigned char *)(cu_units + info->desc.num_cu);
     memset(cu_units, 0, sizeof(int64_t) * (size_t)info->desc.num_cu);
     memset(row_used, 0, (size_t)info->max_partial_rows + 1);
-    if (wp[0] != 0 || wp[info->desc.num_cu] != nwork) AITER_MLA__BAD_PS("%s: work_indptr does not span 0..num_work", op);
+    if (wp[0] != 0 || wp[info->desc.num_cu] != nwork) AITER_MLA__BAD_PLAN("%s: work_indptr does not span 0..num_work", op);
     for (c = 0; c < info->desc.num_cu; c++)
-        if (wp[c + 1] < wp[c]) AITER_MLA__BAD_PS("%s: work_indptr decreases at CU %d", op, c);
-    if (ri[0] != 0) AITER_MLA__BAD_PS("%s: reduce_indptr[0] = %d", op, ri[0]);
+        if (wp[c + 1] < wp[c]) AITER_MLA__BAD_PLAN("%s: work_indptr decreases at CU %d", op, c);
+    if (ri[0] != 0) AITER_MLA__BAD_PLAN("%s: reduce_indptr[0] = %d", op, ri[0]);
     /* the items, in order, must be the tiles in visit order, each split into contiguous pieces */
     c = 0;
     for (b = 0; b < batch; b++) {
@@ -2451,53 +2463,52 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
             int64_t at = 0;
             int32_t first = w, j;
             total += aiter_mla__cdiv(keys, gran);
-            if (u >= ntiles) AITER_MLA__BAD_PS("%s: the plan has %d tiles, the batch more", op, ntiles);
+            if (u >= ntiles) AITER_MLA__BAD_PLAN("%s: the plan has %d tiles, the batch more", op, ntiles);
             if (fm[2 * u] != cq[b] + r0 || fm[2 * u + 1] != cq[b] + r1)
-                AITER_MLA__BAD_PS("%s: reduce_final_map of tile %d is not rows %d..%d", op, u, cq[b] + r0, cq[b] + r1);
+                AITER_MLA__BAD_PLAN("%s: reduce_final_map of tile %d is not rows %d..%d", op, u, cq[b] + r0, cq[b] + r1);
             do {
                 const int32_t *x = wi + (int64_t)w * AITER_MLA_WORK_INTS;
-                if (w >= nwork) AITER_MLA__BAD_PS("%s: tile %d is not fully covered", op, u);
+                if (w >= nwork) AITER_MLA__BAD_PLAN("%s: tile %d is not fully covered", op, u);
                 while (c < info->desc.num_cu && wp[c + 1] <= w) c++;
                 if (x[0] != b || x[2] != cq[b] + r0 || x[3] != cq[b] + r1 || x[4] != ck[b] + at || x[5] < x[4] ||
                     x[5] > ck[b] + keys || x[6] != sk - (x[5] - ck[b]) || x[7] != (int32_t)((uint32_t)info->desc.num_heads << 16))
-                    AITER_MLA__BAD_PS("%s: work %d does not continue tile %d of request %d at key %lld", op, w, u, b, (long long)at);
-                if (x[5] == x[4] && keys > 0) AITER_MLA__BAD_PS("%s: work %d is empty inside tile %d", op, w, u);
+                    AITER_MLA__BAD_PLAN("%s: work %d does not continue tile %d of request %d at key %lld", op, w, u, b, (long long)at);
+                if (x[5] == x[4] && keys > 0) AITER_MLA__BAD_PLAN("%s: work %d is empty inside tile %d", op, w, u);
                 if ((x[5] - ck[b]) % gran != 0 && x[5] - ck[b] != keys)
-                    AITER_MLA__BAD_PS("%s: work %d ends at key %d, not on a kv_granularity boundary", op, w, x[5] - ck[b]);
+                    AITER_MLA__BAD_PLAN("%s: work %d ends at key %d, not on a kv_granularity boundary", op, w, x[5] - ck[b]);
                 cu_units[c] += aiter_mla__cdiv(x[5] - ck[b], gran) - at / gran;
                 at = x[5] - ck[b];
                 w++;
             } while (at < keys);
             if (ri[u + 1] < ri[u] || ri[u + 1] > npieces)
-                AITER_MLA__BAD_PS("%s: reduce_indptr[%d..%d] leaves 0..num_partials", op, u, u + 1);
+                AITER_MLA__BAD_PLAN("%s: reduce_indptr[%d..%d] leaves 0..num_partials", op, u, u + 1);
             if (w - first > 1) { /* split: partial rows unique, listed in the reduce map in order */
-                if (ri[u + 1] - ri[u] != w - first) AITER_MLA__BAD_PS("%s: reduce tile %d lists %d pieces, has %d", op, u, ri[u + 1] - ri[u], w - first);
+                if (ri[u + 1] - ri[u] != w - first) AITER_MLA__BAD_PLAN("%s: reduce tile %d lists %d pieces, has %d", op, u, ri[u + 1] - ri[u], w - first);
                 for (j = first; j < w; j++) {
                     const int32_t loc = wi[(int64_t)j * AITER_MLA_WORK_INTS + 1];
                     int32_t r;
                     if (loc < 0 || loc + (r1 - r0) > nrows || pm[ri[u] + j - first] != loc)
-                        AITER_MLA__BAD_PS("%s: piece %d of tile %d has partial row %d", op, j - first, u, loc);
+                        AITER_MLA__BAD_PLAN("%s: piece %d of tile %d has partial row %d", op, j - first, u, loc);
                     for (r = loc; r < loc + (r1 - r0); r++) {
-                        if (row_used[r]) AITER_MLA__BAD_PS("%s: partial row %d is used twice", op, r);
+                        if (row_used[r]) AITER_MLA__BAD_PLAN("%s: partial row %d is used twice", op, r);
                         row_used[r] = 1;
                     }
                 }
             } else if (ri[u + 1] != ri[u] || wi[(int64_t)first * AITER_MLA_WORK_INTS + 1] != -1) {
-                AITER_MLA__BAD_PS("%s: whole tile %d has partial rows or reduce entries", op, u);
+                AITER_MLA__BAD_PLAN("%s: whole tile %d has partial rows or reduce entries", op, u);
             }
         }
     }
-    if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PS("%s: counts do not match the header", op);
+    if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PLAN("%s: counts do not match the header", op);
     avg = total / info->desc.num_cu;
     rem = total % info->desc.num_cu;
     for (c = 0; c < info->desc.num_cu; c++) /* every CU gets exactly its share */
         if (cu_units[c] != avg + (c < rem))
-            AITER_MLA__BAD_PS("%s: CU %d has %lld units, its share is %lld", op, c, (long long)cu_units[c], (long long)(avg + (c < rem)));
+            AITER_MLA__BAD_PLAN("%s: CU %d has %lld units, its share is %lld", op, c, (long long)cu_units[c], (long long)(avg + (c < rem)));
 done:
     AITER_MLA_FREE(cu_units);
     return st;
 }
-#undef AITER_MLA__BAD_PS
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *in) {
     const char *op = "prefill_ref_scheduled";
@@ -2550,6 +2561,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     r.o_dtype = a.o_dtype;
     return aiter_mla_reduce_ref(&r);
 }
+
+#undef AITER_MLA__BAD_PLAN
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,6 @@ void *gpu_malloc(size_t bytes);
 void gpu_free(void *p);
 void gpu_upload(void *dst, const void *src, size_t bytes);   /* synchronous (device-wide) */
 void gpu_download(void *dst, const void *src, size_t bytes); /* waits for all device work */
-void gpu_upload_async(void *dst, const void *src, size_t bytes, void *stream);
 void gpu_memset(void *p, int byte, size_t bytes);             /* synchronous (device-wide) */
 void gpu_sync(void);                  /* device-wide; also reports asynchronous kernel errors */
 void *gpu_stream_create(void);

@@ -76,9 +76,6 @@ extern "C" void gpu_download(void *dst, const void *src, size_t n) {
     CHECK(RT(DeviceSynchronize)()); // kernels on non-blocking streams included
     CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyDeviceToHost)));
 }
-extern "C" void gpu_upload_async(void *dst, const void *src, size_t n, void *s) {
-    CHECK(RT(MemcpyAsync)(dst, src, n, RT(MemcpyHostToDevice), (stream_t)s));
-}
 extern "C" void gpu_memset(void *p, int byte, size_t n) {
     CHECK(RT(Memset)(p, byte, n));
     CHECK(RT(DeviceSynchronize)());
