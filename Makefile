@@ -34,7 +34,7 @@ SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recove
 ifeq ($(GPU),cuda)
   ARCH ?= sm_90a
   GPUCC := $(NVCC)
-  GPUFLAGS := -x cu -std=c++17 -O3 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
+  GPUFLAGS := -x cu -std=c++17 -O3 --split-compile=0 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
               -Xcompiler -Wall,-Wextra,-Werror
   GPULINK := $(NVCC) -Xcompiler -fopenmp
   GPULIBS := -lcublas

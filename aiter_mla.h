@@ -27,7 +27,7 @@
  *   decode metadata, page-index expansion    aiter_mla_decode_metadata_build, _expand_page_indices (GPU)
  *   head padding for 16-head kernels         aiter_mla_pad_q / _unpad_o (GPU)
  *   KV cache write (bf16/f16/fp8)            aiter_mla_kv_cache_write (GPU)
- *   varlen prefill + persistent plan         aiter_mla_prefill_ref(_scheduled), _prefill_plan_*  (CPU)
+ *   varlen prefill + persistent plan         aiter_mla_prefill (GPU), _prefill_ref(_scheduled), _prefill_plan_*
  *   merge of attention states, gather        aiter_mla_merge_attn_states_ref, _gather_cache_ref  (CPU)
  *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_convert_sparse_indices_ref, _ds_mla_write_ref,
  *                                            _sparse_attention_ref (CPU)
@@ -543,8 +543,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_m
  * (v times v_scale), lse[h, row] = log sum exp s. A row that sees no key: o = 0 and
  * lse = -inf (the value merge_attn_states treats as empty). fp8 operands (both flavours)
  * carry per-tensor scales; with 16-bit operands the scales are not applied (but must still
- * be 0 or positive and finite). CPU reference;
- * the GPU kernels are still to come. */
+ * be 0 or positive and finite).
+ *
+ * GPU (aiter_mla_prefill): without a plan, one block per (query tile, head, request), which
+ * needs max_seqlen_q; with a persistent plan (plan + plan_info + workspace, below), one
+ * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
+ * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
+ * bytes; anything else runs a portable kernel. cu_seqlens live on the device and are
+ * trusted there (non-monotone entries give empty requests, never stray accesses). */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
     const void *k;               /* [Tk, H, dqk] qkv_dtype */
@@ -558,6 +564,7 @@ typedef struct aiter_mla_prefill_args {
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
+    int max_seqlen_q;            /* GPU without a plan: >= every request's query rows (sizes the grid) */
     int num_heads;               /* >= 1 */
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
@@ -565,13 +572,16 @@ typedef struct aiter_mla_prefill_args {
     float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 */
     aiter_mla_dtype qkv_dtype;   /* bf16, f16 or fp8; DEFAULT means bf16 */
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means qkv_dtype (bf16 for fp8) */
-    const int32_t *plan;         /* persistent plan (below), for the scheduled reference */
-    const struct aiter_mla_prefill_plan_info *plan_info;
-    void *workspace;             /* plan_info->workspace_bytes: fp32 partials */
+    const int32_t *plan;         /* persistent plan (below): host for the scheduled reference,
+                                    device for aiter_mla_prefill; NULL: no plan */
+    const struct aiter_mla_prefill_plan_info *plan_info; /* host, with plan */
+    void *workspace;             /* with plan: plan_info->workspace_bytes (fp32 partials), 16-byte aligned */
     size_t workspace_bytes;
 } aiter_mla_prefill_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *a);
+/* GPU: every pointer on the device except plan_info. */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a, void *stream);
 
 /* ==== persistent prefill plan (SPEC 2c) ==================================================
  * Each request's query rows are cut into tiles of tile_q rows, visited zig-zag (0, n-1, 1,
@@ -825,6 +835,7 @@ int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_dec
 int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream);
 int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream);
 int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
+int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -2160,8 +2171,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
 static int aiter_mla__prefill_dim_ok(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
 
 /* Validate and resolve the defaults of prefill args into *out (the one place they live). */
+/* host_arrays: cu_seqlens are host memory and their contents are checked (CPU paths). */
 static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_mla_prefill_args *in,
-                                                   aiter_mla_prefill_args *out) {
+                                                   aiter_mla_prefill_args *out, int host_arrays) {
     aiter_mla_prefill_args a;
     int b;
     AITER_MLA__NEED(op, in, "args");
@@ -2212,6 +2224,10 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     AITER_MLA__NEED(op, a.o, "o");
     AITER_MLA__NEED(op, a.cu_seqlens_q, "cu_seqlens_q");
     AITER_MLA__NEED(op, a.cu_seqlens_k, "cu_seqlens_k");
+    if (!host_arrays) {
+        *out = a;
+        return AITER_MLA_OK;
+    }
     if (a.cu_seqlens_q[0] < 0 || a.cu_seqlens_k[0] < 0)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
     for (b = 0; b < a.batch; b++) {
@@ -2270,7 +2286,7 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
     aiter_mla_prefill_args a;
     int b;
-    AITER_MLA__CHECK(aiter_mla__prefill_resolve("prefill_ref", in, &a));
+    AITER_MLA__CHECK(aiter_mla__prefill_resolve("prefill_ref", in, &a, 1));
     for (b = 0; b < a.batch; b++)
         aiter_mla__prefill_rows(&a, b, 0, a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b], 0, INT64_MAX, -1, NULL, NULL);
     return AITER_MLA_OK;
@@ -2510,6 +2526,41 @@ done:
     return st;
 }
 
+/* The plan fields of prefill args: plan_info agrees with the args, the workspace fits. */
+static aiter_mla_status aiter_mla__prefill_plan_args(const char *op, const aiter_mla_prefill_args *a) {
+    const aiter_mla_prefill_plan_info *info = a->plan_info;
+    AITER_MLA__NEED(op, a->plan, "plan");
+    AITER_MLA__NEED(op, info, "plan_info");
+    if (info->desc.num_heads != a->num_heads || info->desc.dv != a->dv)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads %d / dv %d differ from the plan's %d / %d", op,
+                               a->num_heads, a->dv, info->desc.num_heads, info->desc.dv);
+    if (a->batch > info->desc.max_batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, a->batch,
+                               info->desc.max_batch);
+    if (info->workspace_bytes > 0) {
+        AITER_MLA__NEED(op, a->workspace, "workspace");
+        if (a->workspace_bytes < info->workspace_bytes)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
+                                   (unsigned long long)a->workspace_bytes, (unsigned long long)info->workspace_bytes);
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
+    const char *op = "prefill";
+    aiter_mla_prefill_args a;
+    AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 0));
+    if (a.plan) {
+        AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
+        if (((uintptr_t)a.workspace & 15u) != 0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 16-byte aligned", op);
+    } else {
+        AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
+    }
+    (void)stream;
+    return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *in) {
     const char *op = "prefill_ref_scheduled";
     aiter_mla_prefill_args a;
@@ -2517,20 +2568,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     const aiter_mla_prefill_plan_info *info;
     float *part_o, *part_lse;
     int32_t i, nwork;
-    AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a));
-    AITER_MLA__NEED(op, a.plan, "plan");
+    AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 1));
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
     info = a.plan_info;
-    AITER_MLA__NEED(op, info, "plan_info");
-    if (info->desc.num_heads != a.num_heads || info->desc.dv != a.dv)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads %d / dv %d differ from the plan's %d / %d", op,
-                               a.num_heads, a.dv, info->desc.num_heads, info->desc.dv);
     AITER_MLA__CHECK(aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan));
-    if (info->workspace_bytes > 0) {
-        AITER_MLA__NEED(op, a.workspace, "workspace");
-        if (a.workspace_bytes < info->workspace_bytes)
-            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
-                                   (unsigned long long)a.workspace_bytes, (unsigned long long)info->workspace_bytes);
-    }
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
     nwork = a.plan[AITER_MLA__PH_NUM_WORK];

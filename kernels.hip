@@ -722,7 +722,10 @@ struct ReduceParams {
     const float *part_o, *part_lse;
     void *o;
     int64_t o_stride_token, o_stride_head;
-    float *lse;
+    float *lse;                               // optional
+    int64_t lse_stride_token, lse_stride_head; // decode [T, H]: H, 1; prefill [H, Tq]: 1, Tq
+    const int32_t *lse_head_stride_at;        // if set, the head stride is read here (prefill: &cu_seqlens_q[batch])
+    float empty_lse;                          // a row no piece saw a key for: +inf (decode), -inf (prefill)
     int num_heads, dv;
     aiter_mla_dtype o_dtype;
 };
@@ -760,10 +763,13 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
             if (m != neg_inf())
                 for (int k = tid; k < np; k += kReduceThreads) sum += __expf(lse[(int64_t)p.partial_map[k0 + k] * H] - m);
             sum = block_reduce(sum, false, scratch);
-            const float g = m != neg_inf() ? m + __logf(sum) : pos_inf();
-            for (int d4 = gl; d4 * 4 < p.dv; d4 += kReduceThreads / kReduceGroups) {
+            const float g = m != neg_inf() ? m + __logf(sum) : p.empty_lse;
+            // every thread runs every chunk (the barriers inside); dims past dv idle
+            for (int c0 = 0; c0 * 4 < p.dv; c0 += kReduceThreads / kReduceGroups) {
+                const int d4 = c0 + gl;
+                const bool live = d4 * 4 < p.dv;
                 float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (m != neg_inf()) {
+                if (m != neg_inf() && live) {
 #pragma unroll 4
                     for (int k = grp; k < np; k += kReduceGroups) {
                         const int64_t pr = (int64_t)(p.partial_map[k0 + k] + tok - qs) * H + h;
@@ -777,7 +783,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
                 }
                 if (grp > 0) part[grp - 1][gl] = acc;
                 __syncthreads();
-                if (grp == 0) {
+                if (grp == 0 && live) {
                     for (int j = 0; j < kReduceGroups - 1; j++) {
                         acc.x += part[j][gl].x;
                         acc.y += part[j][gl].y;
@@ -792,10 +798,447 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
                 }
                 __syncthreads();
             }
-            if (tid == 0 && p.lse) p.lse[(int64_t)tok * H + h] = g;
+            if (tid == 0 && p.lse)
+                p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
         }
     }
 }
+
+// ==== varlen prefill (SPEC 2, 2c) ==========================================================
+// Work comes in units: query rows [r0, r1) of request b, one head, against the request's
+// keys [j0, j1) (request-local). Without a plan, block (x, h, b) takes query tiles of its
+// request from the last (the heaviest under the causal rule) down, every key; with a
+// persistent plan, block (c, h) takes CU c's work items, each a query tile against a key
+// range, in passes of the kernel's row count, writing o or fp32 partials that the reduce
+// merges. Both kernels (portable, tensor cores) share the unit walk and the row limits.
+struct PrefillParams {
+    aiter_mla_prefill_args a;   // resolved by the wrapper
+    const int32_t *work_indptr; // persistent plan: [num_cu + 1]; NULL: no plan
+    const int32_t *work_info;   // [max_work, 8]
+    float *part_o;              // [max_partial_rows, H, dv]
+    float *part_lse;            // [max_partial_rows, H]
+    float score_scale;          // sm_scale (* q_scale * k_scale for fp8) * log2(e)
+    float v_scale;              // fp8: v_scale, else 1
+};
+
+struct PrefillUnit {
+    int h, q0, sq, k0, sk; // head; the request's first query row, query rows, first key row, keys
+    int r0, r1;            // the unit's query rows (request-local)
+    int j0, j1;            // the unit's keys (request-local)
+    int loc;               // partial row of the unit's first row, -1: write o and lse
+    // Keys row i may see, exclusive: the causal rule (bottom-right aligned) within [.., j1).
+    __device__ int limit(int i, bool causal) const { return min(j1, causal ? sk - sq + i + 1 : sk); }
+};
+
+template <int BM, typename F>
+__device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
+    const aiter_mla_prefill_args &a = p.a;
+    PrefillUnit u;
+    auto request = [&](int b) { // a non-monotone request counts as empty
+        u.q0 = a.cu_seqlens_q[b];
+        u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
+        u.k0 = a.cu_seqlens_k[b];
+        u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
+    };
+    for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
+        if (p.work_indptr) {
+            const int w_end = p.work_indptr[blockIdx.x + 1];
+            for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
+                const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
+                request(wi[0]);
+                u.loc = wi[1];
+                const int qs = max(wi[2] - u.q0, 0), qe = min(wi[3] - u.q0, u.sq);
+                u.j0 = max(wi[4] - u.k0, 0);
+                u.j1 = min(wi[5] - u.k0, u.sk);
+                for (u.r0 = qs; u.r0 < qe; u.r0 += BM) {
+                    u.r1 = min(u.r0 + BM, qe);
+                    run(u, u.r0 - qs);
+                }
+            }
+        } else {
+            u.loc = -1;
+            for (int b = blockIdx.z; b < a.batch; b += gridDim.z) {
+                request(b);
+                u.j0 = 0;
+                u.j1 = u.sk;
+                // a max_seqlen_q below the truth costs time, not rows: the tiles wrap around
+                for (int t = (u.sq + BM - 1) / BM - 1 - (int)blockIdx.x; t >= 0; t -= gridDim.x) {
+                    u.r0 = t * BM;
+                    u.r1 = min(u.r0 + BM, u.sq);
+                    run(u, 0);
+                }
+            }
+        }
+    }
+}
+
+// Row i of a unit is done: o (or the partial row) = acc * scale, lse (natural log, -inf
+// when no key). lse [H, Tq] with Tq = cu_seqlens_q[batch].
+__device__ __forceinline__ void prefill_store_lse(const PrefillParams &p, const PrefillUnit &u, int i, int prow0, float lse) {
+    const aiter_mla_prefill_args &a = p.a;
+    if (u.loc < 0) {
+        if (a.lse) a.lse[(int64_t)u.h * a.cu_seqlens_q[a.batch] + u.q0 + i] = lse;
+    } else {
+        p.part_lse[(int64_t)(u.loc + prow0 + i - u.r0) * a.num_heads + u.h] = lse;
+    }
+}
+__device__ __forceinline__ void prefill_store_o(const PrefillParams &p, const PrefillUnit &u, int i, int prow0, int d, float v) {
+    const aiter_mla_prefill_args &a = p.a;
+    if (u.loc < 0)
+        aiter_mla_store_f32(a.o, (int64_t)(u.q0 + i) * a.o_stride_token + (int64_t)u.h * a.o_stride_head + d, a.o_dtype, v);
+    else
+        p.part_o[((int64_t)(u.loc + prow0 + i - u.r0) * a.num_heads + u.h) * a.dv + d] = v;
+}
+
+// Portable path: 16 rows per pass, keys in tiles of 8 through shared memory (fp32), one
+// thread per (row, key) score, then every thread owns dims tid and tid + 128 of V.
+constexpr int kPfThreads = 128, kPfRows = 16, kPfKeys = 8, kPfMaxDim = 256;
+
+template <int ET>
+__global__ void __launch_bounds__(kPfThreads) prefill_kernel(PrefillParams p) {
+    __shared__ float q_s[kPfRows][kPfMaxDim];
+    __shared__ float k_s[kPfKeys][kPfMaxDim];
+    __shared__ float v_s[kPfKeys][kPfMaxDim];
+    __shared__ float s_s[kPfRows][kPfKeys];
+    __shared__ float m_s[kPfRows], l_s[kPfRows], alpha_s[kPfRows];
+    const aiter_mla_prefill_args &a = p.a;
+    const aiter_mla_dtype et = (aiter_mla_dtype)ET;
+    const int tid = threadIdx.x, dqk = a.dqk, dv = a.dv;
+    for_each_prefill_unit<kPfRows>(p, [&](const PrefillUnit &u, int prow0) {
+        const int rows = u.r1 - u.r0, jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+        for (int c = tid; c < kPfRows * dqk; c += kPfThreads) {
+            const int r = c / dqk, d = c - r * dqk;
+            q_s[r][d] = r < rows ? aiter_mla_load_f32(a.q, (int64_t)(u.q0 + u.r0 + r) * a.q_stride_token +
+                                                                (int64_t)u.h * a.q_stride_head + d, et)
+                                 : 0.0f;
+        }
+        if (tid < kPfRows) {
+            m_s[tid] = neg_inf();
+            l_s[tid] = 0.0f;
+        }
+        float acc[kPfRows][2];
+#pragma unroll
+        for (int r = 0; r < kPfRows; r++) acc[r][0] = acc[r][1] = 0.0f;
+        for (int kb = u.j0; kb < jend; kb += kPfKeys) {
+            const int nk = min(kPfKeys, jend - kb);
+            __syncthreads(); // the previous tile is consumed (and q_s, m_s are written)
+            for (int c = tid; c < kPfKeys * dqk; c += kPfThreads) {
+                const int j = c / dqk, d = c - j * dqk;
+                k_s[j][d] = j < nk ? aiter_mla_load_f32(a.k, (int64_t)(u.k0 + kb + j) * a.k_stride_token +
+                                                                 (int64_t)u.h * a.k_stride_head + d, et)
+                                   : 0.0f;
+            }
+            for (int c = tid; c < kPfKeys * dv; c += kPfThreads) {
+                const int j = c / dv, d = c - j * dv;
+                v_s[j][d] = j < nk ? aiter_mla_load_f32(a.v, (int64_t)(u.k0 + kb + j) * a.v_stride_token +
+                                                                 (int64_t)u.h * a.v_stride_head + d, et)
+                                   : 0.0f;
+            }
+            __syncthreads();
+            { // one score per thread: 16 rows x 8 keys
+                const int r = tid / kPfKeys, j = tid % kPfKeys;
+                float s = 0.0f;
+                for (int d = 0; d < dqk; d++) s += q_s[r][d] * k_s[j][d];
+                s_s[r][j] = (r < rows && kb + j < u.limit(u.r0 + r, a.causal)) ? s * p.score_scale : neg_inf();
+            }
+            __syncthreads();
+            if (tid < kPfRows) { // online softmax (log2 domain), one thread per row
+                float mx = m_s[tid];
+                for (int j = 0; j < kPfKeys; j++) mx = fmaxf(mx, s_s[tid][j]);
+                const float mu = mx == neg_inf() ? 0.0f : mx, alpha = exp2f(m_s[tid] - mu);
+                float sum = 0.0f;
+                for (int j = 0; j < kPfKeys; j++) {
+                    const float e = exp2f(s_s[tid][j] - mu);
+                    s_s[tid][j] = e;
+                    sum += e;
+                }
+                l_s[tid] = l_s[tid] * alpha + sum;
+                m_s[tid] = mx;
+                alpha_s[tid] = alpha;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r = 0; r < kPfRows; r++)
+#pragma unroll
+                for (int x = 0; x < 2; x++) {
+                    const int d = tid + x * kPfThreads;
+                    if (d < dv) {
+                        float o = acc[r][x] * alpha_s[r];
+                        for (int j = 0; j < kPfKeys; j++) o += s_s[r][j] * v_s[j][d];
+                        acc[r][x] = o;
+                    }
+                }
+        }
+        __syncthreads(); // m_s, l_s are final
+#pragma unroll
+        for (int r = 0; r < kPfRows; r++) {
+            if (r < rows) {
+                const float l = l_s[r], scale = l > 0.0f ? p.v_scale / l : 0.0f;
+#pragma unroll
+                for (int x = 0; x < 2; x++)
+                    if (tid + x * kPfThreads < dv) prefill_store_o(p, u, u.r0 + r, prow0, tid + x * kPfThreads, acc[r][x] * scale);
+                if (tid == 0) prefill_store_lse(p, u, u.r0 + r, prow0, l > 0.0f ? (m_s[r] + log2f(l)) * kLn2 : neg_inf());
+            }
+        }
+        __syncthreads(); // q_s, m_s, l_s are refilled by the next unit
+    });
+}
+
+// ==== varlen prefill: tensor-core path (NVIDIA sm_80+, mma.sync m16n8k16, cp.async) ========
+// FlashAttention-2 style. 128 query rows per pass; 4 warps of 32 rows (dv <= 128) or 8 warps
+// of 16 rows (dv > 128, whose accumulators are twice as wide). Q stays in shared memory;
+// K and V tiles of 64 keys each have one buffer, loaded with 16-byte cp.async (zero-filled
+// past the end) so that V streams in during Q K^T and the next K during the softmax and
+// P V. Scores stay in registers: the accumulator layout of S is the A-operand layout of P.
+// fp8 operands are widened to bf16 on the way in (exact), with plain loads.
+#ifdef AITER_MLA_HAS_MMA
+namespace mma {
+
+constexpr bool kPrefillEnabled = archs_at_least(800);
+constexpr int kPfN = 64; // keys per tile
+
+template <int DQK, int DV>
+struct PfShape {
+    static constexpr int mtw = DV <= 128 ? 2 : 1;        // m16 tiles per warp
+    static constexpr int warps = 8 / mtw, threads = warps * 32, bm = warps * 16 * mtw;
+    static constexpr int qrow = DQK * 2 + 16, vrow = DV * 2 + 16; // padded rows: ldmatrix hits 8 bank groups
+    static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
+};
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <bool F16>
+__device__ __forceinline__ void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if (F16) mma_f16(d, a, b0, b1);
+    else mma_bf16(d, a, b0, b1);
+}
+template <bool F16>
+__device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); }
+
+// Rows [row0, row0 + valid) of a [rows, head, D] tensor (element et, head offset in elements)
+// into `rows` shared-memory rows of `pitch` bytes, 16-bit; rows past `valid` are zeros.
+template <int D, int THREADS>
+__device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *dst, int pitch, const void *src,
+                                             int64_t row_stride, int64_t head_off, int64_t row0, int valid, int rows) {
+    constexpr int kChunks = D / 8; // 8 elements = 16 bytes in shared memory
+    for (int c = threadIdx.x; c < rows * kChunks; c += THREADS) {
+        const int r = c / kChunks, part = c - r * kChunks;
+        unsigned char *d = dst + r * pitch + part * 16;
+        const int64_t e = (row0 + r) * row_stride + head_off + part * 8; // first element
+        if (et == AITER_MLA_BF16 || et == AITER_MLA_F16) {
+            const uint16_t *g = static_cast<const uint16_t *>(src);
+            cp_async16(smem_addr(d), r < valid ? g + e : g, r < valid ? 16 : 0);
+        } else {
+            uint4 o = make_uint4(0u, 0u, 0u, 0u);
+            if (r < valid) {
+                const uint2 v8 = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e);
+                if (et == AITER_MLA_FP8_E4M3FN) {
+                    o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
+                    o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
+                    o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
+                    o.w = e4m3x2_to_bf16x2((uint16_t)(v8.y >> 16));
+                } else {
+                    uint32_t w[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t x = i < 2 ? v8.x : v8.y, sh = (i & 1) * 16;
+                        w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)(x >> sh), AITER_MLA_FP8_E4M3FNUZ),
+                                           aiter_mla_fp8_to_f32((uint8_t)(x >> (sh + 8)), AITER_MLA_FP8_E4M3FNUZ));
+                    }
+                    o = make_uint4(w[0], w[1], w[2], w[3]);
+                }
+            }
+            *reinterpret_cast<uint4 *>(d) = o;
+        }
+    }
+}
+
+template <int DQK, int DV, bool F16>
+__global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(PrefillParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using Sh = PfShape<DQK, DV>;
+    constexpr int MTW = Sh::mtw, NT = kPfN / 8, NTV = DV / 8, T = Sh::threads;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const aiter_mla_prefill_args &a = p.a;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t q_addr = smem_addr(smem + Sh::q), k_addr = smem_addr(smem + Sh::k), v_addr = smem_addr(smem + Sh::v);
+
+    for_each_prefill_unit<Sh::bm>(p, [&](const PrefillUnit &u, int prow0) {
+        const int rows = u.r1 - u.r0, jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+        const int ntiles = (jend - u.j0 + kPfN - 1) / kPfN;
+        const int wrow0 = warp * 16 * MTW; // the warp's first row in the pass
+        // the least limit among the warp's real rows: tiles below it need no mask
+        const int warp_lim = u.limit(u.r0 + min(wrow0, rows - 1), a.causal);
+        pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::q, Sh::qrow, a.q, a.q_stride_token, (int64_t)u.h * a.q_stride_head,
+                                 u.q0 + u.r0, rows, Sh::bm);
+        if (ntiles > 0)
+            pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, (int64_t)u.h * a.k_stride_head,
+                                     u.k0 + u.j0, min(kPfN, jend - u.j0), kPfN);
+        cp_async_commit();
+
+        float acc[MTW][NTV][4], m_r[MTW][2], l_r[MTW][2];
+        int lim_r[MTW][2];
+#pragma unroll
+        for (int mt = 0; mt < MTW; mt++) {
+#pragma unroll
+            for (int nt = 0; nt < NTV; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                m_r[mt][hf] = neg_inf();
+                l_r[mt][hf] = 0.0f;
+                lim_r[mt][hf] = u.limit(u.r0 + wrow0 + mt * 16 + (lane >> 2) + hf * 8, a.causal);
+            }
+        }
+
+        for (int t = 0; t < ntiles; t++) {
+            const int kb = u.j0 + t * kPfN;
+            cp_async_wait<0>();
+            __syncthreads(); // K (and Q) landed; every warp is done with the previous V
+            pf_load_rows<DV, T>(a.qkv_dtype, smem + Sh::v, Sh::vrow, a.v, a.v_stride_token, (int64_t)u.h * a.v_stride_head,
+                                    u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            cp_async_commit();
+
+            // S = Q K^T, [16 MTW rows, 64 keys] per warp
+            float s[MTW][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < MTW; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
+#pragma unroll 2
+            for (int kk = 0; kk < DQK / 16; kk++) {
+                uint32_t qa[MTW][4];
+#pragma unroll
+                for (int mt = 0; mt < MTW; mt++)
+                    ldsm_x4(q_addr + (wrow0 + mt * 16 + (lane & 15)) * Sh::qrow + kk * 32 + (lane >> 4) * 16, qa[mt]);
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t kf[4]; // two n8-tiles of keys: np * 16 + 0..7 and + 8..15
+                    ldsm_x4(k_addr + (np * 16 + (lane & 7) + (lane >> 4) * 8) * Sh::qrow + kk * 32 + ((lane >> 3) & 1) * 16, kf);
+#pragma unroll
+                    for (int mt = 0; mt < MTW; mt++) {
+                        mma16<F16>(s[mt][2 * np], qa[mt], kf[0], kf[1]);
+                        mma16<F16>(s[mt][2 * np + 1], qa[mt], kf[2], kf[3]);
+                    }
+                }
+            }
+            __syncthreads(); // every warp is done with K: the next tile may land
+            if (t + 1 < ntiles)
+                pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, (int64_t)u.h * a.k_stride_head,
+                                         u.k0 + kb + kPfN, min(kPfN, jend - kb - kPfN), kPfN);
+            cp_async_commit();
+
+            // online softmax in the log2 domain; a row lives in the 4 lanes of a quad
+            const bool masked = kb + kPfN > warp_lim;
+#pragma unroll
+            for (int mt = 0; mt < MTW; mt++) {
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    float mx = neg_inf();
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float v = s[mt][nt][hf * 2 + e] * p.score_scale;
+                            if (masked && kb + nt * 8 + (lane & 3) * 2 + e >= lim_r[mt][hf]) v = neg_inf();
+                            s[mt][nt][hf * 2 + e] = v;
+                            mx = fmaxf(mx, v);
+                        }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m_r[mt][hf], mx), m_use = m_new == neg_inf() ? 0.0f : m_new;
+                    const float alpha = fast_exp2(m_r[mt][hf] - m_use);
+                    m_r[mt][hf] = m_new;
+                    float sum = 0.0f; // this lane's share; the quad adds them up at the end
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float pe = fast_exp2(s[mt][nt][hf * 2 + e] - m_use);
+                            s[mt][nt][hf * 2 + e] = pe;
+                            sum += pe;
+                        }
+                    l_r[mt][hf] = l_r[mt][hf] * alpha + sum;
+#pragma unroll
+                    for (int nt = 0; nt < NTV; nt++) {
+                        acc[mt][nt][hf * 2] *= alpha;
+                        acc[mt][nt][hf * 2 + 1] *= alpha;
+                    }
+                }
+            }
+
+            cp_async_wait<1>();
+            __syncthreads(); // V landed (the next K may still be in flight)
+            // O += P V: P's A fragments straight from the S accumulators
+#pragma unroll
+            for (int kk = 0; kk < kPfN / 16; kk++) {
+                uint32_t pa[MTW][4];
+#pragma unroll
+                for (int mt = 0; mt < MTW; mt++) {
+                    pa[mt][0] = pack16x2<F16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = pack16x2<F16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = pack16x2<F16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = pack16x2<F16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int np = 0; np < NTV / 2; np++) {
+                    uint32_t vf[4];
+                    ldsm_x4_trans(v_addr + (kk * 16 + (lane & 15)) * Sh::vrow + (np * 16 + (lane >> 4) * 8) * 2, vf);
+#pragma unroll
+                    for (int mt = 0; mt < MTW; mt++) {
+                        mma16<F16>(acc[mt][2 * np], pa[mt], vf[0], vf[1]);
+                        mma16<F16>(acc[mt][2 * np + 1], pa[mt], vf[2], vf[3]);
+                    }
+                }
+            }
+        }
+
+        // o = acc / l (times the fp8 V scale); lse in natural log, -inf for a row with no key
+#pragma unroll
+        for (int mt = 0; mt < MTW; mt++) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                float l = l_r[mt][hf];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const int i = u.r0 + wrow0 + mt * 16 + (lane >> 2) + hf * 8;
+                if (i >= u.r1) continue;
+                const float scale = l > 0.0f ? p.v_scale / l : 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NTV; nt++) {
+                    const int d = nt * 8 + (lane & 3) * 2;
+                    prefill_store_o(p, u, i, prow0, d, acc[mt][nt][hf * 2] * scale);
+                    prefill_store_o(p, u, i, prow0, d + 1, acc[mt][nt][hf * 2 + 1] * scale);
+                }
+                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, l > 0.0f ? (m_r[mt][hf] + log2f(l)) * kLn2 : neg_inf());
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads(); // shared memory is refilled by the next unit
+    });
+#endif
+}
+
+} // namespace mma
+#endif
 
 // ==== small ops ============================================================================
 template <typename T>
@@ -907,10 +1350,114 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.o_stride_token = a->o_stride_token;
     r.o_stride_head = a->o_stride_head;
     r.lse = a->lse;
+    r.lse_stride_token = a->num_heads;
+    r.lse_stride_head = 1;
+    r.empty_lse = HUGE_VALF;
+    r.lse_head_stride_at = nullptr;
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
     reduce_kernel<<<dim3(min(info->max_reduce_tiles, kMaxGrid), a->num_heads), kReduceThreads, 0, s>>>(r);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+// Prefill: the persistent plan's grid is (CU, head); without a plan (query tile, head,
+// request). Tensor cores take 16-byte aligned q/k/v with strides in whole 16-byte units.
+static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
+    const unsigned heads = (unsigned)min(a->num_heads, kMaxGrid);
+    if (a->plan) return dim3((unsigned)a->plan_info->desc.num_cu, heads, 1);
+    return dim3((unsigned)((a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
+}
+
+#ifdef AITER_MLA_HAS_MMA
+template <int DQK, int DV, bool F16>
+static hipError_t launch_prefill_mma(hipStream_t s, const PrefillParams &p) {
+    using Sh = mma::PfShape<DQK, DV>;
+    const hipError_t e = cudaFuncSetAttribute(mma::prefill_mma_kernel<DQK, DV, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::total);
+    if (e != hipSuccess) return e;
+    mma::prefill_mma_kernel<DQK, DV, F16><<<prefill_grid(&p.a, Sh::bm), Sh::threads, Sh::total, s>>>(p);
+    return hipSuccess;
+}
+static hipError_t launch_prefill_mma_bf16(hipStream_t s, const PrefillParams &p) { // fp8 is widened to bf16
+    switch (p.a.dqk * 1000 + p.a.dv) {
+    case 64064: return launch_prefill_mma<64, 64, false>(s, p);
+    case 128064: return launch_prefill_mma<128, 64, false>(s, p);
+    case 128128: return launch_prefill_mma<128, 128, false>(s, p);
+    case 192064: return launch_prefill_mma<192, 64, false>(s, p);
+    case 192128: return launch_prefill_mma<192, 128, false>(s, p);
+    case 192192: return launch_prefill_mma<192, 192, false>(s, p);
+    case 256064: return launch_prefill_mma<256, 64, false>(s, p);
+    case 256128: return launch_prefill_mma<256, 128, false>(s, p);
+    case 256192: return launch_prefill_mma<256, 192, false>(s, p);
+    case 256256: return launch_prefill_mma<256, 256, false>(s, p);
+    default: return hipErrorInvalidValue;
+    }
+}
+#endif
+
+extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    PrefillParams p;
+    p.a = *a;
+    p.score_scale = a->sm_scale * (fp8 ? a->q_scale * a->k_scale : 1.0f) * kLog2e;
+    p.v_scale = fp8 ? a->v_scale : 1.0f;
+    p.work_indptr = p.work_info = nullptr;
+    p.part_o = p.part_lse = nullptr;
+    const aiter_mla_prefill_plan_info *info = a->plan ? a->plan_info : nullptr;
+    if (info) {
+        p.work_indptr = a->plan + info->off_work_indptr;
+        p.work_info = a->plan + info->off_work_info;
+        p.part_o = (float *)a->workspace;
+        p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * a->dv : nullptr;
+    }
+    bool launched = false;
+#ifdef AITER_MLA_HAS_MMA
+    const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes
+    const bool aligned = (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
+                         a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
+                         a->k_stride_head % unit == 0 && a->v_stride_token % unit == 0 && a->v_stride_head % unit == 0;
+    if (mma::kPrefillEnabled && aligned) {
+        // f16 has tensor-core kernels for the common pairs only (compile time); others run portable
+        const bool f16 = a->qkv_dtype == AITER_MLA_F16;
+        hipError_t e = hipSuccess;
+        if (!f16) e = launch_prefill_mma_bf16(s, p), launched = true;
+        else if (a->dqk == 192 && a->dv == 128) e = launch_prefill_mma<192, 128, true>(s, p), launched = true;
+        else if (a->dqk == 128 && a->dv == 128) e = launch_prefill_mma<128, 128, true>(s, p), launched = true;
+        if (e != hipSuccess) return (int)e;
+    }
+#endif
+    if (!launched) {
+        const dim3 grid = prefill_grid(a, kPfRows);
+        switch (a->qkv_dtype) {
+        case AITER_MLA_BF16: prefill_kernel<AITER_MLA_BF16><<<grid, kPfThreads, 0, s>>>(p); break;
+        case AITER_MLA_F16: prefill_kernel<AITER_MLA_F16><<<grid, kPfThreads, 0, s>>>(p); break;
+        case AITER_MLA_FP8_E4M3FN: prefill_kernel<AITER_MLA_FP8_E4M3FN><<<grid, kPfThreads, 0, s>>>(p); break;
+        case AITER_MLA_FP8_E4M3FNUZ: prefill_kernel<AITER_MLA_FP8_E4M3FNUZ><<<grid, kPfThreads, 0, s>>>(p); break;
+        default: return (int)hipErrorInvalidValue;
+        }
+    }
+    hipError_t e = hipGetLastError();
+    if (e != hipSuccess || !info || info->max_partials == 0) return (int)e;
+    ReduceParams r;
+    r.num_tiles = a->plan + AITER_MLA__PH_NUM_REDUCE_TILES;
+    r.indptr = a->plan + info->off_reduce_indptr;
+    r.final_map = a->plan + info->off_reduce_final_map;
+    r.partial_map = a->plan + info->off_reduce_partial_map;
+    r.part_o = p.part_o;
+    r.part_lse = p.part_lse;
+    r.o = a->o;
+    r.o_stride_token = a->o_stride_token;
+    r.o_stride_head = a->o_stride_head;
+    r.lse = a->lse;
+    r.lse_stride_token = 1;
+    r.lse_stride_head = 0;
+    r.lse_head_stride_at = a->cu_seqlens_q + a->batch; // lse [H, Tq], Tq on the device
+    r.empty_lse = -HUGE_VALF;
+    r.num_heads = a->num_heads;
+    r.dv = a->dv;
+    r.o_dtype = a->o_dtype;
+    reduce_kernel<<<dim3(min(info->max_tiles, kMaxGrid), min(a->num_heads, kMaxGrid)), kReduceThreads, 0, s>>>(r);
     AITER_MLA__LAUNCH_CHECK();
 }
 

@@ -8,6 +8,8 @@
  * several cache copies rotated so that the bytes read are several times the L2; each run
  * timed with device events after warm-up; the median is reported.
  * Bytes: every KV row read once + q + o. FLOPs: sum 2 * H * q_len * ctx * (576 + 512).
+ * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
+ * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
  * The host planner's cost (batch 256) is timed on the CPU.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
@@ -225,6 +227,97 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     free(d_cache); free(d_q); free(qo); free(kvp); free(last); free(idx); free(t);
 }
 
+/* ---- prefill rows ----------------------------------------------------------------------- */
+typedef struct prefill_row {
+    const char *id;
+    int heads, batch, sq, sk, causal;
+    aiter_mla_dtype dtype;
+    int persistent; /* through the persistent plan (AITER's fp8 prefill path) */
+} prefill_row;
+
+static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) {
+    const int B = r->batch, H = r->heads, DQK = 192, DV = 128;
+    const size_t e = aiter_mla_dtype_size(r->dtype);
+    const int64_t Tq = (int64_t)B * r->sq, Tk = (int64_t)B * r->sk;
+    int32_t *cq = (int32_t *)malloc((B + 1) * 4), *ck = (int32_t *)malloc((B + 1) * 4);
+    int b, it;
+    for (b = 0; b <= B; b++) {
+        cq[b] = b * r->sq;
+        ck[b] = b * r->sk;
+    }
+    void *d_q = gpu_malloc((size_t)Tq * H * DQK * e), *d_k = gpu_malloc((size_t)Tk * H * DQK * e);
+    void *d_v = gpu_malloc((size_t)Tk * H * DV * e), *d_o = gpu_malloc((size_t)Tq * H * DV * 2);
+    float *d_lse = (float *)gpu_malloc((size_t)Tq * H * 4);
+    int32_t *d_cu = (int32_t *)gpu_malloc((size_t)(2 * B + 2) * 4), *d_plan = NULL;
+    void *d_ws = NULL;
+    gpu_fill_uniform(d_q, (long long)Tq * H * DQK, r->dtype, -1.0f, 1.0f, 300, g_stream);
+    gpu_fill_uniform(d_k, (long long)Tk * H * DQK, r->dtype, -1.0f, 1.0f, 301, g_stream);
+    gpu_fill_uniform(d_v, (long long)Tk * H * DV, r->dtype, -1.0f, 1.0f, 302, g_stream);
+    gpu_upload(d_cu, cq, (B + 1) * 4);
+    gpu_upload(d_cu + B + 1, ck, (B + 1) * 4);
+
+    aiter_mla_prefill_args a = {0};
+    aiter_mla_prefill_plan_info info;
+    int32_t *plan = NULL;
+    a.q = d_q;
+    a.k = d_k;
+    a.v = d_v;
+    a.o = d_o;
+    a.lse = d_lse;
+    a.cu_seqlens_q = d_cu;
+    a.cu_seqlens_k = d_cu + B + 1;
+    a.batch = B;
+    a.max_seqlen_q = r->sq;
+    a.num_heads = H;
+    a.dqk = DQK;
+    a.dv = DV;
+    a.causal = r->causal;
+    a.qkv_dtype = r->dtype;
+    a.o_dtype = AITER_MLA_BF16;
+    if (r->persistent) {
+        aiter_mla_prefill_plan_desc pd = {0};
+        pd.max_batch = B;
+        pd.max_q_tokens = Tq;
+        pd.num_heads = H;
+        pd.num_cu = num_cu;
+        pd.dv = DV;
+        TRY(aiter_mla_prefill_plan_get_info(&pd, &info));
+        plan = (int32_t *)malloc((size_t)info.plan_ints * 4);
+        TRY(aiter_mla_prefill_plan_build(&info, cq, ck, B, r->causal, plan));
+        d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
+        d_ws = gpu_malloc(info.workspace_bytes);
+        gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
+        a.plan = d_plan;
+        a.plan_info = &info;
+        a.workspace = d_ws;
+        a.workspace_bytes = info.workspace_bytes;
+    }
+    double t0 = host_us();
+    for (it = 0; it < 2; it++) TRY(aiter_mla_prefill(&a, g_stream));
+    gpu_sync();
+    double per = (host_us() - t0) / 2;
+    int iters = (int)(1e6 / (per > 1 ? per : 1));
+    if (iters < 5) iters = 5;
+    if (iters > 100) iters = 100;
+    float *t = (float *)malloc(sizeof(float) * iters);
+    for (it = 0; it < iters; it++) {
+        gpu_timer_start(g_timer, g_stream);
+        TRY(aiter_mla_prefill(&a, g_stream));
+        t[it] = gpu_timer_stop_ms(g_timer, g_stream);
+    }
+    double us = median(t, iters) * 1e3;
+    double flops = 2.0 * H * (double)B * r->sq * r->sk * (DQK + DV) * (r->causal ? 0.5 : 1.0);
+    double tfl = flops / (us * 1e-6) / 1e12;
+    printf("| %-8s | %3d | %d x %5d x %5d | %-6s | %-4s | %-10s | %9.1f | %7.1f | %5.1f %% |\n", r->id, H, B, r->sq, r->sk,
+           r->causal ? "causal" : "full", r->dtype == AITER_MLA_BF16 ? "bf16" : "fp8", r->persistent ? "persistent" : "grid",
+           us, tfl, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+    fflush(stdout);
+    gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cu);
+    if (d_plan) gpu_free(d_plan);
+    if (d_ws) gpu_free(d_ws);
+    free(plan); free(cq); free(ck); free(t);
+}
+
 /* ---- host planner cost ------------------------------------------------------------------ */
 static void bench_planner(int num_cu) {
     enum { B = 256, RUNS = 2001 };
@@ -263,8 +356,15 @@ int main(int argc, char **argv) {
         {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16},   {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16},
         {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16},      {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16},
     };
+    static const prefill_row prows[] = {
+        {"P1", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 0},   {"P2", 128, 4, 4096, 4096, 1, AITER_MLA_BF16, 0},
+        {"P3", 128, 1, 16384, 16384, 1, AITER_MLA_BF16, 0}, {"P4", 128, 1, 4096, 8192, 0, AITER_MLA_BF16, 0},
+        {"P1-ps", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 1},
+        {"P1-fp8", 128, 1, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1}, {"P2-fp8", 128, 4, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1},
+        {"P3-fp8", 128, 1, 16384, 16384, 1, AITER_MLA_FP8_E4M3FN, 1}, {"P4-fp8", 128, 1, 4096, 8192, 0, AITER_MLA_FP8_E4M3FN, 1},
+    };
     double kgbs = 0, mgbs = 0, copy, gemm;
-    int i;
+    int i, any_decode = argc < 2, any_prefill = argc < 2;
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
@@ -277,12 +377,27 @@ int main(int argc, char **argv) {
     printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s%s\n",
            kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
     bench_planner(gpu_num_cu());
-    printf("\n| row      |   H | q | batch |   ctx | pg  | cache | median us |    GB/s | TFLOP/s | %% copy | %% GEMM |\n");
-    printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
-    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) { /* arguments, if any, pick rows by id */
+    for (i = 1; i < argc; i++) { /* arguments, if any, pick rows by id */
+        any_decode |= argv[i][0] == 'D';
+        any_prefill |= argv[i][0] == 'P';
+    }
+    if (any_decode) {
+        printf("\n| row      |   H | q | batch |   ctx | pg  | cache | median us |    GB/s | TFLOP/s | %% copy | %% GEMM |\n");
+        printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
+    }
+    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         int j, wanted = argc < 2;
         for (j = 1; j < argc; j++) wanted |= !strcmp(argv[j], rows[i].id);
         if (wanted) bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+    }
+    if (any_prefill) {
+        printf("\n| row      |   H | batch x sq x sk       | mask   | qkv  | schedule   | median us | TFLOP/s | %% GEMM |\n");
+        printf("|----------|-----|-----------------------|--------|------|------------|-----------|---------|---------|\n");
+    }
+    for (i = 0; i < (int)(sizeof prows / sizeof prows[0]); i++) {
+        int j, wanted = argc < 2;
+        for (j = 1; j < argc; j++) wanted |= !strcmp(argv[j], prows[i].id);
+        if (wanted) bench_prefill(&prows[i], gemm, gpu_num_cu());
     }
     gpu_timer_destroy(g_timer);
     gpu_stream_destroy(g_stream);

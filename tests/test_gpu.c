@@ -1,6 +1,7 @@
 /* test_gpu.c - every GPU kernel against the CPU reference, on fresh random inputs with
  * poisoned outputs, over a sweep of shapes (SPEC 8 tolerances). Needs a GPU build
- * (kernels.hip + examples/gpu.hip). `--quick` runs a reduced sweep (for the sanitizers). */
+ * (kernels.hip + examples/gpu.hip). `--quick` runs a reduced sweep (for the sanitizers); other
+ * arguments pick groups: small, decode, prefill. */
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
 #include "testing.h"
@@ -523,9 +524,233 @@ static void test_kv_cache_write(test_rng *rng) {
     }
 }
 
+/* ---- varlen prefill ------------------------------------------------------------------------ */
+/* The CPU reference one head at a time, in parallel (it is double precision). */
+static void ref_prefill_parallel(const aiter_mla_prefill_args *a) {
+    const size_t e = aiter_mla_dtype_size(a->qkv_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
+    const int64_t tq = a->cu_seqlens_q[a->batch];
+    int h, failures = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
+    for (h = 0; h < a->num_heads; h++) {
+        aiter_mla_prefill_args s = *a;
+        s.num_heads = 1;
+        s.q = (const char *)a->q + (size_t)(h * a->q_stride_head) * e;
+        s.k = (const char *)a->k + (size_t)(h * a->k_stride_head) * e;
+        s.v = (const char *)a->v + (size_t)(h * a->v_stride_head) * e;
+        s.o = (char *)a->o + (size_t)(h * a->o_stride_head) * oe;
+        s.lse = a->lse ? a->lse + h * tq : NULL;
+        s.plan = NULL;
+        if (aiter_mla_prefill_ref(&s) != AITER_MLA_OK) failures++;
+    }
+    CHECK(failures == 0, "reference prefill failed: %s", aiter_mla_last_error());
+}
+
+typedef struct prefill_case {
+    int heads, dqk, dv, batch, causal, max_len;
+    int num_cu;        /* > 0: run through a persistent plan on this many CUs */
+    aiter_mla_dtype dtype, o_dtype;
+    int with_lse;
+    int odd_strides;   /* row strides that are not whole 16-byte units: the portable kernel */
+} prefill_case;
+
+static void run_prefill_case(const prefill_case *c, test_rng *rng) {
+    const int B = c->batch, H = c->heads;
+    const int fp8 = dtype_is_fp8(c->dtype);
+    const float qs = fp8 ? 0.5f : 1.0f, ks = fp8 ? 0.25f : 1.0f, vs = fp8 ? 0.125f : 1.0f;
+    int32_t *cq = (int32_t *)test_malloc((B + 1) * 4), *ck = (int32_t *)test_malloc((B + 1) * 4);
+    int b, max_sq = 1;
+    char what[200];
+    cq[0] = ck[0] = 0;
+    for (b = 0; b < B; b++) { /* ragged, sq != sk, with 0 and 1 mixed in */
+        int sq = rng_int(rng, 0, c->max_len), sk = c->causal && rng_int(rng, 0, 3) ? sq + rng_int(rng, 0, c->max_len) : rng_int(rng, 0, c->max_len);
+        if (b == 1) sq = 1;
+        if (b == 2) sk = 0;
+        if (b == 3) sq = sk + 5; /* causal: the first rows see no key */
+        cq[b + 1] = cq[b] + sq;
+        ck[b + 1] = ck[b] + sk;
+        if (sq > max_sq) max_sq = sq;
+    }
+    const int64_t Tq = cq[B], Tk = ck[B];
+    const int64_t pad = c->odd_strides ? 3 : 0;
+    const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad;
+    const size_t e = aiter_mla_dtype_size(c->dtype), oe = aiter_mla_dtype_size(c->o_dtype);
+    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s cu=%d", H, c->dqk, c->dv, B,
+             (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
+             aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->num_cu);
+    void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
+         *v = test_malloc((size_t)(Tk * vst + 1) * e);
+    fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
+    fill_random(k, Tk * kst, c->dtype, rng, -2.0f, 2.0f, ks);
+    fill_random(v, Tk * vst, c->dtype, rng, -1.0f, 1.0f, vs);
+    void *o_ref = test_malloc((size_t)(Tq * ost + 1) * oe), *o_gpu = test_malloc((size_t)(Tq * ost + 1) * oe);
+    float *lse_ref = (float *)test_malloc((size_t)(H * Tq + 1) * 4), *lse_gpu = (float *)test_malloc((size_t)(H * Tq + 1) * 4);
+
+    void *d_q = gpu_malloc((size_t)(Tq * qst + 1) * e), *d_k = gpu_malloc((size_t)(Tk * kst + 1) * e),
+         *d_v = gpu_malloc((size_t)(Tk * vst + 1) * e), *d_o = gpu_malloc((size_t)(Tq * ost + 1) * oe);
+    float *d_lse = (float *)gpu_malloc((size_t)(H * Tq + 1) * 4);
+    int32_t *d_cq = (int32_t *)gpu_malloc((B + 1) * 4), *d_ck = (int32_t *)gpu_malloc((B + 1) * 4), *d_plan = NULL;
+    void *d_ws = NULL;
+    gpu_upload(d_q, q, (size_t)(Tq * qst) * e);
+    gpu_upload(d_k, k, (size_t)(Tk * kst) * e);
+    gpu_upload(d_v, v, (size_t)(Tk * vst) * e);
+    gpu_upload(d_cq, cq, (B + 1) * 4);
+    gpu_upload(d_ck, ck, (B + 1) * 4);
+    gpu_memset(d_o, 0xff, (size_t)(Tq * ost + 1) * oe);
+    gpu_memset(d_lse, 0xff, (size_t)(H * Tq + 1) * 4);
+
+    aiter_mla_prefill_args a;
+    aiter_mla_prefill_plan_info info;
+    int32_t *plan = NULL;
+    memset(&a, 0, sizeof a);
+    a.q = d_q;
+    a.k = d_k;
+    a.v = d_v;
+    a.q_stride_token = qst;
+    a.k_stride_token = kst;
+    a.v_stride_token = vst;
+    a.o_stride_token = ost;
+    a.cu_seqlens_q = d_cq;
+    a.cu_seqlens_k = d_ck;
+    a.o = d_o;
+    a.lse = c->with_lse ? d_lse : NULL;
+    a.batch = B;
+    a.max_seqlen_q = max_sq;
+    a.num_heads = H;
+    a.dqk = c->dqk;
+    a.dv = c->dv;
+    a.causal = c->causal;
+    a.sm_scale = 0.08f;
+    a.q_scale = qs;
+    a.k_scale = ks;
+    a.v_scale = vs;
+    a.qkv_dtype = c->dtype;
+    a.o_dtype = c->o_dtype;
+    if (c->num_cu > 0) {
+        aiter_mla_prefill_plan_desc pd;
+        memset(&pd, 0, sizeof pd);
+        pd.max_batch = B;
+        pd.max_q_tokens = Tq > 0 ? Tq : 1;
+        pd.num_heads = H;
+        pd.num_cu = c->num_cu;
+        pd.dv = c->dv;
+        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &info), AITER_MLA_OK, "");
+        plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, c->causal, plan), AITER_MLA_OK, "");
+        d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
+        d_ws = gpu_malloc(info.workspace_bytes);
+        gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
+        gpu_memset(d_ws, 0xff, info.workspace_bytes);
+        a.plan = d_plan;
+        a.plan_info = &info;
+        a.workspace = d_ws;
+        a.workspace_bytes = info.workspace_bytes;
+    }
+    CHECK_STATUS(aiter_mla_prefill(&a, g_stream), AITER_MLA_OK, "");
+    gpu_sync();
+    gpu_download(o_gpu, d_o, (size_t)(Tq * ost) * oe);
+    gpu_download(lse_gpu, d_lse, (size_t)(H * Tq) * 4);
+
+    aiter_mla_prefill_args r = a;
+    r.q = q;
+    r.k = k;
+    r.v = v;
+    r.cu_seqlens_q = cq;
+    r.cu_seqlens_k = ck;
+    r.o = o_ref;
+    r.lse = lse_ref;
+    r.q_stride_head = c->dqk;
+    r.k_stride_head = c->dqk;
+    r.v_stride_head = c->dv;
+    r.o_stride_head = c->dv;
+    ref_prefill_parallel(&r);
+    {
+        const int64_t n = Tq * H * c->dv;
+        float *g = (float *)test_malloc((size_t)(n + 1) * 4), *f = (float *)test_malloc((size_t)(n + 1) * 4);
+        int64_t t, i, unwritten = 0;
+        for (t = 0; t < Tq; t++) {
+            to_f32((const char *)o_gpu + (size_t)(t * ost) * oe, g + t * H * c->dv, (int64_t)H * c->dv, c->o_dtype);
+            to_f32((const char *)o_ref + (size_t)(t * ost) * oe, f + t * H * c->dv, (int64_t)H * c->dv, c->o_dtype);
+        }
+        for (i = 0; i < n; i++) unwritten += g[i] != g[i];
+        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        if (fp8) CHECK_CLOSE(what, g, f, n, TOL_FP8_REL, TOL_FP8_COS);
+        else CHECK_CLOSE(what, g, f, n, TOL_BF16_REL, TOL_BF16_COS);
+        if (c->with_lse) CHECK_LSE(what, lse_gpu, lse_ref, H * Tq);
+        free(g);
+        free(f);
+    }
+    gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cq); gpu_free(d_ck);
+    if (d_plan) gpu_free(d_plan);
+    if (d_ws) gpu_free(d_ws);
+    free(cq); free(ck); free(q); free(k); free(v); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu); free(plan);
+}
+
+static void test_prefill(test_rng *rng) {
+    static const int dims[][2] = {{64, 64}, {128, 64}, {128, 128}, {192, 64}, {192, 128}, {192, 192},
+                                  {256, 64}, {256, 128}, {256, 192}, {256, 256}};
+    static const int heads[] = {1, 16, 128};
+    static const aiter_mla_dtype types[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FNUZ};
+    int di, hi, ti, causal;
+    const int before = testing_failed;
+    prefill_case c;
+    /* every head-dim pair, causal and not, bf16 (f16 and fp8 on the DeepSeek shape below) */
+    for (di = 0; di < 10; di++)
+        for (causal = 0; causal < 2; causal++) {
+            memset(&c, 0, sizeof c);
+            c.heads = 3;
+            c.dqk = dims[di][0];
+            c.dv = dims[di][1];
+            c.batch = 5;
+            c.causal = causal;
+            c.max_len = g_quick ? 70 : 300;
+            c.dtype = AITER_MLA_BF16;
+            c.o_dtype = AITER_MLA_BF16;
+            c.with_lse = 1;
+            run_prefill_case(&c, rng);
+        }
+    /* heads x dtypes on 192/128, with and without a persistent plan, and the portable kernel */
+    for (hi = 0; hi < 3; hi++)
+        for (ti = 0; ti < 4; ti++)
+            for (causal = 0; causal < 2; causal++) {
+                int mode;
+                for (mode = 0; mode < 3; mode++) {
+                    if (g_quick && (hi == 2 || mode == 2)) continue;
+                    memset(&c, 0, sizeof c);
+                    c.heads = heads[hi];
+                    c.dqk = 192;
+                    c.dv = 128;
+                    c.batch = heads[hi] == 128 ? 4 : 6;
+                    c.causal = causal;
+                    c.max_len = heads[hi] == 128 ? 160 : (g_quick ? 100 : 600);
+                    c.dtype = types[ti];
+                    c.o_dtype = ti == 1 ? AITER_MLA_F16 : (ti == 0 && causal ? AITER_MLA_F32 : AITER_MLA_BF16);
+                    c.with_lse = !(ti == 1 && causal);
+                    c.num_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
+                    c.odd_strides = mode == 2;
+                    run_prefill_case(&c, rng);
+                }
+            }
+    printf("prefill: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
+/* Arguments other than --quick name the groups to run (e.g. `test_gpu prefill decode`). */
+static int g_argc;
+static char **g_argv;
+static int wanted(const char *group) {
+    int i, any = 0;
+    for (i = 1; i < g_argc; i++) {
+        if (!strcmp(g_argv[i], "--quick")) continue;
+        any = 1;
+        if (!strcmp(g_argv[i], group)) return 1;
+    }
+    return !any;
+}
+
 int main(int argc, char **argv) {
     test_rng rng = rng_seed(0x5eed0001u);
     int i;
+    g_argc = argc;
+    g_argv = argv;
     for (i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
     if (!gpu_device_count()) {
@@ -534,12 +759,17 @@ int main(int argc, char **argv) {
     }
     printf("test_gpu on %s (%d CUs)%s\n", gpu_name(), gpu_num_cu(), g_quick ? ", quick sweep" : "");
     g_stream = gpu_stream_create();
-    test_head_pad(&rng);
-    test_expand_page_indices(&rng);
-    test_kv_cache_write(&rng);
-    test_decode_variants(&rng);
-    test_decode_graph(&rng);
-    test_decode_sweep(&rng);
+    if (wanted("small")) {
+        test_head_pad(&rng);
+        test_expand_page_indices(&rng);
+        test_kv_cache_write(&rng);
+    }
+    if (wanted("decode")) {
+        test_decode_variants(&rng);
+        test_decode_graph(&rng);
+        test_decode_sweep(&rng);
+    }
+    if (wanted("prefill")) test_prefill(&rng);
     gpu_stream_destroy(g_stream);
     return testing_summary();
 }
