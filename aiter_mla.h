@@ -831,8 +831,10 @@ enum {
  * offset s % block_size. Nope value = fp8 * scale; rope values are plain bf16.
  * Writing, per group of 64 nope values: scale = 2^ceil(log2(max(amax, 1e-4) / fp8_max)),
  * taken exactly from the bits of the quotient (no log2 rounding), and the stored value is
- * fp8(clamp(x / scale, -fp8_max, fp8_max)) (NaN stays NaN). The exponent byte saturates at
- * 254 (amax = inf). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
+ * fp8(clamp(x / scale, -fp8_max, fp8_max)) (NaN stays NaN). With the exact exponent
+ * |x| / scale <= fp8_max for every finite x, so the clamp only catches infinities (vLLM's
+ * float log2 can round the exponent down; the clamp covers that there). The exponent byte
+ * saturates at 254 (amax = inf). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
  * e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
  * cache is fnuz, and vLLM's fnuz writer divides by 224 (the headroom of its
  * get_fp8_min_max): pass fp8_max = 224 to reproduce those bytes. Readers need only the
@@ -1016,7 +1018,8 @@ typedef struct aiter_mla_v4_combine_args {
     int num_reqs;                /* >= 1 */
     int window;                  /* W, 1..65536; 0 means 128 */
     int compress_ratio;          /* >= 1; 0 means 1 */
-    int64_t M;                   /* workspace rows per request (aiter_mla_v4_workspace_rows) */
+    int64_t M;                   /* workspace rows per request, >= N + every gather_len
+                                    (aiter_mla_v4_workspace_rows gives vLLM's) */
     int64_t N;                   /* compressed rows at the front of each block, 0..M */
     aiter_mla_v4_index_out out;  /* width topk + W */
 } aiter_mla_v4_combine_args;
