@@ -48,7 +48,7 @@ else ifeq ($(GPU),hip)
   BLAS := $(if $(GPULIBS),-DAITER_MLA_WITH_BLAS)
 endif
 HEADER := aiter_mla.h
-EXAMPLES := decode bench prefill sparse
+EXAMPLES := decode bench prefill sparse dsv4
 
 .PHONY: all test test-host test-gpu run bench clean check-header check-kernels
 all: $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/test_host

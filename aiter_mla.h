@@ -31,6 +31,9 @@
  *   merge of attention states, gather        aiter_mla_merge_attn_states_ref, _gather_cache_ref  (CPU)
  *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_convert_sparse_indices_ref, _ds_mla_write_ref,
  *                                            _sparse_attention_ref (CPU)
+ *   V4 sparse: MODEL1 cache, index lists,    aiter_mla_v4_cache_write_ref, _v4_gather_ref, _v4_swa_indices_ref,
+ *   attention, chunked prefill               _v4_global_topk_ref, _v4_c128_indices_ref, _v4_combine_ref,
+ *                                            _v4_copy_ragged_ref, _v4_attention_ref, _v4_prefill_ref (CPU)
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
@@ -790,6 +793,373 @@ typedef struct aiter_mla_gather_cache_args {
 
 AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *a);
 
+/* ==== DeepSeek V4 sparse attention (SPEC 7) ==============================================
+ * One softmax per query token over the union of two key lists: the raw tokens of its
+ * sliding window (the SWA cache) and, in layers with compress ratio 4 or 128, entries of the
+ * compressed cache (ratio 4: the indexer's top-k; ratio 128: every entry so far; ratio 1:
+ * none). head_dim 512 = 448 nope + 64 rope, one KV head, V = the whole 512-dim key row,
+ * softmax scale 512^-0.5, window W = 128, an attention sink per head. Positions: token i
+ * (0-based) of a request with q_len new tokens and seq_len keys (its new tokens included)
+ * is at pos = seq_len - q_len + i; it sees the raw tokens [max(0, pos - W + 1), pos] and
+ * the compressed entries j < (pos + 1) / ratio. A compressed page holds 256 logical tokens,
+ * so the compressed cache's page size is 256 / ratio entries (64 at ratio 4, 2 at 128).
+ * All CPU references so far; every argument struct is plain pointers and sizes, so the
+ * same struct can drive a GPU launch later.
+ *
+ *   cache (MODEL1 pages)  aiter_mla_v4_page_bytes, _v4_cache_write_ref, _v4_read_row,
+ *                         _v4_gather_ref (vLLM dequantize_and_gather_k_cache)
+ *   index builders        _v4_swa_indices_ref, _v4_global_topk_ref
+ *                         (compute_global_topk_ragged_indices_and_indptr), _v4_c128_indices_ref,
+ *                         _v4_combine_ref (combine_topk_swa_indices_ragged), _v4_workspace_rows,
+ *                         _v4_copy_ragged_ref (_copy_ragged_to_graph_buffers)
+ *   attention             _v4_attention_ref (decode, or any key lists), _v4_prefill_ref
+ *                         (vLLM's chunked prefill: gather, combine, attend per chunk)
+ *
+ * A decode step of one layer: aiter_mla_v4_swa_indices_ref (SWA cache block table) and,
+ * for ratio 4, aiter_mla_v4_global_topk_ref on the indexer's output, or for ratio 128
+ * aiter_mla_v4_c128_indices_ref, give each token's two lists (ragged CSR, or dense with
+ * lengths); aiter_mla_v4_copy_ragged_ref moves ragged lists into graph-captured buffers;
+ * aiter_mla_v4_attention_ref attends with keys = SWA cache, extra_keys = compressed cache. */
+enum {
+    AITER_MLA_V4_HEAD_DIM = 512,   /* 448 nope + 64 rope; also V's width */
+    AITER_MLA_V4_NOPE_DIM = 448,   /* fp8 part of a cache row */
+    AITER_MLA_V4_ROPE_DIM = 64,    /* bf16 part of a cache row */
+    AITER_MLA_V4_ROW_BYTES = 576,  /* 448 fp8 bytes + 64 bf16 values */
+    AITER_MLA_V4_SCALE_BYTES = 8,  /* 7 UE8M0 exponents + 1 pad byte */
+    AITER_MLA_V4_TOKEN_BYTES = 584,
+    AITER_MLA_V4_GROUP = 64,       /* nope values per scale */
+    AITER_MLA_V4_WINDOW = 128,     /* default sliding window W */
+    AITER_MLA_V4_COMPRESSED_PAGE_TOKENS = 256, /* logical tokens per compressed page */
+    AITER_MLA_V4_PREFILL_CHUNK = 4 /* requests per prefill chunk (vLLM's _PREFILL_CHUNK_SIZE) */
+};
+
+/* ---- MODEL1 cache pages (584 bytes per token, SPEC 7) -----------------------------------
+ * A page of block_size tokens is block_size rows of 576 bytes (448 fp8 nope values, then 64
+ * bf16 rope values), then block_size scale records of 8 bytes (7 UE8M0 exponents, one per
+ * 64 nope values: scale = 2^(byte - 127); the 8th byte is written 0), then padding up to
+ * the page stride, a multiple of 576 bytes. Token slot s lives in page s / block_size, at
+ * offset s % block_size. Nope value = fp8 * scale; rope values are plain bf16.
+ * Writing, per group of 64 nope values: scale = 2^ceil(log2(max(amax, 1e-4) / fp8_max)),
+ * taken exactly from the bits of the quotient (no log2 rounding), and the stored value is
+ * fp8(clamp(x / scale, -fp8_max, fp8_max)) (NaN stays NaN). With the exact exponent
+ * |x| / scale <= fp8_max for every finite x, so the clamp only catches infinities (vLLM's
+ * float log2 can round the exponent down; the clamp covers that there). The exponent byte
+ * saturates at 254 (amax = inf). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
+ * e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
+ * cache is fnuz, and vLLM's fnuz writer divides by 224 (the headroom of its
+ * get_fp8_min_max): pass fp8_max = 224 to reproduce those bytes. Readers need only the
+ * flavour; the scale is in the page. */
+
+/* Bytes of one page: block_size * 584 rounded up to a multiple of 576 (37440 for 64
+ * tokens); 0 when block_size < 1. */
+AITER_MLA_API int64_t aiter_mla_v4_page_bytes(int block_size);
+
+/* vLLM quantize_and_insert_k_cache: kv rows into the MODEL1 pages at slot_mapping. */
+typedef struct aiter_mla_v4_cache_write_args {
+    const void *kv;              /* [num_tokens, 512] src_dtype, row stride kv_stride:
+                                    448 nope values, then 64 rope values */
+    int64_t kv_stride;           /* elements; 0 means 512 */
+    const int64_t *slot_mapping; /* [num_tokens] int64; -1 (padding) and slots outside
+                                    [0, num_blocks * block_size) are skipped */
+    void *kv_cache;              /* [num_blocks, page_stride_bytes] bytes, MODEL1 pages */
+    int64_t num_blocks;          /* >= 1 */
+    int block_size;              /* tokens per page, 1..1024; 0 means 64 */
+    int64_t page_stride_bytes;   /* >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
+    int64_t num_tokens;          /* >= 0 */
+    aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 (rope is stored bf16) */
+    aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
+    float fp8_max;               /* in (0, flavour maximum]; 0 means the flavour's maximum */
+} aiter_mla_v4_cache_write_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *a);
+
+/* Token slot of a MODEL1 cache to 512 floats (448 dequantised nope values, then 64 rope
+ * values). An unchecked helper: slot must be inside the cache and block_size >= 1;
+ * page_stride_bytes 0 means aiter_mla_v4_page_bytes(block_size); fp8_dtype DEFAULT means
+ * e4m3fn. */
+AITER_MLA_API void aiter_mla_v4_read_row(const void *kv_cache, int64_t page_stride_bytes, int block_size,
+                                         int64_t slot, aiter_mla_dtype fp8_dtype, float *out512);
+
+/* vLLM dequantize_and_gather_k_cache: for request b, its trailing gather_len entries
+ * (gather_lens[b], or all seq_lens[b] when gather_lens is NULL), cache positions
+ * p = seq_lens[b] - gather_len + i for i < gather_len, are read through block table row b
+ * and written dequantised to out[b, offset + i, 0..511]. A block index at or beyond
+ * block_table_stride, or a block id outside [0, num_blocks), gives a row of zeros. Rows of
+ * out outside [offset, offset + gather_len) are not written. vLLM's prefill gathers the
+ * compressed cache with seq_lens / ratio entries, no gather_lens and offset 0, then the SWA
+ * cache with the token seq_lens, gather_lens = q_len + min(prefix, W - 1) and offset N. */
+typedef struct aiter_mla_v4_gather_args {
+    const void *kv_cache;        /* [num_blocks, page_stride_bytes] MODEL1 pages */
+    int64_t num_blocks;          /* >= 1 */
+    int block_size;              /* 1..1024; 0 means 64 */
+    int64_t page_stride_bytes;   /* >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
+    aiter_mla_dtype fp8_dtype;   /* flavour of the pages; DEFAULT means e4m3fn */
+    const int32_t *block_table;  /* [batch, block_table_stride] page ids */
+    int64_t block_table_stride;  /* >= 1 */
+    const int32_t *seq_lens;     /* [batch] entries in each request's cache, >= 0 */
+    const int32_t *gather_lens;  /* [batch] optional: 0..seq_lens[b]; NULL means seq_lens */
+    int batch;                   /* >= 1 */
+    void *out;                   /* [batch, out_rows, 512] out_dtype */
+    int64_t out_rows;            /* rows per request in out, >= offset + every gather_len */
+    int64_t offset;              /* first row written in each request's block, >= 0 */
+    aiter_mla_dtype out_dtype;   /* bf16, f16 or f32; DEFAULT means bf16 */
+} aiter_mla_v4_gather_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather_args *a);
+
+/* ---- index builders (SPEC 7) -------------------------------------------------------------
+ * Each builder makes one list of int32 entries per token and writes any combination of:
+ * a dense table (row t: its entries, then -1 up to the builder's width), the lengths, and a
+ * ragged CSR list (indptr[0] = 0, indptr[t + 1] = indptr[t] + lens[t], entries of token t
+ * at indices[indptr[t] ..]). At least one output is needed. The ragged total is counted
+ * first: if it exceeds capacity, ERR_BUFFER_TOO_SMALL and nothing is written. Tokens
+ * marked invalid (is_valid_token[t] == 0: padding) get length 0 and an all -1 dense row.
+ * An entry that cannot be resolved (block index at or beyond the block table's width,
+ * negative block id, slot beyond int32) is -1 and still counts in the length (the
+ * attention skips it), so lengths follow vLLM's. */
+typedef struct aiter_mla_v4_index_out {
+    int32_t *dense;              /* [num_tokens, dense_stride], optional */
+    int64_t dense_stride;        /* >= width; 0 means the width */
+    int32_t *lens;               /* [num_tokens], optional */
+    int32_t *indices;            /* [capacity] ragged entries, optional (with indptr) */
+    int32_t *indptr;             /* [num_tokens + 1], with indices */
+    int64_t capacity;            /* elements available in indices, >= 0 */
+} aiter_mla_v4_index_out;
+
+/* SWA keys of each token (vLLM _compute_swa_indices_and_lens_kernel): the raw tokens
+ * [max(0, pos - W + 1), pos], oldest first, as SWA cache slots
+ * block_table[req, p / block_size] * block_size + p % block_size; length
+ * min(pos + 1, W). Width W. Output row r is token token_offset + r; its request is
+ * token_to_req[token_offset + r] (or, with token_to_req NULL, the request whose
+ * query_start_loc range holds the token). A token outside its request's range, or whose
+ * request is outside [0, num_reqs), gets length 0 like a padding token. */
+typedef struct aiter_mla_v4_swa_index_args {
+    const int32_t *query_start_loc; /* [num_reqs + 1] first token of each request, monotone, >= 0 */
+    const int32_t *seq_lens;     /* [num_reqs] keys of each request (new tokens included), >= q_len */
+    const int32_t *token_to_req; /* [token_offset + num_tokens], optional */
+    const uint8_t *is_valid_token; /* [token_offset + num_tokens], optional (NULL: all valid) */
+    const int32_t *block_table;  /* [num_reqs, block_table_stride] SWA cache page ids */
+    int64_t block_table_stride;  /* >= 1 */
+    int block_size;              /* SWA cache page size, 1..1024; 0 means 64 */
+    int window;                  /* W, 1..65536; 0 means 128 */
+    int num_reqs;                /* >= 1 */
+    int64_t token_offset;        /* first token handled (vLLM: num_decode_tokens for prefill), >= 0 */
+    int64_t num_tokens;          /* >= 0 */
+    aiter_mla_v4_index_out out;  /* width W */
+} aiter_mla_v4_swa_index_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_swa_index_args *a);
+
+/* compute_global_topk_ragged_indices_and_indptr (ratio 4 decode): the length of token t is
+ * the number of entries >= 0 in its top-k row (0 for a padding token); its entries are
+ * those request-local compressed indices, in row order, turned into compressed cache slots
+ * block_table[req, idx / block_size] * block_size + idx % block_size (req =
+ * token_to_req[t]; -1 when req is outside [0, num_reqs)). vLLM packs the first `length`
+ * positions of the row, which is the same list when the valid entries come first (as the
+ * indexer writes them); here the valid entries are packed wherever they are. Width topk. */
+typedef struct aiter_mla_v4_topk_args {
+    const int32_t *topk_indices; /* [num_tokens, topk_stride] request-local, -1 = none */
+    int64_t topk_stride;         /* >= topk; 0 means topk */
+    int topk;                    /* >= 1 */
+    const int32_t *token_to_req; /* [num_tokens] */
+    const uint8_t *is_valid_token; /* [num_tokens], optional (NULL: all valid) */
+    const int32_t *block_table;  /* [num_reqs, block_table_stride] compressed cache page ids */
+    int64_t block_table_stride;  /* >= 1 */
+    int block_size;              /* entries per compressed page (256 / ratio), 1..1024; 0 means 64 */
+    int num_reqs;                /* >= 1 */
+    int64_t num_tokens;          /* >= 0 */
+    aiter_mla_v4_index_out out;  /* width topk */
+} aiter_mla_v4_topk_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_topk_args *a);
+
+/* Ratio-128 lists (vLLM build_c128a_topk_metadata): token t at positions[t] sees the
+ * compressed entries j < n = min((positions[t] + 1) / compress_ratio, width). Global form
+ * (block_table set, decode): entries are compressed cache slots through block table row
+ * token_to_req[t] (-1 when that request is outside [0, num_reqs)). Local form (block_table
+ * NULL, prefill): entries are j itself, the request-local indices that
+ * aiter_mla_v4_combine_ref takes. Width `width` (vLLM's c128a_max_compressed); a negative
+ * position gives length 0. */
+typedef struct aiter_mla_v4_c128_args {
+    const int64_t *positions;    /* [num_tokens] absolute position of each token */
+    const int32_t *token_to_req; /* [num_tokens], global form only */
+    const uint8_t *is_valid_token; /* [num_tokens], optional (NULL: all valid) */
+    const int32_t *block_table;  /* [num_reqs, block_table_stride] compressed page ids; NULL: local form */
+    int64_t block_table_stride;  /* >= 1 in the global form */
+    int block_size;              /* entries per compressed page, 1..1024; 0 means 2 (256 / 128) */
+    int num_reqs;                /* >= 1 in the global form */
+    int compress_ratio;          /* 1..65536; 0 means 128 */
+    int width;                   /* most entries per token, >= 1 */
+    int64_t num_tokens;          /* >= 0 */
+    aiter_mla_v4_index_out out;  /* width `width` */
+} aiter_mla_v4_c128_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_c128_args *a);
+
+/* Rows per request of the prefill workspace: M = N + window + max_num_batched_tokens, with
+ * N = ceil(max_model_len / compress_ratio) compressed rows (N = 0 when compress_ratio <= 1);
+ * *n_out receives N when not NULL. window 0 means 128. -1 for negative or overflowing
+ * inputs. */
+AITER_MLA_API int64_t aiter_mla_v4_workspace_rows(int64_t max_model_len, int compress_ratio, int window,
+                                                  int64_t max_num_batched_tokens, int64_t *n_out);
+
+/* combine_topk_swa_indices_ragged (prefill): one list per token of a chunk of num_reqs
+ * requests, as rows of the chunk's workspace [num_reqs, M, 512] (request b's block starts
+ * at row M * b; compressed entries at [0, N), its gathered raw tokens at [N, N + gather_len),
+ * raw token p at row N + p - (seq_len - gather_len)). Token i of request b (pos = seq_len -
+ * q_len + i) gets topk_len = min((pos + 1) / compress_ratio, topk) entries from the front of
+ * its top-k row, then swa_len = min(pos + 1, W) raw tokens [pos - swa_len + 1, pos], oldest
+ * first; length topk_len + swa_len (vLLM's combined_lens). A top-k entry j outside
+ * [0, min(N, seq_len / compress_ratio)), the compressed rows actually gathered, is -1 where
+ * vLLM would point at another request's row. Tokens are query_start_loc[0] ..
+ * query_start_loc[num_reqs] - 1; output row r is token query_start_loc[0] + r, and
+ * topk_indices row r belongs to it. Width topk + W. Refused: gather_lens outside
+ * [q_len + min(prefix, W - 1), seq_len] (the window would read rows not gathered) or
+ * N + gather_len > M. */
+typedef struct aiter_mla_v4_combine_args {
+    const int32_t *topk_indices; /* [num_tokens, topk_stride] request-local compressed entries
+                                    (ratio 4: the indexer's; ratio 128: the local form of
+                                    aiter_mla_v4_c128_indices_ref); unused when topk = 0 */
+    int64_t topk_stride;         /* >= topk; 0 means topk */
+    int topk;                    /* TOP_K, >= 0 (0 for ratio 1) */
+    const int32_t *query_start_loc; /* [num_reqs + 1] the chunk's token ranges, monotone */
+    const int32_t *seq_lens;     /* [num_reqs] keys incl. the new tokens, >= q_len */
+    const int32_t *gather_lens;  /* [num_reqs] optional; NULL means q_len + min(prefix, W - 1) */
+    int num_reqs;                /* >= 1 */
+    int window;                  /* W, 1..65536; 0 means 128 */
+    int compress_ratio;          /* >= 1; 0 means 1 */
+    int64_t M;                   /* workspace rows per request, >= N + every gather_len
+                                    (aiter_mla_v4_workspace_rows gives vLLM's) */
+    int64_t N;                   /* compressed rows at the front of each block, 0..M */
+    aiter_mla_v4_index_out out;  /* width topk + W */
+} aiter_mla_v4_combine_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *a);
+
+/* _copy_ragged_to_graph_buffers: copy a ragged list into persistent buffers of fixed
+ * capacity, so a captured graph keeps reading the same addresses; indptr bounds the reads.
+ * Row r's entries are indices[indptr[r] .. indptr[r + 1]); the copy's indptr starts at 0.
+ * A row longer than max_entries_per_row is an overflow: with clamp = 0 it is refused
+ * (ERR_BUFFER_TOO_SMALL naming the row, nothing written); with clamp = 1 the row keeps its
+ * first max_entries_per_row entries and *num_dropped (optional) counts the rest. Buffer
+ * entries past the copied total are not written. */
+typedef struct aiter_mla_v4_ragged_copy_args {
+    const int32_t *indices;      /* [indptr[num_rows]] entries */
+    const int32_t *indptr;       /* [num_rows + 1] monotone, indptr[0] >= 0 */
+    int64_t num_rows;            /* >= 0 */
+    int max_entries_per_row;     /* >= 1 (vLLM: W for SWA lists, c128a_max_compressed) */
+    int32_t *indices_buffer;     /* [indices_buffer_capacity] persistent */
+    int64_t indices_buffer_capacity; /* >= max(num_rows * max_entries_per_row, 1) */
+    int32_t *indptr_buffer;      /* [indptr_buffer_capacity] persistent */
+    int64_t indptr_buffer_capacity;  /* >= num_rows + 1 */
+    int clamp;                   /* 0: overflow is refused; 1: long rows are cut */
+    int64_t *num_dropped;        /* optional out: entries cut by clamp */
+} aiter_mla_v4_ragged_copy_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_ragged_copy_args *a);
+
+/* ---- attention (SPEC 7) -------------------------------------------------------------------
+ * For token t, head h, over the valid entries k of its two lists (keys, then extra_keys):
+ *   s_k = sm_scale * (q . K_k) (all 512 dims), m = max_k s_k,
+ *   o = sum_k exp(s_k - m) K_k / (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),
+ *   lse = m + log sum_k exp(s_k - m) (natural log, the sink not included).
+ * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention). The sink:
+ * NULL or -inf means none; a finite sink only enlarges the denominator; +inf means the
+ * sink takes all the weight: o = 0 (no NaN) and lse unchanged; NaN is refused. Entries
+ * count once per appearance (duplicates are not merged). */
+
+/* One key list per token, over MODEL1 pages or over plain 512-wide rows (the prefill
+ * workspace). An entry is a slot (MODEL1: page * block_size + offset) or a row number;
+ * entries < 0 or >= the cache's slots are skipped. Ragged form (indptr set): token t's
+ * entries are indices[indptr[t] .. indptr[t + 1]). Dense form (indptr NULL): the first
+ * lens[t] of indices[t * indices_stride ..] (lens clamped to 0..indices_stride; all
+ * indices_stride when lens is NULL). */
+typedef struct aiter_mla_v4_keys {
+    const void *cache;           /* MODEL1: [num_blocks, page_stride_bytes] bytes;
+                                    rows: [num_blocks, 512] dtype */
+    int64_t num_blocks;          /* MODEL1: pages; rows: rows; >= 1 */
+    int block_size;              /* MODEL1: tokens per page, 1..1024; 0 means 64 */
+    int64_t page_stride_bytes;   /* MODEL1: >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
+    int rows;                    /* 0: MODEL1 pages; 1: plain rows */
+    aiter_mla_dtype dtype;       /* MODEL1: fp8 flavour, DEFAULT e4m3fn; rows: bf16, f16 or
+                                    f32, DEFAULT bf16 */
+    const int32_t *indices;      /* ragged: [indptr[T]]; dense: [T, indices_stride] */
+    const int32_t *indptr;       /* [T + 1] monotone, indptr[0] >= 0; NULL: dense form */
+    int64_t indices_stride;      /* dense form: entries per token, >= 1 */
+    const int32_t *lens;         /* dense form, optional: [T] */
+} aiter_mla_v4_keys;
+
+typedef struct aiter_mla_v4_attention_args {
+    const void *q;               /* [num_tokens, H, 512] q_dtype */
+    int64_t q_stride_token;      /* 0 means H * q_stride_head */
+    int64_t q_stride_head;       /* 0 means 512 */
+    void *o;                     /* [num_tokens, H, 512] o_dtype */
+    int64_t o_stride_token;      /* 0 means H * o_stride_head */
+    int64_t o_stride_head;       /* 0 means 512 */
+    float *lse;                  /* [num_tokens, H] fp32, optional */
+    const float *attn_sink;      /* [H] fp32, optional */
+    int64_t num_tokens;          /* T >= 0 */
+    int num_heads;               /* H, 1..128 */
+    float sm_scale;              /* > 0; 0 means 512^-0.5 */
+    aiter_mla_dtype q_dtype;     /* bf16 or f16; DEFAULT means bf16 */
+    aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means q_dtype */
+    aiter_mla_v4_keys keys;      /* required: the SWA keys (decode), the workspace (prefill) */
+    aiter_mla_v4_keys extra_keys; /* optional, unused while indices is NULL: the compressed keys */
+} aiter_mla_v4_attention_args;
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
+
+/* vLLM's chunked prefill of one layer (DeepseekV4ROCMAiterMLASparseImpl._forward_prefill):
+ * requests are taken chunk_size at a time; per chunk, with M and N from
+ * aiter_mla_v4_workspace_rows, (1) for ratio > 1 the compressed cache is gathered
+ * (seq_len / ratio entries) into rows [0, N) of each request's workspace block, (2) the SWA
+ * cache's trailing gather_len = q_len + min(prefix, W - 1) tokens into rows [N, ..), (3)
+ * aiter_mla_v4_combine_ref lists each token's rows, (4) aiter_mla_v4_attention_ref attends
+ * over the workspace rows. Same result as attending the caches directly (the workspace
+ * rows are the dequantised cache rows; bf16 holds them exactly). */
+typedef struct aiter_mla_v4_prefill_args {
+    aiter_mla_v4_attention_args attn; /* q, o, lse, attn_sink, strides, num_heads, sm_scale,
+                                         dtypes; num_tokens, keys and extra_keys are set per
+                                         chunk (leave them 0) */
+    int batch;                   /* prefill requests, >= 1 */
+    const int32_t *query_start_loc; /* [batch + 1] monotone; request b's token i is row
+                                       query_start_loc[b] - query_start_loc[0] + i of q and o */
+    const int32_t *seq_lens;     /* [batch] keys incl. the new tokens, >= q_len */
+    int compress_ratio;          /* 1 (SWA only) or more (4, 128); 0 means 1 */
+    int window;                  /* W, 1..65536; 0 means 128 */
+    int64_t max_model_len;       /* >= every seq_len (sizes N) */
+    int64_t max_num_batched_tokens; /* >= the batch's tokens (sizes M and the lists) */
+    int chunk_size;              /* requests per chunk, >= 1; 0 means 4 */
+    const int32_t *topk_indices; /* [T, topk_stride] request-local compressed entries of each
+                                    token (ratio 4: the indexer's; ratio 128: the local form of
+                                    aiter_mla_v4_c128_indices_ref); ratio > 1 only */
+    int64_t topk_stride;         /* >= topk; 0 means topk */
+    int topk;                    /* TOP_K, >= 1 when compress_ratio > 1 (unused otherwise) */
+    const void *swa_cache;       /* [swa_num_blocks, page stride] MODEL1 pages */
+    int64_t swa_num_blocks;      /* >= 1 */
+    int swa_block_size;          /* 1..1024; 0 means 64 */
+    int64_t swa_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(swa_block_size) */
+    aiter_mla_dtype swa_fp8_dtype; /* DEFAULT means e4m3fn (fnuz on gfx942) */
+    const int32_t *swa_block_table; /* [batch, swa_block_table_stride] */
+    int64_t swa_block_table_stride; /* >= 1 */
+    const void *compressed_cache; /* ratio > 1: [compressed_num_blocks, page stride] MODEL1 pages */
+    int64_t compressed_num_blocks; /* >= 1 when ratio > 1 */
+    int compressed_block_size;   /* 0 means 256 / compress_ratio (at least 1) */
+    int64_t compressed_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(block size) */
+    aiter_mla_dtype compressed_fp8_dtype; /* DEFAULT means e4m3fn */
+    const int32_t *compressed_block_table; /* [batch, compressed_block_table_stride] */
+    int64_t compressed_block_table_stride; /* >= 1 when ratio > 1 */
+    aiter_mla_dtype workspace_dtype; /* bf16, f16 or f32; DEFAULT means bf16 (vLLM's) */
+    void *workspace;             /* aiter_mla_v4_prefill_workspace_size bytes, 4-byte aligned */
+    size_t workspace_bytes;
+} aiter_mla_v4_prefill_args;
+
+/* Bytes of workspace the prefill needs, from the sizing fields only (chunk_size,
+ * compress_ratio, window, max_model_len, max_num_batched_tokens, topk, workspace_dtype):
+ * chunk_size * M rows of 512 plus the chunk's index lists. */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_mla_v4_prefill_args *a, size_t *bytes);
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *a);
+
 #ifdef __cplusplus
 }
 #endif
@@ -820,6 +1190,57 @@ AITER_MLA_HD void aiter_mla__kv_write_elem(const aiter_mla_kv_cache_write_args *
                                    : aiter_mla_load_f32(a->k_pe, t * a->k_pe_stride + col - AITER_MLA_LATENT_DIM, a->src_dtype);
     if (a->cache_dtype == AITER_MLA_FP8_E4M3FN || a->cache_dtype == AITER_MLA_FP8_E4M3FNUZ) x /= a->scale;
     aiter_mla_store_f32(a->kv_cache, slot * AITER_MLA_HEAD_DIM + col, a->cache_dtype, x);
+}
+
+/* DeepSeek V4 MODEL1 pages (SPEC 7). UE8M0 exponent byte to its scale 2^(b - 127): b = 0
+ * is the subnormal 2^-127, b = 255 overflows to +inf (as 2^128 does in fp32). */
+AITER_MLA_HD float aiter_mla__ue8m0_to_f32(uint8_t b) {
+    return aiter_mla__bits_f32(b == 0 ? 0x00400000u : (uint32_t)b << 23);
+}
+/* Exponent byte of 2^ceil(log2(max(amax, 1e-4) / fp8_max)), exact from the quotient's bits:
+ * its biased exponent, plus one when the mantissa is not zero; 254 at most (amax = inf).
+ * A NaN amax counts as 0. fp8_max must be in (0, 448]. */
+AITER_MLA_HD uint8_t aiter_mla__ue8m0_encode(float amax, float fp8_max) {
+    const uint32_t u = aiter_mla__f32_bits((amax > 1e-4f ? amax : 1e-4f) / fp8_max);
+    const uint32_t e = ((u >> 23) & 0xffu) + ((u & 0x7fffffu) != 0u);
+    return (uint8_t)(e > 254u ? 254u : e);
+}
+/* Element d (0..511) of the token at offset pos of a MODEL1 page. */
+AITER_MLA_HD float aiter_mla__v4_load(const unsigned char *page, int block_size, int pos, int d, aiter_mla_dtype fp8) {
+    const unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+    uint16_t h;
+    if (d < AITER_MLA_V4_NOPE_DIM)
+        return aiter_mla_fp8_to_f32(row[d], fp8) *
+               aiter_mla__ue8m0_to_f32(page[(int64_t)block_size * AITER_MLA_V4_ROW_BYTES +
+                                            (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + d / AITER_MLA_V4_GROUP]);
+    memcpy(&h, row + AITER_MLA_V4_NOPE_DIM + 2 * (d - AITER_MLA_V4_NOPE_DIM), 2);
+    return aiter_mla_bf16_to_f32(h);
+}
+/* Quantise one 512-value row (src elements src_off ..) into offset pos of a MODEL1 page. */
+AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size, int pos, const void *src, int64_t src_off,
+                                            aiter_mla_dtype src_dtype, aiter_mla_dtype fp8, float fp8_max) {
+    unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+    unsigned char *sc = page + (int64_t)block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES;
+    int g, i;
+    for (g = 0; g < AITER_MLA_V4_NOPE_DIM / AITER_MLA_V4_GROUP; g++) {
+        float amax = 0.0f, scale;
+        for (i = 0; i < AITER_MLA_V4_GROUP; i++) {
+            const float x = fabsf(aiter_mla_load_f32(src, src_off + g * AITER_MLA_V4_GROUP + i, src_dtype));
+            if (x > amax) amax = x;
+        }
+        sc[g] = aiter_mla__ue8m0_encode(amax, fp8_max);
+        scale = aiter_mla__ue8m0_to_f32(sc[g]);
+        for (i = 0; i < AITER_MLA_V4_GROUP; i++) {
+            float v = aiter_mla_load_f32(src, src_off + g * AITER_MLA_V4_GROUP + i, src_dtype) / scale;
+            v = v > fp8_max ? fp8_max : v < -fp8_max ? -fp8_max : v; /* NaN passes */
+            row[g * AITER_MLA_V4_GROUP + i] = aiter_mla_f32_to_fp8(v, fp8);
+        }
+    }
+    sc[AITER_MLA_V4_SCALE_BYTES - 1] = 0;
+    for (i = 0; i < AITER_MLA_V4_ROPE_DIM; i++) {
+        const uint16_t h = aiter_mla_f32_to_bf16(aiter_mla_load_f32(src, src_off + AITER_MLA_V4_NOPE_DIM + i, src_dtype));
+        memcpy(row + AITER_MLA_V4_NOPE_DIM + 2 * i, &h, 2);
+    }
 }
 
 /* ======================================================================================
@@ -2038,6 +2459,18 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
 }
 
 /* ---- sparse MLA attention ----------------------------------------------------------------- */
+/* Last step of the sparse references (V3.2 and V4) for one row and head:
+ * o = acc / (l + exp(sink - m)), 0 when no key was seen (l = 0) and 0 (no NaN) when the
+ * sink is +inf; lse = m + log l (+inf when no key); max_logits = m. sink -inf: none. */
+static void aiter_mla__sparse_finish(const double *acc, int dv, double m, double l, double sink, void *o, int64_t o_off,
+                                     aiter_mla_dtype o_dtype, float *lse, float *max_logits) {
+    const double den = l > 0.0 ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
+    int d;
+    for (d = 0; d < dv; d++) aiter_mla_store_f32(o, o_off + d, o_dtype, den > 0.0 ? (float)(acc[d] / den) : 0.0f);
+    if (lse) *lse = l > 0.0 ? (float)(m + log(l)) : (float)HUGE_VAL;
+    if (max_logits) *max_logits = (float)m;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
     const char *op = "sparse_attention_ref";
     aiter_mla_sparse_args a;
@@ -2090,13 +2523,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
                 for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = acc[d] * alpha + p * keys[d];
             }
             sink = a.attn_sink ? a.attn_sink[h] : -HUGE_VAL;
-            for (d = 0; d < AITER_MLA_LATENT_DIM; d++) {
-                double den = l > 0.0 ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
-                aiter_mla_store_f32(a.o, (t * a.num_heads + h) * AITER_MLA_LATENT_DIM + d, a.o_dtype,
-                                    den > 0.0 ? (float)(acc[d] / den) : 0.0f);
-            }
-            if (a.lse) a.lse[t * a.num_heads + h] = l > 0.0 ? (float)(m + log(l)) : (float)HUGE_VAL;
-            if (a.max_logits) a.max_logits[t * a.num_heads + h] = (float)m;
+            aiter_mla__sparse_finish(acc, AITER_MLA_LATENT_DIM, m, l, sink, a.o, (t * a.num_heads + h) * AITER_MLA_LATENT_DIM,
+                                     a.o_dtype, a.lse ? a.lse + t * a.num_heads + h : NULL,
+                                     a.max_logits ? a.max_logits + t * a.num_heads + h : NULL);
         }
     }
     return AITER_MLA_OK;
@@ -2604,6 +3033,777 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
 }
 
 #undef AITER_MLA__BAD_PLAN
+
+/* ======================================================================================
+ * DeepSeek V4 sparse attention (SPEC 7): MODEL1 pages, index builders, attention
+ * ====================================================================================== */
+/* Field checks whose names carry a prefix ("", "keys.", "swa_", "attn.", ...). */
+static aiter_mla_status aiter_mla__v4_range(const char *op, int64_t v, int64_t lo, int64_t hi, const char *pre,
+                                            const char *field) {
+    if (v < lo || v > hi)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %lld is outside %lld..%lld", op, pre, field,
+                               (long long)v, (long long)lo, (long long)hi);
+    return AITER_MLA_OK;
+}
+static aiter_mla_status aiter_mla__v4_need(const char *op, const void *p, const char *pre, const char *field) {
+    if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
+    return AITER_MLA_OK;
+}
+static int aiter_mla__v4_out_dtype_ok(aiter_mla_dtype t) { return aiter_mla__is_16bit(t) || t == AITER_MLA_F32; }
+
+AITER_MLA_API int64_t aiter_mla_v4_page_bytes(int block_size) {
+    if (block_size < 1) return 0;
+    return aiter_mla__cdiv((int64_t)block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA_V4_ROW_BYTES) * AITER_MLA_V4_ROW_BYTES;
+}
+
+/* A MODEL1 cache's description: resolves block_size (0 means default_bs), the page stride
+ * and the flavour; pre prefixes the field names, dtype_field names the flavour's field. */
+static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *pre, int64_t num_blocks, int *block_size,
+                                                    int64_t *stride, aiter_mla_dtype *fp8, const char *dtype_field,
+                                                    int default_bs) {
+    if (!*block_size) *block_size = default_bs;
+    if (*fp8 == AITER_MLA_DTYPE_DEFAULT) *fp8 = AITER_MLA_FP8_E4M3FN;
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, num_blocks, 1, INT32_MAX, pre, "num_blocks"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, *block_size, 1, 1024, pre, "block_size"));
+    if (!*stride) *stride = aiter_mla_v4_page_bytes(*block_size);
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
+                                         pre, "page_stride_bytes"));
+    if (!aiter_mla__is_fp8(*fp8))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not an fp8 flavour", op, pre, dtype_field,
+                               aiter_mla_dtype_name(*fp8));
+    return AITER_MLA_OK;
+}
+
+/* ---- MODEL1 writer, reader, gather ------------------------------------------------------- */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *in) {
+    const char *op = "v4_cache_write_ref";
+    aiter_mla_v4_cache_write_args a;
+    int64_t t, slots;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.kv_stride) a.kv_stride = AITER_MLA_V4_HEAD_DIM;
+    if (a.src_dtype == AITER_MLA_DTYPE_DEFAULT) a.src_dtype = AITER_MLA_BF16;
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a.num_blocks, &a.block_size, &a.page_stride_bytes, &a.fp8_dtype,
+                                                 "fp8_dtype", 64));
+    if (a.fp8_max == 0.0f) a.fp8_max = aiter_mla_fp8_max(a.fp8_dtype);
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.kv_stride, AITER_MLA_V4_HEAD_DIM, AITER_MLA__MAX_STRIDE, "kv_stride");
+    if (!aiter_mla__is_16bit(a.src_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.src_dtype));
+    if (!(a.fp8_max > 0.0f && a.fp8_max <= aiter_mla_fp8_max(a.fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a.fp8_max,
+                               aiter_mla_fp8_max(a.fp8_dtype));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.kv, "kv");
+    AITER_MLA__NEED(op, a.slot_mapping, "slot_mapping");
+    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    slots = a.num_blocks * a.block_size;
+    for (t = 0; t < a.num_tokens; t++) {
+        const int64_t slot = a.slot_mapping[t];
+        if (slot < 0 || slot >= slots) continue; /* padding or out of range */
+        aiter_mla__v4_write_token((unsigned char *)a.kv_cache + slot / a.block_size * a.page_stride_bytes, a.block_size,
+                                  (int)(slot % a.block_size), a.kv, t * a.kv_stride, a.src_dtype, a.fp8_dtype, a.fp8_max);
+    }
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API void aiter_mla_v4_read_row(const void *kv_cache, int64_t page_stride_bytes, int block_size, int64_t slot,
+                                         aiter_mla_dtype fp8_dtype, float *out) {
+    const unsigned char *page;
+    int d;
+    if (fp8_dtype == AITER_MLA_DTYPE_DEFAULT) fp8_dtype = AITER_MLA_FP8_E4M3FN;
+    if (!page_stride_bytes) page_stride_bytes = aiter_mla_v4_page_bytes(block_size);
+    page = (const unsigned char *)kv_cache + slot / block_size * page_stride_bytes;
+    for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) out[d] = aiter_mla__v4_load(page, block_size, (int)(slot % block_size), d, fp8_dtype);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather_args *in) {
+    const char *op = "v4_gather_ref";
+    aiter_mla_v4_gather_args a;
+    int b, d;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (a.out_dtype == AITER_MLA_DTYPE_DEFAULT) a.out_dtype = AITER_MLA_BF16;
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a.num_blocks, &a.block_size, &a.page_stride_bytes, &a.fp8_dtype,
+                                                 "fp8_dtype", 64));
+    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a.out_rows, 0, INT32_MAX, "out_rows");
+    AITER_MLA__RANGE(op, a.offset, 0, a.out_rows, "offset");
+    if (!aiter_mla__v4_out_dtype_ok(a.out_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.out_dtype));
+    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a.out, "out");
+    for (b = 0; b < a.batch; b++) {
+        const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
+        if (s < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d is negative", op, b, s);
+        if (g < 0 || g > s)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: gather_lens[%d] = %d is outside 0..seq_lens[%d] = %d", op,
+                                   b, g, b, s);
+        if (a.offset + g > a.out_rows)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: offset %lld + %d rows of request %d pass out_rows = %lld",
+                                   op, (long long)a.offset, g, b, (long long)a.out_rows);
+    }
+    for (b = 0; b < a.batch; b++) {
+        const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
+        int32_t i;
+        for (i = 0; i < g; i++) {
+            const int32_t p = s - g + i, blk = p / a.block_size;
+            const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
+            const int64_t dst = ((int64_t)b * a.out_rows + a.offset + i) * AITER_MLA_V4_HEAD_DIM;
+            const unsigned char *page =
+                id < 0 || id >= a.num_blocks ? NULL : (const unsigned char *)a.kv_cache + (int64_t)id * a.page_stride_bytes;
+            for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) /* absent: zeros */
+                aiter_mla_store_f32(a.out, dst + d, a.out_dtype,
+                                    page ? aiter_mla__v4_load(page, a.block_size, p % a.block_size, d, a.fp8_dtype) : 0.0f);
+        }
+    }
+    return AITER_MLA_OK;
+}
+
+/* ---- index builders ----------------------------------------------------------------------- */
+static aiter_mla_status aiter_mla__v4_out_check(const char *op, aiter_mla_v4_index_out *o, int64_t width) {
+    if (!o->dense && !o->lens && !o->indices && !o->indptr)
+        return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER,
+                               "%s: out has no output (out.dense, out.lens, or out.indices with out.indptr)", op);
+    if (o->indices && !o->indptr) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: out.indptr is NULL (out.indices is set)", op);
+    if (o->indptr && !o->indices) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: out.indices is NULL (out.indptr is set)", op);
+    if (!o->dense_stride) o->dense_stride = width;
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, o->dense_stride, width, AITER_MLA__MAX_STRIDE, "out.", "dense_stride"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, o->capacity, 0, INT64_MAX, "out.", "capacity"));
+    return AITER_MLA_OK;
+}
+
+/* Fills row with token r's entries (at most the width), returns how many. */
+typedef int32_t (*aiter_mla__v4_row_fn)(const void *ctx, int64_t r, int32_t *row);
+
+/* The one writer of every builder's outputs: count the ragged total first (nothing is
+ * written when it exceeds the capacity), then dense rows (-1 padded), lengths and CSR. */
+static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_index_out *out, int64_t num_tokens, int64_t width,
+                                           aiter_mla__v4_row_fn fn, const void *ctx) {
+    int32_t *row = (int32_t *)AITER_MLA_MALLOC((size_t)width * sizeof(int32_t));
+    int64_t r, total = 0;
+    if (!row) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    if (out->indices) {
+        for (r = 0; r < num_tokens; r++) total += fn(ctx, r, row);
+        if (total > out->capacity || total > INT32_MAX) {
+            AITER_MLA_FREE(row);
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: the lists hold %lld entries, out.capacity = %lld", op,
+                                   (long long)total, (long long)out->capacity);
+        }
+        out->indptr[0] = 0;
+    }
+    total = 0;
+    for (r = 0; r < num_tokens; r++) {
+        const int32_t n = fn(ctx, r, row);
+        int64_t k;
+        if (out->dense)
+            for (k = 0; k < width; k++) out->dense[r * out->dense_stride + k] = k < n ? row[k] : -1;
+        if (out->lens) out->lens[r] = n;
+        if (out->indices) {
+            memcpy(out->indices + total, row, (size_t)n * sizeof(int32_t));
+            total += n;
+            out->indptr[r + 1] = (int32_t)total;
+        }
+    }
+    AITER_MLA_FREE(row);
+    return AITER_MLA_OK;
+}
+
+/* The request whose [qsl[b], qsl[b + 1]) holds token tok (qsl monotone), or -1. */
+static int32_t aiter_mla__v4_find_req(const int32_t *qsl, int num_reqs, int64_t tok) {
+    int32_t lo = 0, hi = num_reqs + 1; /* first index in [0, num_reqs] with qsl > tok */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (qsl[mid] > tok) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo >= 1 && lo <= num_reqs ? lo - 1 : -1;
+}
+
+/* query_start_loc monotone from >= 0, every request's seq_len >= its q_len. */
+static aiter_mla_status aiter_mla__v4_requests_check(const char *op, const int32_t *qsl, const int32_t *seq_lens, int n) {
+    int b;
+    if (qsl[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: query_start_loc[0] = %d is negative", op, qsl[0]);
+    for (b = 0; b < n; b++) {
+        if (qsl[b + 1] < qsl[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: query_start_loc is not monotone at %d (%d > %d)", op, b,
+                                   qsl[b], qsl[b + 1]);
+        if (seq_lens[b] < qsl[b + 1] - qsl[b])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d is less than the request's q_len = %d",
+                                   op, b, seq_lens[b], qsl[b + 1] - qsl[b]);
+    }
+    return AITER_MLA_OK;
+}
+
+static int32_t aiter_mla__v4_swa_row(const void *ctx, int64_t r, int32_t *row) {
+    const aiter_mla_v4_swa_index_args *a = (const aiter_mla_v4_swa_index_args *)ctx;
+    const int64_t tok = a->token_offset + r;
+    int32_t req, q0, q1, pos, start, i;
+    if (a->is_valid_token && !a->is_valid_token[tok]) return 0;
+    req = a->token_to_req ? a->token_to_req[tok] : aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
+    if (req < 0 || req >= a->num_reqs) return 0;
+    q0 = a->query_start_loc[req];
+    q1 = a->query_start_loc[req + 1];
+    if (tok < q0 || tok >= q1) return 0;
+    pos = a->seq_lens[req] - (q1 - q0) + (int32_t)(tok - q0);
+    start = pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    for (i = 0; i <= pos - start; i++)
+        row[i] = aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, start + i,
+                                       a->block_size);
+    return pos - start + 1;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_swa_index_args *in) {
+    const char *op = "v4_swa_indices_ref";
+    aiter_mla_v4_swa_index_args a;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.block_size) a.block_size = 64;
+    if (!a.window) a.window = AITER_MLA_V4_WINDOW;
+    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
+    AITER_MLA__RANGE(op, a.window, 1, 65536, "window");
+    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.token_offset, 0, INT32_MAX - a.num_tokens, "token_offset");
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.window));
+    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
+    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a);
+}
+
+static int32_t aiter_mla__v4_topk_row(const void *ctx, int64_t t, int32_t *row) {
+    const aiter_mla_v4_topk_args *a = (const aiter_mla_v4_topk_args *)ctx;
+    const int32_t req = a->token_to_req[t];
+    int32_t n = 0, k;
+    if (a->is_valid_token && !a->is_valid_token[t]) return 0;
+    for (k = 0; k < a->topk; k++) {
+        const int32_t idx = a->topk_indices[t * a->topk_stride + k];
+        if (idx < 0) continue;
+        row[n++] = req >= 0 && req < a->num_reqs
+                       ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, idx,
+                                               a->block_size)
+                       : -1;
+    }
+    return n;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_topk_args *in) {
+    const char *op = "v4_global_topk_ref";
+    aiter_mla_v4_topk_args a;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.topk_stride) a.topk_stride = a.topk;
+    if (!a.block_size) a.block_size = 64;
+    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a.topk_stride, a.topk, AITER_MLA__MAX_STRIDE, "topk_stride");
+    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
+    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.topk));
+    AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
+    AITER_MLA__NEED(op, a.token_to_req, "token_to_req");
+    AITER_MLA__NEED(op, a.block_table, "block_table");
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a);
+}
+
+static int32_t aiter_mla__v4_c128_row(const void *ctx, int64_t t, int32_t *row) {
+    const aiter_mla_v4_c128_args *a = (const aiter_mla_v4_c128_args *)ctx;
+    const int64_t pos = a->positions[t];
+    int64_t n;
+    int32_t j, req;
+    if ((a->is_valid_token && !a->is_valid_token[t]) || pos < 0) return 0;
+    n = pos / a->compress_ratio + (pos % a->compress_ratio == a->compress_ratio - 1); /* (pos + 1) / ratio */
+    if (n > a->width) n = a->width;
+    if (!a->block_table) {
+        for (j = 0; j < n; j++) row[j] = j;
+        return (int32_t)n;
+    }
+    req = a->token_to_req[t];
+    for (j = 0; j < n; j++)
+        row[j] = req >= 0 && req < a->num_reqs
+                     ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, j,
+                                             a->block_size)
+                     : -1;
+    return (int32_t)n;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_c128_args *in) {
+    const char *op = "v4_c128_indices_ref";
+    aiter_mla_v4_c128_args a;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.compress_ratio) a.compress_ratio = 128;
+    if (!a.block_size) a.block_size = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / 128;
+    AITER_MLA__RANGE(op, a.compress_ratio, 1, 65536, "compress_ratio");
+    AITER_MLA__RANGE(op, a.width, 1, 1 << 24, "width");
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    if (a.block_table) {
+        AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
+        AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
+        AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+        AITER_MLA__NEED(op, a.token_to_req, "token_to_req");
+    }
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.width));
+    AITER_MLA__NEED(op, a.positions, "positions");
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a);
+}
+
+AITER_MLA_API int64_t aiter_mla_v4_workspace_rows(int64_t max_model_len, int compress_ratio, int window,
+                                                  int64_t max_num_batched_tokens, int64_t *n_out) {
+    int64_t n;
+    if (!window) window = AITER_MLA_V4_WINDOW;
+    if (n_out) *n_out = -1;
+    if (max_model_len < 0 || max_model_len > INT32_MAX || max_num_batched_tokens < 0 || max_num_batched_tokens > INT32_MAX ||
+        window < 0)
+        return -1;
+    n = compress_ratio <= 1 ? 0 : aiter_mla__cdiv(max_model_len, compress_ratio);
+    if (n_out) *n_out = n;
+    return n + window + max_num_batched_tokens;
+}
+
+/* Trailing raw tokens gathered for request b of a combine (or of a prefill chunk). */
+static int32_t aiter_mla__v4_gather_len(const int32_t *gather_lens, int b, int32_t q_len, int32_t seq_len, int window) {
+    const int32_t prefix = seq_len - q_len;
+    return gather_lens ? gather_lens[b] : q_len + (prefix < window - 1 ? prefix : window - 1);
+}
+
+static int32_t aiter_mla__v4_combine_row(const void *ctx, int64_t r, int32_t *row) {
+    const aiter_mla_v4_combine_args *a = (const aiter_mla_v4_combine_args *)ctx;
+    const int64_t tok = a->query_start_loc[0] + r;
+    const int32_t b = aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
+    const int32_t q0 = a->query_start_loc[b], q_len = a->query_start_loc[b + 1] - q0, seq_len = a->seq_lens[b];
+    const int32_t pos = seq_len - q_len + (int32_t)(tok - q0);
+    const int32_t g_start = seq_len - aiter_mla__v4_gather_len(a->gather_lens, b, q_len, seq_len, a->window);
+    const int64_t base = a->M * b, ncomp = aiter_mla__min64(a->N, seq_len / a->compress_ratio);
+    const int32_t swa_len = pos + 1 < a->window ? pos + 1 : a->window;
+    int32_t n = 0, k, topk_len = 0;
+    if (a->topk > 0) {
+        const int64_t avail = pos / a->compress_ratio + (pos % a->compress_ratio == a->compress_ratio - 1);
+        topk_len = (int32_t)aiter_mla__min64(avail, a->topk);
+    }
+    for (k = 0; k < topk_len; k++) {
+        const int32_t j = a->topk_indices[r * a->topk_stride + k];
+        row[n++] = j >= 0 && j < ncomp ? (int32_t)(base + j) : -1;
+    }
+    for (k = 0; k < swa_len; k++) row[n++] = (int32_t)(base + a->N + (pos - swa_len + 1 + k) - g_start);
+    return n;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *in) {
+    const char *op = "v4_combine_ref";
+    aiter_mla_v4_combine_args a;
+    int64_t num_tokens;
+    int b;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    if (!a.window) a.window = AITER_MLA_V4_WINDOW;
+    if (!a.compress_ratio) a.compress_ratio = 1;
+    if (!a.topk_stride) a.topk_stride = a.topk;
+    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a.topk, 0, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a.topk_stride, a.topk, AITER_MLA__MAX_STRIDE, "topk_stride");
+    AITER_MLA__RANGE(op, a.window, 1, 65536, "window");
+    AITER_MLA__RANGE(op, a.compress_ratio, 1, 65536, "compress_ratio");
+    AITER_MLA__RANGE(op, a.M, 1, INT32_MAX, "M");
+    AITER_MLA__RANGE(op, a.N, 0, a.M, "N");
+    if (a.M * a.num_reqs > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: M * num_reqs = %lld rows do not fit int32 entries", op,
+                               (long long)(a.M * a.num_reqs));
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, (int64_t)a.topk + a.window));
+    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
+    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
+    num_tokens = (int64_t)a.query_start_loc[a.num_reqs] - a.query_start_loc[0];
+    if (a.topk > 0 && num_tokens > 0) AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
+    for (b = 0; b < a.num_reqs; b++) {
+        const int32_t q_len = a.query_start_loc[b + 1] - a.query_start_loc[b], seq_len = a.seq_lens[b];
+        const int32_t prefix = seq_len - q_len, lo = q_len + (prefix < a.window - 1 ? prefix : a.window - 1);
+        const int32_t g = aiter_mla__v4_gather_len(a.gather_lens, b, q_len, seq_len, a.window);
+        if (g < lo || g > seq_len)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: gather_lens[%d] = %d is outside q_len + min(prefix, W - 1) = %d .. seq_len = %d", op, b,
+                                   g, lo, seq_len);
+        if (a.N + g > a.M)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: N = %lld + %d gathered rows of request %d pass M = %lld",
+                                   op, (long long)a.N, g, b, (long long)a.M);
+    }
+    return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_ragged_copy_args *in) {
+    const char *op = "v4_copy_ragged_ref";
+    aiter_mla_v4_ragged_copy_args a;
+    int64_t r, need, out = 0, dropped = 0;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    AITER_MLA__RANGE(op, a.num_rows, 0, INT32_MAX - 1, "num_rows");
+    AITER_MLA__RANGE(op, a.max_entries_per_row, 1, INT32_MAX, "max_entries_per_row");
+    AITER_MLA__RANGE(op, a.clamp, 0, 1, "clamp");
+    need = aiter_mla__max64(a.num_rows * a.max_entries_per_row, 1);
+    if (a.indptr_buffer_capacity < a.num_rows + 1)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indptr_buffer_capacity = %lld, %lld rows need %lld", op,
+                               (long long)a.indptr_buffer_capacity, (long long)a.num_rows, (long long)a.num_rows + 1);
+    if (a.indices_buffer_capacity < need)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indices_buffer_capacity = %lld is less than %lld rows x %d",
+                               op, (long long)a.indices_buffer_capacity, (long long)a.num_rows, a.max_entries_per_row);
+    AITER_MLA__NEED(op, a.indptr, "indptr");
+    AITER_MLA__NEED(op, a.indptr_buffer, "indptr_buffer");
+    AITER_MLA__NEED(op, a.indices_buffer, "indices_buffer");
+    if (a.indptr[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: indptr[0] = %d is negative", op, a.indptr[0]);
+    for (r = 0; r < a.num_rows; r++) {
+        if (a.indptr[r + 1] < a.indptr[r])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: indptr is not monotone at %lld (%d > %d)", op,
+                                   (long long)r, a.indptr[r], a.indptr[r + 1]);
+        if (!a.clamp && a.indptr[r + 1] - a.indptr[r] > a.max_entries_per_row)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: row %lld has %d entries, more than max_entries_per_row = %d",
+                                   op, (long long)r, a.indptr[r + 1] - a.indptr[r], a.max_entries_per_row);
+    }
+    if (a.indptr[a.num_rows] > a.indptr[0]) AITER_MLA__NEED(op, a.indices, "indices");
+    a.indptr_buffer[0] = 0;
+    for (r = 0; r < a.num_rows; r++) {
+        const int64_t len = a.indptr[r + 1] - a.indptr[r], n = aiter_mla__min64(len, a.max_entries_per_row);
+        if (n > 0) memmove(a.indices_buffer + out, a.indices + a.indptr[r], (size_t)n * sizeof(int32_t));
+        out += n;
+        dropped += len - n;
+        a.indptr_buffer[r + 1] = (int32_t)out;
+    }
+    if (a.num_dropped) *a.num_dropped = dropped;
+    return AITER_MLA_OK;
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+/* A key list: unused (optional and no indices) or every field resolved and checked; the
+ * ragged indptr is scanned (monotone from >= 0). */
+static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *pre, aiter_mla_v4_keys *k, int64_t num_tokens,
+                                                   int required) {
+    int64_t t;
+    if (!required && !k->indices) return AITER_MLA_OK;
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, k->rows, 0, 1, pre, "rows"));
+    if (k->rows) {
+        if (k->dtype == AITER_MLA_DTYPE_DEFAULT) k->dtype = AITER_MLA_BF16;
+        AITER_MLA__CHECK(aiter_mla__v4_range(op, k->num_blocks, 1, INT32_MAX, pre, "num_blocks"));
+        if (!aiter_mla__v4_out_dtype_ok(k->dtype))
+            return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sdtype %s is not bf16, f16 or f32 (rows)", op, pre,
+                                   aiter_mla_dtype_name(k->dtype));
+    } else {
+        AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, pre, k->num_blocks, &k->block_size, &k->page_stride_bytes, &k->dtype,
+                                                     "dtype", 64));
+    }
+    AITER_MLA__CHECK(aiter_mla__v4_need(op, k->cache, pre, "cache"));
+    AITER_MLA__CHECK(aiter_mla__v4_need(op, k->indices, pre, "indices"));
+    if (!k->indptr) return aiter_mla__v4_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
+    if (k->indptr[0] < 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sindptr[0] = %d is negative", op, pre, k->indptr[0]);
+    for (t = 0; t < num_tokens; t++)
+        if (k->indptr[t + 1] < k->indptr[t])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sindptr is not monotone at %lld (%d > %d)", op, pre,
+                                   (long long)t, k->indptr[t], k->indptr[t + 1]);
+    return AITER_MLA_OK;
+}
+
+/* Token t's entries of a key list (none when the list is unused). */
+static int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, const int32_t **list) {
+    int64_t n;
+    if (!k->indices) return 0;
+    if (k->indptr) {
+        *list = k->indices + k->indptr[t];
+        return (int64_t)k->indptr[t + 1] - k->indptr[t];
+    }
+    *list = k->indices + t * k->indices_stride;
+    n = k->indices_stride;
+    if (k->lens) n = k->lens[t] < 0 ? 0 : aiter_mla__min64(k->lens[t], n);
+    return n;
+}
+
+/* Key row of entry e as 512 floats; 0 when the entry is absent. */
+static int aiter_mla__v4_key_row(const aiter_mla_v4_keys *k, int32_t e, float *row) {
+    int d;
+    if (e < 0) return 0;
+    if (k->rows) {
+        if (e >= k->num_blocks) return 0;
+        for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) row[d] = aiter_mla_load_f32(k->cache, (int64_t)e * AITER_MLA_V4_HEAD_DIM + d, k->dtype);
+    } else {
+        const unsigned char *page;
+        if (e / k->block_size >= k->num_blocks) return 0;
+        page = (const unsigned char *)k->cache + (int64_t)(e / k->block_size) * k->page_stride_bytes;
+        for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) row[d] = aiter_mla__v4_load(page, k->block_size, e % k->block_size, d, k->dtype);
+    }
+    return 1;
+}
+
+/* Validate the args, resolve every default (pre prefixes the field names: "" or "attn.");
+ * with_keys: also the key lists (the prefill sets them per chunk). */
+static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *pre, const aiter_mla_v4_attention_args *in,
+                                                   aiter_mla_v4_attention_args *a, int with_keys) {
+    int h;
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, pre, "num_heads"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_tokens, 0, INT32_MAX, pre, "num_tokens"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_token"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
+    if (!a->q_stride_head) a->q_stride_head = AITER_MLA_V4_HEAD_DIM;
+    if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
+    if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
+    if (!a->o_stride_token) a->o_stride_token = (int64_t)a->num_heads * a->o_stride_head;
+    if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
+    if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
+    if (!aiter_mla__is_16bit(a->q_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sq_dtype %s is not bf16 or f16", op, pre, aiter_mla_dtype_name(a->q_dtype));
+    if (!aiter_mla__v4_out_dtype_ok(a->o_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %so_dtype %s is not bf16, f16 or f32", op, pre,
+                               aiter_mla_dtype_name(a->o_dtype));
+    if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
+    if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %ssm_scale = %g is not positive and finite", op, pre, a->sm_scale);
+    if (a->attn_sink)
+        for (h = 0; h < a->num_heads; h++)
+            if (a->attn_sink[h] != a->attn_sink[h])
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sattn_sink[%d] is NaN", op, pre, h);
+    if (with_keys) {
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, a->num_tokens, 1));
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, a->num_tokens, 0));
+    }
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__CHECK(aiter_mla__v4_need(op, a->q, pre, "q"));
+    AITER_MLA__CHECK(aiter_mla__v4_need(op, a->o, pre, "o"));
+    return AITER_MLA_OK;
+}
+
+/* Every token against its two lists: each key row is read once per token and folded into
+ * the online softmax of every head; the sparse references' finish writes o and lse. */
+static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_attention_args *a) {
+    const int H = a->num_heads, D = AITER_MLA_V4_HEAD_DIM;
+    double *acc, *qv, *m, *l;
+    float row[AITER_MLA_V4_HEAD_DIM];
+    int64_t t;
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    acc = (double *)AITER_MLA_MALLOC((size_t)H * (2 * D + 2) * sizeof(double));
+    if (!acc) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    qv = acc + (int64_t)H * D;
+    m = qv + (int64_t)H * D;
+    l = m + H;
+    for (t = 0; t < a->num_tokens; t++) {
+        int h, d, src;
+        for (h = 0; h < H; h++) {
+            m[h] = -HUGE_VAL;
+            l[h] = 0.0;
+            for (d = 0; d < D; d++) {
+                acc[(int64_t)h * D + d] = 0.0;
+                qv[(int64_t)h * D + d] = aiter_mla_load_f32(a->q, t * a->q_stride_token + h * a->q_stride_head + d, a->q_dtype);
+            }
+        }
+        for (src = 0; src < 2; src++) {
+            const aiter_mla_v4_keys *k = src ? &a->extra_keys : &a->keys;
+            const int32_t *list = NULL;
+            const int64_t n = aiter_mla__v4_keys_of(k, t, &list);
+            int64_t e;
+            for (e = 0; e < n; e++) {
+                if (!aiter_mla__v4_key_row(k, list[e], row)) continue; /* absent */
+                for (h = 0; h < H; h++) {
+                    const double *qh = qv + (int64_t)h * D;
+                    double *ah = acc + (int64_t)h * D, s = 0.0, alpha, p;
+                    for (d = 0; d < D; d++) s += qh[d] * row[d];
+                    p = aiter_mla__online_softmax(s * a->sm_scale, &m[h], &l[h], &alpha);
+                    for (d = 0; d < D; d++) ah[d] = ah[d] * alpha + p * row[d];
+                }
+            }
+        }
+        for (h = 0; h < H; h++)
+            aiter_mla__sparse_finish(acc + (int64_t)h * D, D, m[h], l[h], a->attn_sink ? a->attn_sink[h] : -HUGE_VAL, a->o,
+                                     t * a->o_stride_token + h * a->o_stride_head, a->o_dtype,
+                                     a->lse ? a->lse + t * H + h : NULL, NULL);
+    }
+    AITER_MLA_FREE(acc);
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
+    const char *op = "v4_attention_ref";
+    aiter_mla_v4_attention_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1));
+    return aiter_mla__v4_attend(op, &a);
+}
+
+/* ---- chunked prefill ------------------------------------------------------------------------ */
+/* The sizing fields (defaults resolved into *a): M, N, the entries per token of the lists
+ * and the workspace bytes. */
+static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4_prefill_args *a, int64_t *M, int64_t *N,
+                                                    int64_t *width, size_t *bytes) {
+    int64_t rows;
+    if (!a->chunk_size) a->chunk_size = AITER_MLA_V4_PREFILL_CHUNK;
+    if (!a->compress_ratio) a->compress_ratio = 1;
+    if (!a->window) a->window = AITER_MLA_V4_WINDOW;
+    if (a->workspace_dtype == AITER_MLA_DTYPE_DEFAULT) a->workspace_dtype = AITER_MLA_BF16;
+    AITER_MLA__RANGE(op, a->chunk_size, 1, 1 << 16, "chunk_size");
+    AITER_MLA__RANGE(op, a->compress_ratio, 1, 65536, "compress_ratio");
+    AITER_MLA__RANGE(op, a->window, 1, 65536, "window");
+    AITER_MLA__RANGE(op, a->max_model_len, 1, INT32_MAX, "max_model_len");
+    AITER_MLA__RANGE(op, a->max_num_batched_tokens, 1, INT32_MAX, "max_num_batched_tokens");
+    if (a->compress_ratio > 1) {
+        if (!a->topk_stride) a->topk_stride = a->topk;
+        AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
+        AITER_MLA__RANGE(op, a->topk_stride, a->topk, AITER_MLA__MAX_STRIDE, "topk_stride");
+    }
+    if (!aiter_mla__v4_out_dtype_ok(a->workspace_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: workspace_dtype %s is not bf16, f16 or f32", op,
+                               aiter_mla_dtype_name(a->workspace_dtype));
+    *M = aiter_mla_v4_workspace_rows(a->max_model_len, a->compress_ratio, a->window, a->max_num_batched_tokens, N);
+    if (*M * a->chunk_size > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: chunk_size x M = %d x %lld workspace rows do not fit int32",
+                               op, a->chunk_size, (long long)*M);
+    *width = (a->compress_ratio > 1 ? a->topk : 0) + (int64_t)a->window;
+    rows = *M * a->chunk_size;
+    *bytes = (size_t)rows * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype) +
+             sizeof(int32_t) * (size_t)(2 * (int64_t)a->chunk_size + a->max_num_batched_tokens + 1 +
+                                        a->max_num_batched_tokens * *width);
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_mla_v4_prefill_args *in, size_t *bytes) {
+    const char *op = "v4_prefill_workspace_size";
+    aiter_mla_v4_prefill_args a;
+    int64_t M, N, width;
+    AITER_MLA__NEED(op, in, "args");
+    AITER_MLA__NEED(op, bytes, "bytes");
+    a = *in;
+    return aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, bytes);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *in) {
+    const char *op = "v4_prefill_ref";
+    aiter_mla_v4_prefill_args a;
+    aiter_mla_v4_attention_args at;
+    int64_t M, N, width, tokens;
+    size_t bytes;
+    int32_t *glens, *clens, *indptr, *lists;
+    int b, cs;
+    AITER_MLA__NEED(op, in, "args");
+    a = *in;
+    AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, &bytes));
+    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a.swa_num_blocks, &a.swa_block_size, &a.swa_page_stride_bytes,
+                                                 &a.swa_fp8_dtype, "fp8_dtype", 64));
+    AITER_MLA__RANGE(op, a.swa_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "swa_block_table_stride");
+    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
+    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a.swa_cache, "swa_cache");
+    AITER_MLA__NEED(op, a.swa_block_table, "swa_block_table");
+    if (a.compress_ratio > 1) {
+        const int bs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / a.compress_ratio;
+        AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "compressed_", a.compressed_num_blocks, &a.compressed_block_size,
+                                                     &a.compressed_page_stride_bytes, &a.compressed_fp8_dtype, "fp8_dtype",
+                                                     bs > 1 ? bs : 1));
+        AITER_MLA__RANGE(op, a.compressed_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "compressed_block_table_stride");
+        AITER_MLA__NEED(op, a.compressed_cache, "compressed_cache");
+        AITER_MLA__NEED(op, a.compressed_block_table, "compressed_block_table");
+        AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
+    }
+    AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.batch));
+    for (b = 0; b < a.batch; b++)
+        if (a.seq_lens[b] > a.max_model_len)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d exceeds max_model_len = %lld", op, b,
+                                   a.seq_lens[b], (long long)a.max_model_len);
+    tokens = (int64_t)a.query_start_loc[a.batch] - a.query_start_loc[0];
+    if (tokens > a.max_num_batched_tokens)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: the batch has %lld tokens, more than max_num_batched_tokens = %lld",
+                               op, (long long)tokens, (long long)a.max_num_batched_tokens);
+    a.attn.num_tokens = tokens;
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a.attn, &at, 0));
+    a.attn = at;
+    if (tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a.workspace, "workspace");
+    if (a.workspace_bytes < bytes)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the prefill needs %llu", op,
+                               (unsigned long long)a.workspace_bytes, (unsigned long long)bytes);
+    if (((uintptr_t)a.workspace & 3u) != 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 4-byte aligned", op);
+    glens = (int32_t *)((char *)a.workspace + (size_t)M * a.chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a.workspace_dtype));
+    clens = glens + a.chunk_size;
+    indptr = clens + a.chunk_size;
+    lists = indptr + a.max_num_batched_tokens + 1;
+    for (cs = 0; cs < a.batch; cs += a.chunk_size) {
+        const int n = a.batch - cs < a.chunk_size ? a.batch - cs : a.chunk_size;
+        const int64_t row0 = (int64_t)a.query_start_loc[cs] - a.query_start_loc[0];
+        aiter_mla_v4_gather_args g;
+        aiter_mla_v4_combine_args c;
+        int i;
+        for (i = 0; i < n; i++) {
+            const int32_t q_len = a.query_start_loc[cs + i + 1] - a.query_start_loc[cs + i];
+            glens[i] = aiter_mla__v4_gather_len(NULL, 0, q_len, a.seq_lens[cs + i], a.window);
+            clens[i] = a.seq_lens[cs + i] / a.compress_ratio;
+        }
+        memset(&g, 0, sizeof g);
+        g.batch = n;
+        g.out = a.workspace;
+        g.out_rows = M;
+        g.out_dtype = a.workspace_dtype;
+        if (a.compress_ratio > 1) { /* (1) compressed entries to rows [0, N) */
+            g.kv_cache = a.compressed_cache;
+            g.num_blocks = a.compressed_num_blocks;
+            g.block_size = a.compressed_block_size;
+            g.page_stride_bytes = a.compressed_page_stride_bytes;
+            g.fp8_dtype = a.compressed_fp8_dtype;
+            g.block_table = a.compressed_block_table + (int64_t)cs * a.compressed_block_table_stride;
+            g.block_table_stride = a.compressed_block_table_stride;
+            g.seq_lens = clens;
+            AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&g));
+        }
+        g.kv_cache = a.swa_cache; /* (2) the window's raw tokens to rows [N, N + gather_len) */
+        g.num_blocks = a.swa_num_blocks;
+        g.block_size = a.swa_block_size;
+        g.page_stride_bytes = a.swa_page_stride_bytes;
+        g.fp8_dtype = a.swa_fp8_dtype;
+        g.block_table = a.swa_block_table + (int64_t)cs * a.swa_block_table_stride;
+        g.block_table_stride = a.swa_block_table_stride;
+        g.seq_lens = a.seq_lens + cs;
+        g.gather_lens = glens;
+        g.offset = N;
+        AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&g));
+        memset(&c, 0, sizeof c); /* (3) each token's rows */
+        if (a.compress_ratio > 1) {
+            c.topk_indices = a.topk_indices + row0 * a.topk_stride;
+            c.topk_stride = a.topk_stride;
+            c.topk = a.topk;
+        }
+        c.query_start_loc = a.query_start_loc + cs;
+        c.seq_lens = a.seq_lens + cs;
+        c.gather_lens = glens;
+        c.num_reqs = n;
+        c.window = a.window;
+        c.compress_ratio = a.compress_ratio;
+        c.M = M;
+        c.N = N;
+        c.out.indices = lists;
+        c.out.indptr = indptr;
+        c.out.capacity = a.max_num_batched_tokens * width;
+        AITER_MLA__CHECK(aiter_mla_v4_combine_ref(&c));
+        at = a.attn; /* (4) attend over the workspace rows */
+        at.q = (const char *)a.attn.q + (size_t)(row0 * a.attn.q_stride_token) * aiter_mla_dtype_size(a.attn.q_dtype);
+        at.o = (char *)a.attn.o + (size_t)(row0 * a.attn.o_stride_token) * aiter_mla_dtype_size(a.attn.o_dtype);
+        at.lse = a.attn.lse ? a.attn.lse + row0 * a.attn.num_heads : NULL;
+        at.num_tokens = (int64_t)a.query_start_loc[cs + n] - a.query_start_loc[cs];
+        memset(&at.keys, 0, sizeof at.keys);
+        memset(&at.extra_keys, 0, sizeof at.extra_keys);
+        at.keys.cache = a.workspace;
+        at.keys.num_blocks = (int64_t)n * M;
+        at.keys.rows = 1;
+        at.keys.dtype = a.workspace_dtype;
+        at.keys.indices = lists;
+        at.keys.indptr = indptr;
+        AITER_MLA__CHECK(aiter_mla_v4_attention_ref(&at));
+    }
+    return AITER_MLA_OK;
+}
 
 #ifdef __cplusplus
 }

@@ -59,10 +59,11 @@ for f in decl impl static; do
 done
 
 # 3. the examples without a GPU, and the decode step on the CPU reference
-step build-examples-cpu $MAKE --no-print-directory GPU=none BUILD="$BUILD/cpu" "$BUILD/cpu/decode" "$BUILD/cpu/bench" "$BUILD/cpu/prefill" "$BUILD/cpu/sparse"
+step build-examples-cpu $MAKE --no-print-directory GPU=none BUILD="$BUILD/cpu" "$BUILD/cpu/decode" "$BUILD/cpu/bench" "$BUILD/cpu/prefill" "$BUILD/cpu/sparse" "$BUILD/cpu/dsv4"
 step run-decode-cpu "./$BUILD/cpu/decode"
 step run-prefill-cpu "./$BUILD/cpu/prefill"
 step run-sparse-cpu "./$BUILD/cpu/sparse"
+step run-dsv4-cpu "./$BUILD/cpu/dsv4"
 
 # 4. kernels.hip (and the examples' GPU shim) compile for every target whose compiler is here
 kdir="$BUILD/kcheck"

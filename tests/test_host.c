@@ -3693,6 +3693,1397 @@ static void test_null_and_zeroed_args(void) {
     aiter_mla_lse_base2_to_natural(NULL, 5); /* no-op */
 }
 
+/* =====================================================================================
+ * DeepSeek V4 (SPEC 7): MODEL1 pages, index builders, attention, chunked prefill
+ * ===================================================================================== */
+#define V4_SENTINEL 0x5a5a5a5a /* int32 poison of the builders' outputs */
+
+static int64_t naive_v4_page_bytes(int bs) { return ((int64_t)bs * 584 + 575) / 576 * 576; }
+
+/* the test's own reading of a MODEL1 token: rows of 576 bytes, then 8-byte scale records */
+static void naive_v4_row(const unsigned char *cache, int64_t page_bytes, int bs, int64_t slot, int fnuz, double *out) {
+    const unsigned char *page = cache + slot / bs * page_bytes;
+    const int off = (int)(slot % bs);
+    int d;
+    for (d = 0; d < 448; d++) out[d] = ref_fp8_to_f64(page[off * 576 + d], fnuz) * ldexp(1.0, (int)page[bs * 576 + off * 8 + d / 64] - 127);
+    for (d = 0; d < 64; d++) {
+        uint16_t hb;
+        memcpy(&hb, page + off * 576 + 448 + 2 * d, 2);
+        out[448 + d] = ref_bf16_to_f64(hb);
+    }
+}
+
+/* expected exponent byte: ceil(log2(max(amax, 1e-4) / fmax)) + 127 (frexp, in double), <= 254 */
+static int naive_ue8m0(double amax, double fmax) {
+    double x = (amax > 1e-4 ? amax : 1e-4) / fmax, m;
+    int e;
+    if (isinf(x)) return 254;
+    m = frexp(x, &e); /* x = m 2^e, m in [0.5, 1): ceil(log2 x) = e - 1 exactly at m = 0.5 */
+    e = m == 0.5 ? e - 1 : e;
+    return e + 127 > 254 ? 254 : e + 127;
+}
+
+/* random 512-value rows, amplitudes varying per 64-value group */
+static void v4_random_rows(test_rng *r, uint16_t *kv, int64_t rows, aiter_mla_dtype t) {
+    int64_t i;
+    int d;
+    for (i = 0; i < rows; i++)
+        for (d = 0; d < 512; d++) {
+            const float amp = d < 448 ? (float)ldexp(1.0, ((int)(i + d / 64) % 5) - 2) : 1.5f;
+            aiter_mla_store_f32(kv, i * 512 + d, t, rng_f32(r, -amp, amp));
+        }
+}
+
+static void v4_write(void *cache, int64_t nblocks, int bs, const uint16_t *kv, const int64_t *slots, int64_t n, aiter_mla_dtype fp8) {
+    aiter_mla_v4_cache_write_args w;
+    memset(&w, 0, sizeof w);
+    w.kv = kv;
+    w.slot_mapping = slots;
+    w.kv_cache = cache;
+    w.num_blocks = nblocks;
+    w.block_size = bs;
+    w.num_tokens = n;
+    w.fp8_dtype = fp8;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+}
+
+static void fill_i32(int32_t *p, int64_t n, int32_t v) {
+    int64_t i;
+    for (i = 0; i < n; i++) p[i] = v;
+}
+
+/* A builder's three outputs, poisoned: dense [T, width + 2], lens, ragged of capacity cap. */
+typedef struct v4_outs {
+    int32_t *dense, *lens, *idx, *ptr;
+    int64_t T, width, cap;
+} v4_outs;
+
+static aiter_mla_v4_index_out v4_outs_make(v4_outs *b, int64_t T, int64_t width, int64_t cap) {
+    aiter_mla_v4_index_out o;
+    b->T = T;
+    b->width = width;
+    b->cap = cap;
+    b->dense = alloc_i32(T * (width + 2));
+    b->lens = alloc_i32(T);
+    b->idx = alloc_i32(cap + 3);
+    b->ptr = alloc_i32(T + 1);
+    fill_i32(b->dense, T * (width + 2), V4_SENTINEL);
+    fill_i32(b->lens, T, V4_SENTINEL);
+    fill_i32(b->idx, cap + 3, V4_SENTINEL);
+    fill_i32(b->ptr, T + 1, V4_SENTINEL);
+    memset(&o, 0, sizeof o);
+    o.dense = b->dense;
+    o.dense_stride = width + 2;
+    o.lens = b->lens;
+    o.indices = b->idx;
+    o.indptr = b->ptr;
+    o.capacity = cap;
+    return o;
+}
+static void v4_outs_free(v4_outs *b) {
+    free(b->dense);
+    free(b->lens);
+    free(b->idx);
+    free(b->ptr);
+}
+/* Mismatches of the three outputs against the expected lists exp[t * width ..], exp_len[t]:
+ * dense rows padded with -1 up to width (the stride's tail untouched), lengths, CSR (the
+ * ragged buffer untouched past the total). */
+static int v4_outs_bad(const v4_outs *b, const int32_t *exp, const int32_t *exp_len) {
+    int64_t t, k, total = 0;
+    int bad = 0;
+    bad += b->ptr[0] != 0;
+    for (t = 0; t < b->T; t++) {
+        for (k = 0; k < b->width + 2; k++) {
+            const int32_t want = k >= b->width ? V4_SENTINEL : k < exp_len[t] ? exp[t * b->width + k] : -1;
+            bad += b->dense[t * (b->width + 2) + k] != want;
+        }
+        bad += b->lens[t] != exp_len[t];
+        for (k = 0; k < exp_len[t]; k++) bad += total + k >= b->cap || b->idx[total + k] != exp[t * b->width + k];
+        total += exp_len[t];
+        bad += b->ptr[t + 1] != total;
+    }
+    for (k = total; k < b->cap + 3; k++) bad += b->idx[k] != V4_SENTINEL;
+    return bad;
+}
+
+static void test_v4_cache_rows(void) {
+    static const struct { int fnuz, f16, bs; float fmax; int64_t extra_stride; } variants[] = {
+        {0, 0, 64, 0.0f, 0}, {1, 0, 64, 0.0f, 0}, {1, 1, 2, 224.0f, 0}, {0, 1, 5, 0.0f, 100}, {0, 0, 1, 300.0f, 576}, {1, 0, 3, 0.0f, 7},
+    };
+    static const int sizes[] = {1, 2, 3, 7, 64, 128, 256, 1024};
+    test_rng r = rng_seed(0x5e4c0de);
+    int v, i;
+    for (i = 0; i < ARRAY_LEN(sizes); i++)
+        CHECK(aiter_mla_v4_page_bytes(sizes[i]) == naive_v4_page_bytes(sizes[i]) && aiter_mla_v4_page_bytes(sizes[i]) % 576 == 0,
+              "page bytes of %d: %lld, expected %lld", sizes[i], (long long)aiter_mla_v4_page_bytes(sizes[i]),
+              (long long)naive_v4_page_bytes(sizes[i]));
+    CHECK(aiter_mla_v4_page_bytes(64) == 37440 && aiter_mla_v4_page_bytes(0) == 0 && aiter_mla_v4_page_bytes(-3) == 0,
+          "page bytes of 64 / 0 / -3: %lld %lld %lld", (long long)aiter_mla_v4_page_bytes(64), (long long)aiter_mla_v4_page_bytes(0),
+          (long long)aiter_mla_v4_page_bytes(-3));
+    for (v = 0; v < ARRAY_LEN(variants); v++) {
+        const int fnuz = variants[v].fnuz, bs = variants[v].bs, T = 12;
+        const aiter_mla_dtype src = variants[v].f16 ? AITER_MLA_F16 : AITER_MLA_BF16;
+        const aiter_mla_dtype fp8 = fnuz ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        const double fmax = variants[v].fmax != 0.0f ? variants[v].fmax : fnuz ? 240.0 : 448.0;
+        const int64_t stride = naive_v4_page_bytes(bs) + variants[v].extra_stride, nblocks = (T + 3 + bs - 1) / bs + 1;
+        const int64_t nslots = nblocks * bs, kv_stride = 530;
+        unsigned char *cache = (unsigned char *)test_malloc((size_t)(nblocks * stride));
+        uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)T * kv_stride);
+        int64_t slots[12];
+        int32_t perm[64];
+        aiter_mla_v4_cache_write_args w;
+        int t, g, d, bad_scale = 0, bad_code = 0, bad_rope = 0, bad_read = 0, bad_err = 0, bad_untouched = 0, written = 0;
+        int64_t b, k;
+        for (t = 0; t < T; t++)
+            for (g = 0; g < 8; g++) { /* 7 nope groups, then the rope */
+                const double amp = g == 7 ? 2.0 : ldexp(1.0, rng_int(&r, -14, 9));
+                for (d = 0; d < 64; d++) aiter_mla_store_f32(kv, (int64_t)t * kv_stride + g * 64 + d, src, rng_f32(&r, (float)-amp, (float)amp));
+            }
+        for (d = 0; d < 64; d++) aiter_mla_store_f32(kv, d, src, 0.0f);                 /* token 0 group 0: all zero (1e-4 floor) */
+        for (d = 0; d < 64; d++) /* token 0 group 1: amax = fmax 2^-3 exactly */
+            aiter_mla_store_f32(kv, 64 + d, src, d == 5 ? (float)(fmax / 8) : (float)(fmax / 64));
+        aiter_mla_store_f32(kv, kv_stride + 2 * 64 + 9, src, INFINITY);                   /* token 1 group 2: inf, clamped */
+        aiter_mla_store_f32(kv, 2 * kv_stride + 3 * 64 + 1, src, NAN);                    /* token 2 group 3: NaN stays NaN */
+        for (i = 0; i < nslots && i < 64; i++) perm[i] = i;
+        rng_shuffle_i32(&r, perm, (int)(nslots < 64 ? nslots : 64));
+        for (t = 0; t < T; t++) slots[t] = perm[t];
+        slots[4] = -1;         /* padding */
+        slots[6] = nslots;     /* one past the cache */
+        slots[7] = (int64_t)1 << 40;
+        memset(cache, 0xa5, (size_t)(nblocks * stride));
+        memset(&w, 0, sizeof w);
+        w.kv = kv;
+        w.kv_stride = kv_stride;
+        w.slot_mapping = slots;
+        w.kv_cache = cache;
+        w.num_blocks = nblocks;
+        w.block_size = bs;
+        w.page_stride_bytes = variants[v].extra_stride ? stride : 0;
+        w.num_tokens = T;
+        w.src_dtype = src;
+        w.fp8_dtype = fp8;
+        w.fp8_max = variants[v].fmax;
+        if (!CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "")) continue;
+        for (t = 0; t < T; t++) {
+            const unsigned char *page, *row, *sc;
+            double got[512];
+            float lib[512];
+            int off;
+            if (slots[t] < 0 || slots[t] >= nslots) continue;
+            written++;
+            page = cache + slots[t] / bs * stride;
+            off = (int)(slots[t] % bs);
+            row = page + off * 576;
+            sc = page + bs * 576 + off * 8;
+            for (g = 0; g < 7; g++) {
+                double amax = 0.0, scale;
+                for (d = 0; d < 64; d++) {
+                    const double x = fabs(ref_load(kv, (int64_t)t * kv_stride + g * 64 + d, src));
+                    if (x > amax) amax = x; /* NaN is not greater: ignored */
+                }
+                bad_scale += sc[g] != naive_ue8m0(amax, fmax);
+                scale = ldexp(1.0, (int)sc[g] - 127);
+                for (d = 0; d < 64; d++) {
+                    double x = ref_load(kv, (int64_t)t * kv_stride + g * 64 + d, src) / scale;
+                    int alt, want;
+                    if (x > fmax) x = fmax;
+                    if (x < -fmax) x = -fmax;
+                    want = ref_f32_to_fp8((float)x, fnuz, &alt);
+                    bad_code += row[g * 64 + d] != want && row[g * 64 + d] != alt;
+                }
+            }
+            bad_scale += sc[7] != 0;
+            for (d = 0; d < 64; d++) {
+                uint16_t hb;
+                memcpy(&hb, row + 448 + 2 * d, 2);
+                bad_rope += !same_value(ref_bf16_to_f64(hb), ref_round_bf16((float)ref_load(kv, (int64_t)t * kv_stride + 448 + d, src)));
+            }
+            naive_v4_row(cache, stride, bs, slots[t], fnuz, got);
+            aiter_mla_v4_read_row(cache, variants[v].extra_stride ? stride : 0, bs, slots[t], fp8, lib);
+            for (d = 0; d < 512; d++) {
+                const double x = ref_load(kv, (int64_t)t * kv_stride + d, src), sc_d = d < 448 ? ldexp(1.0, (int)sc[d / 64] - 127) : 0.0;
+                bad_read += !same_value((double)lib[d], (double)(float)got[d]); /* the inf group's max: 448 2^127 is inf in f32 */
+                /* round trip: half an fp8 step (2^-4 relative, or the subnormal quantum) of the group's scale */
+                if (isfinite(x) && fabs(got[d] - x) > fabs(x) / 16.0 + sc_d * (fnuz ? 1.0 / 1024 : 1.0 / 512)) bad_err++;
+            }
+        }
+        /* untouched: the rows and scale records of slots never written, and every page's tail */
+        for (b = 0; b < nblocks; b++) {
+            for (k = (int64_t)bs * 584; k < stride; k++) bad_untouched += cache[b * stride + k] != 0xa5;
+            for (i = 0; i < bs; i++) {
+                const int64_t s = b * bs + i;
+                int used = 0;
+                for (t = 0; t < T; t++) used |= slots[t] == s;
+                if (used) continue;
+                for (k = 0; k < 576; k++) bad_untouched += cache[b * stride + i * 576 + k] != 0xa5;
+                for (k = 0; k < 8; k++) bad_untouched += cache[b * stride + bs * 576 + i * 8 + k] != 0xa5;
+            }
+        }
+        CHECK(written == 9, "v4 rows variant %d: %d rows written, expected 9", v, written);
+        CHECK(bad_scale + bad_code + bad_rope + bad_read + bad_err + bad_untouched == 0,
+              "v4 rows variant %d: %d scale bytes, %d codes, %d rope values, %d reads, %d round trips, %d untouched bytes wrong", v,
+              bad_scale, bad_code, bad_rope, bad_read, bad_err, bad_untouched);
+        if (v == 0) { /* the scale rule at a glance: zero group -> 2^-22 (byte 105), exact power -> no round-up, inf -> 254 */
+            const unsigned char *sc0 = cache + slots[0] / bs * stride + bs * 576 + (slots[0] % bs) * 8;
+            const unsigned char *sc1 = cache + slots[1] / bs * stride + bs * 576 + (slots[1] % bs) * 8;
+            CHECK(sc0[0] == 105 && sc0[1] == 124 && sc1[2] == 254, "v4 scale bytes %d %d %d, expected 105 124 254", sc0[0], sc0[1], sc1[2]);
+            CHECK(cache[slots[0] / bs * stride + (slots[0] % bs) * 576 + 64 + 5] == 0x7e, "amax / scale = 448 must encode as 0x7e");
+        }
+        if (v == 1) {
+            aiter_mla_v4_cache_write_args e = w;
+            e.fp8_dtype = AITER_MLA_BF16;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "fp8_dtype");
+            e = w;
+            e.fp8_max = 241.0f;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+            e = w;
+            e.page_stride_bytes = (int64_t)bs * 584 - 1;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_stride_bytes");
+            e = w;
+            e.src_dtype = AITER_MLA_F32;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "src_dtype");
+            e = w;
+            e.block_size = 2000;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+            e = w;
+            e.kv_stride = 511;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_stride");
+            e = w;
+            e.kv = NULL;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_NULL_POINTER, "kv");
+            e.num_tokens = 0; /* nothing to write: no pointer needed */
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_OK, "");
+        }
+        free(cache);
+        free(kv);
+    }
+}
+
+static void test_v4_gather(void) {
+    static const aiter_mla_dtype outs[] = {AITER_MLA_F32, AITER_MLA_BF16, AITER_MLA_F16};
+    test_rng r = rng_seed(0x6a7e4);
+    const int B = 3, bs = 16, width = 6, nblocks = 14;
+    const int64_t stride = naive_v4_page_bytes(bs);
+    int32_t bt[3 * 6], seq[3] = {40, 0, 100}, glens[3] = {10, 0, 100};
+    int fl, mode, o, b, i, d;
+    for (i = 0; i < B * width; i++) bt[i] = rng_int(&r, 0, nblocks - 1);
+    bt[1] = -1;          /* request 0, positions 16..31: absent */
+    bt[2 * width + 3] = nblocks; /* request 2, positions 48..63: out of range (and 96..99 beyond the table) */
+    for (fl = 0; fl < 2; fl++) {
+        const aiter_mla_dtype fp8 = fl ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        unsigned char *cache = (unsigned char *)test_malloc((size_t)(nblocks * stride));
+        uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)nblocks * bs * 512);
+        int64_t *sl = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)nblocks * bs);
+        v4_random_rows(&r, kv, (int64_t)nblocks * bs, AITER_MLA_BF16);
+        for (i = 0; i < nblocks * bs; i++) sl[i] = i;
+        v4_write(cache, nblocks, bs, kv, sl, (int64_t)nblocks * bs, fp8);
+        for (mode = 0; mode < 2; mode++)
+            for (o = 0; o < ARRAY_LEN(outs); o++) {
+                const int64_t rows = 110, offset = mode ? 5 : 0;
+                void *out = test_malloc((size_t)B * rows * 512 * 4);
+                aiter_mla_v4_gather_args g;
+                int bad = 0, nrows = 0;
+                poison_fill(out, (int64_t)B * rows * 512, outs[o]);
+                memset(&g, 0, sizeof g);
+                g.kv_cache = cache;
+                g.num_blocks = nblocks;
+                g.block_size = bs;
+                g.fp8_dtype = fp8;
+                g.block_table = bt;
+                g.block_table_stride = width;
+                g.seq_lens = seq;
+                g.gather_lens = mode ? glens : NULL;
+                g.batch = B;
+                g.out = out;
+                g.out_rows = rows;
+                g.offset = offset;
+                g.out_dtype = outs[o] == AITER_MLA_BF16 ? AITER_MLA_DTYPE_DEFAULT : outs[o];
+                if (!CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "")) {
+                    free(out);
+                    continue;
+                }
+                for (b = 0; b < B; b++) {
+                    const int gl = mode ? glens[b] : seq[b];
+                    int64_t row;
+                    for (row = 0; row < rows; row++) {
+                        const int64_t base = ((int64_t)b * rows + row) * 512;
+                        if (row < offset || row >= offset + gl) { /* not addressed: still poison */
+                            for (d = 0; d < 512; d++) bad += !is_poison(out, base + d, outs[o]);
+                            continue;
+                        }
+                        {
+                            const int pos = seq[b] - gl + (int)(row - offset), blk = pos / bs;
+                            const int id = blk < width ? bt[b * width + blk] : -1;
+                            double want[512];
+                            if (id < 0 || id >= nblocks) {
+                                for (d = 0; d < 512; d++) want[d] = 0.0;
+                            } else {
+                                naive_v4_row(cache, stride, bs, (int64_t)id * bs + pos % bs, fl, want);
+                            }
+                            for (d = 0; d < 512; d++) {
+                                const double got = ref_load(out, base + d, outs[o]);
+                                /* dequantised values are fp8 x 2^k: exact in f32 and bf16; f16 rounds */
+                                bad += outs[o] == AITER_MLA_F16 ? fabs(got - want[d]) > fabs(want[d]) * 1e-3 + 1e-7 : got != want[d];
+                            }
+                            nrows++;
+                        }
+                    }
+                }
+                CHECK(bad == 0 && nrows == (mode ? 110 : 140), "v4 gather %s mode %d out %s: %d values wrong over %d rows",
+                      aiter_mla_dtype_name(fp8), mode, aiter_mla_dtype_name(outs[o]), bad, nrows);
+                if (fl == 0 && mode == 1 && o == 0) {
+                    aiter_mla_v4_gather_args e = g;
+                    int32_t too_long[3] = {10, 1, 100}, neg[3] = {40, -1, 100};
+                    e.gather_lens = too_long;
+                    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "gather_lens");
+                    e = g;
+                    e.offset = 11;
+                    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+                    e = g;
+                    e.seq_lens = neg;
+                    e.gather_lens = NULL;
+                    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_lens");
+                    e = g;
+                    e.out_dtype = AITER_MLA_FP8_E4M3FN;
+                    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "out_dtype");
+                    e = g;
+                    e.block_table = NULL;
+                    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_NULL_POINTER, "block_table");
+                }
+                free(out);
+            }
+        free(cache);
+        free(kv);
+        free(sl);
+    }
+}
+
+/* Window of a token from the definitions: slot of raw token p through the block table, -1
+ * when the page is absent or beyond the table. */
+static int32_t naive_table_slot(const int32_t *bt_row, int width, int bs, int64_t p) {
+    const int64_t blk = p / bs;
+    if (blk >= width || bt_row[blk] < 0) return -1;
+    return (int32_t)((int64_t)bt_row[blk] * bs + p % bs);
+}
+
+static void test_v4_swa_indices(void) {
+    /* requests: pos 0; pos 127, 128, 129 (the window's edge); no tokens; pos 125, 126; pos 296..299 */
+    const int32_t qsl[6] = {0, 1, 4, 4, 6, 10}, seq[5] = {1, 130, 7, 127, 300};
+    const int32_t t2r[10] = {0, 1, 1, 1, 3, 3, 4, 4, 4, 4};
+    const uint8_t valid[10] = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1}; /* token 4: padding */
+    int variant;
+    for (variant = 0; variant < 4; variant++) {
+        const int bs = variant == 3 ? 64 : 16, W = variant == 2 ? 5 : 128, width = 20;
+        const int64_t off = variant == 1 ? 3 : 0, T = 10 - off;
+        int32_t bt[5 * 20], *exp = alloc_i32(T * W), exp_len[10];
+        v4_outs ob;
+        aiter_mla_v4_swa_index_args a;
+        int req, i;
+        int64_t t;
+        for (req = 0; req < 5; req++)
+            for (i = 0; i < width; i++) bt[req * width + i] = 100 * req + 3 * i + 1;
+        bt[4 * width + 17] = -1; /* request 4: positions 272..287 absent (block size 16) */
+        bt[3 * width + 2] = -7;
+        for (t = 0; t < T; t++) {
+            const int64_t tok = off + t;
+            const int rq = t2r[tok];
+            const int32_t q_len = qsl[rq + 1] - qsl[rq], pos = seq[rq] - q_len + (int32_t)(tok - qsl[rq]);
+            const int32_t lo = pos - W + 1 > 0 ? pos - W + 1 : 0;
+            exp_len[t] = valid[tok] ? pos - lo + 1 : 0;
+            for (i = 0; i < exp_len[t]; i++) exp[t * W + i] = naive_table_slot(bt + rq * width, width, bs, lo + i);
+        }
+        memset(&a, 0, sizeof a);
+        a.query_start_loc = qsl;
+        a.seq_lens = seq;
+        a.token_to_req = variant == 0 ? NULL : t2r; /* NULL: found from query_start_loc */
+        a.is_valid_token = valid;
+        a.block_table = bt;
+        a.block_table_stride = width;
+        a.block_size = variant == 3 ? 0 : bs; /* 0 means 64 */
+        a.window = variant == 2 ? W : 0;     /* 0 means 128 */
+        a.num_reqs = 5;
+        a.token_offset = off;
+        a.num_tokens = T;
+        a.out = v4_outs_make(&ob, T, W, T * W);
+        if (CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&a), AITER_MLA_OK, ""))
+            CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4 swa indices variant %d: %d outputs wrong", variant, v4_outs_bad(&ob, exp, exp_len));
+        if (variant == 0) {
+            int32_t total = 0, bad_seq[5] = {1, 130, 7, 1, 300}, bad_qsl[6] = {0, 1, 4, 3, 6, 10};
+            aiter_mla_v4_swa_index_args e = a;
+            v4_outs fresh;
+            for (t = 0; t < T; t++) total += exp_len[t];
+            v4_outs_free(&ob);
+            e.out = v4_outs_make(&ob, T, W, total - 1); /* one entry short: refused, nothing written */
+            e.out.dense = NULL;
+            e.out.lens = NULL;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+            CHECK(ob.ptr[0] == V4_SENTINEL && ob.idx[0] == V4_SENTINEL, "v4 swa: a refused call wrote its outputs");
+            e.out.capacity = total; /* exactly enough */
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_OK, "");
+            e = a;
+            memset(&e.out, 0, sizeof e.out);
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_NULL_POINTER, "out");
+            e.out = v4_outs_make(&fresh, T, W, T * W);
+            e.out.indptr = NULL;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_NULL_POINTER, "indptr");
+            e.out.indptr = fresh.ptr;
+            e.out.dense_stride = W - 1;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "dense_stride");
+            e.out.dense_stride = 0;
+            e.seq_lens = bad_seq;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_lens");
+            e.seq_lens = seq;
+            e.query_start_loc = bad_qsl;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "query_start_loc");
+            e.query_start_loc = qsl;
+            e.window = 70000;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "window");
+            e.window = 0;
+            e.block_table = NULL;
+            CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&e), AITER_MLA_ERR_NULL_POINTER, "block_table");
+            v4_outs_free(&fresh);
+        }
+        v4_outs_free(&ob);
+        free(exp);
+    }
+}
+
+static void test_v4_global_topk(void) {
+    test_rng r = rng_seed(0x70b4);
+    const int T = 7, topk = 8, stride = 10, nreq = 3, width = 5;
+    const int32_t t2r[7] = {0, 0, 1, 2, 2, 5, -1};
+    const uint8_t valid[7] = {1, 1, 1, 1, 0, 1, 1}; /* token 4: padding */
+    int variant;
+    for (variant = 0; variant < 2; variant++) {
+        const int bs = variant ? 2 : 64;
+        int32_t topk_idx[7 * 10], bt[3 * 5], exp[7 * 8], exp_len[7];
+        v4_outs ob;
+        aiter_mla_v4_topk_args a;
+        int t, k, i;
+        for (i = 0; i < nreq * width; i++) bt[i] = rng_int(&r, 0, 50);
+        bt[1 * width + 1] = -1; /* request 1's second page: absent */
+        for (i = 0; i < T * stride; i++) topk_idx[i] = V4_SENTINEL; /* the stride's tail is never read */
+        for (t = 0; t < T; t++)
+            for (k = 0; k < topk; k++) topk_idx[t * stride + k] = -1;
+        for (k = 0; k < 3; k++) topk_idx[0 * stride + k] = rng_int(&r, 0, bs * width - 1); /* valid first */
+        topk_idx[1 * stride + 1] = rng_int(&r, 0, bs * width - 1);                        /* holes between entries */
+        topk_idx[1 * stride + 4] = rng_int(&r, 0, bs * width - 1);
+        topk_idx[1 * stride + 7] = 0;
+        /* token 2: empty top-k */
+        for (k = 0; k < topk; k++) topk_idx[3 * stride + k] = k < 6 ? (k == 2 ? bs * width + 3 : rng_int(&r, 0, bs * width - 1)) : -1;
+        for (k = 0; k < topk; k++) topk_idx[4 * stride + k] = k; /* padding token */
+        topk_idx[5 * stride + 0] = 3;                            /* request out of range: -1 entries, still counted */
+        topk_idx[5 * stride + 3] = 4;
+        topk_idx[6 * stride + 2] = 1;
+        for (t = 0; t < T; t++) {
+            int n = 0;
+            for (k = 0; k < topk; k++) {
+                const int32_t idx = topk_idx[t * stride + k];
+                if (idx < 0 || !valid[t]) continue;
+                exp[t * topk + n++] = t2r[t] < 0 || t2r[t] >= nreq ? -1 : naive_table_slot(bt + t2r[t] * width, width, bs, idx);
+            }
+            exp_len[t] = n;
+        }
+        CHECK(exp_len[2] == 0 && exp_len[4] == 0 && exp_len[5] == 2, "v4 top-k test setup");
+        memset(&a, 0, sizeof a);
+        a.topk_indices = topk_idx;
+        a.topk_stride = stride;
+        a.topk = topk;
+        a.token_to_req = t2r;
+        a.is_valid_token = valid;
+        a.block_table = bt;
+        a.block_table_stride = width;
+        a.block_size = variant ? bs : 0; /* 0 means 64 */
+        a.num_reqs = nreq;
+        a.num_tokens = T;
+        a.out = v4_outs_make(&ob, T, topk, T * topk);
+        if (CHECK_STATUS(aiter_mla_v4_global_topk_ref(&a), AITER_MLA_OK, ""))
+            CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4 global top-k bs %d: %d outputs wrong", bs, v4_outs_bad(&ob, exp, exp_len));
+        if (variant == 0) {
+            aiter_mla_v4_topk_args e = a;
+            int total = 0;
+            for (t = 0; t < T; t++) total += exp_len[t];
+            e.out.capacity = total - 1;
+            CHECK_STATUS(aiter_mla_v4_global_topk_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+            e = a;
+            e.topk_stride = topk - 1;
+            CHECK_STATUS(aiter_mla_v4_global_topk_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk_stride");
+            e = a;
+            e.token_to_req = NULL;
+            CHECK_STATUS(aiter_mla_v4_global_topk_ref(&e), AITER_MLA_ERR_NULL_POINTER, "token_to_req");
+            e = a;
+            e.num_tokens = 0; /* no tokens: indptr [0] only */
+            ob.ptr[0] = V4_SENTINEL;
+            CHECK_STATUS(aiter_mla_v4_global_topk_ref(&e), AITER_MLA_OK, "");
+            CHECK(ob.ptr[0] == 0, "v4 global top-k of no tokens: indptr[0] = %d", ob.ptr[0]);
+        }
+        v4_outs_free(&ob);
+    }
+}
+
+static void test_v4_c128_indices(void) {
+    const int64_t pos[9] = {0, 126, 127, 255, 256, 1000, 20000, -1, 383};
+    const int32_t t2r[9] = {0, 1, 1, 0, 2, 2, 1, 0, 7};
+    const uint8_t valid[9] = {1, 1, 1, 1, 1, 0, 1, 1, 1};
+    const int T = 9, width = 100, bs = 2, nreq = 3, btw = 60;
+    int variant;
+    for (variant = 0; variant < 3; variant++) {
+        const int global = variant != 1, ratio = variant == 2 ? 4 : 128;
+        int32_t bt[3 * 60], *exp = alloc_i32((int64_t)T * width), exp_len[9];
+        v4_outs ob;
+        aiter_mla_v4_c128_args a;
+        int t, j, i;
+        for (i = 0; i < nreq * btw; i++) bt[i] = 1000 + 7 * i;
+        bt[2 * btw + 1] = -1; /* request 2, entries 2 and 3: absent */
+        for (t = 0; t < T; t++) {
+            int64_t n = pos[t] < 0 || !valid[t] ? 0 : (pos[t] + 1) / ratio;
+            if (n > width) n = width;
+            exp_len[t] = (int32_t)n;
+            for (j = 0; j < n; j++)
+                exp[t * width + j] = !global ? j : t2r[t] >= nreq ? -1 : naive_table_slot(bt + t2r[t] * btw, btw, bs, j);
+        }
+        if (ratio == 128)
+            CHECK(exp_len[0] == 0 && exp_len[1] == 0 && exp_len[2] == 1 && exp_len[3] == 2 && exp_len[4] == 2 && exp_len[6] == 100,
+                  "v4 c128 setup");
+        memset(&a, 0, sizeof a);
+        a.positions = pos;
+        a.token_to_req = global ? t2r : NULL;
+        a.is_valid_token = valid;
+        a.block_table = global ? bt : NULL;
+        a.block_table_stride = btw;
+        a.block_size = variant == 0 ? 0 : bs; /* 0 means 2 */
+        a.num_reqs = nreq;
+        a.compress_ratio = variant == 2 ? 4 : 0; /* 0 means 128 */
+        a.width = width;
+        a.num_tokens = T;
+        a.out = v4_outs_make(&ob, T, width, (int64_t)T * width);
+        if (CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&a), AITER_MLA_OK, ""))
+            CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4 c128 variant %d: %d outputs wrong", variant, v4_outs_bad(&ob, exp, exp_len));
+        if (variant == 0) {
+            aiter_mla_v4_c128_args e = a;
+            e.width = 0;
+            CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "width");
+            e = a;
+            e.token_to_req = NULL;
+            CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&e), AITER_MLA_ERR_NULL_POINTER, "token_to_req");
+            e = a;
+            e.positions = NULL;
+            CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&e), AITER_MLA_ERR_NULL_POINTER, "positions");
+        }
+        v4_outs_free(&ob);
+        free(exp);
+    }
+}
+
+static void test_v4_combine(void) {
+    /* a chunk of three requests: prefix 0, prefix 50 (< W - 1), prefix 600 (>= W - 1); tokens 7.. */
+    const int32_t qsl[4] = {7, 10, 14, 19}, seq[3] = {3, 54, 605};
+    test_rng r = rng_seed(0xc0b1);
+    int variant;
+    int64_t n_comp;
+    CHECK(aiter_mla_v4_workspace_rows(1024, 4, 0, 16, &n_comp) == 256 + 128 + 16 && n_comp == 256, "workspace rows, ratio 4");
+    CHECK(aiter_mla_v4_workspace_rows(1000, 128, 128, 16, &n_comp) == 8 + 128 + 16 && n_comp == 8, "workspace rows, ratio 128");
+    CHECK(aiter_mla_v4_workspace_rows(1000, 1, 64, 16, &n_comp) == 64 + 16 && n_comp == 0, "workspace rows, ratio 1");
+    CHECK(aiter_mla_v4_workspace_rows(-1, 4, 0, 16, &n_comp) == -1 && n_comp == -1, "workspace rows of a negative length");
+    for (variant = 0; variant < 4; variant++) {
+        const int ratio = variant == 2 ? 1 : variant == 3 ? 128 : 4, topk = ratio == 1 ? 0 : 16, stride = 20, W = 128, T = 12;
+        const int64_t N = ratio == 1 ? 0 : (1024 + ratio - 1) / ratio, M = N + W + 80; /* any M >= N + gather_len */
+        int32_t glens[3], *topk_idx = alloc_i32(T * stride), *exp = alloc_i32((int64_t)T * (topk + W)), exp_len[12];
+        v4_outs ob;
+        aiter_mla_v4_combine_args a;
+        int b, i, k;
+        for (b = 0; b < 3; b++) { /* variant 1 gathers more of request 2 than its window needs */
+            const int32_t q_len = qsl[b + 1] - qsl[b], prefix = seq[b] - q_len;
+            glens[b] = variant == 1 && b == 2 ? 200 : q_len + (prefix < W - 1 ? prefix : W - 1);
+        }
+        for (i = 0; i < T * stride; i++) {
+            const int pick = rng_int(&r, 0, 9);
+            topk_idx[i] = pick == 0 ? -1 : pick == 1 ? (int32_t)N + rng_int(&r, 0, 3) : pick == 2 ? 160 : rng_int(&r, 0, 150);
+        }
+        for (b = 0; b < 3; b++) /* the edge of the gathered compressed rows: the last one, and one past */
+            for (i = qsl[b] - qsl[0]; i < qsl[b + 1] - qsl[0] && ratio > 1; i++) {
+                const int64_t ncomp = (int64_t)seq[b] / ratio < N ? (int64_t)seq[b] / ratio : N;
+                topk_idx[i * stride + 0] = (int32_t)ncomp;
+                topk_idx[i * stride + 1] = (int32_t)ncomp - 1;
+            }
+        for (b = 0; b < 3; b++) {
+            const int32_t q_len = qsl[b + 1] - qsl[b];
+            for (i = 0; i < q_len; i++) {
+                const int t = qsl[b] - qsl[0] + i, pos = seq[b] - q_len + i;
+                const int tl = ratio == 1 ? 0 : ((pos + 1) / ratio < topk ? (pos + 1) / ratio : topk);
+                const int swa = pos + 1 < W ? pos + 1 : W, g_start = seq[b] - glens[b];
+                const int64_t ncomp = (int64_t)seq[b] / ratio < N ? (int64_t)seq[b] / ratio : N;
+                int n = 0;
+                for (k = 0; k < tl; k++) {
+                    const int32_t j = topk_idx[t * stride + k];
+                    exp[t * (topk + W) + n++] = j >= 0 && j < ncomp ? (int32_t)(M * b + j) : -1;
+                }
+                for (k = 0; k < swa; k++) exp[t * (topk + W) + n++] = (int32_t)(M * b + N + (pos - swa + 1 + k) - g_start);
+                exp_len[t] = n;
+            }
+        }
+        memset(&a, 0, sizeof a);
+        a.topk_indices = ratio == 1 ? NULL : topk_idx;
+        a.topk_stride = stride;
+        a.topk = topk;
+        a.query_start_loc = qsl;
+        a.seq_lens = seq;
+        a.gather_lens = variant == 0 ? NULL : glens;
+        a.num_reqs = 3;
+        a.compress_ratio = ratio == 1 ? 0 : ratio; /* 0 means 1 */
+        a.M = M;
+        a.N = N;
+        a.out = v4_outs_make(&ob, T, topk + W, (int64_t)T * (topk + W));
+        if (CHECK_STATUS(aiter_mla_v4_combine_ref(&a), AITER_MLA_OK, ""))
+            CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4 combine variant %d: %d outputs wrong", variant, v4_outs_bad(&ob, exp, exp_len));
+        if (variant == 1) {
+            aiter_mla_v4_combine_args e = a;
+            int32_t short_g[3];
+            memcpy(short_g, glens, sizeof short_g);
+            short_g[2] = 5 + 126; /* one short of q_len + min(prefix, W - 1) */
+            e.gather_lens = short_g;
+            CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "gather_lens");
+            e = a;
+            e.M = N + 54 - 1; /* request 1 gathers 54 rows */
+            CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
+            e = a;
+            e.N = M + 1;
+            CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "N");
+            e = a;
+            e.topk_indices = NULL;
+            CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
+        }
+        v4_outs_free(&ob);
+        free(topk_idx);
+        free(exp);
+    }
+}
+
+static void test_v4_copy_ragged(void) {
+    /* five rows of 3, 0, 7, 2, 5 entries, starting at entry 4 of the input */
+    const int32_t indptr[6] = {4, 7, 7, 14, 16, 21};
+    int32_t in[21], ibuf[40], pbuf[8];
+    int64_t dropped = -5;
+    aiter_mla_v4_ragged_copy_args a;
+    int i, r, bad = 0;
+    for (i = 0; i < 21; i++) in[i] = i < 4 ? -99 : 1000 + i;
+    memset(&a, 0, sizeof a);
+    a.indices = in;
+    a.indptr = indptr;
+    a.num_rows = 5;
+    a.max_entries_per_row = 6;
+    a.indices_buffer = ibuf;
+    a.indices_buffer_capacity = 40;
+    a.indptr_buffer = pbuf;
+    a.indptr_buffer_capacity = 8;
+    a.num_dropped = &dropped;
+    fill_i32(ibuf, 40, V4_SENTINEL);
+    fill_i32(pbuf, 8, V4_SENTINEL);
+    /* overflow refused: row 2 has 7 > 6 entries; nothing written */
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "max_entries_per_row");
+    for (i = 0; i < 40; i++) bad += ibuf[i] != V4_SENTINEL;
+    for (i = 0; i < 8; i++) bad += pbuf[i] != V4_SENTINEL;
+    CHECK(bad == 0 && dropped == -5, "v4 copy: a refused copy wrote %d entries", bad);
+    /* fits: rebased indptr, entries copied, the buffers' tails untouched */
+    a.max_entries_per_row = 7;
+    if (CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_OK, "")) {
+        const int32_t want_ptr[6] = {0, 3, 3, 10, 12, 17};
+        bad = 0;
+        for (r = 0; r < 6; r++) bad += pbuf[r] != want_ptr[r];
+        for (i = 0; i < 17; i++) bad += ibuf[i] != 1000 + 4 + i;
+        for (i = 17; i < 40; i++) bad += ibuf[i] != V4_SENTINEL;
+        for (i = 6; i < 8; i++) bad += pbuf[i] != V4_SENTINEL;
+        CHECK(bad == 0 && dropped == 0, "v4 copy: %d values wrong, %lld dropped", bad, (long long)dropped);
+    }
+    /* clamp: row 2 keeps its first 6 entries, one is dropped */
+    fill_i32(ibuf, 40, V4_SENTINEL);
+    a.max_entries_per_row = 6;
+    a.clamp = 1;
+    if (CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_OK, "")) {
+        const int32_t want_ptr[6] = {0, 3, 3, 9, 11, 16};
+        int k = 0;
+        bad = 0;
+        for (r = 0; r < 6; r++) bad += pbuf[r] != want_ptr[r];
+        for (r = 0; r < 5; r++)
+            for (i = indptr[r]; i < indptr[r + 1] && i - indptr[r] < 6; i++) bad += ibuf[k++] != in[i];
+        for (i = 16; i < 40; i++) bad += ibuf[i] != V4_SENTINEL;
+        CHECK(bad == 0 && k == 16 && dropped == 1, "v4 copy clamped: %d values wrong, %lld dropped", bad, (long long)dropped);
+    }
+    a.clamp = 0;
+    a.max_entries_per_row = 7;
+    a.indptr_buffer_capacity = 5;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indptr_buffer_capacity");
+    a.indptr_buffer_capacity = 6;
+    a.indices_buffer_capacity = 34;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indices_buffer_capacity");
+    a.indices_buffer_capacity = 35; /* 5 rows x 7 */
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_OK, "");
+    {
+        const int32_t bad_ptr[6] = {4, 7, 6, 14, 16, 21};
+        a.indptr = bad_ptr;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "indptr");
+        a.indptr = indptr;
+    }
+    a.clamp = 2;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "clamp");
+    a.clamp = 0;
+    a.indices = NULL;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_ERR_NULL_POINTER, "indices");
+    a.num_rows = 0; /* no rows: indptr [0], no entries needed */
+    pbuf[0] = V4_SENTINEL;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_OK, "");
+    CHECK(pbuf[0] == 0, "v4 copy of no rows: indptr[0] = %d", pbuf[0]);
+}
+
+/* The naive V4 attention of one token: q [H, 512] (element offset q_off, dtype qt), nk key
+ * rows [nk, 512] in double, two passes straight from SPEC 7. o_ref [H, 512], lse_ref [H]. */
+static void naive_v4_attend(const void *q, int64_t q_off, aiter_mla_dtype qt, int H, const double *rows, int nk, double scale,
+                            const float *sink, float *o_ref, float *lse_ref) {
+    double *s = alloc_f64(nk);
+    int h, k, d;
+    for (h = 0; h < H; h++) {
+        double m = -HUGE_VAL, den = 0.0, sum;
+        for (k = 0; k < nk; k++) {
+            double dot = 0.0;
+            for (d = 0; d < 512; d++) dot += ref_load(q, q_off + (int64_t)h * 512 + d, qt) * rows[(int64_t)k * 512 + d];
+            s[k] = dot * scale;
+            if (s[k] > m) m = s[k];
+        }
+        for (k = 0; k < nk; k++) den += exp(s[k] - m);
+        sum = den;
+        if (nk > 0 && sink && sink[h] != -INFINITY) den += exp((double)sink[h] - m); /* +inf: den = inf, o = 0 */
+        for (d = 0; d < 512; d++) {
+            double num = 0.0;
+            for (k = 0; k < nk; k++) num += exp(s[k] - m) * rows[(int64_t)k * 512 + d];
+            o_ref[(int64_t)h * 512 + d] = nk > 0 ? (float)(num / den) : 0.0f;
+        }
+        lse_ref[h] = nk > 0 ? (float)(m + log(sum)) : INFINITY;
+    }
+    free(s);
+}
+
+/* o of any dtype to floats (for the comparisons) */
+static float *v4_o_floats(const void *o, int64_t n, aiter_mla_dtype t) {
+    float *f = alloc_f32(n);
+    int64_t i;
+    for (i = 0; i < n; i++) f[i] = (float)ref_load(o, i, t);
+    return f;
+}
+
+/* Compare o (o_dtype) and lse with the naive ones: SPEC 8's bf16 tolerances for 16-bit o,
+ * tighter for f32 (both sides are double precision over the same rows). */
+static void v4_compare(const char *what, const void *o, aiter_mla_dtype ot, const float *lse, const float *o_ref,
+                       const float *lse_ref, int64_t T, int H) {
+    float *got = v4_o_floats(o, T * H * 512, ot);
+    if (ot == AITER_MLA_F32) CHECK_CLOSE(what, got, o_ref, T * H * 512, 1e-5, 0.99999);
+    else CHECK_CLOSE(what, got, o_ref, T * H * 512, TOL_BF16_REL, TOL_BF16_COS);
+    CHECK_LSE(what, lse, lse_ref, T * H);
+    free(got);
+}
+
+static void test_v4_attention(void) {
+    /* key sources: A = MODEL1 e4m3fn pages of 16, B = MODEL1 e4m3fnuz pages of 2 (padded
+     * stride), C = bf16 rows (a prefill workspace) */
+    static const struct { int H, keys_src, extra_src, keys_dense, extra_dense, with_lens, sink_mode; aiter_mla_dtype qt, ot; } cases[] = {
+        {1, 0, -1, 0, 0, 1, 0, AITER_MLA_BF16, AITER_MLA_F32},
+        {16, 0, 1, 1, 0, 1, 1, AITER_MLA_BF16, AITER_MLA_BF16},
+        {64, 2, 1, 0, 1, 1, 1, AITER_MLA_F16, AITER_MLA_F32},
+        {128, 0, -1, 1, 0, 0, 2, AITER_MLA_BF16, AITER_MLA_F16},
+        {128, 1, 0, 0, 0, 1, 1, AITER_MLA_BF16, AITER_MLA_F32},
+        {16, 2, -1, 1, 0, 1, 3, AITER_MLA_BF16, AITER_MLA_F32},
+    };
+    const int bsz[3] = {16, 2, 1}, nbl[3] = {12, 40, 150}, fnuz[3] = {0, 1, 0};
+    const int64_t pstride[3] = {naive_v4_page_bytes(16), naive_v4_page_bytes(2) + 576, 0};
+    test_rng r = rng_seed(0xa77e4);
+    void *cache[3];
+    double *rows[3];
+    int src, c;
+    for (src = 0; src < 3; src++) { /* write the caches, and read them back with the test's decoder */
+        const int64_t n = (int64_t)nbl[src] * bsz[src];
+        uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)n * 512);
+        int64_t i, *sl = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)n);
+        rows[src] = alloc_f64(n * 512);
+        v4_random_rows(&r, kv, n, AITER_MLA_BF16);
+        if (src == 2) {
+            cache[src] = kv;
+            for (i = 0; i < n * 512; i++) rows[src][i] = ref_bf16_to_f64(kv[i]);
+        } else {
+            aiter_mla_v4_cache_write_args w;
+            cache[src] = test_malloc((size_t)(nbl[src] * pstride[src]));
+            for (i = 0; i < n; i++) sl[i] = i;
+            memset(&w, 0, sizeof w);
+            w.kv = kv;
+            w.slot_mapping = sl;
+            w.kv_cache = cache[src];
+            w.num_blocks = nbl[src];
+            w.block_size = bsz[src];
+            w.page_stride_bytes = pstride[src];
+            w.num_tokens = n;
+            w.fp8_dtype = fnuz[src] ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+            for (i = 0; i < n; i++) naive_v4_row((const unsigned char *)cache[src], pstride[src], bsz[src], i, fnuz[src], rows[src] + i * 512);
+            free(kv);
+        }
+        free(sl);
+    }
+    for (c = 0; c < ARRAY_LEN(cases); c++) {
+        const int H = cases[c].H, T = 4, K = 40;
+        const int srcs[2] = {cases[c].keys_src, cases[c].extra_src}, dense[2] = {cases[c].keys_dense, cases[c].extra_dense};
+        const float scale = c % 2 ? 0.0f : 0.07f; /* 0 means 512^-0.5 */
+        void *q = test_malloc(sizeof(uint16_t) * (size_t)T * H * 512), *o = test_malloc(sizeof(float) * (size_t)T * H * 512);
+        float *o_ref = alloc_f32((int64_t)T * H * 512), lse[4 * 128], lse_ref[4 * 128], sink[128];
+        int32_t idx[2][4 * 40], ptr[2][5], lens[2][4];
+        double *krows = alloc_f64((int64_t)2 * K * 512);
+        aiter_mla_v4_attention_args a;
+        int l, t, k, h;
+        fill_random(q, (int64_t)T * H * 512, cases[c].qt, &r, -1.0f, 1.0f, 0.0f);
+        for (h = 0; h < H; h++) /* 1: -inf / finite / +inf by head; 2: all +inf; 3: all finite */
+            sink[h] = cases[c].sink_mode == 2 ? INFINITY : cases[c].sink_mode == 3 || h % 3 == 1 ? rng_f32(&r, -1.0f, 3.0f)
+                                                                                                  : h % 3 == 0 ? -INFINITY : INFINITY;
+        for (l = 0; l < 2; l++) {
+            const int64_t slots = srcs[l] < 0 ? 1 : (int64_t)nbl[srcs[l]] * bsz[srcs[l]];
+            ptr[l][0] = 0;
+            for (t = 0; t < T; t++) {
+                /* token 0: only absent entries; token 2: none at all (length 0); duplicates, holes, past the end */
+                const int n = t == 2 ? 0 : rng_int(&r, 1, K);
+                lens[l][t] = n;
+                for (k = 0; k < K; k++) {
+                    int32_t e = t == 0 ? (k % 2 ? -1 : (int32_t)slots + k) : rng_int(&r, 0, 9) == 0 ? -1 : rng_int(&r, 0, (int)slots + 3);
+                    if (k == 1 && t == 1) e = dense[l] ? idx[l][t * K] : idx[l][ptr[l][t]];
+                    if (k == 0 && t == 3) e = (int32_t)slots; /* one past the last slot */
+                    if (dense[l]) idx[l][t * K + k] = e;
+                    else if (k < n) idx[l][ptr[l][t] + k] = e;
+                }
+                if (!dense[l]) ptr[l][t + 1] = ptr[l][t] + n;
+            }
+        }
+        /* naive over the entries that count */
+        for (t = 0; t < T; t++) {
+            int nk = 0;
+            for (l = 0; l < 2; l++) {
+                const int64_t slots = srcs[l] < 0 ? 0 : (int64_t)nbl[srcs[l]] * bsz[srcs[l]];
+                const int n = srcs[l] < 0 ? 0 : dense[l] && !cases[c].with_lens ? K : lens[l][t];
+                for (k = 0; k < n; k++) {
+                    const int32_t e = dense[l] ? idx[l][t * K + k] : idx[l][ptr[l][t] + k];
+                    if (e < 0 || e >= slots) continue;
+                    memcpy(krows + (int64_t)nk++ * 512, rows[srcs[l]] + (int64_t)e * 512, 512 * sizeof(double));
+                }
+            }
+            naive_v4_attend(q, (int64_t)t * H * 512, cases[c].qt, H, krows, nk, scale != 0.0f ? scale : 1.0 / sqrt(512.0),
+                            cases[c].sink_mode ? sink : NULL, o_ref + (int64_t)t * H * 512, lse_ref + t * H);
+        }
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.o = o;
+        a.lse = lse;
+        a.attn_sink = cases[c].sink_mode ? sink : NULL;
+        a.num_tokens = T;
+        a.num_heads = H;
+        a.sm_scale = scale;
+        a.q_dtype = cases[c].qt == AITER_MLA_BF16 ? AITER_MLA_DTYPE_DEFAULT : cases[c].qt;
+        a.o_dtype = cases[c].ot;
+        for (l = 0; l < 2; l++) {
+            aiter_mla_v4_keys *kk = l ? &a.extra_keys : &a.keys;
+            if (srcs[l] < 0) continue;
+            kk->cache = cache[srcs[l]];
+            kk->num_blocks = nbl[srcs[l]];
+            kk->block_size = bsz[srcs[l]] == 64 ? 0 : bsz[srcs[l]];
+            kk->page_stride_bytes = srcs[l] == 1 ? pstride[1] : 0;
+            kk->rows = srcs[l] == 2;
+            kk->dtype = srcs[l] == 1 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_DTYPE_DEFAULT;
+            kk->indices = idx[l];
+            if (dense[l]) {
+                kk->indices_stride = K;
+                kk->lens = cases[c].with_lens ? lens[l] : NULL;
+            } else {
+                kk->indptr = ptr[l];
+            }
+        }
+        poison_fill(o, (int64_t)T * H * 512, cases[c].ot);
+        poison_f32(lse, T * H);
+        if (CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_OK, "")) {
+            char what[96];
+            int zeros_ok = 1;
+            snprintf(what, sizeof what, "v4 attention case %d (H=%d)", c, H);
+            v4_compare(what, o, cases[c].ot, lse, o_ref, lse_ref, T, H);
+            for (t = 0; t < T; t++) /* +inf sink or no valid key: o exactly 0, no NaN */
+                for (h = 0; h < H; h++)
+                    if ((cases[c].sink_mode && sink[h] == INFINITY) || lse_ref[t * H + h] == INFINITY) {
+                        int d;
+                        for (d = 0; d < 512; d++) zeros_ok &= ref_load(o, ((int64_t)t * H + h) * 512 + d, cases[c].ot) == 0.0;
+                    }
+            CHECK(lse_ref[0] == INFINITY, "%s: token 0 should see no key", what);
+            CHECK(zeros_ok, "%s: a +inf sink or an empty token did not give o = 0 (or the lse is off)", what);
+        }
+        if (c == 1) {
+            aiter_mla_v4_attention_args e = a;
+            float nan_sink[16];
+            int32_t bad_ptr[5] = {0, 3, 2, 4, 4};
+            memcpy(nan_sink, sink, sizeof nan_sink);
+            nan_sink[5] = NAN;
+            e.attn_sink = nan_sink;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn_sink");
+            e = a;
+            e.keys.rows = 2;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "rows");
+            e = a;
+            e.extra_keys.dtype = AITER_MLA_BF16; /* MODEL1 pages need an fp8 flavour */
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dtype");
+            e = a;
+            e.extra_keys.indptr = bad_ptr;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "indptr");
+            e = a;
+            e.keys.indices_stride = 0;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+            e = a;
+            e.keys.indices = NULL;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "indices");
+            e = a;
+            e.keys.cache = NULL;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "cache");
+            e = a;
+            e.q_dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "q_dtype");
+            e = a;
+            e.o_dtype = AITER_MLA_FP8_E4M3FN;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
+            e = a;
+            e.num_heads = 129;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            e = a;
+            e.sm_scale = -1.0f;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
+            e = a;
+            e.o = NULL;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "o");
+            e.num_tokens = 0; /* no tokens: nothing to write */
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
+        }
+        free(q);
+        free(o);
+        free(o_ref);
+        free(krows);
+    }
+    for (src = 0; src < 3; src++) {
+        free(cache[src]);
+        free(rows[src]);
+    }
+}
+
+/* One decode step of a layer of compress ratio `ratio` with H heads, built the way a
+ * runtime builds it (writer, builders, graph-buffer copy), against a naive computation that
+ * takes every key set from positions. Requests: shorter than one compressed block, at the
+ * window's edge (two tokens), below the window, long; plus a padding token. */
+static void run_v4_decode_case(int ratio, int H, uint64_t seed) {
+    enum { B = 4, T = 6, SWA_BS = 64, MAXLEN = 1024, TOPK = 32 };
+    const int32_t qsl[B + 1] = {0, 1, 3, 4, 5}, seq[B] = {3, 130, 100, 700};
+    const int32_t t2r[T] = {0, 1, 1, 2, 3, 3};
+    const uint8_t valid[T] = {1, 1, 1, 1, 1, 0};
+    const int swa_pages = MAXLEN / SWA_BS, cbs = 256 / ratio, c_pages = ratio > 1 ? MAXLEN / ratio / cbs + 1 : 1;
+    const int c128w = MAXLEN / 128;
+    const aiter_mla_dtype swa_fp8 = ratio == 128 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+    const int64_t swa_pb = naive_v4_page_bytes(SWA_BS), c_pb = naive_v4_page_bytes(cbs);
+    test_rng r = rng_seed(seed);
+    unsigned char *swa = (unsigned char *)test_malloc((size_t)(B * swa_pages * swa_pb));
+    unsigned char *comp = (unsigned char *)test_malloc((size_t)(B * c_pages * c_pb));
+    int32_t swa_bt[B * (MAXLEN / SWA_BS)], c_bt[B * (MAXLEN / 4 / 64 + 1)], local[T * TOPK];
+    int64_t positions[T];
+    uint16_t *q = (uint16_t *)test_malloc(sizeof(uint16_t) * T * H * 512);
+    float *o = alloc_f32((int64_t)T * H * 512), *o_ref = alloc_f32((int64_t)T * H * 512), lse[T * 128], lse_ref[T * 128], sink[128];
+    double *krows = alloc_f64((int64_t)(128 + TOPK + c128w) * 512);
+    v4_outs swa_o, c_o;
+    int32_t g_idx[T * 128], g_ptr[T + 1];
+    aiter_mla_v4_swa_index_args si;
+    aiter_mla_v4_ragged_copy_args cp;
+    aiter_mla_v4_attention_args a;
+    int b, i, t, k;
+    char what[96];
+    for (b = 0; b < B; b++) { /* interleaved pages, every cached token and compressed entry written */
+        uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)seq[b] * 512);
+        int64_t *sl = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)seq[b]);
+        for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = (swa_pages - 1 - i) * B + b;
+        for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = i * B + (B - 1 - b);
+        v4_random_rows(&r, kv, seq[b], AITER_MLA_BF16);
+        for (i = 0; i < seq[b]; i++) sl[i] = (int64_t)swa_bt[b * swa_pages + i / SWA_BS] * SWA_BS + i % SWA_BS;
+        v4_write(swa, (int64_t)B * swa_pages, SWA_BS, kv, sl, seq[b], swa_fp8);
+        if (ratio > 1) {
+            for (i = 0; i < seq[b] / ratio; i++) sl[i] = (int64_t)c_bt[b * c_pages + i / cbs] * cbs + i % cbs;
+            v4_random_rows(&r, kv, seq[b] / ratio, AITER_MLA_BF16);
+            v4_write(comp, (int64_t)B * c_pages, cbs, kv, sl, seq[b] / ratio, AITER_MLA_FP8_E4M3FN);
+        }
+        free(kv);
+        free(sl);
+    }
+    for (t = 0; t < T; t++) positions[t] = t == 5 ? 0 : seq[t2r[t]] - (qsl[t2r[t] + 1] - qsl[t2r[t]]) + (t - qsl[t2r[t]]);
+    /* the indexer: min(n, TOPK) entries j < n = (pos + 1) / 4, valid first; token 1: half as
+     * many, with holes between them; token 3: empty */
+    for (t = 0; t < T; t++) {
+        const int n = (int)((positions[t] + 1) / 4), take = n < (t == 1 ? TOPK / 2 : TOPK) ? n : (t == 1 ? TOPK / 2 : TOPK);
+        for (k = 0; k < TOPK; k++) local[t * TOPK + k] = -1;
+        if (t == 3) continue;
+        for (k = 0; k < take; k++) local[t * TOPK + (t == 1 ? 2 * k + 1 : k)] = rng_int(&r, 0, n - 1);
+    }
+    fill_random(q, (int64_t)T * H * 512, AITER_MLA_BF16, &r, -1.0f, 1.0f, 0.0f);
+    for (i = 0; i < H; i++) sink[i] = i % 4 == 0 ? -INFINITY : i % 4 == 3 ? INFINITY : rng_f32(&r, -2.0f, 4.0f);
+
+    /* SWA lists (ragged), into persistent buffers */
+    memset(&si, 0, sizeof si);
+    si.query_start_loc = qsl;
+    si.seq_lens = seq;
+    si.token_to_req = t2r;
+    si.is_valid_token = valid;
+    si.block_table = swa_bt;
+    si.block_table_stride = swa_pages;
+    si.num_reqs = B;
+    si.num_tokens = T;
+    si.out = v4_outs_make(&swa_o, T, 128, T * 128);
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&si), AITER_MLA_OK, "");
+    memset(&cp, 0, sizeof cp);
+    cp.indices = swa_o.idx;
+    cp.indptr = swa_o.ptr;
+    cp.num_rows = T;
+    cp.max_entries_per_row = 128;
+    cp.indices_buffer = g_idx;
+    cp.indices_buffer_capacity = T * 128;
+    cp.indptr_buffer = g_ptr;
+    cp.indptr_buffer_capacity = T + 1;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&cp), AITER_MLA_OK, "");
+    /* compressed lists: ratio 4 dense (table + lengths), ratio 128 ragged */
+    if (ratio == 4) {
+        aiter_mla_v4_topk_args tk;
+        memset(&tk, 0, sizeof tk);
+        tk.topk_indices = local;
+        tk.topk = TOPK;
+        tk.token_to_req = t2r;
+        tk.is_valid_token = valid;
+        tk.block_table = c_bt;
+        tk.block_table_stride = c_pages;
+        tk.block_size = cbs;
+        tk.num_reqs = B;
+        tk.num_tokens = T;
+        tk.out = v4_outs_make(&c_o, T, TOPK, T * TOPK);
+        CHECK_STATUS(aiter_mla_v4_global_topk_ref(&tk), AITER_MLA_OK, "");
+    } else if (ratio == 128) {
+        aiter_mla_v4_c128_args c;
+        memset(&c, 0, sizeof c);
+        c.positions = positions;
+        c.token_to_req = t2r;
+        c.is_valid_token = valid;
+        c.block_table = c_bt;
+        c.block_table_stride = c_pages;
+        c.num_reqs = B;
+        c.width = c128w;
+        c.num_tokens = T;
+        c.out = v4_outs_make(&c_o, T, c128w, T * c128w);
+        CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&c), AITER_MLA_OK, "");
+    }
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.o = o;
+    a.lse = lse;
+    a.attn_sink = sink;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.o_dtype = AITER_MLA_F32;
+    a.keys.cache = swa;
+    a.keys.num_blocks = (int64_t)B * swa_pages;
+    a.keys.dtype = swa_fp8;
+    a.keys.indices = g_idx;
+    a.keys.indptr = g_ptr;
+    if (ratio > 1) {
+        a.extra_keys.cache = comp;
+        a.extra_keys.num_blocks = (int64_t)B * c_pages;
+        a.extra_keys.block_size = cbs;
+        a.extra_keys.indices = ratio == 4 ? c_o.dense : c_o.idx;
+        if (ratio == 4) {
+            a.extra_keys.indices_stride = c_o.width + 2;
+            a.extra_keys.lens = c_o.lens;
+        } else {
+            a.extra_keys.indptr = c_o.ptr;
+        }
+    }
+    poison_f32(o, (int64_t)T * H * 512);
+    poison_f32(lse, T * H);
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_OK, "");
+    /* naive: keys from positions */
+    for (t = 0; t < T; t++) {
+        int nk = 0;
+        if (valid[t]) {
+            const int rq = t2r[t];
+            const int64_t pos = positions[t], lo = pos - 127 > 0 ? pos - 127 : 0;
+            int64_t p;
+            for (p = lo; p <= pos; p++)
+                naive_v4_row(swa, swa_pb, SWA_BS, (int64_t)swa_bt[rq * swa_pages + p / SWA_BS] * SWA_BS + p % SWA_BS, ratio == 128,
+                             krows + (int64_t)nk++ * 512);
+            if (ratio == 4)
+                for (k = 0; k < TOPK; k++) {
+                    const int32_t j = local[t * TOPK + k];
+                    if (j < 0) continue;
+                    naive_v4_row(comp, c_pb, cbs, (int64_t)c_bt[rq * c_pages + j / cbs] * cbs + j % cbs, 0, krows + (int64_t)nk++ * 512);
+                }
+            if (ratio == 128)
+                for (k = 0; k < (pos + 1) / 128; k++)
+                    naive_v4_row(comp, c_pb, cbs, (int64_t)c_bt[rq * c_pages + k / cbs] * cbs + k % cbs, 0, krows + (int64_t)nk++ * 512);
+        }
+        naive_v4_attend(q, (int64_t)t * H * 512, AITER_MLA_BF16, H, krows, nk, 1.0 / sqrt(512.0), sink, o_ref + (int64_t)t * H * 512,
+                        lse_ref + t * H);
+    }
+    snprintf(what, sizeof what, "v4 decode ratio %d H=%d", ratio, H);
+    v4_compare(what, o, AITER_MLA_F32, lse, o_ref, lse_ref, T, H);
+    CHECK(lse[5 * H] == INFINITY && o[(int64_t)5 * H * 512] == 0.0f, "%s: the padding token must give o = 0, lse = +inf", what);
+    v4_outs_free(&swa_o);
+    if (ratio > 1) v4_outs_free(&c_o);
+    free(swa);
+    free(comp);
+    free(q);
+    free(o);
+    free(o_ref);
+    free(krows);
+}
+
+static void test_v4_decode(void) {
+    run_v4_decode_case(1, 16, 0xd1);
+    run_v4_decode_case(4, 64, 0xd4);
+    run_v4_decode_case(128, 128, 0xd128);
+    run_v4_decode_case(4, 1, 0xd41);
+    run_v4_decode_case(128, 16, 0xd12816);
+}
+
+/* vLLM's chunked prefill of a layer against a naive computation over the caches. Six
+ * requests: no prefix, short prefixes, prefixes at and past the window, long. */
+static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtype ws_dtype, uint64_t seed) {
+    enum { B = 6, SWA_BS = 64, MAXLEN = 1536, MBT = 64, TOPK = 48 };
+    const int32_t q_lens[B] = {5, 4, 3, 2, 6, 1}, prefix[B] = {0, 3, 200, 126, 1000, 127};
+    const int swa_pages = MAXLEN / SWA_BS, cbs = ratio > 1 ? 256 / ratio : 1, c_pages = ratio > 1 ? MAXLEN / ratio / cbs + 1 : 1;
+    const int n_comp = ratio > 1 ? (MAXLEN + ratio - 1) / ratio : 0, topk = ratio == 4 ? TOPK : ratio == 128 ? n_comp : 0;
+    const int64_t swa_pb = naive_v4_page_bytes(SWA_BS), c_pb = naive_v4_page_bytes(cbs);
+    test_rng r = rng_seed(seed);
+    int32_t qsl[B + 1], seq[B], swa_bt[B * (MAXLEN / SWA_BS)], c_bt[B * (MAXLEN / 4 / 64 + 1)], *topk_idx;
+    unsigned char *swa = (unsigned char *)test_malloc((size_t)(B * swa_pages * swa_pb));
+    unsigned char *comp = (unsigned char *)test_malloc((size_t)(B * c_pages * c_pb));
+    uint16_t *q;
+    float *o, *o_ref, *lse, *lse_ref, sink[128];
+    double *krows = alloc_f64((int64_t)(128 + TOPK + n_comp) * 512);
+    aiter_mla_v4_prefill_args p;
+    size_t bytes = 0;
+    void *ws;
+    int b, i, k, T;
+    char what[128];
+    qsl[0] = 0;
+    for (b = 0; b < B; b++) {
+        qsl[b + 1] = qsl[b] + q_lens[b];
+        seq[b] = prefix[b] + q_lens[b];
+    }
+    T = qsl[B];
+    q = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)T * H * 512);
+    o = alloc_f32((int64_t)T * H * 512);
+    o_ref = alloc_f32((int64_t)T * H * 512);
+    lse = alloc_f32((int64_t)T * H);
+    lse_ref = alloc_f32((int64_t)T * H);
+    topk_idx = alloc_i32((int64_t)T * (topk + 3));
+    for (b = 0; b < B; b++) {
+        uint16_t *kv = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)seq[b] * 512);
+        int64_t *sl = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)seq[b]);
+        for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * B + b;
+        for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = (c_pages - 1 - i) * B + b;
+        v4_random_rows(&r, kv, seq[b], AITER_MLA_BF16);
+        for (i = 0; i < seq[b]; i++) sl[i] = (int64_t)swa_bt[b * swa_pages + i / SWA_BS] * SWA_BS + i % SWA_BS;
+        v4_write(swa, (int64_t)B * swa_pages, SWA_BS, kv, sl, seq[b], AITER_MLA_FP8_E4M3FN);
+        if (ratio > 1) {
+            for (i = 0; i < seq[b] / ratio; i++) sl[i] = (int64_t)c_bt[b * c_pages + i / cbs] * cbs + i % cbs;
+            v4_random_rows(&r, kv, seq[b] / ratio, AITER_MLA_BF16);
+            v4_write(comp, (int64_t)B * c_pages, cbs, kv, sl, seq[b] / ratio, AITER_MLA_FP8_E4M3FN);
+        }
+        free(kv);
+        free(sl);
+    }
+    /* top-k rows: ratio 4, the indexer's (min(n, TOPK) entries j < n, then -1); ratio 128, the
+     * local lists of aiter_mla_v4_c128_indices_ref (width N) */
+    if (ratio == 128) {
+        int64_t *pos = (int64_t *)test_malloc(sizeof(int64_t) * (size_t)T);
+        aiter_mla_v4_c128_args c;
+        for (b = 0; b < B; b++)
+            for (i = 0; i < q_lens[b]; i++) pos[qsl[b] + i] = prefix[b] + i;
+        memset(&c, 0, sizeof c);
+        c.positions = pos;
+        c.width = topk;
+        c.num_tokens = T;
+        c.out.dense = topk_idx;
+        c.out.dense_stride = topk + 3;
+        CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&c), AITER_MLA_OK, "");
+        free(pos);
+    } else if (ratio == 4) {
+        for (b = 0; b < B; b++)
+            for (i = 0; i < q_lens[b]; i++) {
+                const int tt = qsl[b] + i, n = (prefix[b] + i + 1) / 4, take = n < TOPK ? n : TOPK;
+                for (k = 0; k < topk + 3; k++) topk_idx[tt * (topk + 3) + k] = k < take ? rng_int(&r, 0, n - 1) : -1;
+            }
+    }
+    fill_random(q, (int64_t)T * H * 512, AITER_MLA_BF16, &r, -1.0f, 1.0f, 0.0f);
+    for (i = 0; i < H; i++) sink[i] = i % 3 == 0 ? -INFINITY : rng_f32(&r, -1.0f, 3.0f);
+    /* naive: each token's window and compressed entries read from the caches */
+    for (b = 0; b < B; b++)
+        for (i = 0; i < q_lens[b]; i++) {
+            const int tt = qsl[b] + i, pos = prefix[b] + i, lo = pos - 127 > 0 ? pos - 127 : 0;
+            const int tl = ratio == 1 ? 0 : (pos + 1) / ratio < topk ? (pos + 1) / ratio : topk;
+            int nk = 0, pp;
+            for (pp = lo; pp <= pos; pp++)
+                naive_v4_row(swa, swa_pb, SWA_BS, (int64_t)swa_bt[b * swa_pages + pp / SWA_BS] * SWA_BS + pp % SWA_BS, 0,
+                             krows + (int64_t)nk++ * 512);
+            for (k = 0; k < tl; k++) {
+                const int32_t j = topk_idx[tt * (topk + 3) + k];
+                naive_v4_row(comp, c_pb, cbs, (int64_t)c_bt[b * c_pages + j / cbs] * cbs + j % cbs, 0, krows + (int64_t)nk++ * 512);
+            }
+            naive_v4_attend(q, (int64_t)tt * H * 512, AITER_MLA_BF16, H, krows, nk, 1.0 / sqrt(512.0), sink,
+                            o_ref + (int64_t)tt * H * 512, lse_ref + tt * H);
+        }
+    memset(&p, 0, sizeof p);
+    p.attn.q = q;
+    p.attn.o = o;
+    p.attn.lse = lse;
+    p.attn.attn_sink = sink;
+    p.attn.num_heads = H;
+    p.attn.o_dtype = AITER_MLA_F32;
+    p.batch = B;
+    p.query_start_loc = qsl;
+    p.seq_lens = seq;
+    p.compress_ratio = ratio;
+    p.max_model_len = MAXLEN;
+    p.max_num_batched_tokens = MBT;
+    p.chunk_size = chunk_size;
+    p.topk_indices = ratio > 1 ? topk_idx : NULL;
+    p.topk_stride = topk + 3;
+    p.topk = topk;
+    p.swa_cache = swa;
+    p.swa_num_blocks = (int64_t)B * swa_pages;
+    p.swa_block_table = swa_bt;
+    p.swa_block_table_stride = swa_pages;
+    p.compressed_cache = ratio > 1 ? comp : NULL;
+    p.compressed_num_blocks = (int64_t)B * c_pages;
+    p.compressed_block_table = c_bt;
+    p.compressed_block_table_stride = c_pages;
+    p.workspace_dtype = ws_dtype;
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_OK, "");
+    {
+        const int64_t N = n_comp, M = N + 128 + MBT;
+        const size_t want = (size_t)((chunk_size ? chunk_size : 4) * M * 512) * test_dtype_bytes(ws_dtype ? ws_dtype : AITER_MLA_BF16) +
+                            4 * (size_t)(2 * (chunk_size ? chunk_size : 4) + MBT + 1 + MBT * (topk + 128));
+        CHECK(bytes == want, "v4 prefill workspace: %zu bytes, expected %zu", bytes, want);
+    }
+    ws = test_malloc(bytes);
+    memset(ws, 0xff, bytes); /* NaN everywhere: a row read before it was gathered would show */
+    p.workspace = ws;
+    p.workspace_bytes = bytes;
+    poison_f32(o, (int64_t)T * H * 512);
+    poison_f32(lse, (int64_t)T * H);
+    snprintf(what, sizeof what, "v4 prefill ratio %d H=%d chunk %d workspace %s", ratio, H, chunk_size,
+             aiter_mla_dtype_name(ws_dtype ? ws_dtype : AITER_MLA_BF16));
+    if (CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_OK, "")) {
+        /* the workspace holds the dequantised rows exactly (fp8 x 2^k fits bf16): f32 tolerance */
+        v4_compare(what, o, AITER_MLA_F32, lse, o_ref, lse_ref, T, H);
+    }
+    if (ratio == 4 && chunk_size == 0) {
+        aiter_mla_v4_prefill_args e = p;
+        int32_t long_seq[B];
+        e.workspace_bytes = bytes - 1;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+        e = p;
+        memcpy(long_seq, seq, sizeof long_seq);
+        long_seq[3] = MAXLEN + 1;
+        e.seq_lens = long_seq;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
+        e = p;
+        e.max_num_batched_tokens = T - 1;
+        e.workspace_bytes = bytes; /* larger than needed now */
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_num_batched_tokens");
+        e = p;
+        e.topk_indices = NULL;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
+        e = p;
+        e.compressed_block_size = 2000;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compressed_block_size");
+        e = p;
+        e.swa_fp8_dtype = AITER_MLA_F16;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "swa_fp8_dtype");
+        e = p;
+        e.attn.q = NULL;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_NULL_POINTER, "attn.q");
+        e = p;
+        e.workspace_dtype = AITER_MLA_FP8_E4M3FN;
+        CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &bytes), AITER_MLA_ERR_UNSUPPORTED, "workspace_dtype");
+    }
+    free(ws);
+    free(swa);
+    free(comp);
+    free(q);
+    free(o);
+    free(o_ref);
+    free(lse);
+    free(lse_ref);
+    free(topk_idx);
+    free(krows);
+}
+
+static void test_v4_prefill(void) {
+    run_v4_prefill_case(4, 16, 0, AITER_MLA_DTYPE_DEFAULT, 0xf4);
+    run_v4_prefill_case(128, 64, 4, AITER_MLA_BF16, 0xf128);
+    run_v4_prefill_case(1, 16, 1, AITER_MLA_F32, 0xf1);
+    run_v4_prefill_case(4, 1, 5, AITER_MLA_F16, 0xf41);
+}
+
+/* every V4 entry point refuses a NULL or zeroed argument struct, naming the field */
+static void test_v4_rejects(void) {
+    aiter_mla_v4_cache_write_args w;
+    aiter_mla_v4_gather_args g;
+    aiter_mla_v4_swa_index_args s;
+    aiter_mla_v4_topk_args k;
+    aiter_mla_v4_c128_args c;
+    aiter_mla_v4_combine_args m;
+    aiter_mla_v4_ragged_copy_args cp;
+    aiter_mla_v4_attention_args a;
+    aiter_mla_v4_prefill_args p;
+    size_t bytes = 0;
+    memset(&w, 0, sizeof w);
+    memset(&g, 0, sizeof g);
+    memset(&s, 0, sizeof s);
+    memset(&k, 0, sizeof k);
+    memset(&c, 0, sizeof c);
+    memset(&m, 0, sizeof m);
+    memset(&cp, 0, sizeof cp);
+    memset(&a, 0, sizeof a);
+    memset(&p, 0, sizeof p);
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_gather_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_combine_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_attention_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(NULL, &bytes), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, NULL), AITER_MLA_ERR_NULL_POINTER, "bytes");
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&s), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&k), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&c), AITER_MLA_ERR_INVALID_ARGUMENT, "width");
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&cp), AITER_MLA_ERR_INVALID_ARGUMENT, "max_entries_per_row");
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
+    /* the first field a runtime forgets once the sizes are in */
+    a.num_heads = 16;
+    a.num_tokens = 1;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    s.num_reqs = 1;
+    s.block_table_stride = 1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&s), AITER_MLA_ERR_NULL_POINTER, "out");
+    CHECK(aiter_mla_v4_workspace_rows(1024, 4, 0, INT64_MAX, NULL) == -1, "workspace rows beyond int32");
+}
+
 int main(void) {
     test_status_and_dtypes();
     test_fp8_decode();
@@ -3719,5 +5110,16 @@ int main(void) {
     test_prefill_ref();
     test_prefill_plan();
     test_null_and_zeroed_args();
+    test_v4_cache_rows();
+    test_v4_gather();
+    test_v4_swa_indices();
+    test_v4_global_topk();
+    test_v4_c128_indices();
+    test_v4_combine();
+    test_v4_copy_ragged();
+    test_v4_attention();
+    test_v4_decode();
+    test_v4_prefill();
+    test_v4_rejects();
     return testing_summary();
 }

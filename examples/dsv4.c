@@ -1,0 +1,298 @@
+/* dsv4.c - one DeepSeek V4 decode step over three layers (compress ratio 1, 4 and 128), on
+ * the CPU reference (the V4 GPU kernels are still to come).
+ *
+ * Per layer: write every cached token's 512-dim key into the layer's SWA cache (MODEL1
+ * pages, 64 tokens per page) and its compressed entries into the compressed cache (64
+ * entries per page at ratio 4, 2 at ratio 128), build each token's key lists with the index
+ * builders (SWA window; the indexer's top-k at ratio 4; every compressed entry at ratio
+ * 128), copy the ragged lists into fixed-capacity buffers as a captured graph would, and
+ * attend with a per-head attention sink. An independent double-precision computation
+ * written here (its own reading of the page layout, its own key sets from positions) checks
+ * every output; the program prints the errors and PASS or FAIL, and exits non-zero on
+ * failure. */
+#define AITER_MLA_IMPLEMENTATION
+#ifndef AITER_MLA_NO_GPU
+#define AITER_MLA_NO_GPU /* everything here runs on the CPU reference */
+#endif
+#include "../aiter_mla.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+enum {
+    BATCH = 3,          /* requests; request 1 decodes two tokens (speculative decoding) */
+    TOKENS = 4,         /* query tokens of the step */
+    HEADS = 16,
+    D = 512,            /* head_dim: 448 nope + 64 rope */
+    W = 128,            /* sliding window */
+    SWA_PAGE = 64,      /* SWA cache tokens per page */
+    MAX_LEN = 2048,     /* max_model_len */
+    TOPK = 64,          /* the indexer's top-k at ratio 4 */
+    LAYERS = 3
+};
+
+static uint64_t rng_state = 0x5eed4d5ull;
+static uint32_t urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+static float frand(float amp) { return ((float)urand() / 4294967296.0f * 2.0f - 1.0f) * amp; }
+
+#define TRY(call)                                                                                            \
+    do {                                                                                                     \
+        aiter_mla_status st_ = (call);                                                                       \
+        if (st_ != AITER_MLA_OK) {                                                                           \
+            fprintf(stderr, "%s: %s: %s\n", #call, aiter_mla_status_string(st_), aiter_mla_last_error());    \
+            return 1;                                                                                        \
+        }                                                                                                    \
+    } while (0)
+
+/* The page layout read by hand: block_size rows of 576 bytes (448 fp8, 64 bf16), then
+ * block_size records of 8 scale bytes, 2^(byte - 127) each covering 64 values. */
+static void naive_row(const unsigned char *cache, int64_t page_bytes, int block_size, int64_t slot, aiter_mla_dtype fp8,
+                      double *out) {
+    const unsigned char *page = cache + slot / block_size * page_bytes;
+    const int off = (int)(slot % block_size);
+    int d;
+    for (d = 0; d < 448; d++)
+        out[d] = (double)aiter_mla_fp8_to_f32(page[off * 576 + d], fp8) * ldexp(1.0, page[block_size * 576 + off * 8 + d / 64] - 127);
+    for (d = 0; d < 64; d++) {
+        const unsigned char *p = page + off * 576 + 448 + 2 * d;
+        out[448 + d] = aiter_mla_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    }
+}
+
+/* Write `count` random rows (amplitudes varying per 64-value group) at the slots of entries
+ * 0..count-1 of a request through its block table. */
+static aiter_mla_status write_entries(void *cache, int64_t num_blocks, int block_size, const int32_t *bt_row, int count,
+                                      aiter_mla_dtype fp8) {
+    uint16_t *kv = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(count > 0 ? count : 1) * D);
+    int64_t *slots = (int64_t *)malloc(sizeof(int64_t) * (size_t)(count > 0 ? count : 1));
+    aiter_mla_v4_cache_write_args w = {0};
+    aiter_mla_status st;
+    int i, d;
+    for (i = 0; i < count; i++) {
+        for (d = 0; d < D; d++) kv[(size_t)i * D + d] = aiter_mla_f32_to_bf16(frand(d < 448 ? (float)(1 + (d / 64) % 3) : 1.0f));
+        slots[i] = (int64_t)bt_row[i / block_size] * block_size + i % block_size;
+    }
+    w.kv = kv;
+    w.slot_mapping = slots;
+    w.kv_cache = cache;
+    w.num_blocks = num_blocks;
+    w.block_size = block_size;
+    w.num_tokens = count;
+    w.fp8_dtype = fp8;
+    st = aiter_mla_v4_cache_write_ref(&w);
+    free(kv);
+    free(slots);
+    return st;
+}
+
+int main(void) {
+    static const int ratios[LAYERS] = {1, 4, 128};
+    const int32_t q_lens[BATCH] = {1, 2, 1}, seq_lens[BATCH] = {90, 700, 1500};
+    const float sm_scale = 0.044194173824159216f; /* 512^-0.5 */
+    const int swa_pages = MAX_LEN / SWA_PAGE;
+    int32_t qsl[BATCH + 1], token_req[TOKENS];
+    int64_t positions[TOKENS];
+    uint16_t *q = (uint16_t *)malloc(sizeof(uint16_t) * TOKENS * HEADS * D);
+    uint16_t *o = (uint16_t *)malloc(sizeof(uint16_t) * TOKENS * HEADS * D);
+    float lse[TOKENS * HEADS], sink[HEADS];
+    double worst_rel = 0.0, worst_lse = 0.0, worst_abs = 0.0;
+    int layer, b, t, h, d, i, failed = 0;
+
+    qsl[0] = 0;
+    for (b = 0; b < BATCH; b++) qsl[b + 1] = qsl[b] + q_lens[b];
+    for (b = 0; b < BATCH; b++)
+        for (i = 0; i < q_lens[b]; i++) {
+            token_req[qsl[b] + i] = b;
+            positions[qsl[b] + i] = seq_lens[b] - q_lens[b] + i;
+        }
+    for (h = 0; h < HEADS; h++) sink[h] = h % 4 == 3 ? -INFINITY : frand(2.0f); /* a sink per head, some none */
+
+    for (layer = 0; layer < LAYERS; layer++) {
+        const int ratio = ratios[layer];
+        const aiter_mla_dtype swa_fp8 = ratio == 128 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN; /* gfx942-style SWA */
+        const int cbs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / ratio, c_pages = ratio > 1 ? MAX_LEN / ratio / cbs : 1;
+        const int64_t swa_page_bytes = aiter_mla_v4_page_bytes(SWA_PAGE), c_page_bytes = aiter_mla_v4_page_bytes(cbs);
+        const int c128_width = (MAX_LEN + 127) / 128;
+        unsigned char *swa = (unsigned char *)calloc((size_t)BATCH * swa_pages, (size_t)swa_page_bytes);
+        unsigned char *comp = (unsigned char *)calloc((size_t)BATCH * c_pages, (size_t)c_page_bytes);
+        int32_t swa_bt[BATCH * (MAX_LEN / SWA_PAGE)], c_bt[BATCH * (MAX_LEN / 4 / 64)];
+        int32_t local[TOKENS * TOPK];
+        int32_t swa_idx[TOKENS * W], swa_ptr[TOKENS + 1], c_idx[TOKENS * (MAX_LEN / 4)], c_ptr[TOKENS + 1];
+        /* persistent buffers a captured graph reads (capacity rows x max entries per row) */
+        int32_t g_swa_idx[TOKENS * W], g_swa_ptr[TOKENS + 1], g_c_idx[TOKENS * (MAX_LEN / 4)], g_c_ptr[TOKENS + 1];
+        aiter_mla_v4_swa_index_args si = {0};
+        aiter_mla_v4_ragged_copy_args cp = {0};
+        aiter_mla_v4_attention_args a = {0};
+        double err2 = 0.0, ref2 = 0.0, lse_err = 0.0, abs_err = 0.0;
+
+        /* pages: request b owns pages b, b + BATCH, ... (interleaved in both caches) */
+        for (b = 0; b < BATCH; b++) {
+            for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * BATCH + b;
+            for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = i * BATCH + b;
+            TRY(write_entries(swa, (int64_t)BATCH * swa_pages, SWA_PAGE, swa_bt + b * swa_pages, seq_lens[b], swa_fp8));
+            if (ratio > 1)
+                TRY(write_entries(comp, (int64_t)BATCH * c_pages, cbs, c_bt + b * c_pages, seq_lens[b] / ratio,
+                                  AITER_MLA_FP8_E4M3FN));
+        }
+        for (i = 0; i < TOKENS * HEADS * D; i++) q[i] = aiter_mla_f32_to_bf16(frand(1.0f));
+
+        /* the SWA lists: raw tokens [max(0, pos - 127), pos] */
+        si.query_start_loc = qsl;
+        si.seq_lens = seq_lens;
+        si.token_to_req = token_req;
+        si.block_table = swa_bt;
+        si.block_table_stride = swa_pages;
+        si.block_size = SWA_PAGE;
+        si.num_reqs = BATCH;
+        si.num_tokens = TOKENS;
+        si.out.indices = swa_idx;
+        si.out.indptr = swa_ptr;
+        si.out.capacity = TOKENS * W;
+        TRY(aiter_mla_v4_swa_indices_ref(&si));
+        cp.indices = swa_idx;
+        cp.indptr = swa_ptr;
+        cp.num_rows = TOKENS;
+        cp.max_entries_per_row = W;
+        cp.indices_buffer = g_swa_idx;
+        cp.indices_buffer_capacity = TOKENS * W;
+        cp.indptr_buffer = g_swa_ptr;
+        cp.indptr_buffer_capacity = TOKENS + 1;
+        TRY(aiter_mla_v4_copy_ragged_ref(&cp));
+
+        /* the compressed lists */
+        if (ratio == 4) { /* the indexer's choice: entries j < (pos + 1) / 4, valid first, -1 padded */
+            aiter_mla_v4_topk_args tk = {0};
+            for (t = 0; t < TOKENS; t++) {
+                const int n = (int)((positions[t] + 1) / 4), take = n < TOPK ? n : TOPK, step = 7;
+                for (i = 0; i < TOPK; i++) local[t * TOPK + i] = i < take ? (int32_t)(((int64_t)i * step + t) % n) : -1;
+            }
+            tk.topk_indices = local;
+            tk.topk = TOPK;
+            tk.token_to_req = token_req;
+            tk.block_table = c_bt;
+            tk.block_table_stride = c_pages;
+            tk.block_size = cbs;
+            tk.num_reqs = BATCH;
+            tk.num_tokens = TOKENS;
+            tk.out.indices = c_idx;
+            tk.out.indptr = c_ptr;
+            tk.out.capacity = TOKENS * TOPK;
+            TRY(aiter_mla_v4_global_topk_ref(&tk));
+        } else if (ratio == 128) { /* every compressed entry j < (pos + 1) / 128 */
+            aiter_mla_v4_c128_args c = {0};
+            c.positions = positions;
+            c.token_to_req = token_req;
+            c.block_table = c_bt;
+            c.block_table_stride = c_pages;
+            c.block_size = cbs;
+            c.num_reqs = BATCH;
+            c.compress_ratio = 128;
+            c.width = c128_width;
+            c.num_tokens = TOKENS;
+            c.out.indices = c_idx;
+            c.out.indptr = c_ptr;
+            c.out.capacity = TOKENS * c128_width;
+            TRY(aiter_mla_v4_c128_indices_ref(&c));
+        }
+        if (ratio > 1) {
+            cp.indices = c_idx;
+            cp.indptr = c_ptr;
+            cp.max_entries_per_row = ratio == 4 ? TOPK : c128_width;
+            cp.indices_buffer = g_c_idx;
+            cp.indices_buffer_capacity = (int64_t)TOKENS * cp.max_entries_per_row;
+            cp.indptr_buffer = g_c_ptr;
+            TRY(aiter_mla_v4_copy_ragged_ref(&cp));
+        }
+
+        /* attend: keys = SWA cache, extra keys = compressed cache (none at ratio 1) */
+        a.q = q;
+        a.o = o;
+        a.lse = lse;
+        a.attn_sink = sink;
+        a.num_tokens = TOKENS;
+        a.num_heads = HEADS;
+        a.sm_scale = sm_scale;
+        a.keys.cache = swa;
+        a.keys.num_blocks = (int64_t)BATCH * swa_pages;
+        a.keys.block_size = SWA_PAGE;
+        a.keys.dtype = swa_fp8;
+        a.keys.indices = g_swa_idx;
+        a.keys.indptr = g_swa_ptr;
+        if (ratio > 1) {
+            a.extra_keys.cache = comp;
+            a.extra_keys.num_blocks = (int64_t)BATCH * c_pages;
+            a.extra_keys.block_size = cbs;
+            a.extra_keys.indices = g_c_idx;
+            a.extra_keys.indptr = g_c_ptr;
+        }
+        TRY(aiter_mla_v4_attention_ref(&a));
+
+        /* naive: key sets from the positions, rows read by hand, two-pass softmax with the sink */
+        for (t = 0; t < TOKENS; t++) {
+            const int r = token_req[t];
+            const int64_t pos = positions[t], lo = pos - W + 1 > 0 ? pos - W + 1 : 0;
+            const int nc = ratio == 1 ? 0 : ratio == 4 ? ((pos + 1) / 4 < TOPK ? (int)((pos + 1) / 4) : TOPK) : (int)((pos + 1) / 128);
+            const int nk = (int)(pos - lo + 1) + nc;
+            double *rows = (double *)malloc(sizeof(double) * (size_t)nk * D), *s = (double *)malloc(sizeof(double) * (size_t)nk);
+            int k = 0;
+            int64_t p;
+            for (p = lo; p <= pos; p++, k++)
+                naive_row(swa, swa_page_bytes, SWA_PAGE, (int64_t)swa_bt[r * swa_pages + p / SWA_PAGE] * SWA_PAGE + p % SWA_PAGE,
+                          swa_fp8, rows + (size_t)k * D);
+            for (i = 0; i < nc; i++, k++) {
+                const int j = ratio == 4 ? local[t * TOPK + i] : i;
+                naive_row(comp, c_page_bytes, cbs, (int64_t)c_bt[r * c_pages + j / cbs] * cbs + j % cbs, AITER_MLA_FP8_E4M3FN,
+                          rows + (size_t)k * D);
+            }
+            for (h = 0; h < HEADS; h++) {
+                double m = -INFINITY, den = 0.0, sum;
+                for (k = 0; k < nk; k++) {
+                    double dot = 0.0;
+                    for (d = 0; d < D; d++) dot += (double)aiter_mla_bf16_to_f32(q[((size_t)t * HEADS + h) * D + d]) * rows[(size_t)k * D + d];
+                    s[k] = dot * sm_scale;
+                    if (s[k] > m) m = s[k];
+                }
+                for (k = 0; k < nk; k++) den += exp(s[k] - m);
+                sum = den;
+                if (sink[h] != -INFINITY) den += exp((double)sink[h] - m);
+                for (d = 0; d < D; d++) {
+                    double num = 0.0, got = aiter_mla_bf16_to_f32(o[((size_t)t * HEADS + h) * D + d]);
+                    for (k = 0; k < nk; k++) num += exp(s[k] - m) * rows[(size_t)k * D + d];
+                    err2 += (got - num / den) * (got - num / den);
+                    ref2 += (num / den) * (num / den);
+                    if (fabs(got - num / den) > abs_err) abs_err = fabs(got - num / den);
+                }
+                if (fabs(m + log(sum) - lse[t * HEADS + h]) > lse_err) lse_err = fabs(m + log(sum) - lse[t * HEADS + h]);
+            }
+            free(rows);
+            free(s);
+        }
+        printf("layer ratio %3d: SWA keys per token", ratio);
+        for (t = 0; t < TOKENS; t++) printf(" %d", g_swa_ptr[t + 1] - g_swa_ptr[t]);
+        if (ratio > 1) {
+            printf(", compressed keys per token");
+            for (t = 0; t < TOKENS; t++) printf(" %d", g_c_ptr[t + 1] - g_c_ptr[t]);
+        }
+        printf("\n                 max |o - naive| %.3g, relative %.3g, max |lse - naive| %.3g\n", abs_err,
+               ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2), lse_err);
+        if (sqrt(err2 / ref2) > worst_rel || !(err2 == err2)) worst_rel = err2 == err2 ? sqrt(err2 / ref2) : INFINITY;
+        if (lse_err > worst_lse || !(lse_err == lse_err)) worst_lse = lse_err == lse_err ? lse_err : INFINITY;
+        if (abs_err > worst_abs) worst_abs = abs_err;
+        free(swa);
+        free(comp);
+    }
+    /* bf16 output against a double-precision reference: SPEC 8's bf16 tolerances */
+    failed = !(worst_rel <= 1e-2) || !(worst_lse <= 1e-3);
+    printf("DeepSeek V4 decode step: %d requests, %d tokens, %d heads, layers of ratio 1, 4, 128 (CPU reference)\n", BATCH,
+           TOKENS, HEADS);
+    printf("max |o - naive| %.3g, max relative error %.3g (<= 1e-2), max |lse - naive| %.3g (<= 1e-3): %s\n", worst_abs,
+           worst_rel, worst_lse, failed ? "FAIL" : "PASS");
+    free(q);
+    free(o);
+    return failed ? 1 : 0;
+}
