@@ -359,9 +359,9 @@ int main(int argc, char **argv) {
     static const prefill_row prows[] = {
         {"P1", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 0},   {"P2", 128, 4, 4096, 4096, 1, AITER_MLA_BF16, 0},
         {"P3", 128, 1, 16384, 16384, 1, AITER_MLA_BF16, 0}, {"P4", 128, 1, 4096, 8192, 0, AITER_MLA_BF16, 0},
-        {"P1-ps", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 1},
-        {"P1-fp8", 128, 1, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1}, {"P2-fp8", 128, 4, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1},
-        {"P3-fp8", 128, 1, 16384, 16384, 1, AITER_MLA_FP8_E4M3FN, 1}, {"P4-fp8", 128, 1, 4096, 8192, 0, AITER_MLA_FP8_E4M3FN, 1},
+        {"P1-fp8", 128, 1, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 0}, {"P2-fp8", 128, 4, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 0},
+        {"P3-fp8", 128, 1, 16384, 16384, 1, AITER_MLA_FP8_E4M3FN, 0}, {"P4-fp8", 128, 1, 4096, 8192, 0, AITER_MLA_FP8_E4M3FN, 0},
+        {"P1-ps", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 1},  {"P1-fp8-ps", 128, 1, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1},
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
     int i, any_decode = argc < 2, any_prefill = argc < 2;
