@@ -29,8 +29,8 @@
  *   KV cache write (bf16/f16/fp8)            aiter_mla_kv_cache_write (GPU)
  *   varlen prefill + persistent plan         aiter_mla_prefill (GPU), _prefill_ref(_scheduled), _prefill_plan_*
  *   merge of attention states, gather        aiter_mla_merge_attn_states_ref, _gather_cache_ref  (CPU)
- *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_convert_sparse_indices_ref, _ds_mla_write_ref,
- *                                            _sparse_attention_ref (CPU)
+ *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_sparse_attention (GPU), _sparse_attention_ref,
+ *                                            _convert_sparse_indices_ref, _ds_mla_write_ref
  *   V4 sparse: MODEL1 cache, index lists,    aiter_mla_v4_cache_write_ref, _v4_gather_ref, _v4_swa_indices_ref,
  *   attention, chunked prefill               _v4_global_topk_ref, _v4_c128_indices_ref, _v4_combine_ref,
  *                                            _v4_copy_ragged_ref, _v4_attention_ref, _v4_prefill_ref (CPU)
@@ -742,8 +742,9 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  *   lse = log sum_k exp(s_k) (the sink does not enter it), max_logits = m.
  * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
  * -inf. attn_sink NULL (or -inf entries) means no sink. Caches: bf16 rows of 576
- * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). CPU reference; the
- * GPU kernels are still to come. */
+ * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). GPU: one block per
+ * (token, group of up to 64 heads) streams the token's slots through the decode kernels
+ * (tensor cores on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory). */
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
@@ -765,6 +766,9 @@ typedef struct aiter_mla_sparse_args {
 } aiter_mla_sparse_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
+/* GPU: every pointer on the device; contents of indices / topk_length are data (a slot
+ * outside [0, num_slots) is skipped). num_tokens * topk must stay below 2^31. */
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *a, void *stream);
 
 /* ==== context gather (SPEC 2b; also the dequantising gather of SPEC 6) ====================
  * Copies cached latent rows into a contiguous workspace, dequantised: for request b and
@@ -1257,6 +1261,7 @@ int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void
 int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream);
 int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
 int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream);
+int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -2471,12 +2476,9 @@ static void aiter_mla__sparse_finish(const double *acc, int dv, double m, double
     if (max_logits) *max_logits = (float)m;
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
-    const char *op = "sparse_attention_ref";
+/* Validate and resolve the defaults of sparse attention args (the one place they live). */
+static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_mla_sparse_args *in, aiter_mla_sparse_args *out) {
     aiter_mla_sparse_args a;
-    float keys[AITER_MLA_HEAD_DIM];
-    int64_t t;
-    int h, k, d;
     AITER_MLA__NEED(op, in, "args");
     a = *in;
     if (a.sm_scale == 0.0f) a.sm_scale = 0.041666666666666664f;
@@ -2495,11 +2497,22 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale = %g is not positive and finite", op, a.sm_scale);
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.q, "q");
-    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
-    AITER_MLA__NEED(op, a.indices, "indices");
-    AITER_MLA__NEED(op, a.o, "o");
+    if (a.num_tokens > 0) {
+        AITER_MLA__NEED(op, a.q, "q");
+        AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+        AITER_MLA__NEED(op, a.indices, "indices");
+        AITER_MLA__NEED(op, a.o, "o");
+    }
+    *out = a;
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
+    aiter_mla_sparse_args a;
+    float keys[AITER_MLA_HEAD_DIM];
+    int64_t t;
+    int h, k, d;
+    AITER_MLA__CHECK(aiter_mla__sparse_resolve("sparse_attention_ref", in, &a));
     for (t = 0; t < a.num_tokens; t++) {
         int n = a.topk;
         if (a.topk_length) n = a.topk_length[t] < 0 ? 0 : a.topk_length[t] < a.topk ? a.topk_length[t] : a.topk;
@@ -2529,6 +2542,20 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
         }
     }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
+    const char *op = "sparse_attention";
+    aiter_mla_sparse_args a;
+    AITER_MLA__CHECK(aiter_mla__sparse_resolve(op, in, &a));
+    if (a.num_tokens * (int64_t)a.topk > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * topk = %lld exceeds 2^31 - 1 (split the batch)", op,
+                               (long long)(a.num_tokens * (int64_t)a.topk));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (((uintptr_t)a.kv_cache & 15u) != 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
+    (void)stream;
+    return AITER_MLA__LAUNCH(op, aiter_mla__launch_sparse(&a, stream));
 }
 
 /* ---- context gather ---------------------------------------------------------------------- */

@@ -63,13 +63,33 @@ struct DecodeParams {
     float score_scale;          // sm_scale * q_scale * kv_scale * log2(e), fp8 scales only
     int page_shift;             // log2(page_size)
     float v_scale;              // kv_scale for fp8 caches, else 1
+    // Sparse attention (SPEC 4) runs these kernels without a plan: block (t, y) takes token t
+    // (one query row per head) against its index row, rows [y * rows_per_block, ..) of the
+    // heads. a.kv_indices is then the [T, topk] slot table, a page is one slot.
+    int sparse;                 // 0: decode (plan-driven)
+    int topk;                   // sparse: entries per index row
+    const int32_t *topk_length; // sparse: [T] entries that count, optional
+    int rows_per_block;         // sparse: heads per block
+    const float *attn_sink;     // sparse: [H] optional, enters the denominator only
+    float *max_logits;          // sparse: [T, H] optional
 };
+
+// Cache row formats beyond the dtypes: fp8_ds_mla rows (656 bytes: 512 e4m3 with 4 fp32
+// group scales, then 64 bf16 rope values), in either fp8 flavour.
+constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101;
+constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES;
+__host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn || kvt == kDsMlaFnuz; }
+// Bytes of one cache row of format kvt.
+__host__ __device__ constexpr int cache_row_bytes(int kvt) {
+    return is_ds_mla(kvt) ? kDsRow : kvt == AITER_MLA_BF16 || kvt == AITER_MLA_F16 ? kD * 2 : kD;
+}
 
 // One work item of the plan, with the bounds both decode kernels derive from it.
 struct Piece {
     int b, loc, qs, qe, ks;  // request, partial row (-1: final), query rows, first page
     int q_begin, q_len;      // the request's query rows
     int64_t kv_len, tok0, n; // the request's keys, the piece's first key, its key count
+    int rb, re;              // the (token, head) rows this block takes: [rb, re) of (qe - qs) * H
 };
 
 __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
@@ -90,7 +110,46 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     c.tok0 = (int64_t)(c.ks - a.kv_indptr[c.b]) * a.page_size;
     // never more keys than the piece's pages hold, whatever the metadata says
     c.n = max((int64_t)0, min(c.kv_len - off - c.tok0, (int64_t)(ke - c.ks) * a.page_size));
+    c.rb = 0;
+    c.re = (c.qe - c.qs) * a.num_heads;
     return c;
+}
+
+// Sparse: token blockIdx.x, all of its (valid-length) index row, one row group of heads.
+__device__ __forceinline__ Piece sparse_piece(const DecodeParams &p) {
+    Piece c;
+    c.b = c.qs = c.q_begin = blockIdx.x;
+    c.qe = c.b + 1;
+    c.q_len = 1;
+    c.loc = -1;
+    c.ks = c.b * p.topk;
+    c.kv_len = p.topk_length ? min(max(p.topk_length[c.b], 0), p.topk) : p.topk;
+    c.tok0 = 0;
+    c.n = c.kv_len;
+    c.rb = blockIdx.y * p.rows_per_block;
+    c.re = min(c.rb + p.rows_per_block, p.a.num_heads);
+    return c;
+}
+
+// The pieces of this block: its CU's work items (decode), or its token (sparse).
+template <typename F>
+__device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
+    if (p.sparse) {
+        run(sparse_piece(p));
+        return;
+    }
+    const int w_end = p.work_indptr[blockIdx.x + 1];
+    for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) run(load_piece(p, w));
+}
+
+// A final row's o factor from the attention sink: sum e^s / (sum e^s + e^sink) = 1 / (1 +
+// e^(sink - lse)); 1 without a sink, 0 for a sink of +inf. Only for rows that saw a key.
+__device__ __forceinline__ float sink_factor(const DecodeParams &p, int h, float lse) {
+    return p.attn_sink ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+}
+// max_logits of a final row: the largest scaled logit (m is in log2 units), -inf when none.
+__device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t tok, int h, bool any, float m_log2) {
+    if (p.max_logits) p.max_logits[tok * p.a.num_heads + h] = any ? m_log2 * kLn2 : neg_inf();
 }
 
 // Page id of key j (0-based within the piece), or -1 when absent.
@@ -101,17 +160,27 @@ __device__ __forceinline__ int piece_page(const DecodeParams &p, const Piece &c,
     return page < 0 || page >= a.num_pages ? -1 : page;
 }
 
+// Element d (0..575) of key `key` of a tile of whole cache rows.
 template <int KVT>
-__device__ __forceinline__ float kv_elem(const unsigned char *tile, int i) {
-    return aiter_mla_load_f32(tile, i, (aiter_mla_dtype)KVT);
+__device__ __forceinline__ float kv_elem(const unsigned char *tile, int key, int d) {
+    const unsigned char *row = tile + key * cache_row_bytes(KVT);
+    if constexpr (is_ds_mla(KVT)) {
+        if (d < kL) {
+            float scale;
+            memcpy(&scale, row + kL + 4 * (d >> 7), 4);
+            return aiter_mla_fp8_to_f32(row[d], KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ) * scale;
+        }
+        return aiter_mla_load_f32(row + kL + 16, d - kL, AITER_MLA_BF16);
+    } else {
+        return aiter_mla_load_f32(row, d, (aiter_mla_dtype)KVT);
+    }
 }
 
 template <int KVT>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
-    constexpr int kElem = (KVT == AITER_MLA_BF16 || KVT == AITER_MLA_F16) ? 2 : 1;
-    constexpr int kChunks = kD * kElem / 16; // 16-byte chunks per cache row
+    constexpr int kRowBytes = cache_row_bytes(KVT), kChunks = kRowBytes / 16; // 16-byte chunks per cache row
     __shared__ float q_s[kRows][kD];
-    __shared__ __align__(16) unsigned char k_s[kKeys * kD * kElem];
+    __shared__ __align__(16) unsigned char k_s[kKeys * kRowBytes];
     __shared__ float s_s[kRows][kKeys];
     __shared__ float alpha_s[kRows], m_s[kRows], l_s[kRows];
     __shared__ long long lim_s[kRows];
@@ -119,15 +188,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, H = a.num_heads, P = a.page_size;
-    const int w_end = p.work_indptr[blockIdx.x + 1];
-    for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
-        const Piece pc = load_piece(p, w);
-        const int qs = pc.qs, qe = pc.qe, loc = pc.loc, q_begin = pc.q_begin, q_len = pc.q_len;
+    for_each_piece(p, [&](const Piece &pc) {
+        const int qs = pc.qs, loc = pc.loc, q_begin = pc.q_begin, q_len = pc.q_len;
         const int64_t kv_len = pc.kv_len, tok0 = pc.tok0, n = pc.n;
-        const int rows_total = (qe - qs) * H;
 
-        for (int r0 = 0; r0 < rows_total; r0 += kRows) {
-            const int nr = min(kRows, rows_total - r0);
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kRows) {
+            const int nr = min(kRows, pc.re - r0);
             for (int idx = tid; idx < nr * kD; idx += kThreads) {
                 const int r = idx / kD, d = idx - r * kD, row = r0 + r;
                 const int64_t tok = qs + row / H, h = row % H;
@@ -156,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
                     if (page >= 0) {
                         const int64_t slot = (int64_t)page * P + (tok0 + k0 + key) % P;
                         v = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.kv_cache) +
-                                                            slot * (kD * kElem))[part];
+                                                            slot * kRowBytes)[part];
                     }
                     reinterpret_cast<uint4 *>(k_s)[c] = v;
                 }
@@ -164,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
                 { // scores: two threads per (row, key), each half of the 576 dims
                     const int pair = tid >> 1, half = tid & 1, r = pair / kKeys, c = pair % kKeys;
                     float s = 0.0f;
-                    for (int d = half; d < kD; d += 2) s += q_s[r][d] * kv_elem<KVT>(k_s, c * kD + d);
+                    for (int d = half; d < kD; d += 2) s += q_s[r][d] * kv_elem<KVT>(k_s, c, d);
                     s += aiter_mla__shfl_xor(s, 1);
                     if (half == 0) {
                         const bool ok = r < nr && c < nk && page_s[c] >= 0 && tok0 + k0 + c <= lim_s[r];
@@ -199,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
                 for (int c = 0; c < kKeys; c++)
 #pragma unroll
-                    for (int j = 0; j < kDimsPerThread; j++) v[c][j] = kv_elem<KVT>(k_s, c * kD + tid + j * kThreads) * p.v_scale;
+                    for (int j = 0; j < kDimsPerThread; j++) v[c][j] = kv_elem<KVT>(k_s, c, tid + j * kThreads) * p.v_scale;
 #pragma unroll
                 for (int r = 0; r < kRows; r++)
 #pragma unroll
@@ -217,15 +283,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
                 if (r < nr) {
                     const int row = r0 + r;
                     const int64_t tok = qs + row / H, h = row % H;
-                    const float l = l_s[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+                    const float l = l_s[r];
                     const float lse = l > 0.0f ? (m_s[r] + log2f(l)) * kLn2 : (loc < 0 ? pos_inf() : neg_inf());
                     if (loc < 0) {
+                        const float inv = l > 0.0f ? sink_factor(p, (int)h, lse) / l : 0.0f;
 #pragma unroll
                         for (int j = 0; j < kDimsPerThread; j++)
                             aiter_mla_store_f32(a.o, tok * a.o_stride_token + h * a.o_stride_head + tid + j * kThreads,
                                                 a.o_dtype, acc[r][j] * inv);
                         if (tid == 0 && a.lse) a.lse[tok * H + h] = lse;
+                        if (tid == 0) store_max_logit(p, tok, (int)h, l > 0.0f, m_s[r]);
                     } else {
+                        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
                         const int64_t pr = (int64_t)(loc + tok - qs) * H + h;
 #pragma unroll
                         for (int j = 0; j < kDimsPerThread; j++) p.part_o[pr * kL + tid + j * kThreads] = acc[r][j] * inv;
@@ -235,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
             }
             __syncthreads(); // q_s, m_s, l_s are refilled by the next row group
         }
-    }
+    });
 }
 
 // ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, bulk copies) ======
@@ -280,18 +349,25 @@ constexpr int kSmemLimit = 227 * 1024;
 // every other key tile with its own ring, barriers and softmax state, merged at the end
 // of the pass: a group's barriers then stall only its own 8 warps while the other computes.
 // The 64-row variant is one group of 16 warps (its accumulators would not fit twice).
-template <bool FP8, int M>
+// Ring row bytes of a cache format: its row for the byte rings (widened afterwards), 0 for
+// bf16 (copied straight into padded rows).
+__host__ __device__ constexpr int ring_pitch(int kvt) { return kvt == AITER_MLA_BF16 ? 0 : cache_row_bytes(kvt); }
+
+template <int SRC, int M> // SRC: ring row bytes of a byte-ring format (fp8, ds_mla), 0 for bf16
 struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int groups = M == 16 ? 2 : 1;
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
-    static constexpr int stage = FP8 ? kN * kD : tile;            // one ring slot
+    static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
     static constexpr int s_rows = M == 16 ? 16 * (group_warps / 4) : 64; // S rows x k-parts
-    static constexpr int group_fixed = (FP8 ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
+    static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN + 8;               // slot, valid flags, mbarrier
     static constexpr int fit = (kSmemLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
-    static constexpr int stages = fit > 8 ? 8 : fit;               // ring slots per group
+    static constexpr int cap = fit > 8 ? 8 : fit;
+    // bytes of a group with st ring slots (the layout below, roundings included)
+    static constexpr int group_bytes_for(int st) { return ((st * stage + group_fixed + st * kN + 7) / 8 * 8 + 8 * st + 127) / 128 * 128; }
+    static constexpr int stages = shared_fixed + groups * group_bytes_for(cap) <= kSmemLimit ? cap : cap - 1; // ring slots per group
     // shared by the groups
     static constexpr int q = 0;
     static constexpr int lim = q + M * kRowB;                      // int64 [M]
@@ -300,7 +376,7 @@ struct Smem { // byte offsets into the dynamic shared memory
     // per group, at group0 + g * group_bytes
     static constexpr int ring = 0;
     static constexpr int wide = ring + stages * stage;             // fp8: the widened tile
-    static constexpr int s = wide + (FP8 ? tile : 0);
+    static constexpr int s = wide + (SRC ? tile : 0);
     static constexpr int p = s + s_rows * kSRow * 4;
     static constexpr int m = p + M * kPRowB;                       // float m, l, alpha [M]
     static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
@@ -373,9 +449,10 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr bool FP8 = KVT != AITER_MLA_BF16;
-    constexpr int kRowSrc = kD * (FP8 ? 1 : 2); // cache row bytes
-    using S = Smem<FP8, M>;
+    constexpr bool FP8 = KVT != AITER_MLA_BF16;      // a byte ring widened to bf16 (fp8, ds_mla)
+    constexpr int kRowSrc = cache_row_bytes(KVT);    // cache row bytes
+    constexpr int kPitch = FP8 ? kRowSrc : kRowB;    // ring row bytes
+    using S = Smem<ring_pitch(KVT), M>;
     constexpr int kM = M, kMT = M / 16, kStages = S::stages, kGroups = S::groups, kGW = S::group_warps;
     constexpr int kGT = kGW * 32, kNT = kL / kGW / 8; // threads per group, n8-tiles of dims per warp
     extern __shared__ __align__(128) unsigned char smem[];
@@ -402,12 +479,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (gt < kStages) mbar_init(smem_addr(bars + gt), 1);
     fence_proxy_async();
     int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
-    if (KVT == AITER_MLA_FP8_E4M3FNUZ && tid < 256) lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, (aiter_mla_dtype)KVT));
+    if ((KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) && tid < 256)
+        lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
 
-    const int w_end = p.work_indptr[blockIdx.x + 1];
-    for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
-        const Piece pc = load_piece(p, w);
-        const int rows_total = (pc.qe - pc.qs) * H;
+    for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
@@ -425,19 +500,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * kRowSrc);
             __syncwarp();
             if (page >= 0)
-                bulk_copy(smem_addr(base + lane * (FP8 ? kD : kRowB)),
+                bulk_copy(smem_addr(base + lane * kPitch),
                           cache + ((int64_t)page * P + (key_of(i) & (P - 1))) * kRowSrc, kRowSrc, bar);
             for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
                 const int key = __ffs(m) - 1;
                 for (int c = lane; c < kRowSrc / 16; c += 32)
-                    *reinterpret_cast<uint4 *>(base + key * (FP8 ? kD : kRowB) + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+                    *reinterpret_cast<uint4 *>(base + key * kPitch + c * 16) = make_uint4(0u, 0u, 0u, 0u);
             }
             valid_s[slot * kN + lane] = page >= 0;
         };
 
-        for (int r0 = 0; r0 < rows_total; r0 += kM) {
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
             // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
-            const int R = min(kM, rows_total - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
+            const int R = min(kM, pc.re - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
             for (int c = tid; c < MT * 16 * (kD / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
                 const int r = c / (kD / 8), part = c - r * (kD / 8);
                 uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -494,14 +569,39 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     unsigned char *wide = g_s + S::wide;
                     for (int c = gt; c < kN * kD / 8; c += kGT) {
                         const int key = c / (kD / 8), part = c - key * (kD / 8);
-                        const uint2 v8 = *reinterpret_cast<const uint2 *>(kt + key * kD + part * 8);
+                        const unsigned char *row = kt + key * kPitch;
                         uint4 o;
-                        if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter
+                        if constexpr (is_ds_mla(KVT)) { // 8 latent values times their group's scale, or 8 rope values
+                            if (part < kL / 8) {
+                                const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
+                                const float sc = *reinterpret_cast<const float *>(row + kL + 4 * (part >> 4));
+                                uint32_t w[4];
+#pragma unroll
+                                for (int i = 0; i < 4; i++) {
+                                    const uint16_t pair = (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16));
+                                    float lo, hi;
+                                    if (KVT == kDsMlaFn) {
+                                        const uint32_t b2 = e4m3x2_to_bf16x2(pair);
+                                        lo = __uint_as_float(b2 << 16);
+                                        hi = __uint_as_float(b2 & 0xffff0000u);
+                                    } else {
+                                        lo = __uint_as_float((uint32_t)lut[pair & 255] << 16);
+                                        hi = __uint_as_float((uint32_t)lut[pair >> 8] << 16);
+                                    }
+                                    w[i] = pack_bf16x2(lo * sc, hi * sc);
+                                }
+                                o = make_uint4(w[0], w[1], w[2], w[3]);
+                            } else {
+                                o = *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16);
+                            }
+                        } else if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter
+                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
                             o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
                             o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
                             o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
                             o.w = e4m3x2_to_bf16x2((uint16_t)(v8.y >> 16));
                         } else { // e4m3fnuz has none: the table
+                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
                             o.x = lut[v8.x & 255] | (uint32_t)lut[(v8.x >> 8) & 255] << 16;
                             o.y = lut[(v8.x >> 16) & 255] | (uint32_t)lut[v8.x >> 24] << 16;
                             o.z = lut[v8.y & 255] | (uint32_t)lut[(v8.y >> 8) & 255] << 16;
@@ -667,7 +767,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             }
                             const int idx = r0 + row;
                             const int64_t tok = pc.qs + idx / H, h = idx % H;
-                            const float inv = l > 0.0f ? p.v_scale / l : 0.0f;
+                            const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+                            const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p, (int)h, lse) : 1.0f) / l : 0.0f;
 #pragma unroll
                             for (int nt = 0; nt < kNT; nt++) {
                                 const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
@@ -689,9 +790,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                                 }
                             }
                             if (gw == 0 && (lane & 3) == 0) {
-                                const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
                                 if (pc.loc < 0) {
                                     if (a.lse) a.lse[tok * H + h] = lse;
+                                    store_max_logit(p, tok, (int)h, l > 0.0f, m);
                                 } else {
                                     p.part_lse[(int64_t)(pc.loc + tok - pc.qs) * H + h] = lse;
                                 }
@@ -702,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             }
             __syncthreads(); // Q, m, l and the merge area are refilled by the next pass
         }
-    }
+    });
 #endif
 }
 
@@ -1146,43 +1247,53 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
                                          u.k0 + kb + kPfN, min(kPfN, jend - kb - kPfN), kPfN);
             cp_async_commit();
 
-            // online softmax in the log2 domain; a row lives in the 4 lanes of a quad
-            const bool masked = kb + kPfN > warp_lim;
+            // online softmax in the log2 domain; a row lives in the 4 lanes of a quad. Scores stay
+            // unscaled (the scale is positive) and enter exp2 through one fma.
+            if (kb + kPfN > warp_lim) { // a tile that crosses some row's limit: mask (warp-uniform)
+#pragma unroll
+                for (int mt = 0; mt < MTW; mt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++)
+                                if (kb + nt * 8 + (lane & 3) * 2 + e >= lim_r[mt][hf]) s[mt][nt][hf * 2 + e] = neg_inf();
+            }
+            bool same_max = true; // no row's max moved: the rescale of O can be skipped
+            float alpha[MTW][2];
 #pragma unroll
             for (int mt = 0; mt < MTW; mt++) {
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     float mx = neg_inf();
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            float v = s[mt][nt][hf * 2 + e] * p.score_scale;
-                            if (masked && kb + nt * 8 + (lane & 3) * 2 + e >= lim_r[mt][hf]) v = neg_inf();
-                            s[mt][nt][hf * 2 + e] = v;
-                            mx = fmaxf(mx, v);
-                        }
+                    for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][hf * 2], s[mt][nt][hf * 2 + 1]));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float m_new = fmaxf(m_r[mt][hf], mx), m_use = m_new == neg_inf() ? 0.0f : m_new;
-                    const float alpha = fast_exp2(m_r[mt][hf] - m_use);
+                    const float m_new = fmaxf(m_r[mt][hf], mx * p.score_scale), m_use = m_new == neg_inf() ? 0.0f : m_new;
+                    alpha[mt][hf] = fast_exp2(m_r[mt][hf] - m_use);
+                    same_max &= m_new == m_r[mt][hf];
                     m_r[mt][hf] = m_new;
                     float sum = 0.0f; // this lane's share; the quad adds them up at the end
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
-                            const float pe = fast_exp2(s[mt][nt][hf * 2 + e] - m_use);
+                            const float pe = fast_exp2(fmaf(s[mt][nt][hf * 2 + e], p.score_scale, -m_use));
                             s[mt][nt][hf * 2 + e] = pe;
                             sum += pe;
                         }
-                    l_r[mt][hf] = l_r[mt][hf] * alpha + sum;
-#pragma unroll
-                    for (int nt = 0; nt < NTV; nt++) {
-                        acc[mt][nt][hf * 2] *= alpha;
-                        acc[mt][nt][hf * 2 + 1] *= alpha;
-                    }
+                    l_r[mt][hf] = l_r[mt][hf] * alpha[mt][hf] + sum;
                 }
+            }
+            if (!__all_sync(0xffffffffu, same_max)) {
+#pragma unroll
+                for (int mt = 0; mt < MTW; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NTV; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[mt][nt][e] *= alpha[mt][e >> 1];
             }
 
             cp_async_wait<1>();
@@ -1280,7 +1391,7 @@ extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetE
 #ifdef AITER_MLA_HAS_MMA
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    constexpr int bytes = mma::Smem<KVT != AITER_MLA_BF16, M>::total;
+    constexpr int bytes = mma::Smem<mma::ring_pitch(KVT), M>::total;
     // the shared-memory limit is per device and cheap to set: set it at every launch
     const hipError_t e = cudaFuncSetAttribute(mma::decode_mma_kernel<KVT, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != hipSuccess) return e;
@@ -1298,7 +1409,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
                                         void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const int32_t *plan = a->plan;
-    DecodeParams p;
+    DecodeParams p{};
     p.a = *a;
     p.work_indptr = plan + info->off_work_indptr;
     p.work_info = plan + info->off_work_info;
@@ -1458,6 +1569,58 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     r.dv = a->dv;
     r.o_dtype = a->o_dtype;
     reduce_kernel<<<dim3(min(info->max_tiles, kMaxGrid), min(a->num_heads, kMaxGrid)), kReduceThreads, 0, s>>>(r);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+// Sparse attention: the decode kernels without a plan (grid: token x row group of heads).
+extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const int H = a->num_heads;
+    DecodeParams p{};
+    aiter_mla_decode_args &d = p.a;
+    d.q = a->q;
+    d.q_stride_token = (int64_t)H * kD;
+    d.q_stride_head = kD;
+    d.kv_cache = a->kv_cache;
+    d.num_pages = a->num_slots; // a page is one slot
+    d.page_size = 1;
+    d.kv_indices = a->indices;
+    d.o = a->o;
+    d.o_stride_token = (int64_t)H * kL;
+    d.o_stride_head = kL;
+    d.lse = a->lse;
+    d.num_heads = H;
+    d.q_dtype = a->q_dtype;
+    d.o_dtype = a->o_dtype;
+    d.sm_scale = a->sm_scale;
+    p.score_scale = a->sm_scale * kLog2e;
+    p.v_scale = 1.0f;
+    p.sparse = 1;
+    p.topk = a->topk;
+    p.topk_length = a->topk_length;
+    p.attn_sink = a->attn_sink;
+    p.max_logits = a->max_logits;
+    const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
+    bool launched = false;
+#ifdef AITER_MLA_HAS_MMA
+    if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) {
+        p.rows_per_block = H <= 16 ? 16 : 64;
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        hipError_t e;
+        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block);
+        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block);
+        if (e != hipSuccess) return (int)e;
+        launched = true;
+    }
+#endif
+    if (!launched) {
+        p.rows_per_block = 64;
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + 63) / 64));
+        if (kvt == AITER_MLA_BF16) decode_kernel<AITER_MLA_BF16><<<grid, kThreads, 0, s>>>(p);
+        else if (kvt == kDsMlaFn) decode_kernel<kDsMlaFn><<<grid, kThreads, 0, s>>>(p);
+        else decode_kernel<kDsMlaFnuz><<<grid, kThreads, 0, s>>>(p);
+    }
     AITER_MLA__LAUNCH_CHECK();
 }
 
