@@ -710,8 +710,9 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * (taken from the float's bits, exact); values are stored as fp8(x / scale), saturating.
  * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM passes 224 on
  * gfx942 for headroom). The slots of slot_mapping follow SPEC 3 (-1 and out-of-range slots
- * are skipped; two tokens with one slot leave either row). The writer runs on the CPU
- * (_ref) and the GPU, with bit-identical rows; the row reader is a host helper. */
+ * are skipped; a slot given to two tokens ends up, on the GPU, with a mix of their rows).
+ * The writer runs on the CPU (_ref) and the GPU, with bit-identical rows; the row reader
+ * is a host helper. */
 enum { AITER_MLA_DS_MLA_ROW_BYTES = 656 };
 
 typedef struct aiter_mla_ds_mla_write_args {

@@ -1036,8 +1036,9 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
     const int64_t num_slots = a.num_blocks * a.block_size;
     for (int64_t t = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t < a.num_tokens;
          t += (int64_t)gridDim.x * kDsTokens) {
-        float x[8];
-        load_vals<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, x); // before the slot test: both loads in flight
+        float x[8], r[8]; // loaded before the slot test: every load of the token in flight at once
+        load_vals<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, x);
+        if (lane < 8) load_vals<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, r);
         const int64_t slot = a.slot_mapping[t];
         if (slot < 0 || slot >= num_slots) continue; // padding or out of range
         unsigned char *row = static_cast<unsigned char *>(a.kv_cache) + slot * AITER_MLA_DS_MLA_ROW_BYTES;
@@ -1058,9 +1059,7 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
             if (lane % 16 == 0) memcpy(row + 512 + 4 * (lane / 16), &scale, 4);
         }
         if (lane < 8) {
-            float r[8];
             uint32_t h[4];
-            load_vals<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, r);
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;

@@ -694,12 +694,12 @@ static void test_ds_mla_write_gpu(test_rng *rng) {
         const int64_t T = sizes[n++ % 5], bs = 16, blocks = (T + 40) / bs + 1, slots = blocks * bs;
         const int64_t kvc_stride = layout == 0 ? 576 : layout == 2 ? 517 : 512, kpe_stride = layout == 0 ? 576 : layout == 2 ? 67 : 64;
         const size_t cache_off = layout == 3 ? 4 : 0, cache_bytes = (size_t)slots * 656 + cache_off;
+        if (g_quick && T > 300) continue;
         void *kvc = test_malloc((size_t)(T * kvc_stride + 1) * 2), *kpe_own = test_malloc((size_t)(T * kpe_stride + 1) * 2);
         int64_t *slot = (int64_t *)test_malloc((size_t)T * 8 + 8), i;
         int32_t *perm = (int32_t *)test_malloc((size_t)slots * 4);
         void *d_cache;
         unsigned char *ref = (unsigned char *)poisoned_pair(cache_bytes, 0xff, &d_cache), *got = (unsigned char *)test_malloc(cache_bytes);
-        if (g_quick && T > 300) continue;
         fill_ds_mla_source(kvc, kvc_stride, layout == 0 ? (char *)kvc + 1024 : kpe_own, kpe_stride, T, src, rng);
         for (i = 0; i < slots; i++) perm[i] = (int32_t)i;
         rng_shuffle_i32(rng, perm, (int)slots);
@@ -853,7 +853,7 @@ static void test_gather_cache_gpu(test_rng *rng) {
     /* device arrays the host cannot check are data: a non-monotone cu_out_rows and rows
      * beyond out_rows leave everything outside [0, out_rows) untouched */
     {
-        int32_t cu[4] = {0, 50, 20, 90}, bt[4] = {0, 1, 2, 3}, starts[3] = {0, -40, 7};
+        int32_t cu[4] = {0, 50, 20, 90}, bt[3 * 4] = {0, 1, 2, 3, 3, 2, 1, 0, -1, 4, 2, 1}, starts[3] = {0, -40, 7};
         const int64_t rows = 60, guard = 8;
         uint16_t *cache = (uint16_t *)test_malloc(4 * 16 * 576 * 2), *got = (uint16_t *)test_malloc((size_t)(rows + guard) * 576 * 2);
         int64_t i, bad = 0;
