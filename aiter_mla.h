@@ -28,9 +28,11 @@
  *   head padding for 16-head kernels         aiter_mla_pad_q / _unpad_o (GPU)
  *   KV cache write (bf16/f16/fp8)            aiter_mla_kv_cache_write (GPU)
  *   varlen prefill + persistent plan         aiter_mla_prefill (GPU), _prefill_ref(_scheduled), _prefill_plan_*
- *   merge of attention states, gather        aiter_mla_merge_attn_states_ref, _gather_cache_ref  (CPU)
- *   V3.2 sparse: indices, fp8_ds_mla, attn   aiter_mla_sparse_attention (GPU), _sparse_attention_ref,
- *                                            _convert_sparse_indices_ref, _ds_mla_write_ref
+ *   merge of attention states                aiter_mla_merge_attn_states (GPU)
+ *   context gather (paged cache -> rows)     aiter_mla_gather_cache (GPU)
+ *   V3.2 sparse: index conversion, filter    aiter_mla_convert_sparse_indices, _filter_prefill_indices (GPU)
+ *   V3.2 fp8_ds_mla cache rows               aiter_mla_ds_mla_write (GPU), _ds_mla_read_row (host)
+ *   V3.2 sparse attention                    aiter_mla_sparse_attention (GPU)
  *   V4 sparse: MODEL1 cache, index lists,    aiter_mla_v4_cache_write_ref, _v4_gather_ref, _v4_swa_indices_ref,
  *   attention, chunked prefill               _v4_global_topk_ref, _v4_c128_indices_ref, _v4_combine_ref,
  *                                            _v4_copy_ragged_ref, _v4_attention_ref, _v4_prefill_ref (CPU)
@@ -92,6 +94,11 @@
  *   and the cache against the indptrs; device copies of plans, which the GPU path cannot
  *   read on the host) are trusted to match what they were built from. Page ids and slots
  *   that are negative or out of range are data: the key is skipped, the write dropped.
+ *   A GPU entry point validates exactly what its CPU reference validates, except the
+ *   contents of device arrays, which the host cannot read: what the reference refuses
+ *   there (a non-monotone cu_out_rows, say) the kernel takes as data, and bad entries
+ *   (negative or out-of-range slots, blocks, request ids, rows) give -1, zero rows or
+ *   dropped writes, never an access outside the buffers the arguments describe.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -523,7 +530,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
 
 /* ==== merge of attention states (SPEC 2a) ===============================================
  * o = (w_p o_p + w_s o_s) / (w_p + w_s), w = exp(lse - max(lse_p, lse_s)); lse = +inf
- * counts as -inf. Both sides empty: o = 0, lse = -inf. */
+ * counts as -inf. Both sides empty: o = 0, lse = -inf. The reference computes in double;
+ * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
     const float *lse_prefix;    /* [H, T] */
@@ -538,6 +546,7 @@ typedef struct aiter_mla_merge_args {
 } aiter_mla_merge_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge_args *a, void *stream);
 
 /* ==== varlen prefill attention (SPEC 2, 2c) =============================================
  * For request b (query rows cu_seqlens_q[b].., key rows cu_seqlens_k[b]..), head h and
@@ -662,8 +671,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache
  * with req = req_id[t]. A negative idx, a block index at or beyond block_table_stride, a
  * negative block id, a req_id outside [0, num_requests) or a slot that does not fit int32
  * gives -1. valid_counts (optional) receives the number of entries that are not -1 per
- * row, which is FlashMLA's topk_length when the valid entries come first. CPU version
- * only, so far; the GPU version and the sparse attention itself are still to come. */
+ * row, which is FlashMLA's topk_length when the valid entries come first. The GPU version
+ * takes the same arguments on device pointers; its output is bit-identical to the
+ * reference's. */
 typedef struct aiter_mla_sparse_index_args {
     const int32_t *indices;          /* [num_tokens, indices_stride] request-local, -1 = none */
     int64_t indices_stride;          /* 0 means topk */
@@ -681,11 +691,12 @@ typedef struct aiter_mla_sparse_index_args {
 } aiter_mla_sparse_index_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_mla_sparse_index_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream);
 
 /* filter_prefill_indices (SPEC 4): split each token's indices into the part that lies in
  * its request's cached context (idx < ctx_len: kept, else -1) and the part among the new
  * tokens (idx >= ctx_len: idx - ctx_len, else -1). A req_id outside [0, num_requests) or a
- * negative ctx_len gives -1 in both outputs. CPU version. */
+ * negative ctx_len gives -1 in both outputs. CPU reference and GPU version (bit-identical). */
 typedef struct aiter_mla_filter_prefill_args {
     const int32_t *indices;   /* [num_tokens, topk] request-local, -1 = none */
     const int32_t *req_id;    /* [num_tokens] */
@@ -698,6 +709,7 @@ typedef struct aiter_mla_filter_prefill_args {
 } aiter_mla_filter_prefill_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream);
 
 /* FlashMLA's older API returns base-2 lse; this gives the natural-log one in place:
  * lse_e = lse_2 * ln 2 (infinities stay). */
@@ -707,10 +719,13 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * 656 bytes per token: bytes 0..511 = 512 fp8 values of the latent, 512..527 = four fp32
  * scales (scale i covers values 128 i .. 128 i + 127), 528..655 = 64 bf16 rope values.
  * Value = fp8 * scale. Writing, per group of 128: scale = amax / fp8_max (at least
- * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)));
- * values are stored as fp8(x / scale), saturating. fp8_max defaults to the flavour's
- * maximum (448 e4m3fn, 240 e4m3fnuz; vLLM passes 224 on gfx942 for headroom). The slots
- * of slot_mapping follow SPEC 3 (-1 and out-of-range slots are skipped). CPU versions. */
+ * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)))
+ * (taken from the float's bits, exact); values are stored as fp8(x / scale), saturating.
+ * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM passes 224 on
+ * gfx942 for headroom). The slots of slot_mapping follow SPEC 3 (-1 and out-of-range slots
+ * are skipped; a slot given to two tokens ends up, on the GPU, with a mix of their rows).
+ * The writer runs on the CPU (_ref) and the GPU, with bit-identical rows; the row reader
+ * is a host helper. */
 enum { AITER_MLA_DS_MLA_ROW_BYTES = 656 };
 
 typedef struct aiter_mla_ds_mla_write_args {
@@ -730,6 +745,7 @@ typedef struct aiter_mla_ds_mla_write_args {
 } aiter_mla_ds_mla_write_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write(const aiter_mla_ds_mla_write_args *a, void *stream);
 /* One 656-byte row to 576 floats (512 dequantised latent values, then 64 rope values).
  * An unchecked helper: row and out576 must be valid; fp8_dtype DEFAULT means e4m3fn. */
 AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp8_dtype, float *out576);
@@ -776,7 +792,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
  * seq_starts is NULL) is read from block block_table[b, p / block_size], offset
  * p % block_size, and written to row cu_out_rows[b] + i of out. Chunk c of a long context
  * is seq_starts = c * C with rows min(ctx, (c + 1) * C) - c * C. A block index beyond the
- * table or a block id outside [0, num_blocks) gives a row of zeros. CPU version. */
+ * table or a block id outside [0, num_blocks) gives a row of zeros. A 16-bit cache
+ * gathered into its own dtype is copied bit for bit; everything else goes through fp32
+ * (fp8 times its scale). The GPU version is bit-identical to the reference. It cannot
+ * read cu_out_rows and seq_starts on the host: rows outside [0, out_rows) are not
+ * written, a negative position gives zeros, and with a non-monotone cu_out_rows some
+ * rows may be skipped. */
 typedef struct aiter_mla_gather_cache_args {
     const void *kv_cache;        /* [num_blocks, block_size, 576] cache_dtype, or 656-byte rows */
     int64_t num_blocks;          /* >= 1 */
@@ -796,6 +817,7 @@ typedef struct aiter_mla_gather_cache_args {
 } aiter_mla_gather_cache_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *a);
+AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cache_args *a, void *stream);
 
 /* ==== DeepSeek V4 sparse attention (SPEC 7) ==============================================
  * One softmax per query token over the union of two key lists: the raw tokens of its
@@ -1247,6 +1269,104 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
     }
 }
 
+/* Sparse index conversion of one entry (SPEC 4): request-local idx of request req to a
+ * global slot, -1 for every case the struct comment lists. */
+AITER_MLA_HD int32_t aiter_mla__sparse_slot(const aiter_mla_sparse_index_args *a, int32_t req, int32_t idx) {
+    int64_t slot;
+    if (idx < 0 || req < 0 || req >= a->num_requests) return -1;
+    if (a->block_table) { /* idx >= 0 here: unsigned division, the cheaper one on GPUs */
+        const uint32_t blk = (uint32_t)idx / (uint32_t)a->block_size, off = (uint32_t)idx % (uint32_t)a->block_size;
+        const int32_t id = blk < a->block_table_stride ? a->block_table[req * a->block_table_stride + blk] : -1;
+        if (id < 0) return -1;
+        slot = (int64_t)id * a->block_size + off;
+    } else {
+        slot = (int64_t)a->workspace_starts[req] + idx;
+    }
+    return slot < 0 || slot > INT32_MAX ? -1 : (int32_t)slot;
+}
+
+/* Context length of request req for filter_prefill_indices, -1 when req is unknown. */
+AITER_MLA_HD int32_t aiter_mla__filter_ctx_len(const aiter_mla_filter_prefill_args *a, int32_t req) {
+    return req >= 0 && req < a->num_requests ? a->ctx_lens[req] : -1;
+}
+/* filter_prefill_indices of one entry, given its request's context length (-1 when the
+ * request is unknown): the context part and the new-token part. */
+AITER_MLA_HD void aiter_mla__filter_split(int32_t idx, int32_t ctx, int32_t *context, int32_t *fresh) {
+    const int known = idx >= 0 && ctx >= 0; /* -1 entries and unknown requests stay -1 */
+    *context = known && idx < ctx ? idx : -1;
+    *fresh = known && idx >= ctx ? idx - ctx : -1;
+}
+
+/* fp8_ds_mla scale of a group of 128 values whose largest magnitude is amax (SPEC 6).
+ * The power of two is read off the float's bits rather than through log2f/exp2f, whose
+ * last-bit accuracy differs between C libraries and GPUs. */
+AITER_MLA_HD float aiter_mla__ds_mla_scale(float amax, float fp8_max, int pow2) {
+    float r = amax / fp8_max;
+    if (pow2) {
+        uint32_t u, e;
+        if (!(r > 1e-4f)) r = 1e-4f;
+        u = aiter_mla__f32_bits(r);
+        e = u >> 23;                               /* r >= 1e-4: normal and positive (or +inf) */
+        if (e < 255u && (u & 0x7fffffu) != 0) e++; /* not a power of two: the next one up */
+        return aiter_mla__bits_f32(e << 23);       /* e = 255 is +inf, as 2^128 would be */
+    }
+    return r >= 1.17549435e-38f ? r : 1.17549435e-38f; /* FLT_MIN; also NaN */
+}
+/* One latent value of an fp8_ds_mla row: fp8(x / scale), saturating. */
+AITER_MLA_HD uint8_t aiter_mla__ds_mla_quant(float x, float scale, aiter_mla_dtype fp8) {
+    return aiter_mla_f32_to_fp8(x / scale, fp8);
+}
+/* An fp8 value times its scale: the one dequantisation of the fp8 caches (per-tensor
+ * and fp8_ds_mla). */
+AITER_MLA_HD float aiter_mla__dequant_fp8(uint8_t code, float scale, aiter_mla_dtype fp8) {
+    return aiter_mla_fp8_to_f32(code, fp8) * scale;
+}
+/* Value d (0..575) of a 656-byte fp8_ds_mla row: latent values dequantised with their
+ * group's scale, then the bf16 rope values. */
+AITER_MLA_HD float aiter_mla__ds_mla_value(const unsigned char *row, int d, aiter_mla_dtype fp8) {
+    if (d < AITER_MLA_LATENT_DIM) {
+        float scale;
+        memcpy(&scale, row + 512 + 4 * (d / 128), 4);
+        return aiter_mla__dequant_fp8(row[d], scale, fp8);
+    } else {
+        uint16_t h;
+        memcpy(&h, row + 528 + 2 * (d - AITER_MLA_LATENT_DIM), 2);
+        return aiter_mla_bf16_to_f32(h);
+    }
+}
+
+/* Cache slot of context position pos of request b in the context gather (SPEC 2b), or -1
+ * (a row of zeros): negative position, block index beyond the table, block id outside
+ * [0, num_blocks). */
+AITER_MLA_HD int64_t aiter_mla__gather_slot(const aiter_mla_gather_cache_args *a, int b, int64_t pos) {
+    int64_t blk;
+    int32_t id;
+    if (pos < 0) return -1;
+    blk = pos / a->block_size;
+    if (blk >= a->block_table_stride) return -1;
+    id = a->block_table[(int64_t)b * a->block_table_stride + blk];
+    return id >= 0 && id < a->num_blocks ? (int64_t)id * a->block_size + pos % a->block_size : -1;
+}
+/* Value d of gathered row `dst` from cache slot `slot` (-1: zeros) into out. A 16-bit
+ * cache gathered into its own dtype is copied bit for bit (NaN payloads included). */
+AITER_MLA_HD void aiter_mla__gather_elem(const aiter_mla_gather_cache_args *a, int64_t slot, int64_t dst, int d) {
+    const int64_t o = dst * AITER_MLA_HEAD_DIM + d;
+    float x;
+    if (slot < 0) {
+        x = 0.0f;
+    } else if (a->cache_is_ds_mla) {
+        x = aiter_mla__ds_mla_value((const unsigned char *)a->kv_cache + slot * AITER_MLA_DS_MLA_ROW_BYTES, d, a->ds_mla_fp8);
+    } else if (a->cache_dtype == a->out_dtype) {
+        ((uint16_t *)a->out)[o] = ((const uint16_t *)a->kv_cache)[slot * AITER_MLA_HEAD_DIM + d];
+        return;
+    } else if (a->cache_dtype == AITER_MLA_FP8_E4M3FN || a->cache_dtype == AITER_MLA_FP8_E4M3FNUZ) {
+        x = aiter_mla__dequant_fp8(((const uint8_t *)a->kv_cache)[slot * AITER_MLA_HEAD_DIM + d], a->scale, a->cache_dtype);
+    } else {
+        x = aiter_mla_load_f32(a->kv_cache, slot * AITER_MLA_HEAD_DIM + d, a->cache_dtype);
+    }
+    aiter_mla_store_f32(a->out, o, a->out_dtype, x);
+}
+
 /* ======================================================================================
  * Internal: launchers implemented in kernels.hip. Each takes arguments whose defaults are
  * already resolved and validated, launches asynchronously, and returns the native error
@@ -1262,6 +1382,11 @@ int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_ar
 int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
 int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream);
 int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream);
+int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream);
+int aiter_mla__launch_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream);
+int aiter_mla__launch_ds_mla_write(const aiter_mla_ds_mla_write_args *a, void *stream);
+int aiter_mla__launch_gather_cache(const aiter_mla_gather_cache_args *a, void *stream);
+int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -2211,25 +2336,29 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
 }
 
 /* ---- merge of attention states ------------------------------------------------------- */
+static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla_merge_args *in, aiter_mla_merge_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (a->dtype == AITER_MLA_DTYPE_DEFAULT) a->dtype = AITER_MLA_BF16;
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->num_heads, 1, 65536, "num_heads");
+    AITER_MLA__RANGE(op, a->head_dim, 1, 65536, "head_dim");
+    if (!aiter_mla__is_16bit(a->dtype) && a->dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a->dtype));
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->o_prefix, "o_prefix");
+    AITER_MLA__NEED(op, a->lse_prefix, "lse_prefix");
+    AITER_MLA__NEED(op, a->o_suffix, "o_suffix");
+    AITER_MLA__NEED(op, a->lse_suffix, "lse_suffix");
+    AITER_MLA__NEED(op, a->o, "o");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *in) {
-    const char *op = "merge_attn_states_ref";
     aiter_mla_merge_args a;
     int64_t t;
     int h, d;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (a.dtype == AITER_MLA_DTYPE_DEFAULT) a.dtype = AITER_MLA_BF16;
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.num_heads, 1, 65536, "num_heads");
-    AITER_MLA__RANGE(op, a.head_dim, 1, 65536, "head_dim");
-    if (!aiter_mla__is_16bit(a.dtype) && a.dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.dtype));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.o_prefix, "o_prefix");
-    AITER_MLA__NEED(op, a.lse_prefix, "lse_prefix");
-    AITER_MLA__NEED(op, a.o_suffix, "o_suffix");
-    AITER_MLA__NEED(op, a.lse_suffix, "lse_suffix");
-    AITER_MLA__NEED(op, a.o, "o");
+    AITER_MLA__CHECK(aiter_mla__merge_resolve("merge_attn_states_ref", in, &a));
     for (t = 0; t < a.num_tokens; t++)
         for (h = 0; h < a.num_heads; h++) {
             double lp = a.lse_prefix[(int64_t)h * a.num_tokens + t], ls = a.lse_suffix[(int64_t)h * a.num_tokens + t], m, wp, ws;
@@ -2248,6 +2377,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_m
             if (a.lse) a.lse[(int64_t)h * a.num_tokens + t] = (float)(m == -HUGE_VAL ? m : m + log(wp + ws));
         }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge_args *in, void *stream) {
+    aiter_mla_merge_args a;
+    AITER_MLA__CHECK(aiter_mla__merge_resolve("merge_attn_states", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("merge_attn_states", aiter_mla__launch_merge_attn_states(&a, stream));
 }
 
 /* ---- KV cache write ------------------------------------------------------------------ */
@@ -2300,48 +2437,41 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache
 }
 
 /* ---- sparse index conversion ---------------------------------------------------------- */
+static aiter_mla_status aiter_mla__sparse_index_resolve(const char *op, const aiter_mla_sparse_index_args *in,
+                                                        aiter_mla_sparse_index_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->indices_stride) a->indices_stride = a->topk;
+    if (!a->out_stride) a->out_stride = a->topk;
+    if (!a->block_size) a->block_size = 64;
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a->num_requests, 1, INT32_MAX, "num_requests");
+    AITER_MLA__RANGE(op, a->indices_stride, a->topk, AITER_MLA__MAX_STRIDE, "indices_stride");
+    AITER_MLA__RANGE(op, a->out_stride, a->topk, AITER_MLA__MAX_STRIDE, "out_stride");
+    if (a->block_table) {
+        AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+        AITER_MLA__RANGE(op, a->block_size, 1, 4096, "block_size");
+    } else {
+        AITER_MLA__NEED(op, a->workspace_starts, "workspace_starts (or block_table)");
+    }
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->indices, "indices");
+    AITER_MLA__NEED(op, a->req_id, "req_id");
+    AITER_MLA__NEED(op, a->out, "out");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_mla_sparse_index_args *in) {
-    const char *op = "convert_sparse_indices_ref";
     aiter_mla_sparse_index_args a;
     int64_t t;
     int i;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.indices_stride) a.indices_stride = a.topk;
-    if (!a.out_stride) a.out_stride = a.topk;
-    if (!a.block_size) a.block_size = 64;
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
-    AITER_MLA__RANGE(op, a.num_requests, 1, INT32_MAX, "num_requests");
-    AITER_MLA__RANGE(op, a.indices_stride, a.topk, AITER_MLA__MAX_STRIDE, "indices_stride");
-    AITER_MLA__RANGE(op, a.out_stride, a.topk, AITER_MLA__MAX_STRIDE, "out_stride");
-    if (a.block_table) {
-        AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-        AITER_MLA__RANGE(op, a.block_size, 1, 4096, "block_size");
-    } else {
-        AITER_MLA__NEED(op, a.workspace_starts, "workspace_starts (or block_table)");
-    }
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.indices, "indices");
-    AITER_MLA__NEED(op, a.req_id, "req_id");
-    AITER_MLA__NEED(op, a.out, "out");
+    AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices_ref", in, &a));
     for (t = 0; t < a.num_tokens; t++) {
-        const int32_t req = a.req_id[t];
         int32_t valid = 0;
         for (i = 0; i < a.topk; i++) {
-            const int32_t idx = a.indices[t * a.indices_stride + i];
-            int64_t slot = -1;
-            if (idx >= 0 && req >= 0 && req < a.num_requests) {
-                if (a.block_table) {
-                    const int64_t blk = idx / a.block_size;
-                    const int32_t id = blk < a.block_table_stride ? a.block_table[req * a.block_table_stride + blk] : -1;
-                    if (id >= 0) slot = (int64_t)id * a.block_size + idx % a.block_size;
-                } else {
-                    slot = (int64_t)a.workspace_starts[req] + idx;
-                }
-                if (slot < 0 || slot > INT32_MAX) slot = -1;
-            }
-            a.out[t * a.out_stride + i] = (int32_t)slot;
+            const int32_t slot = aiter_mla__sparse_slot(&a, a.req_id[t], a.indices[t * a.indices_stride + i]);
+            a.out[t * a.out_stride + i] = slot;
             valid += slot >= 0;
         }
         if (a.valid_counts) a.valid_counts[t] = valid;
@@ -2349,33 +2479,49 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_
     return AITER_MLA_OK;
 }
 
+AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices(const aiter_mla_sparse_index_args *in, void *stream) {
+    aiter_mla_sparse_index_args a;
+    AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("convert_sparse_indices", aiter_mla__launch_convert_sparse_indices(&a, stream));
+}
+
+static aiter_mla_status aiter_mla__filter_resolve(const char *op, const aiter_mla_filter_prefill_args *in,
+                                                  aiter_mla_filter_prefill_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a->num_requests, 1, INT32_MAX, "num_requests");
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->indices, "indices");
+    AITER_MLA__NEED(op, a->req_id, "req_id");
+    AITER_MLA__NEED(op, a->ctx_lens, "ctx_lens");
+    AITER_MLA__NEED(op, a->context_out, "context_out");
+    AITER_MLA__NEED(op, a->new_out, "new_out");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *in) {
-    const char *op = "filter_prefill_indices_ref";
     aiter_mla_filter_prefill_args a;
     int64_t t;
     int i;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
-    AITER_MLA__RANGE(op, a.num_requests, 1, INT32_MAX, "num_requests");
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.indices, "indices");
-    AITER_MLA__NEED(op, a.req_id, "req_id");
-    AITER_MLA__NEED(op, a.ctx_lens, "ctx_lens");
-    AITER_MLA__NEED(op, a.context_out, "context_out");
-    AITER_MLA__NEED(op, a.new_out, "new_out");
+    AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices_ref", in, &a));
     for (t = 0; t < a.num_tokens; t++) {
-        const int32_t req = a.req_id[t];
-        const int32_t ctx = req >= 0 && req < a.num_requests ? a.ctx_lens[req] : -1;
-        for (i = 0; i < a.topk; i++) {
-            const int32_t idx = a.indices[t * a.topk + i];
-            const int known = idx >= 0 && ctx >= 0; /* -1 entries and unknown requests stay -1 */
-            a.context_out[t * a.topk + i] = known && idx < ctx ? idx : -1;
-            a.new_out[t * a.topk + i] = known && idx >= ctx ? idx - ctx : -1;
-        }
+        const int32_t ctx = aiter_mla__filter_ctx_len(&a, a.req_id[t]);
+        for (i = 0; i < a.topk; i++)
+            aiter_mla__filter_split(a.indices[t * a.topk + i], ctx, &a.context_out[t * a.topk + i], &a.new_out[t * a.topk + i]);
     }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices(const aiter_mla_filter_prefill_args *in, void *stream) {
+    aiter_mla_filter_prefill_args a;
+    AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("filter_prefill_indices", aiter_mla__launch_filter_prefill_indices(&a, stream));
 }
 
 AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n) {
@@ -2385,37 +2531,42 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n) {
 }
 
 /* ---- fp8_ds_mla rows ------------------------------------------------------------------ */
+static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_mla_ds_mla_write_args *in,
+                                                  aiter_mla_ds_mla_write_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->kv_c_stride) a->kv_c_stride = AITER_MLA_LATENT_DIM;
+    if (!a->k_pe_stride) a->k_pe_stride = AITER_MLA_ROPE_DIM;
+    if (!a->block_size) a->block_size = 64;
+    if (a->src_dtype == AITER_MLA_DTYPE_DEFAULT) a->src_dtype = AITER_MLA_BF16;
+    if (a->fp8_dtype == AITER_MLA_DTYPE_DEFAULT) a->fp8_dtype = AITER_MLA_FP8_E4M3FN;
+    if (a->fp8_max == 0.0f) a->fp8_max = aiter_mla_fp8_max(a->fp8_dtype);
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
+    AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
+    AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
+    if (!aiter_mla__is_16bit(a->src_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
+    if (!aiter_mla__is_fp8(a->fp8_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: fp8_dtype %s is not an fp8 flavour", op, aiter_mla_dtype_name(a->fp8_dtype));
+    if (!(a->fp8_max > 0.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a->fp8_max,
+                               aiter_mla_fp8_max(a->fp8_dtype));
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->kv_c, "kv_c");
+    AITER_MLA__NEED(op, a->k_pe, "k_pe");
+    AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *in) {
-    const char *op = "ds_mla_write_ref";
     aiter_mla_ds_mla_write_args a;
     int64_t t;
     int g, i;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.kv_c_stride) a.kv_c_stride = AITER_MLA_LATENT_DIM;
-    if (!a.k_pe_stride) a.k_pe_stride = AITER_MLA_ROPE_DIM;
-    if (!a.block_size) a.block_size = 64;
-    if (a.src_dtype == AITER_MLA_DTYPE_DEFAULT) a.src_dtype = AITER_MLA_BF16;
-    if (a.fp8_dtype == AITER_MLA_DTYPE_DEFAULT) a.fp8_dtype = AITER_MLA_FP8_E4M3FN;
-    if (a.fp8_max == 0.0f) a.fp8_max = aiter_mla_fp8_max(a.fp8_dtype);
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
-    AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a.num_blocks * a.block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
-    AITER_MLA__RANGE(op, a.kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
-    AITER_MLA__RANGE(op, a.k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
-    if (!aiter_mla__is_16bit(a.src_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.src_dtype));
-    if (!aiter_mla__is_fp8(a.fp8_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: fp8_dtype %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.fp8_dtype));
-    if (!(a.fp8_max > 0.0f && a.fp8_max <= aiter_mla_fp8_max(a.fp8_dtype)))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a.fp8_max,
-                               aiter_mla_fp8_max(a.fp8_dtype));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.kv_c, "kv_c");
-    AITER_MLA__NEED(op, a.k_pe, "k_pe");
-    AITER_MLA__NEED(op, a.slot_mapping, "slot_mapping");
-    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write_ref", in, &a));
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
         unsigned char *row;
@@ -2425,19 +2576,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
             float amax = 0.0f, scale;
             for (i = 0; i < 128; i++) {
                 float x = fabsf(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype));
-                if (x > amax) amax = x;
+                if (x > amax) amax = x; /* NaN never wins */
             }
-            if (a.pow2_scales) {
-                float r = amax / a.fp8_max;
-                scale = exp2f(ceilf(log2f(r > 1e-4f ? r : 1e-4f)));
-            } else {
-                scale = amax / a.fp8_max;
-                if (!(scale >= 1.17549435e-38f)) scale = 1.17549435e-38f; /* FLT_MIN; also NaN */
-            }
+            scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
             memcpy(row + 512 + 4 * g, &scale, 4);
             for (i = 0; i < 128; i++)
                 row[g * 128 + i] =
-                    aiter_mla_f32_to_fp8(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype) / scale, a.fp8_dtype);
+                    aiter_mla__ds_mla_quant(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype), scale, a.fp8_dtype);
         }
         for (i = 0; i < AITER_MLA_ROPE_DIM; i++) {
             uint16_t h = aiter_mla_f32_to_bf16(aiter_mla_load_f32(a.k_pe, t * a.k_pe_stride + i, a.src_dtype));
@@ -2447,20 +2592,18 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
     return AITER_MLA_OK;
 }
 
+AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write(const aiter_mla_ds_mla_write_args *in, void *stream) {
+    aiter_mla_ds_mla_write_args a;
+    AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("ds_mla_write", aiter_mla__launch_ds_mla_write(&a, stream));
+}
+
 AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp8_dtype, float *out) {
-    const unsigned char *r = (const unsigned char *)row;
-    int i;
+    int d;
     if (fp8_dtype == AITER_MLA_DTYPE_DEFAULT) fp8_dtype = AITER_MLA_FP8_E4M3FN;
-    for (i = 0; i < AITER_MLA_LATENT_DIM; i++) {
-        float scale;
-        memcpy(&scale, r + 512 + 4 * (i / 128), 4);
-        out[i] = aiter_mla_fp8_to_f32(r[i], fp8_dtype) * scale;
-    }
-    for (i = 0; i < AITER_MLA_ROPE_DIM; i++) {
-        uint16_t h;
-        memcpy(&h, r + 528 + 2 * i, 2);
-        out[AITER_MLA_LATENT_DIM + i] = aiter_mla_bf16_to_f32(h);
-    }
+    for (d = 0; d < AITER_MLA_HEAD_DIM; d++) out[d] = aiter_mla__ds_mla_value((const unsigned char *)row, d, fp8_dtype);
 }
 
 /* ---- sparse MLA attention ----------------------------------------------------------------- */
@@ -2559,38 +2702,43 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
 }
 
 /* ---- context gather ---------------------------------------------------------------------- */
+static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_mla_gather_cache_args *in,
+                                                  aiter_mla_gather_cache_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->block_size) a->block_size = 1;
+    if (a->cache_dtype == AITER_MLA_DTYPE_DEFAULT) a->cache_dtype = AITER_MLA_BF16;
+    if (a->ds_mla_fp8 == AITER_MLA_DTYPE_DEFAULT) a->ds_mla_fp8 = AITER_MLA_FP8_E4M3FN;
+    if (a->out_dtype == AITER_MLA_DTYPE_DEFAULT) a->out_dtype = AITER_MLA_BF16;
+    if (a->scale == 0.0f) a->scale = 1.0f;
+    AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
+    if (a->cache_is_ds_mla ? !aiter_mla__is_fp8(a->ds_mla_fp8)
+                           : !aiter_mla__is_16bit(a->cache_dtype) && !aiter_mla__is_fp8(a->cache_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
+                               a->cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
+                               aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
+    if (!aiter_mla__is_16bit(a->out_dtype) && a->out_dtype != AITER_MLA_F32)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op,
+                               aiter_mla_dtype_name(a->out_dtype));
+    if (!(a->scale > 0.0f && a->scale < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a->block_table, "block_table");
+    AITER_MLA__NEED(op, a->cu_out_rows, "cu_out_rows");
+    AITER_MLA__NEED(op, a->out, "out");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *in) {
     const char *op = "gather_cache_ref";
     aiter_mla_gather_cache_args a;
-    float row[AITER_MLA_HEAD_DIM];
     int b, d;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.block_size) a.block_size = 1;
-    if (a.cache_dtype == AITER_MLA_DTYPE_DEFAULT) a.cache_dtype = AITER_MLA_BF16;
-    if (a.ds_mla_fp8 == AITER_MLA_DTYPE_DEFAULT) a.ds_mla_fp8 = AITER_MLA_FP8_E4M3FN;
-    if (a.out_dtype == AITER_MLA_DTYPE_DEFAULT) a.out_dtype = AITER_MLA_BF16;
-    if (a.scale == 0.0f) a.scale = 1.0f;
-    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
-    AITER_MLA__RANGE(op, a.num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
-    AITER_MLA__RANGE(op, a.block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a.num_blocks * a.block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
-    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-    AITER_MLA__RANGE(op, a.out_rows, 0, INT32_MAX, "out_rows");
-    if (a.cache_is_ds_mla ? !aiter_mla__is_fp8(a.ds_mla_fp8)
-                          : !aiter_mla__is_16bit(a.cache_dtype) && !aiter_mla__is_fp8(a.cache_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
-                               a.cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
-                               aiter_mla_dtype_name(a.cache_is_ds_mla ? a.ds_mla_fp8 : a.cache_dtype));
-    if (!aiter_mla__is_16bit(a.out_dtype) && a.out_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op,
-                               aiter_mla_dtype_name(a.out_dtype));
-    if (!(a.scale > 0.0f && a.scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a.scale);
-    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
-    AITER_MLA__NEED(op, a.block_table, "block_table");
-    AITER_MLA__NEED(op, a.cu_out_rows, "cu_out_rows");
-    AITER_MLA__NEED(op, a.out, "out");
+    AITER_MLA__CHECK(aiter_mla__gather_resolve(op, in, &a));
     if (a.cu_out_rows[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_out_rows[0] is negative", op);
     for (b = 0; b < a.batch; b++) {
         if (a.cu_out_rows[b + 1] < a.cu_out_rows[b])
@@ -2604,23 +2752,19 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
     for (b = 0; b < a.batch; b++) {
         int32_t i;
         for (i = 0; i < a.cu_out_rows[b + 1] - a.cu_out_rows[b]; i++) {
-            const int64_t pos = (int64_t)(a.seq_starts ? a.seq_starts[b] : 0) + i, blk = pos / a.block_size;
-            const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
-            const int64_t slot = id >= 0 && id < a.num_blocks ? (int64_t)id * a.block_size + pos % a.block_size : -1;
-            const int64_t dst = (int64_t)(a.cu_out_rows[b] + i) * AITER_MLA_HEAD_DIM;
-            if (slot < 0) {
-                for (d = 0; d < AITER_MLA_HEAD_DIM; d++) row[d] = 0.0f; /* absent: zeros */
-            } else if (a.cache_is_ds_mla) {
-                aiter_mla_ds_mla_read_row((const unsigned char *)a.kv_cache + slot * AITER_MLA_DS_MLA_ROW_BYTES, a.ds_mla_fp8, row);
-            } else {
-                const float sc = aiter_mla__is_fp8(a.cache_dtype) ? a.scale : 1.0f;
-                for (d = 0; d < AITER_MLA_HEAD_DIM; d++)
-                    row[d] = aiter_mla_load_f32(a.kv_cache, slot * AITER_MLA_HEAD_DIM + d, a.cache_dtype) * sc;
-            }
-            for (d = 0; d < AITER_MLA_HEAD_DIM; d++) aiter_mla_store_f32(a.out, dst + d, a.out_dtype, row[d]);
+            const int64_t slot = aiter_mla__gather_slot(&a, b, (int64_t)(a.seq_starts ? a.seq_starts[b] : 0) + i);
+            for (d = 0; d < AITER_MLA_HEAD_DIM; d++) aiter_mla__gather_elem(&a, slot, (int64_t)a.cu_out_rows[b] + i, d);
         }
     }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cache_args *in, void *stream) {
+    aiter_mla_gather_cache_args a;
+    AITER_MLA__CHECK(aiter_mla__gather_resolve("gather_cache", in, &a));
+    if (a.out_rows == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("gather_cache", aiter_mla__launch_gather_cache(&a, stream));
 }
 
 /* ---- varlen prefill attention --------------------------------------------------------------- */

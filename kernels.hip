@@ -1383,6 +1383,409 @@ __global__ void kv_cache_write_kernel(aiter_mla_kv_cache_write_args a) {
         for (int c = threadIdx.x; c < kD; c += blockDim.x) aiter_mla__kv_write_elem(&a, t, c);
 }
 
+// ---- shared pieces of the memory-bound ops below ------------------------------------------
+// Blocks of kSmallThreads. Row-shaped ops give each row a group of threads (a power of two
+// up to the block) so short rows (small topk, small head_dim) share a block instead of
+// idling most of it.
+constexpr int kSmallThreads = 256;
+
+static int threads_per_row(int64_t units) {
+    int t = 1;
+    while (t < units && t < kSmallThreads) t <<= 1;
+    return t;
+}
+static unsigned grid_for(int64_t items, int64_t items_per_block) {
+    return (unsigned)min((items + items_per_block - 1) / items_per_block, (int64_t)kMaxGrid);
+}
+__host__ __device__ constexpr int dtype_bytes(int dt) {
+    return dt == AITER_MLA_F32 ? 4 : dt == AITER_MLA_BF16 || dt == AITER_MLA_F16 ? 2 : 1;
+}
+
+// N 32-bit words (N = 2: one 8-byte access; N a multiple of 4: 16-byte accesses) at an address
+// aligned to the access.
+template <int N>
+__device__ __forceinline__ void load_words(const void *p, uint32_t (&w)[N]) {
+    static_assert(N == 2 || N % 4 == 0, "8 bytes or multiples of 16");
+    if constexpr (N == 2) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const uint4 v = reinterpret_cast<const uint4 *>(p)[i];
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    }
+}
+template <int N>
+__device__ __forceinline__ void store_words(void *p, const uint32_t (&w)[N]) {
+    static_assert(N == 2 || N % 4 == 0, "8 bytes or multiples of 16");
+    if constexpr (N == 2) {
+        *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++)
+            reinterpret_cast<uint4 *>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    }
+}
+__device__ __forceinline__ uint8_t word_byte(const uint32_t *w, int k) { return (uint8_t)(w[k >> 2] >> (8 * (k & 3))); }
+__device__ __forceinline__ uint16_t word_half(const uint32_t *w, int k) { return (uint16_t)(w[k >> 1] >> (16 * (k & 1))); }
+
+// N values of dtype DT at element i of p as floats, through the library's converters (fp8
+// without scale). kVec: N * size bytes in 8- or 16-byte accesses (the caller checked the
+// alignment); otherwise one element at a time.
+template <int DT, int N, bool kVec>
+__device__ __forceinline__ void load_vals(const void *p, int64_t i, float (&v)[N]) {
+    if constexpr (kVec) {
+        uint32_t w[N * dtype_bytes(DT) / 4];
+        load_words(static_cast<const unsigned char *>(p) + i * dtype_bytes(DT), w);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if constexpr (DT == AITER_MLA_F32) v[k] = aiter_mla__bits_f32(w[k]);
+            else if constexpr (dtype_bytes(DT) == 2) v[k] = DT == AITER_MLA_BF16 ? aiter_mla_bf16_to_f32(word_half(w, k)) : aiter_mla_f16_to_f32(word_half(w, k));
+            else v[k] = aiter_mla_fp8_to_f32(word_byte(w, k), (aiter_mla_dtype)DT);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = aiter_mla_load_f32(p, i + k, (aiter_mla_dtype)DT);
+    }
+}
+// The converse: N floats stored as dtype DT (bf16, f16 or f32) at element i of p.
+template <int DT, int N, bool kVec>
+__device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[N]) {
+    if constexpr (kVec) {
+        uint32_t w[N * dtype_bytes(DT) / 4];
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if constexpr (DT == AITER_MLA_F32) {
+                w[k] = aiter_mla__f32_bits(v[k]);
+            } else {
+                const uint32_t h = DT == AITER_MLA_BF16 ? aiter_mla_f32_to_bf16(v[k]) : aiter_mla_f32_to_f16(v[k]);
+                if (k & 1) w[k >> 1] |= h << 16;
+                else w[k >> 1] = h;
+            }
+        }
+        store_words(static_cast<unsigned char *>(p) + i * dtype_bytes(DT), w);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; k++) aiter_mla_store_f32(p, i + k, (aiter_mla_dtype)DT, v[k]);
+    }
+}
+
+// ==== sparse index conversion and filter_prefill_indices (SPEC 4) ==========================
+// One group of threads per token row (threads_per_row of its 4-column units), 16-byte loads
+// and stores of 4 indices while the rows are 16-byte aligned, one index at a time after
+// that (and everywhere when they are not). Each entry goes through the reference's own
+// helper, so the output is the reference's bit for bit.
+template <int N>
+struct Width {
+    static constexpr int value = N;
+};
+
+// Columns [0, n) of a row, visited by `lanes` threads: 4 at a time while kVec, then one at
+// a time. f(column, Width<k>) handles k columns.
+template <bool kVec, typename F>
+__device__ __forceinline__ void for_columns(int lane, int lanes, int n, F &&f) {
+    int tail = 0;
+    if constexpr (kVec) {
+        tail = n & ~3;
+        for (int c = lane * 4; c < tail; c += lanes * 4) f(c, Width<4>());
+    }
+    for (int c = tail + lane; c < n; c += lanes) f(c, Width<1>());
+}
+template <int W>
+__device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
+    if constexpr (W == 4) {
+        const int4 x = *reinterpret_cast<const int4 *>(p);
+        v[0] = x.x;
+        v[1] = x.y;
+        v[2] = x.z;
+        v[3] = x.w;
+    } else {
+        v[0] = *p;
+    }
+}
+template <int W>
+__device__ __forceinline__ void store_ints(int32_t *p, const int32_t (&v)[W]) {
+    if constexpr (W == 4) *reinterpret_cast<int4 *>(p) = make_int4(v[0], v[1], v[2], v[3]);
+    else *p = v[0];
+}
+
+// kBlockSize: a block size known at compile time (64, vLLM's), which turns the division of
+// every entry into a shift; 0 reads it from the arguments.
+template <bool kVec, int kBlockSize>
+__global__ void __launch_bounds__(kSmallThreads) sparse_indices_kernel(aiter_mla_sparse_index_args a, int tpr) {
+    __shared__ int32_t counts[kSmallThreads];
+    aiter_mla_sparse_index_args p = a;
+    if (kBlockSize) p.block_size = kBlockSize;
+    const int tid = threadIdx.x, rows = kSmallThreads / tpr, lane = tid % tpr, r = tid / tpr;
+    const int seg = min(tpr, AITER_MLA_WARP_SIZE); // a row's lanes inside one warp
+    for (int64_t t0 = (int64_t)blockIdx.x * rows; t0 < p.num_tokens; t0 += (int64_t)gridDim.x * rows) {
+        const int64_t t = t0 + r;
+        int32_t valid = 0;
+        if (t < p.num_tokens) {
+            const int32_t req = p.req_id[t];
+            const int32_t *in = p.indices + t * p.indices_stride;
+            int32_t *out = p.out + t * p.out_stride;
+            for_columns<kVec>(lane, tpr, p.topk, [&](int c, auto width) {
+                constexpr int W = decltype(width)::value;
+                int32_t v[W];
+                load_ints(in + c, v);
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    v[k] = aiter_mla__sparse_slot(&p, req, v[k]);
+                    valid += v[k] >= 0;
+                }
+                store_ints(out + c, v);
+            });
+        }
+        if (p.valid_counts) { // the same for the whole block: shuffles and barriers are safe
+            for (int o = seg / 2; o > 0; o >>= 1) valid += aiter_mla__shfl_xor(valid, o);
+            if (tid < rows) counts[tid] = 0;
+            __syncthreads();
+            if (lane % seg == 0 && valid) atomicAdd(&counts[r], valid);
+            __syncthreads();
+            if (tid < rows && t0 + tid < p.num_tokens) p.valid_counts[t0 + tid] = counts[tid];
+            __syncthreads(); // counts is cleared again by the next rows
+        }
+    }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) filter_prefill_kernel(aiter_mla_filter_prefill_args a, int tpr) {
+    const int rows = kSmallThreads / tpr, lane = threadIdx.x % tpr;
+    for (int64_t t = (int64_t)blockIdx.x * rows + threadIdx.x / tpr; t < a.num_tokens; t += (int64_t)gridDim.x * rows) {
+        const int32_t ctx = aiter_mla__filter_ctx_len(&a, a.req_id[t]);
+        const int64_t base = t * a.topk;
+        for_columns<kVec>(lane, tpr, a.topk, [&](int c, auto width) {
+            constexpr int W = decltype(width)::value;
+            int32_t v[W], context[W], fresh[W];
+            load_ints(a.indices + base + c, v);
+#pragma unroll
+            for (int k = 0; k < W; k++) aiter_mla__filter_split(v[k], ctx, &context[k], &fresh[k]);
+            store_ints(a.context_out + base + c, context);
+            store_ints(a.new_out + base + c, fresh);
+        });
+    }
+}
+
+// ==== fp8_ds_mla writer (SPEC 6) ===========================================================
+// 64 threads per token, 4 tokens per block: thread i loads latent values 8i .. 8i + 7 (16
+// bytes), the 16 threads of a 128-value group take its amax with shuffles, and each
+// quantises its 8 values into one 8-byte store; threads 0..7 also convert 8 rope values
+// each (16-byte load and store). The scale and the quantisation are the reference's helpers
+// and the amax a max (exact in any order), so rows are bit-identical to the reference's.
+// A token's 64 threads are whole warps on both vendors (32 or 64 lanes): skipping a token
+// never splits a warp. Without 16-byte alignment the same threads use scalar accesses.
+constexpr int kDsThreads = 64, kDsTokens = kSmallThreads / kDsThreads;
+
+template <int SRC, bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_ds_mla_write_args a) {
+    static_assert(kDsThreads % AITER_MLA_WARP_SIZE == 0, "a token's threads must be whole warps");
+    const int lane = threadIdx.x % kDsThreads;
+    const int64_t num_slots = a.num_blocks * a.block_size;
+    for (int64_t t = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t < a.num_tokens;
+         t += (int64_t)gridDim.x * kDsTokens) {
+        float x[8], r[8]; // loaded before the slot test: every load of the token in flight at once
+        load_vals<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, x);
+        if (lane < 8) load_vals<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, r);
+        const int64_t slot = a.slot_mapping[t];
+        if (slot < 0 || slot >= num_slots) continue; // padding or out of range
+        unsigned char *row = static_cast<unsigned char *>(a.kv_cache) + slot * AITER_MLA_DS_MLA_ROW_BYTES;
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
+        const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
+        uint32_t w[2] = {0u, 0u};
+#pragma unroll
+        for (int k = 0; k < 8; k++) w[k >> 2] |= (uint32_t)aiter_mla__ds_mla_quant(x[k], scale, a.fp8_dtype) << (8 * (k & 3));
+        if constexpr (kVec) {
+            store_words(row + lane * 8, w);
+            if (lane % 16 == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / 16)) = scale;
+        } else {
+            for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
+            if (lane % 16 == 0) memcpy(row + 512 + 4 * (lane / 16), &scale, 4);
+        }
+        if (lane < 8) {
+            uint32_t h[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
+            if constexpr (kVec) {
+                store_words(row + 528 + lane * 16, h);
+            } else {
+                for (int k = 0; k < 16; k++) row[528 + lane * 16 + k] = word_byte(h, k);
+            }
+        }
+    }
+}
+
+// ==== context gather (SPEC 2b) =============================================================
+// A block takes kGatherRows output rows at a time: first one thread per row finds its
+// request (binary search of cu_out_rows) and cache slot, then the block copies the rows in
+// units of 8 values: every unit of the pass is loaded (16-byte loads; 8 bytes for fp8
+// latent values) before any is stored, then converted and stored (16-byte stores). A
+// 16-bit cache into its own dtype is a bit copy; everything else goes through the
+// reference's converters and dequantisation, so rows are bit-identical to the reference's.
+// CACHE 0 is the unaligned fallback: one value per thread through the reference's own
+// element helper.
+constexpr int kGatherRows = 32, kGatherUnits = kD / 8;
+
+// Request of output row r: the last b with cu_out_rows[b] <= r. cu_out_rows is data here:
+// the caller checks that b really holds r.
+__device__ __forceinline__ int gather_request(const int32_t *cu, int batch, int64_t r) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (cu[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// One unit of a gathered row as loaded: raw words and, for fp8_ds_mla latent values, the
+// group's scale. Absent rows (slot < 0) load nothing and stay zero.
+struct GatherUnit {
+    uint32_t w[4];
+    float scale;
+};
+
+template <int CACHE, bool DS>
+__device__ __forceinline__ GatherUnit gather_fetch(const aiter_mla_gather_cache_args &a, int64_t slot, int unit) {
+    GatherUnit g = {{0u, 0u, 0u, 0u}, 0.0f};
+    if (slot < 0) return g;
+    const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
+    if constexpr (DS) {
+        const unsigned char *row = cache + slot * AITER_MLA_DS_MLA_ROW_BYTES;
+        if (unit < kL / 8) {
+            uint32_t w[2];
+            load_words(row + unit * 8, w);
+            g.w[0] = w[0];
+            g.w[1] = w[1];
+            g.scale = *reinterpret_cast<const float *>(row + 512 + 4 * (unit / 16));
+        } else {
+            load_words(row + 528 + (unit - kL / 8) * 16, g.w);
+        }
+    } else if constexpr (dtype_bytes(CACHE) == 1) {
+        uint32_t w[2];
+        load_words(cache + (slot * kD + unit * 8), w);
+        g.w[0] = w[0];
+        g.w[1] = w[1];
+    } else {
+        load_words(cache + (slot * kD + unit * 8) * 2, g.w);
+    }
+    return g;
+}
+
+template <int CACHE, int OUT, bool DS>
+__device__ __forceinline__ void gather_emit(const aiter_mla_gather_cache_args &a, const GatherUnit &g, int64_t slot,
+                                            int64_t dst, int unit) {
+    const int64_t o = dst * kD + unit * 8;
+    if constexpr (!DS && CACHE == OUT) { // a 16-bit cache into its own dtype: the bits as they are
+        store_words(static_cast<unsigned char *>(a.out) + o * 2, g.w);
+    } else {
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (slot < 0) v[k] = 0.0f;
+            else if (DS && unit >= kL / 8) v[k] = aiter_mla_bf16_to_f32(word_half(g.w, k));
+            else if (DS) v[k] = aiter_mla__dequant_fp8(word_byte(g.w, k), g.scale, (aiter_mla_dtype)CACHE);
+            else if (dtype_bytes(CACHE) == 1) v[k] = aiter_mla__dequant_fp8(word_byte(g.w, k), a.scale, (aiter_mla_dtype)CACHE);
+            else v[k] = CACHE == AITER_MLA_BF16 ? aiter_mla_bf16_to_f32(word_half(g.w, k)) : aiter_mla_f16_to_f32(word_half(g.w, k));
+        }
+        store_vals<OUT, 8, true>(a.out, o, v);
+    }
+}
+
+template <int CACHE, int OUT, bool DS>
+__global__ void __launch_bounds__(kSmallThreads) gather_cache_kernel(aiter_mla_gather_cache_args a) {
+    __shared__ int64_t slot_s[kGatherRows], dst_s[kGatherRows], end_s;
+    if (threadIdx.x == 0) end_s = min((int64_t)a.cu_out_rows[a.batch], a.out_rows); // rows past it are not written
+    __syncthreads();
+    const int64_t end = end_s;
+    for (int64_t r0 = (int64_t)blockIdx.x * kGatherRows; r0 < end; r0 += (int64_t)gridDim.x * kGatherRows) {
+        if (threadIdx.x < kGatherRows) {
+            const int64_t r = r0 + threadIdx.x;
+            int64_t slot = -1, dst = -1;
+            if (r < end) {
+                const int b = gather_request(a.cu_out_rows, a.batch, r);
+                const int64_t first = a.cu_out_rows[b];
+                if (first <= r && r < a.cu_out_rows[b + 1]) {
+                    dst = r;
+                    slot = aiter_mla__gather_slot(&a, b, (int64_t)(a.seq_starts ? a.seq_starts[b] : 0) + (r - first));
+                }
+            }
+            slot_s[threadIdx.x] = slot;
+            dst_s[threadIdx.x] = dst;
+        }
+        __syncthreads();
+        if constexpr (CACHE == 0) {
+            for (int u = threadIdx.x; u < kGatherRows * kD; u += kSmallThreads) {
+                const int i = u / kD, d = u % kD;
+                if (dst_s[i] >= 0) aiter_mla__gather_elem(&a, slot_s[i], dst_s[i], d);
+            }
+        } else {
+            constexpr int kPerThread = kGatherRows * kGatherUnits / kSmallThreads;
+            static_assert(kGatherRows * kGatherUnits % kSmallThreads == 0, "whole units per thread");
+            GatherUnit g[kPerThread];
+#pragma unroll
+            for (int j = 0; j < kPerThread; j++) {
+                const int u = threadIdx.x + j * kSmallThreads, i = u / kGatherUnits;
+                if (dst_s[i] >= 0) g[j] = gather_fetch<CACHE, DS>(a, slot_s[i], u % kGatherUnits);
+            }
+#pragma unroll
+            for (int j = 0; j < kPerThread; j++) {
+                const int u = threadIdx.x + j * kSmallThreads, i = u / kGatherUnits;
+                if (dst_s[i] >= 0) gather_emit<CACHE, OUT, DS>(a, g[j], slot_s[i], dst_s[i], u % kGatherUnits);
+            }
+        }
+        __syncthreads(); // slot_s and dst_s are refilled by the next pass
+    }
+}
+
+// ==== merge of attention states (SPEC 2a) ==================================================
+// One group of threads per (token, head) row; 16-byte accesses (8 bf16/f16 or 4 f32 values)
+// when head_dim and the pointers allow, one value at a time otherwise. fp32 math with the
+// accurate expf/logf (SPEC 8 tolerances against the double reference); an lse of +inf
+// counts as -inf, and two empty sides give o = 0, lse = -inf exactly.
+template <int DT, bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_args a, int tpr) {
+    constexpr int N = kVec ? 16 / dtype_bytes(DT) : 1;
+    const int rows_per_block = kSmallThreads / tpr, lane = threadIdx.x % tpr, H = a.num_heads, D = a.head_dim;
+    const int64_t T = a.num_tokens, rows = T * H;
+    for (int64_t row = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / tpr; row < rows;
+         row += (int64_t)gridDim.x * rows_per_block) {
+        const int64_t t = row / H, li = (row - t * H) * T + t; // lse [H, T]
+        float lp = a.lse_prefix[li], ls = a.lse_suffix[li];
+        if (lp == pos_inf()) lp = neg_inf();
+        if (ls == pos_inf()) ls = neg_inf();
+        const float m = fmaxf(lp, ls);
+        const bool empty = m == neg_inf();
+        float wp = 0.0f, ws = 0.0f, cp = 0.0f, cs = 0.0f;
+        if (!empty) {
+            wp = expf(lp - m);
+            ws = expf(ls - m);
+            cp = wp / (wp + ws);
+            cs = ws / (wp + ws);
+        }
+        for (int c = lane * N; c < D; c += tpr * N) {
+            float p[N], s[N], o[N];
+            load_vals<DT, N, kVec>(a.o_prefix, row * D + c, p);
+            load_vals<DT, N, kVec>(a.o_suffix, row * D + c, s);
+#pragma unroll
+            for (int k = 0; k < N; k++) o[k] = empty ? 0.0f : p[k] * cp + s[k] * cs;
+            store_vals<DT, N, kVec>(a.o, row * D + c, o);
+        }
+        if (a.lse && lane == 0) a.lse[li] = empty ? neg_inf() : m + logf(wp + ws);
+    }
+}
+
 } // namespace
 
 // ==== launchers ============================================================================
@@ -1645,5 +2048,92 @@ extern "C" int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page
 
 extern "C" int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream) {
     kv_cache_write_kernel<<<(unsigned)min(a->num_tokens, (int64_t)kMaxGrid), 192, 0, (hipStream_t)stream>>>(*a);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+extern "C" int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const bool vec = aligned16(a->indices) && aligned16(a->out) && a->indices_stride % 4 == 0 && a->out_stride % 4 == 0;
+    const int tpr = threads_per_row(vec ? (a->topk + 3) / 4 : a->topk);
+    const unsigned grid = grid_for(a->num_tokens, kSmallThreads / tpr);
+    const bool bs64 = a->block_table && a->block_size == 64;
+    if (vec && bs64) sparse_indices_kernel<true, 64><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    else if (vec) sparse_indices_kernel<true, 0><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    else if (bs64) sparse_indices_kernel<false, 64><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    else sparse_indices_kernel<false, 0><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const bool vec = aligned16(a->indices) && aligned16(a->context_out) && aligned16(a->new_out) && a->topk % 4 == 0;
+    const int tpr = threads_per_row(vec ? a->topk / 4 : a->topk);
+    const unsigned grid = grid_for(a->num_tokens, kSmallThreads / tpr);
+    if (vec) filter_prefill_kernel<true><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    else filter_prefill_kernel<false><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_ds_mla_write(const aiter_mla_ds_mla_write_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const bool vec = aligned16(a->kv_c) && aligned16(a->k_pe) && aligned16(a->kv_cache) && a->kv_c_stride % 8 == 0 &&
+                     a->k_pe_stride % 8 == 0;
+    const unsigned grid = grid_for(a->num_tokens, kDsTokens);
+    const bool bf16 = a->src_dtype == AITER_MLA_BF16;
+    if (vec && bf16) ds_mla_write_kernel<AITER_MLA_BF16, true><<<grid, kSmallThreads, 0, s>>>(*a);
+    else if (vec) ds_mla_write_kernel<AITER_MLA_F16, true><<<grid, kSmallThreads, 0, s>>>(*a);
+    else if (bf16) ds_mla_write_kernel<AITER_MLA_BF16, false><<<grid, kSmallThreads, 0, s>>>(*a);
+    else ds_mla_write_kernel<AITER_MLA_F16, false><<<grid, kSmallThreads, 0, s>>>(*a);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+template <int CACHE, bool DS>
+static void launch_gather_out(const aiter_mla_gather_cache_args &a, unsigned grid, hipStream_t s) {
+    switch (a.out_dtype) {
+    case AITER_MLA_BF16: gather_cache_kernel<CACHE, AITER_MLA_BF16, DS><<<grid, kSmallThreads, 0, s>>>(a); break;
+    case AITER_MLA_F16: gather_cache_kernel<CACHE, AITER_MLA_F16, DS><<<grid, kSmallThreads, 0, s>>>(a); break;
+    default: gather_cache_kernel<CACHE, AITER_MLA_F32, DS><<<grid, kSmallThreads, 0, s>>>(a); break;
+    }
+}
+
+extern "C" int aiter_mla__launch_gather_cache(const aiter_mla_gather_cache_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const unsigned grid = grid_for(a->out_rows, kGatherRows);
+    const aiter_mla_dtype src = a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype;
+    if (!aligned16(a->kv_cache) || !aligned16(a->out)) { // rows are multiples of 16 bytes: the bases decide
+        gather_cache_kernel<0, 0, false><<<grid, kSmallThreads, 0, s>>>(*a);
+    } else if (a->cache_is_ds_mla) {
+        if (src == AITER_MLA_FP8_E4M3FN) launch_gather_out<AITER_MLA_FP8_E4M3FN, true>(*a, grid, s);
+        else launch_gather_out<AITER_MLA_FP8_E4M3FNUZ, true>(*a, grid, s);
+    } else {
+        switch (src) {
+        case AITER_MLA_BF16: launch_gather_out<AITER_MLA_BF16, false>(*a, grid, s); break;
+        case AITER_MLA_F16: launch_gather_out<AITER_MLA_F16, false>(*a, grid, s); break;
+        case AITER_MLA_FP8_E4M3FN: launch_gather_out<AITER_MLA_FP8_E4M3FN, false>(*a, grid, s); break;
+        default: launch_gather_out<AITER_MLA_FP8_E4M3FNUZ, false>(*a, grid, s); break;
+        }
+    }
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+template <int DT>
+static void launch_merge_dtype(const aiter_mla_merge_args &a, hipStream_t s) {
+    constexpr int N = 16 / dtype_bytes(DT);
+    const bool vec = aligned16(a.o_prefix) && aligned16(a.o_suffix) && aligned16(a.o) && a.head_dim % N == 0;
+    const int tpr = threads_per_row(vec ? a.head_dim / N : a.head_dim);
+    const unsigned grid = grid_for(a.num_tokens * a.num_heads, kSmallThreads / tpr);
+    if (vec) merge_kernel<DT, true><<<grid, kSmallThreads, 0, s>>>(a, tpr);
+    else merge_kernel<DT, false><<<grid, kSmallThreads, 0, s>>>(a, tpr);
+}
+
+extern "C" int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    switch (a->dtype) {
+    case AITER_MLA_BF16: launch_merge_dtype<AITER_MLA_BF16>(*a, s); break;
+    case AITER_MLA_F16: launch_merge_dtype<AITER_MLA_F16>(*a, s); break;
+    default: launch_merge_dtype<AITER_MLA_F32>(*a, s); break;
+    }
     AITER_MLA__LAUNCH_CHECK();
 }

@@ -1,5 +1,6 @@
-/* bench.c - `make bench`: the ceilings of this GPU and the decode rows of BENCHMARKS.md,
- * measured in one run.
+/* bench.c - `make bench`: the ceilings of this GPU, the decode, prefill and sparse rows of
+ * BENCHMARKS.md and the memory-bound small ops (IDX, DSW, GATH; described above their
+ * code), measured in one run.
  *
  * Ceilings: device copy bandwidth (a 16-byte copy kernel and the runtime's device-to-device
  * memcpy, the faster counts; bytes read + written) and the bf16 GEMM rate (8192^3 through
@@ -10,6 +11,7 @@
  * Bytes: every KV row read once + q + o. FLOPs: sum 2 * H * q_len * ctx * (576 + 512).
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
+ * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
  * The host planner's cost (batch 256) is timed on the CPU.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
@@ -104,6 +106,41 @@ static double gemm_ceiling_tflops(void) {
     return 2.0 * n * (double)n * n / (median(t, 20) * 1e-3) / 1e12;
 }
 
+/* ---- timing ------------------------------------------------------------------------------ */
+/* launch(ctx, i) issues run i on g_stream; runs rotate over the caller's input sets. */
+typedef void (*bench_launch)(void *ctx, int run);
+
+/* Median device-event time in microseconds of one run: three warm-up runs, then as many
+ * timed runs as fill about half a second (10 to 200). */
+static double time_median_us(bench_launch launch, void *ctx) {
+    int it, iters;
+    double t0 = host_us(), per;
+    float *t;
+    for (it = 0; it < 3; it++) launch(ctx, it);
+    gpu_sync();
+    per = (host_us() - t0) / 3;
+    iters = (int)(5e5 / (per > 1 ? per : 1));
+    if (iters < 10) iters = 10;
+    if (iters > 200) iters = 200;
+    t = (float *)malloc(sizeof(float) * iters);
+    for (it = 0; it < iters; it++) {
+        gpu_timer_start(g_timer, g_stream);
+        launch(ctx, it);
+        t[it] = gpu_timer_stop_ms(g_timer, g_stream);
+    }
+    gpu_sync();
+    per = median(t, iters) * 1e3;
+    free(t);
+    return per;
+}
+
+/* Input sets that rotate so that one set's bytes times the sets is at least 4x the L2
+ * (nothing is served from L2), 1 to 64 sets. */
+static int rotation_sets(size_t set_bytes, size_t l2) {
+    size_t sets = (4 * l2 + set_bytes - 1) / (set_bytes ? set_bytes : 1);
+    return sets < 1 ? 1 : sets > 64 ? 64 : (int)sets;
+}
+
 /* ---- decode rows ---------------------------------------------------------------------- */
 typedef struct bench_row {
     const char *id;
@@ -111,12 +148,24 @@ typedef struct bench_row {
     aiter_mla_dtype kv;
 } bench_row;
 
+typedef struct decode_run {
+    aiter_mla_decode_args *a;
+    void **cache, **q; /* [sets] */
+    int sets;
+} decode_run;
+static void launch_decode(void *ctx, int i) {
+    decode_run *r = (decode_run *)ctx;
+    r->a->kv_cache = r->cache[i % r->sets];
+    r->a->q = r->q[i % r->sets];
+    TRY(aiter_mla_decode(r->a, g_stream));
+}
+
 static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops, int num_cu, size_t l2) {
     const int B = r->batch, H = r->heads, P = r->page;
     const size_t kv_e = aiter_mla_dtype_size(r->kv);
     int32_t *qo = (int32_t *)malloc((B + 1) * 4), *kvp = (int32_t *)malloc((B + 1) * 4), *last = (int32_t *)malloc(B * 4);
     int64_t pages = 0, keys = 0, i;
-    int b, s, it;
+    int b, s;
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t ctx = B == 1 ? r->mean_ctx : (int32_t)(r->mean_ctx * (0.5 + frand()));
@@ -137,9 +186,7 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     }
     const int64_t T = qo[B];
     const size_t cache_bytes = (size_t)pages * P * 576 * kv_e;
-    int sets = (int)((4 * l2 + cache_bytes - 1) / cache_bytes);
-    if (sets < 1) sets = 1;
-    if (sets > 64) sets = 64;
+    const int sets = rotation_sets(cache_bytes, l2);
 
     aiter_mla_decode_plan_desc pd = {0};
     aiter_mla_decode_plan_info info;
@@ -188,28 +235,8 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     a.kv_scale = 1.0f;
     a.sm_scale = 0.1352f;
 
-    /* warm-up, then size the run to about half a second */
-    double t0 = host_us();
-    for (it = 0; it < 3; it++) {
-        a.kv_cache = d_cache[it % sets];
-        a.q = d_q[it % sets];
-        TRY(aiter_mla_decode(&a, g_stream));
-    }
-    gpu_sync();
-    double per = (host_us() - t0) / 3;
-    int iters = (int)(5e5 / (per > 1 ? per : 1));
-    if (iters < 10) iters = 10;
-    if (iters > 200) iters = 200;
-    float *t = (float *)malloc(sizeof(float) * iters);
-    for (it = 0; it < iters; it++) {
-        a.kv_cache = d_cache[it % sets];
-        a.q = d_q[it % sets];
-        gpu_timer_start(g_timer, g_stream);
-        TRY(aiter_mla_decode(&a, g_stream));
-        t[it] = gpu_timer_stop_ms(g_timer, g_stream);
-    }
-    gpu_sync();
-    double us = median(t, iters) * 1e3;
+    decode_run run = {&a, d_cache, d_q, sets};
+    double us = time_median_us(launch_decode, &run);
     double bytes = (double)keys * 576 * kv_e + (double)T * H * (576 + 512) * 2;
     double flops = 2.0 * H * r->q_len * (double)keys * (576 + 512);
     double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
@@ -224,7 +251,186 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     }
     gpu_free(d_meta); gpu_free(d_idx); gpu_free(d_plan); gpu_free(d_ws); gpu_free(d_o); gpu_free(d_lse);
     gpu_host_free_pinned(plan);
-    free(d_cache); free(d_q); free(qo); free(kvp); free(last); free(idx); free(t);
+    free(d_cache); free(d_q); free(qo); free(kvp); free(last); free(idx);
+}
+
+/* ---- memory-bound small ops -------------------------------------------------------------------
+ * IDX  sparse index conversion, decode form (SPEC 4): 4096 tokens x topk 2048 int32, 64
+ *      requests of 64 tokens with 32768-token contexts (block size 64, block table
+ *      [64, 512], block ids shuffled), 3 % of the entries -1, valid counts written.
+ *      Bytes: indices read + slots written + the block table.
+ * DSW  fp8_ds_mla writer (SPEC 6): 65536 tokens, bf16 kv_c [T, 512] and k_pe [T, 64] into
+ *      656-byte rows of a cache of 65536 slots (shuffled slot_mapping), e4m3fn.
+ *      Bytes: the bf16 input + 656 per token.
+ * GATH context gather (SPEC 2b): 65536 rows of a bf16 cache (16 requests x 4096 positions,
+ *      block size 64, shuffled block ids) into a bf16 workspace. Bytes: rows read + written. */
+static void print_op_row(const char *id, const char *shape, double us, double bytes, double copy_gbs) {
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    printf("| %-5s | %-52s | %9.1f | %7.0f | %5.1f %% |\n", id, shape, us, gbs, 100.0 * gbs / copy_gbs);
+    fflush(stdout);
+}
+
+/* A shuffled permutation of 0 .. n-1. */
+static int32_t *shuffled_ids(int64_t n) {
+    int32_t *v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t i;
+    for (i = 0; i < n; i++) v[i] = (int32_t)i;
+    for (i = n - 1; i > 0; i--) {
+        int64_t k = (int64_t)(frand() * (double)(i + 1));
+        int32_t t = v[i];
+        v[i] = v[k];
+        v[k] = t;
+    }
+    return v;
+}
+
+typedef struct idx_run {
+    aiter_mla_sparse_index_args *a;
+    int32_t **in, **out; /* [sets] */
+    int sets;
+} idx_run;
+static void launch_idx(void *ctx, int i) {
+    idx_run *r = (idx_run *)ctx;
+    r->a->indices = r->in[i % r->sets];
+    r->a->out = r->out[i % r->sets];
+    TRY(aiter_mla_convert_sparse_indices(r->a, g_stream));
+}
+
+static void bench_idx(double copy_gbs, size_t l2) {
+    enum { T = 4096, TOPK = 2048, REQS = 64, CTX = 32768, BS = 64, WIDTH = CTX / BS };
+    const size_t bytes = (size_t)T * TOPK * 4;
+    const int sets = rotation_sets(2 * bytes, l2);
+    int32_t *idx = (int32_t *)malloc(bytes), *req = (int32_t *)malloc(T * 4), *bt = shuffled_ids((int64_t)REQS * WIDTH);
+    int32_t **d_in = (int32_t **)malloc(sizeof(int32_t *) * sets), **d_out = (int32_t **)malloc(sizeof(int32_t *) * sets);
+    int64_t i;
+    int s;
+    for (i = 0; i < (int64_t)T * TOPK; i++) idx[i] = frand() < 0.03 ? -1 : (int32_t)(frand() * CTX);
+    for (i = 0; i < T; i++) req[i] = (int32_t)(i / (T / REQS));
+    for (s = 0; s < sets; s++) {
+        d_in[s] = (int32_t *)gpu_malloc(bytes);
+        d_out[s] = (int32_t *)gpu_malloc(bytes);
+        gpu_upload(d_in[s], idx, bytes);
+    }
+    int32_t *d_req = (int32_t *)gpu_malloc(T * 4), *d_bt = (int32_t *)gpu_malloc((size_t)REQS * WIDTH * 4);
+    int32_t *d_counts = (int32_t *)gpu_malloc(T * 4);
+    gpu_upload(d_req, req, T * 4);
+    gpu_upload(d_bt, bt, (size_t)REQS * WIDTH * 4);
+    aiter_mla_sparse_index_args a = {0};
+    a.req_id = d_req;
+    a.block_table = d_bt;
+    a.block_table_stride = WIDTH;
+    a.block_size = BS;
+    a.num_requests = REQS;
+    a.num_tokens = T;
+    a.topk = TOPK;
+    a.valid_counts = d_counts;
+    idx_run run = {&a, d_in, d_out, sets};
+    const double us = time_median_us(launch_idx, &run);
+    print_op_row("IDX", "4096 tok x topk 2048, 64 req x ctx 32768, bs 64", us, 2.0 * bytes + (double)REQS * WIDTH * 4, copy_gbs);
+    for (s = 0; s < sets; s++) {
+        gpu_free(d_in[s]);
+        gpu_free(d_out[s]);
+    }
+    gpu_free(d_req); gpu_free(d_bt); gpu_free(d_counts);
+    free(idx); free(req); free(bt); free(d_in); free(d_out);
+}
+
+typedef struct dsw_run {
+    aiter_mla_ds_mla_write_args *a;
+    void **kvc, **kpe, **cache; /* [sets] */
+    int sets;
+} dsw_run;
+static void launch_dsw(void *ctx, int i) {
+    dsw_run *r = (dsw_run *)ctx;
+    r->a->kv_c = r->kvc[i % r->sets];
+    r->a->k_pe = r->kpe[i % r->sets];
+    r->a->kv_cache = r->cache[i % r->sets];
+    TRY(aiter_mla_ds_mla_write(r->a, g_stream));
+}
+
+static void bench_dsw(double copy_gbs, size_t l2) {
+    enum { T = 65536, BS = 64 };
+    const size_t in_bytes = (size_t)T * 576 * 2, cache_bytes = (size_t)T * AITER_MLA_DS_MLA_ROW_BYTES;
+    const int sets = rotation_sets(in_bytes + cache_bytes, l2);
+    int32_t *perm = shuffled_ids(T);
+    int64_t *slots = (int64_t *)malloc(sizeof(int64_t) * T);
+    void **kvc = (void **)malloc(sizeof(void *) * sets), **kpe = (void **)malloc(sizeof(void *) * sets);
+    void **cache = (void **)malloc(sizeof(void *) * sets);
+    int64_t i;
+    int s;
+    for (i = 0; i < T; i++) slots[i] = perm[i];
+    for (s = 0; s < sets; s++) {
+        kvc[s] = gpu_malloc((size_t)T * 512 * 2);
+        kpe[s] = gpu_malloc((size_t)T * 64 * 2);
+        cache[s] = gpu_malloc(cache_bytes);
+        gpu_fill_uniform(kvc[s], (long long)T * 512, AITER_MLA_BF16, -4.0f, 4.0f, 300 + s, g_stream);
+        gpu_fill_uniform(kpe[s], (long long)T * 64, AITER_MLA_BF16, -4.0f, 4.0f, 400 + s, g_stream);
+    }
+    int64_t *d_slots = (int64_t *)gpu_malloc(sizeof(int64_t) * T);
+    gpu_upload(d_slots, slots, sizeof(int64_t) * T);
+    aiter_mla_ds_mla_write_args a = {0};
+    a.slot_mapping = d_slots;
+    a.num_blocks = T / BS;
+    a.block_size = BS;
+    a.num_tokens = T;
+    dsw_run run = {&a, kvc, kpe, cache, sets};
+    const double us = time_median_us(launch_dsw, &run);
+    print_op_row("DSW", "65536 tok bf16 -> fp8_ds_mla e4m3fn, shuffled slots", us, (double)T * (576 * 2 + AITER_MLA_DS_MLA_ROW_BYTES),
+                 copy_gbs);
+    for (s = 0; s < sets; s++) {
+        gpu_free(kvc[s]);
+        gpu_free(kpe[s]);
+        gpu_free(cache[s]);
+    }
+    gpu_free(d_slots);
+    free(perm); free(slots); free(kvc); free(kpe); free(cache);
+}
+
+typedef struct gath_run {
+    aiter_mla_gather_cache_args *a;
+    void **cache, **out; /* [sets] */
+    int sets;
+} gath_run;
+static void launch_gath(void *ctx, int i) {
+    gath_run *r = (gath_run *)ctx;
+    r->a->kv_cache = r->cache[i % r->sets];
+    r->a->out = r->out[i % r->sets];
+    TRY(aiter_mla_gather_cache(r->a, g_stream));
+}
+
+static void bench_gath(double copy_gbs, size_t l2) {
+    enum { ROWS = 65536, REQS = 16, BS = 64, WIDTH = ROWS / REQS / BS, BLOCKS = ROWS / BS };
+    const size_t bytes = (size_t)ROWS * 576 * 2;
+    const int sets = rotation_sets(2 * bytes, l2);
+    int32_t *bt = shuffled_ids(BLOCKS), cu[REQS + 1];
+    void **cache = (void **)malloc(sizeof(void *) * sets), **out = (void **)malloc(sizeof(void *) * sets);
+    int s, b;
+    for (b = 0; b <= REQS; b++) cu[b] = b * (ROWS / REQS);
+    for (s = 0; s < sets; s++) {
+        cache[s] = gpu_malloc(bytes);
+        out[s] = gpu_malloc(bytes);
+        gpu_fill_uniform(cache[s], (long long)ROWS * 576, AITER_MLA_BF16, -1.0f, 1.0f, 500 + s, g_stream);
+    }
+    int32_t *d_bt = (int32_t *)gpu_malloc(sizeof(int32_t) * BLOCKS), *d_cu = (int32_t *)gpu_malloc(sizeof cu);
+    gpu_upload(d_bt, bt, sizeof(int32_t) * BLOCKS);
+    gpu_upload(d_cu, cu, sizeof cu);
+    aiter_mla_gather_cache_args a = {0};
+    a.num_blocks = BLOCKS;
+    a.block_size = BS;
+    a.block_table = d_bt;
+    a.block_table_stride = WIDTH;
+    a.cu_out_rows = d_cu;
+    a.batch = REQS;
+    a.out_rows = ROWS;
+    gath_run run = {&a, cache, out, sets};
+    const double us = time_median_us(launch_gath, &run);
+    print_op_row("GATH", "65536 rows bf16 cache -> bf16, 16 req, bs 64", us, 2.0 * bytes, copy_gbs);
+    for (s = 0; s < sets; s++) {
+        gpu_free(cache[s]);
+        gpu_free(out[s]);
+    }
+    gpu_free(d_bt); gpu_free(d_cu);
+    free(bt); free(cache); free(out);
 }
 
 /* ---- prefill rows ----------------------------------------------------------------------- */
@@ -235,12 +441,17 @@ typedef struct prefill_row {
     int persistent; /* through the persistent plan (AITER's fp8 prefill path) */
 } prefill_row;
 
+static void launch_prefill(void *ctx, int run) {
+    (void)run;
+    TRY(aiter_mla_prefill((const aiter_mla_prefill_args *)ctx, g_stream));
+}
+
 static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) {
     const int B = r->batch, H = r->heads, DQK = 192, DV = 128;
     const size_t e = aiter_mla_dtype_size(r->dtype);
     const int64_t Tq = (int64_t)B * r->sq, Tk = (int64_t)B * r->sk;
     int32_t *cq = (int32_t *)malloc((B + 1) * 4), *ck = (int32_t *)malloc((B + 1) * 4);
-    int b, it;
+    int b;
     for (b = 0; b <= B; b++) {
         cq[b] = b * r->sq;
         ck[b] = b * r->sk;
@@ -292,20 +503,7 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
         a.workspace = d_ws;
         a.workspace_bytes = info.workspace_bytes;
     }
-    double t0 = host_us();
-    for (it = 0; it < 2; it++) TRY(aiter_mla_prefill(&a, g_stream));
-    gpu_sync();
-    double per = (host_us() - t0) / 2;
-    int iters = (int)(1e6 / (per > 1 ? per : 1));
-    if (iters < 5) iters = 5;
-    if (iters > 100) iters = 100;
-    float *t = (float *)malloc(sizeof(float) * iters);
-    for (it = 0; it < iters; it++) {
-        gpu_timer_start(g_timer, g_stream);
-        TRY(aiter_mla_prefill(&a, g_stream));
-        t[it] = gpu_timer_stop_ms(g_timer, g_stream);
-    }
-    double us = median(t, iters) * 1e3;
+    double us = time_median_us(launch_prefill, &a);
     double flops = 2.0 * H * (double)B * r->sq * r->sk * (DQK + DV) * (r->causal ? 0.5 : 1.0);
     double tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-8s | %3d | %d x %5d x %5d | %-6s | %-4s | %-10s | %9.1f | %7.1f | %5.1f %% |\n", r->id, H, B, r->sq, r->sk,
@@ -315,7 +513,81 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
     gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cu);
     if (d_plan) gpu_free(d_plan);
     if (d_ws) gpu_free(d_ws);
-    free(plan); free(cq); free(ck); free(t);
+    free(plan); free(cq); free(ck);
+}
+
+/* ---- sparse attention rows (V3.2) ----------------------------------------------------------- */
+typedef struct sparse_row {
+    const char *id;
+    int tokens, heads, topk, requests; /* tokens spread evenly over the requests */
+    int64_t slots;                     /* cache slots; each request owns slots / requests of them */
+    int ds_mla;                        /* fp8_ds_mla cache (else bf16 rows) */
+} sparse_row;
+
+static void launch_sparse(void *ctx, int run) {
+    (void)run;
+    TRY(aiter_mla_sparse_attention((const aiter_mla_sparse_args *)ctx, g_stream));
+}
+
+static void bench_sparse(const sparse_row *r, double gemm_tflops) {
+    const int T = r->tokens, H = r->heads, K = r->topk;
+    const int64_t per_req = r->slots / r->requests;
+    const size_t row = r->ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : 576 * 2;
+    int32_t *idx = (int32_t *)malloc((size_t)T * K * 4);
+    int64_t i;
+    int t;
+    for (t = 0; t < T; t++) { /* distinct random slots of the token's request */
+        const int64_t base = (int64_t)(t * (int64_t)r->requests / T) * per_req;
+        for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = (int32_t)(base + (int64_t)(frand() * (double)per_req));
+    }
+    void *d_cache = gpu_malloc((size_t)r->slots * row), *d_q = gpu_malloc((size_t)T * H * 576 * 2);
+    void *d_o = gpu_malloc((size_t)T * H * 512 * 2);
+    float *d_lse = (float *)gpu_malloc((size_t)T * H * 4);
+    int32_t *d_idx = (int32_t *)gpu_malloc((size_t)T * K * 4);
+    gpu_upload(d_idx, idx, (size_t)T * K * 4);
+    gpu_fill_uniform(d_q, (long long)T * H * 576, AITER_MLA_BF16, -1.0f, 1.0f, 400, g_stream);
+    if (r->ds_mla) { /* written by the GPU writer from random latents */
+        void *d_kv = gpu_malloc((size_t)r->slots * 576 * 2);
+        int64_t *map = (int64_t *)malloc((size_t)r->slots * 8), *d_map = (int64_t *)gpu_malloc((size_t)r->slots * 8);
+        aiter_mla_ds_mla_write_args w = {0};
+        for (i = 0; i < r->slots; i++) map[i] = i;
+        gpu_upload(d_map, map, (size_t)r->slots * 8);
+        gpu_fill_uniform(d_kv, (long long)r->slots * 576, AITER_MLA_BF16, -1.0f, 1.0f, 401, g_stream);
+        w.kv_c = d_kv;
+        w.kv_c_stride = 576;
+        w.k_pe = (const uint16_t *)d_kv + 512;
+        w.k_pe_stride = 576;
+        w.slot_mapping = d_map;
+        w.kv_cache = d_cache;
+        w.num_blocks = r->slots;
+        w.block_size = 1;
+        w.num_tokens = r->slots;
+        TRY(aiter_mla_ds_mla_write(&w, g_stream));
+        gpu_sync();
+        gpu_free(d_kv);
+        gpu_free(d_map);
+        free(map);
+    } else {
+        gpu_fill_uniform(d_cache, (long long)r->slots * 576, AITER_MLA_BF16, -1.0f, 1.0f, 402, g_stream);
+    }
+    aiter_mla_sparse_args a = {0};
+    a.q = d_q;
+    a.kv_cache = d_cache;
+    a.num_slots = r->slots;
+    a.cache_is_ds_mla = r->ds_mla;
+    a.indices = d_idx;
+    a.o = d_o;
+    a.lse = d_lse;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.topk = K;
+    double us = time_median_us(launch_sparse, &a);
+    double flops = 2.0 * T * H * (double)K * (576 + 512), tfl = flops / (us * 1e-6) / 1e12;
+    printf("| %-4s | %4d tokens x %3d heads x topk %4d, %-11s, %7lld slots | %9.1f | %7.1f | %5.1f %% |\n", r->id, T, H, K,
+           r->ds_mla ? "fp8_ds_mla" : "bf16 rows", (long long)r->slots, us, tfl, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+    fflush(stdout);
+    gpu_free(d_cache); gpu_free(d_q); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_idx);
+    free(idx);
 }
 
 /* ---- host planner cost ------------------------------------------------------------------ */
@@ -347,6 +619,13 @@ static void bench_planner(int num_cu) {
     free(plan);
 }
 
+/* Arguments, if any, pick rows by id. */
+static int wanted(int argc, char **argv, const char *id) {
+    int j, w = argc < 2;
+    for (j = 1; j < argc; j++) w |= !strcmp(argv[j], id);
+    return w;
+}
+
 int main(int argc, char **argv) {
     static const bench_row rows[] = {
         {"D1", 16, 1, 128, 4096, 64, AITER_MLA_BF16},    {"D1-p1", 16, 1, 128, 4096, 1, AITER_MLA_BF16},
@@ -363,8 +642,12 @@ int main(int argc, char **argv) {
         {"P3-fp8", 128, 1, 16384, 16384, 1, AITER_MLA_FP8_E4M3FN, 0}, {"P4-fp8", 128, 1, 4096, 8192, 0, AITER_MLA_FP8_E4M3FN, 0},
         {"P1-ps", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 1},  {"P1-fp8-ps", 128, 1, 4096, 4096, 1, AITER_MLA_FP8_E4M3FN, 1},
     };
+    static const sparse_row srows[] = {
+        {"SD1", 256, 128, 2048, 128, (int64_t)128 * 8192, 1}, /* decode: batch 128 x q_len 2, 8192 slots each */
+        {"SP1", 4096, 128, 2048, 1, 32768, 0},               /* prefill: 4096 tokens over 32768 bf16 slots */
+    };
     double kgbs = 0, mgbs = 0, copy, gemm;
-    int i, any_decode = argc < 2, any_prefill = argc < 2;
+    int i, decode_header = 0, prefill_header = 0, sparse_header = 0;
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
@@ -377,27 +660,39 @@ int main(int argc, char **argv) {
     printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s%s\n",
            kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
     bench_planner(gpu_num_cu());
-    for (i = 1; i < argc; i++) { /* arguments, if any, pick rows by id */
-        any_decode |= argv[i][0] == 'D';
-        any_prefill |= argv[i][0] == 'P';
-    }
-    if (any_decode) {
-        printf("\n| row      |   H | q | batch |   ctx | pg  | cache | median us |    GB/s | TFLOP/s | %% copy | %% GEMM |\n");
-        printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
-    }
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
-        int j, wanted = argc < 2;
-        for (j = 1; j < argc; j++) wanted |= !strcmp(argv[j], rows[i].id);
-        if (wanted) bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+        if (!wanted(argc, argv, rows[i].id)) continue;
+        if (!decode_header) {
+            printf("\n| row      |   H | q | batch |   ctx | pg  | cache | median us |    GB/s | TFLOP/s | %% copy | %% GEMM |\n");
+            printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
+            decode_header = 1;
+        }
+        bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
     }
-    if (any_prefill) {
-        printf("\n| row      |   H | batch x sq x sk       | mask   | qkv  | schedule   | median us | TFLOP/s | %% GEMM |\n");
-        printf("|----------|-----|-----------------------|--------|------|------------|-----------|---------|---------|\n");
+    for (i = 0; i < (int)(sizeof srows / sizeof srows[0]); i++) {
+        if (!wanted(argc, argv, srows[i].id)) continue;
+        if (!sparse_header) {
+            printf("\n| row  | shape                                                          | median us | TFLOP/s | %% GEMM |\n");
+            printf("|------|----------------------------------------------------------------|-----------|---------|---------|\n");
+            sparse_header = 1;
+        }
+        bench_sparse(&srows[i], gemm);
     }
+    if (wanted(argc, argv, "IDX") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
+        printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");
+        printf("|-------|------------------------------------------------------|-----------|---------|---------|\n");
+    }
+    if (wanted(argc, argv, "IDX")) bench_idx(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "DSW")) bench_dsw(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "GATH")) bench_gath(copy, gpu_l2_bytes());
     for (i = 0; i < (int)(sizeof prows / sizeof prows[0]); i++) {
-        int j, wanted = argc < 2;
-        for (j = 1; j < argc; j++) wanted |= !strcmp(argv[j], prows[i].id);
-        if (wanted) bench_prefill(&prows[i], gemm, gpu_num_cu());
+        if (!wanted(argc, argv, prows[i].id)) continue;
+        if (!prefill_header) {
+            printf("\n| row       |   H | batch x sq x sk   | mask   | qkv  | schedule   | median us | TFLOP/s | %% GEMM |\n");
+            printf("|-----------|-----|-------------------|--------|------|------------|-----------|---------|---------|\n");
+            prefill_header = 1;
+        }
+        bench_prefill(&prows[i], gemm, gpu_num_cu());
     }
     gpu_timer_destroy(g_timer);
     gpu_stream_destroy(g_stream);

@@ -1,7 +1,7 @@
 /* test_gpu.c - every GPU kernel against the CPU reference, on fresh random inputs with
  * poisoned outputs, over a sweep of shapes (SPEC 8 tolerances). Needs a GPU build
- * (kernels.hip + examples/gpu.hip). `--quick` runs a reduced sweep (for the sanitizers); other
- * arguments pick groups: small, decode, prefill. */
+ * (kernels.hip + examples/gpu.hip). `--quick` runs a reduced sweep (for the sanitizers);
+ * test names as arguments (test_merge_gpu, ...) run only those. */
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
 #include "testing.h"
@@ -733,18 +733,632 @@ static void test_prefill(test_rng *rng) {
     printf("prefill: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
-/* Arguments other than --quick name the groups to run (e.g. `test_gpu prefill decode`). */
+/* ---- sparse attention (V3.2) -------------------------------------------------------------- */
+static void ref_sparse_parallel(const aiter_mla_sparse_args *a) {
+    const size_t qe = aiter_mla_dtype_size(a->q_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
+    const int H = a->num_heads;
+    int64_t t;
+    int failures = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
+    for (t = 0; t < a->num_tokens; t++) {
+        aiter_mla_sparse_args s = *a;
+        s.num_tokens = 1;
+        s.q = (const char *)a->q + (size_t)(t * H * 576) * qe;
+        s.indices = a->indices + t * a->topk;
+        s.topk_length = a->topk_length ? a->topk_length + t : NULL;
+        s.o = (char *)a->o + (size_t)(t * H * 512) * oe;
+        s.lse = a->lse ? a->lse + t * H : NULL;
+        s.max_logits = a->max_logits ? a->max_logits + t * H : NULL;
+        if (aiter_mla_sparse_attention_ref(&s) != AITER_MLA_OK) failures++;
+    }
+    CHECK(failures == 0, "reference sparse attention failed: %s", aiter_mla_last_error());
+}
+
+typedef struct sparse_case {
+    int tokens, heads, topk;
+    int cache;              /* 0 bf16 rows, 1 ds_mla e4m3fn, 2 ds_mla e4m3fnuz */
+    aiter_mla_dtype q_dtype, o_dtype;
+    int with_length, with_sink, holes;
+} sparse_case;
+
+static void run_sparse_case(const sparse_case *c, test_rng *rng) {
+    const int T = c->tokens, H = c->heads, K = c->topk;
+    const int64_t slots = 3000;
+    const int ds = c->cache > 0;
+    const aiter_mla_dtype fp8 = c->cache == 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+    const size_t row_bytes = ds ? AITER_MLA_DS_MLA_ROW_BYTES : 576 * 2, qe = aiter_mla_dtype_size(c->q_dtype),
+                 oe = aiter_mla_dtype_size(c->o_dtype);
+    char what[200];
+    int64_t i;
+    int t, h;
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d", T, H, K,
+             c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
+             aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes);
+    unsigned char *cache = (unsigned char *)test_malloc((size_t)slots * row_bytes);
+    if (ds) { /* written by the reference writer from random latents */
+        uint16_t *kv = (uint16_t *)test_malloc((size_t)slots * 512 * 2), *pe = (uint16_t *)test_malloc((size_t)slots * 64 * 2);
+        int64_t *map = (int64_t *)test_malloc((size_t)slots * 8);
+        aiter_mla_ds_mla_write_args w;
+        fill_random(kv, slots * 512, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+        fill_random(pe, slots * 64, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+        for (i = 0; i < slots; i++) map[i] = i;
+        memset(&w, 0, sizeof w);
+        w.kv_c = kv;
+        w.k_pe = pe;
+        w.slot_mapping = map;
+        w.kv_cache = cache;
+        w.num_blocks = slots;
+        w.block_size = 1;
+        w.num_tokens = slots;
+        w.fp8_dtype = fp8;
+        CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+        free(kv);
+        free(pe);
+        free(map);
+    } else {
+        fill_random(cache, slots * 576, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+    }
+    int32_t *idx = (int32_t *)test_malloc((size_t)T * K * 4), *len = (int32_t *)test_malloc((size_t)T * 4);
+    for (t = 0; t < T; t++) {
+        for (i = 0; i < K; i++) {
+            int32_t v = rng_int(rng, 0, (int)slots - 1);
+            const int r = rng_int(rng, 0, 99);
+            if (r < c->holes) v = -1;                       /* -1 holes */
+            else if (r < c->holes + 2) v = (int32_t)slots + r; /* out of range: skipped */
+            else if (r < c->holes + 6 && i > 0) v = idx[(int64_t)t * K + i - 1]; /* duplicates */
+            idx[(int64_t)t * K + i] = v;
+        }
+        len[t] = rng_int(rng, 0, K);
+        if (t == 1) /* a row with no valid entry */
+            for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = -1;
+    }
+    float sink[128];
+    for (h = 0; h < H; h++) sink[h] = h % 5 == 0 ? -INFINITY : h % 7 == 3 ? INFINITY : rng_f32(rng, -2.0f, 6.0f);
+    void *q = test_malloc((size_t)T * H * 576 * qe);
+    fill_random(q, (int64_t)T * H * 576, c->q_dtype, rng, -1.0f, 1.0f, 1.0f);
+    const int64_t no = (int64_t)T * H * 512;
+    void *o_ref = test_malloc((size_t)no * oe), *o_gpu = test_malloc((size_t)no * oe);
+    float *lse_ref = (float *)test_malloc((size_t)T * H * 4), *lse_gpu = (float *)test_malloc((size_t)T * H * 4);
+    float *ml_ref = (float *)test_malloc((size_t)T * H * 4), *ml_gpu = (float *)test_malloc((size_t)T * H * 4);
+
+    void *d_cache = gpu_malloc((size_t)slots * row_bytes), *d_q = gpu_malloc((size_t)T * H * 576 * qe),
+         *d_o = gpu_malloc((size_t)no * oe);
+    int32_t *d_idx = (int32_t *)gpu_malloc((size_t)T * K * 4), *d_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_ml = (float *)gpu_malloc((size_t)T * H * 4),
+          *d_sink = (float *)gpu_malloc(128 * 4);
+    gpu_upload(d_cache, cache, (size_t)slots * row_bytes);
+    gpu_upload(d_q, q, (size_t)T * H * 576 * qe);
+    gpu_upload(d_idx, idx, (size_t)T * K * 4);
+    gpu_upload(d_len, len, (size_t)T * 4);
+    gpu_upload(d_sink, sink, 128 * 4);
+    gpu_memset(d_o, 0xff, (size_t)no * oe);
+    gpu_memset(d_lse, 0xff, (size_t)T * H * 4);
+    gpu_memset(d_ml, 0xff, (size_t)T * H * 4);
+
+    aiter_mla_sparse_args a;
+    memset(&a, 0, sizeof a);
+    a.q = d_q;
+    a.kv_cache = d_cache;
+    a.num_slots = slots;
+    a.cache_is_ds_mla = ds;
+    a.ds_mla_fp8 = fp8;
+    a.indices = d_idx;
+    a.topk_length = c->with_length ? d_len : NULL;
+    a.attn_sink = c->with_sink ? d_sink : NULL;
+    a.o = d_o;
+    a.lse = d_lse;
+    a.max_logits = d_ml;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.topk = K;
+    a.q_dtype = c->q_dtype;
+    a.o_dtype = c->o_dtype;
+    CHECK_STATUS(aiter_mla_sparse_attention(&a, g_stream), AITER_MLA_OK, "");
+    gpu_sync();
+    gpu_download(o_gpu, d_o, (size_t)no * oe);
+    gpu_download(lse_gpu, d_lse, (size_t)T * H * 4);
+    gpu_download(ml_gpu, d_ml, (size_t)T * H * 4);
+
+    aiter_mla_sparse_args r = a;
+    r.q = q;
+    r.kv_cache = cache;
+    r.indices = idx;
+    r.topk_length = c->with_length ? len : NULL;
+    r.attn_sink = c->with_sink ? sink : NULL;
+    r.o = o_ref;
+    r.lse = lse_ref;
+    r.max_logits = ml_ref;
+    ref_sparse_parallel(&r);
+    {
+        float *g = (float *)test_malloc((size_t)no * 4), *f = (float *)test_malloc((size_t)no * 4);
+        int64_t unwritten = 0;
+        to_f32(o_gpu, g, no, c->o_dtype);
+        to_f32(o_ref, f, no, c->o_dtype);
+        for (i = 0; i < no; i++) unwritten += g[i] != g[i];
+        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        if (ds) CHECK_CLOSE(what, g, f, no, TOL_FP8_REL, TOL_FP8_COS);
+        else CHECK_CLOSE(what, g, f, no, TOL_BF16_REL, TOL_BF16_COS);
+        CHECK_LSE(what, lse_gpu, lse_ref, (int64_t)T * H);
+        CHECK_LSE(what, ml_gpu, ml_ref, (int64_t)T * H);
+        free(g);
+        free(f);
+    }
+    gpu_free(d_cache); gpu_free(d_q); gpu_free(d_o); gpu_free(d_idx); gpu_free(d_len); gpu_free(d_lse); gpu_free(d_ml);
+    gpu_free(d_sink);
+    free(cache); free(idx); free(len); free(q); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu); free(ml_ref); free(ml_gpu);
+}
+
+static void test_sparse_attention(test_rng *rng) {
+    static const int topks[] = {1, 63, 64, 2048};
+    static const int heads[] = {1, 16, 64, 128};
+    const int before = testing_failed;
+    int ki, hi, cache, tokens;
+    sparse_case c;
+    for (ki = 0; ki < 4; ki++)
+        for (hi = 0; hi < 4; hi++)
+            for (cache = 0; cache < 3; cache++)
+                for (tokens = 1; tokens <= 2; tokens++) { /* s_q 1 and 2 of a few requests */
+                    if (g_quick && (topks[ki] == 2048 || heads[hi] == 64)) continue;
+                    memset(&c, 0, sizeof c);
+                    c.tokens = tokens * 3;
+                    c.heads = heads[hi];
+                    c.topk = topks[ki];
+                    c.cache = cache;
+                    c.q_dtype = (ki + hi + cache) % 4 == 3 ? AITER_MLA_F16 : AITER_MLA_BF16; /* f16: the portable kernel */
+                    c.o_dtype = (ki + hi) % 3 == 2 ? AITER_MLA_F32 : AITER_MLA_BF16;
+                    c.with_length = (ki + cache + tokens) % 2;
+                    c.with_sink = (hi + cache + tokens) % 2;
+                    c.holes = topks[ki] == 1 ? 30 : 10;
+                    run_sparse_case(&c, rng);
+                }
+    printf("sparse attention: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
+/* ---- sparse index ops, fp8_ds_mla writer, gather, merge ----------------------------------- */
+/* Index of the first differing byte, or -1. */
+static int64_t first_diff(const void *a, const void *b, size_t n) {
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (x[i] != y[i]) return (int64_t)i;
+    return -1;
+}
+/* Device copy of a host buffer (at least one byte allocated). */
+static void *upload_copy(const void *src, size_t bytes) {
+    void *d = gpu_malloc(bytes ? bytes : 1);
+    if (bytes) gpu_upload(d, src, bytes);
+    return d;
+}
+/* A host buffer and a device buffer of `bytes` bytes, both filled with `byte`: the
+ * reference's output and the kernel's start out identical, so unwritten or overwritten
+ * bytes show up in a byte comparison. */
+static void *poisoned_pair(size_t bytes, int byte, void **dev) {
+    void *h = test_malloc(bytes ? bytes : 1);
+    memset(h, byte, bytes ? bytes : 1);
+    *dev = gpu_malloc(bytes ? bytes : 1);
+    gpu_memset(*dev, byte, bytes ? bytes : 1);
+    return h;
+}
+
+static void test_sparse_indices_gpu(test_rng *rng) {
+    /* shift: elements added to the indices/out base pointers (1 = 4-byte aligned only) */
+    static const struct { int64_t T; int topk, prefill, counts, pad_in, pad_out, bs, shift; } cases[] = {
+        {0, 64, 0, 1, 0, 0, 64, 0},      {1, 2048, 0, 1, 0, 0, 64, 0},   {1, 1, 1, 1, 0, 0, 64, 0},
+        {37, 63, 0, 1, 1, 3, 100, 0},    {37, 6, 0, 1, 2, 2, 64, 0},     {300, 2048, 0, 1, 0, 0, 64, 0},
+        {300, 2048, 1, 1, 0, 4, 64, 0},  {129, 100, 1, 0, 0, 0, 64, 1},  {77, 2048, 0, 0, 0, 0, 16, 1},
+        {600, 2048, 0, 1, 0, 0, 64, 0},  {2000, 512, 1, 1, 4, 0, 64, 0}, {5, 4096, 0, 1, 0, 0, 1, 0},
+    };
+    int c;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        const int64_t T = g_quick && cases[c].T > 300 ? 300 : cases[c].T;
+        const int topk = cases[c].topk, bs = cases[c].bs, shift = cases[c].shift;
+        const int64_t in_stride = topk + cases[c].pad_in, out_stride = topk + cases[c].pad_out;
+        const int nreq = rng_int(rng, 1, 8), width = rng_int(rng, 1, 2 * topk / bs + 2);
+        const size_t in_n = (size_t)(T * in_stride + shift), out_n = (size_t)(T * out_stride + shift);
+        int32_t *idx = (int32_t *)test_malloc(in_n * 4 + 4), *req = (int32_t *)test_malloc((size_t)T * 4 + 4);
+        int32_t *bt = (int32_t *)test_malloc((size_t)nreq * width * 4), starts[8];
+        void *d_out, *d_counts;
+        int32_t *ref = (int32_t *)poisoned_pair(out_n * 4, 0x7f, &d_out); /* 0x7f7f7f7f: no slot */
+        int32_t *counts_ref = (int32_t *)poisoned_pair((size_t)T * 4, 0x7f, &d_counts);
+        int32_t *got = (int32_t *)test_malloc(out_n * 4 + 4), *counts_got = (int32_t *)test_malloc((size_t)T * 4 + 4);
+        int64_t i, d;
+        char what[160];
+        for (i = 0; i < nreq * width; i++) bt[i] = rng_int(rng, 0, 9) == 0 ? -1 : rng_int(rng, 0, 5000);
+        bt[0] = 40000000;                                    /* times 64 is past int32: -1 */
+        for (i = 0; i < nreq; i++) starts[i] = rng_int(rng, 0, 100000);
+        starts[0] = INT32_MAX - 1000;                        /* prefill slots past int32: -1 */
+        for (i = 0; i < T; i++) req[i] = rng_int(rng, 0, 19) == 0 ? (rng_int(rng, 0, 1) ? -1 : nreq) : rng_int(rng, 0, nreq - 1);
+        for (i = 0; i < (int64_t)in_n; i++) idx[i] = rng_int(rng, 0, 7) == 0 ? -1 : rng_int(rng, 0, (width + 1) * bs);
+        int32_t *d_idx = (int32_t *)upload_copy(idx, in_n * 4), *d_req = (int32_t *)upload_copy(req, (size_t)T * 4);
+        int32_t *d_bt = (int32_t *)upload_copy(bt, (size_t)nreq * width * 4), *d_starts = (int32_t *)upload_copy(starts, sizeof starts);
+        aiter_mla_sparse_index_args a;
+        memset(&a, 0, sizeof a);
+        a.indices = d_idx + shift;
+        a.indices_stride = in_stride;
+        a.req_id = d_req;
+        a.block_table = cases[c].prefill ? NULL : d_bt;
+        a.block_table_stride = width;
+        a.block_size = bs;
+        a.workspace_starts = d_starts;
+        a.num_requests = nreq;
+        a.num_tokens = T;
+        a.topk = topk;
+        a.out = (int32_t *)d_out + shift;
+        a.out_stride = out_stride;
+        a.valid_counts = cases[c].counts ? (int32_t *)d_counts : NULL;
+        snprintf(what, sizeof what, "convert_sparse_indices %s T=%lld topk=%d bs=%d strides %lld/%lld shift %d%s",
+                 cases[c].prefill ? "prefill" : "decode", (long long)T, topk, bs, (long long)in_stride, (long long)out_stride,
+                 shift, cases[c].counts ? " counts" : "");
+        CHECK_STATUS(aiter_mla_convert_sparse_indices(&a, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_out, out_n * 4);
+        gpu_download(counts_got, d_counts, (size_t)T * 4);
+        a.indices = idx + shift;
+        a.req_id = req;
+        a.block_table = cases[c].prefill ? NULL : bt;
+        a.workspace_starts = starts;
+        a.out = ref + shift;
+        a.valid_counts = cases[c].counts ? counts_ref : NULL;
+        CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&a), AITER_MLA_OK, "");
+        d = first_diff(got, ref, out_n * 4);
+        CHECK(d < 0, "%s: output differs from the reference at int %lld (got %d, want %d)", what, (long long)(d / 4),
+              d >= 0 ? got[d / 4] : 0, d >= 0 ? ref[d / 4] : 0);
+        d = first_diff(counts_got, counts_ref, (size_t)T * 4);
+        CHECK(d < 0, "%s: valid_counts differ at row %lld", what, (long long)(d / 4));
+        gpu_free(d_idx); gpu_free(d_req); gpu_free(d_bt); gpu_free(d_starts); gpu_free(d_out); gpu_free(d_counts);
+        free(idx); free(req); free(bt); free(ref); free(counts_ref); free(got); free(counts_got);
+    }
+}
+
+static void test_filter_prefill_gpu(test_rng *rng) {
+    static const struct { int64_t T; int topk, shift; } cases[] = {
+        {0, 64, 0}, {1, 1, 0}, {1, 2048, 0}, {37, 33, 0}, {300, 512, 0}, {129, 64, 1}, {4096, 512, 0}, {3, 7, 1},
+    };
+    int c;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        const int64_t T = g_quick && cases[c].T > 300 ? 300 : cases[c].T;
+        const int topk = cases[c].topk, shift = cases[c].shift, nreq = rng_int(rng, 1, 6);
+        const size_t n = (size_t)(T * topk + shift);
+        int32_t *idx = (int32_t *)test_malloc(n * 4 + 4), *req = (int32_t *)test_malloc((size_t)T * 4 + 4), ctx[6];
+        int32_t *got_c = (int32_t *)test_malloc(n * 4 + 4), *got_n = (int32_t *)test_malloc(n * 4 + 4);
+        void *d_ctx_out, *d_new_out;
+        int32_t *ref_c = (int32_t *)poisoned_pair(n * 4, 0x7f, &d_ctx_out), *ref_n = (int32_t *)poisoned_pair(n * 4, 0x7f, &d_new_out);
+        int64_t i;
+        for (i = 0; i < nreq; i++) ctx[i] = rng_int(rng, 0, 3000);
+        if (nreq > 2) ctx[1] = -5; /* a negative context length: -1 in both outputs */
+        for (i = 0; i < T; i++) req[i] = rng_int(rng, 0, 15) == 0 ? (rng_int(rng, 0, 1) ? -7 : nreq + 2) : rng_int(rng, 0, nreq - 1);
+        for (i = 0; i < (int64_t)n; i++) idx[i] = rng_int(rng, 0, 6) == 0 ? -1 : rng_int(rng, 0, 5000);
+        int32_t *d_idx = (int32_t *)upload_copy(idx, n * 4), *d_req = (int32_t *)upload_copy(req, (size_t)T * 4);
+        int32_t *d_ctx = (int32_t *)upload_copy(ctx, sizeof ctx);
+        aiter_mla_filter_prefill_args f;
+        memset(&f, 0, sizeof f);
+        f.indices = d_idx + shift;
+        f.req_id = d_req;
+        f.ctx_lens = d_ctx;
+        f.num_requests = nreq;
+        f.num_tokens = T;
+        f.topk = topk;
+        f.context_out = (int32_t *)d_ctx_out + shift;
+        f.new_out = (int32_t *)d_new_out + shift;
+        CHECK_STATUS(aiter_mla_filter_prefill_indices(&f, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got_c, d_ctx_out, n * 4);
+        gpu_download(got_n, d_new_out, n * 4);
+        f.indices = idx + shift;
+        f.req_id = req;
+        f.ctx_lens = ctx;
+        f.context_out = ref_c + shift;
+        f.new_out = ref_n + shift;
+        CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(&f), AITER_MLA_OK, "");
+        CHECK(first_diff(got_c, ref_c, n * 4) < 0 && first_diff(got_n, ref_n, n * 4) < 0,
+              "filter_prefill_indices T=%lld topk=%d shift %d: outputs differ from the reference (context at byte %lld, new at %lld)",
+              (long long)T, topk, shift, (long long)first_diff(got_c, ref_c, n * 4), (long long)first_diff(got_n, ref_n, n * 4));
+        gpu_free(d_idx); gpu_free(d_req); gpu_free(d_ctx); gpu_free(d_ctx_out); gpu_free(d_new_out);
+        free(idx); free(req); free(got_c); free(got_n); free(ref_c); free(ref_n);
+    }
+}
+
+/* kv_c values of token rows, group by group at magnitudes 2^-12 .. 2^8 (one group of the
+ * first token all zero), and rope values, stored as dtype t in rows of `stride`. */
+static void fill_ds_mla_source(void *kvc, int64_t kvc_stride, void *kpe, int64_t kpe_stride, int64_t T, aiter_mla_dtype t,
+                               test_rng *rng) {
+    int64_t i;
+    int g, k;
+    for (i = 0; i < T; i++) {
+        for (g = 0; g < 4; g++) {
+            const float amp = i == 0 && g == 2 ? 0.0f : (float)ldexp(1.0, rng_int(rng, -12, 8));
+            for (k = 0; k < 128; k++) aiter_mla_store_f32(kvc, i * kvc_stride + g * 128 + k, t, amp == 0.0f ? 0.0f : rng_f32(rng, -amp, amp));
+        }
+        for (k = 0; k < 64; k++) aiter_mla_store_f32(kpe, i * kpe_stride + k, t, rng_f32(rng, -3.0f, 3.0f));
+    }
+}
+
+static void test_ds_mla_write_gpu(test_rng *rng) {
+    /* layout 0: rows of 576 with k_pe inside them (vLLM's kv_c | k_pe view); 1: separate
+     * contiguous tensors; 2: odd strides (scalar path); 3: cache base 4 bytes off 16 */
+    static const int64_t sizes[] = {0, 1, 37, 2048, 300};
+    int v, n = 0;
+    for (v = 0; v < 2 * 2 * 2 * 4; v++) {
+        const int fnuz = v & 1, pow2 = (v >> 1) & 1, f16 = (v >> 2) & 1, layout = v >> 3;
+        const aiter_mla_dtype src = f16 ? AITER_MLA_F16 : AITER_MLA_BF16, fp8 = fnuz ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        const int64_t T = sizes[n++ % 5], bs = 16, blocks = (T + 40) / bs + 1, slots = blocks * bs;
+        const int64_t kvc_stride = layout == 0 ? 576 : layout == 2 ? 517 : 512, kpe_stride = layout == 0 ? 576 : layout == 2 ? 67 : 64;
+        const size_t cache_off = layout == 3 ? 4 : 0, cache_bytes = (size_t)slots * 656 + cache_off;
+        if (g_quick && T > 300) continue;
+        void *kvc = test_malloc((size_t)(T * kvc_stride + 1) * 2), *kpe_own = test_malloc((size_t)(T * kpe_stride + 1) * 2);
+        int64_t *slot = (int64_t *)test_malloc((size_t)T * 8 + 8), i;
+        int32_t *perm = (int32_t *)test_malloc((size_t)slots * 4);
+        void *d_cache;
+        unsigned char *ref = (unsigned char *)poisoned_pair(cache_bytes, 0xff, &d_cache), *got = (unsigned char *)test_malloc(cache_bytes);
+        fill_ds_mla_source(kvc, kvc_stride, layout == 0 ? (char *)kvc + 1024 : kpe_own, kpe_stride, T, src, rng);
+        for (i = 0; i < slots; i++) perm[i] = (int32_t)i;
+        rng_shuffle_i32(rng, perm, (int)slots);
+        for (i = 0; i < T; i++) slot[i] = i % 13 == 5 ? -1 : i % 17 == 9 ? slots + i : perm[i]; /* padding, past the cache */
+        void *d_kvc = upload_copy(kvc, (size_t)(T * kvc_stride) * 2), *d_kpe = upload_copy(kpe_own, (size_t)(T * kpe_stride) * 2);
+        int64_t *d_slot = (int64_t *)upload_copy(slot, (size_t)T * 8);
+        aiter_mla_ds_mla_write_args w;
+        memset(&w, 0, sizeof w);
+        w.kv_c = d_kvc;
+        w.kv_c_stride = kvc_stride;
+        w.k_pe = layout == 0 ? (const void *)((const char *)d_kvc + 1024) : d_kpe;
+        w.k_pe_stride = kpe_stride;
+        w.slot_mapping = d_slot;
+        w.kv_cache = (char *)d_cache + cache_off;
+        w.num_blocks = blocks;
+        w.block_size = (int)bs;
+        w.num_tokens = T;
+        w.src_dtype = src;
+        w.fp8_dtype = fp8;
+        w.fp8_max = fnuz && pow2 ? 224.0f : 0.0f; /* vLLM's headroom on gfx942 */
+        w.pow2_scales = pow2;
+        CHECK_STATUS(aiter_mla_ds_mla_write(&w, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_cache, cache_bytes);
+        w.kv_c = kvc;
+        w.k_pe = layout == 0 ? (const void *)((const char *)kvc + 1024) : kpe_own;
+        w.slot_mapping = slot;
+        w.kv_cache = ref + cache_off;
+        CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+        {
+            const int64_t d = first_diff(got, ref, cache_bytes);
+            CHECK(d < 0, "ds_mla_write T=%lld %s %s%s layout %d: cache differs at byte %lld (slot %lld, byte %lld of the row: got %02x, want %02x)",
+                  (long long)T, aiter_mla_dtype_name(src), aiter_mla_dtype_name(fp8), pow2 ? " pow2" : "", layout, (long long)d,
+                  d >= 0 ? (long long)((d - (int64_t)cache_off) / 656) : -1LL, d >= 0 ? (long long)((d - (int64_t)cache_off) % 656) : -1LL,
+                  d >= 0 ? got[d] : 0, d >= 0 ? ref[d] : 0);
+        }
+        gpu_free(d_kvc); gpu_free(d_kpe); gpu_free(d_slot); gpu_free(d_cache);
+        free(kvc); free(kpe_own); free(slot); free(perm); free(ref); free(got);
+    }
+}
+
+static void test_gather_cache_gpu(test_rng *rng) {
+    /* formats: 16-bit, fp8 per tensor, and fp8_ds_mla (DEFAULT below) of both flavours */
+    static const aiter_mla_dtype fmts[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FNUZ,
+                                           AITER_MLA_DTYPE_DEFAULT, AITER_MLA_DTYPE_COUNT};
+    static const aiter_mla_dtype outs[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_F32};
+    int f, o, n = 0;
+    for (f = 0; f < 6; f++)
+        for (o = 0; o < 3; o++, n++) {
+            const int ds = fmts[f] == AITER_MLA_DTYPE_DEFAULT || fmts[f] == AITER_MLA_DTYPE_COUNT;
+            const aiter_mla_dtype ds_fp8 = fmts[f] == AITER_MLA_DTYPE_COUNT ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+            const aiter_mla_dtype cache_t = ds ? AITER_MLA_BF16 : fmts[f], out_t = outs[o];
+            const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
+            const int B = big ? 8 : 5, bs = n % 3 == 0 ? 1 : n % 3 == 1 ? 16 : 64, chunk = big ? 256 : 37;
+            const int width = (big ? 1100 : 300) / bs + 2;
+            const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
+            const float scale = dtype_is_fp8(cache_t) ? 0.03f : 0.0f;
+            const size_t row_bytes = ds ? 656 : 576 * aiter_mla_dtype_size(cache_t), oe = aiter_mla_dtype_size(out_t);
+            void *cache = test_malloc(row_bytes * (size_t)slots);
+            int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), ctx[8], starts[8], cu[9];
+            int64_t i;
+            int b, c;
+            if (ds) {
+                uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 576 * 2);
+                int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
+                aiter_mla_ds_mla_write_args w;
+                fill_ds_mla_source(src, 576, src + 512, 576, slots, AITER_MLA_BF16, rng);
+                for (i = 0; i < slots; i++) sl[i] = i;
+                memset(&w, 0, sizeof w);
+                w.kv_c = src;
+                w.kv_c_stride = 576;
+                w.k_pe = src + 512;
+                w.k_pe_stride = 576;
+                w.slot_mapping = sl;
+                w.kv_cache = cache;
+                w.num_blocks = blocks;
+                w.block_size = bs;
+                w.num_tokens = slots;
+                w.fp8_dtype = ds_fp8;
+                w.pow2_scales = n % 2;
+                CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+                free(src);
+                free(sl);
+            } else {
+                fill_random(cache, slots * 576, cache_t, rng, -2.0f, 2.0f, scale);
+            }
+            for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
+            bt[1] = -1;                /* request 0, second block: absent */
+            bt[2] = (int32_t)blocks;   /* third block: out of range */
+            for (b = 0; b < B; b++) ctx[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
+            ctx[0] = width * bs;
+            if (B > 3) {
+                ctx[1] = 0;
+                ctx[2] = 1;
+                ctx[3] = chunk + 1;
+            }
+            void *d_cache = upload_copy(cache, row_bytes * (size_t)slots);
+            int32_t *d_bt = (int32_t *)upload_copy(bt, (size_t)B * width * 4);
+            int32_t *d_meta = (int32_t *)gpu_malloc(sizeof cu + sizeof starts);
+            for (c = 0; c * chunk < width * bs + bs; c++) { /* every chunk of the contexts */
+                int64_t rows, d;
+                cu[0] = 0;
+                for (b = 0; b < B; b++) {
+                    const int lo = c * chunk, hi = ctx[b] < (c + 1) * chunk ? ctx[b] : (c + 1) * chunk;
+                    starts[b] = lo;
+                    cu[b + 1] = cu[b] + (hi > lo ? hi - lo : 0);
+                }
+                rows = cu[B] + 3; /* three spare rows must stay poisoned */
+                const size_t out_bytes = (size_t)rows * 576 * oe + (misaligned ? oe : 0);
+                void *d_out;
+                unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
+                gpu_upload(d_meta, cu, sizeof cu);
+                gpu_upload(d_meta + 9, starts, sizeof starts);
+                aiter_mla_gather_cache_args g;
+                memset(&g, 0, sizeof g);
+                g.kv_cache = d_cache;
+                g.num_blocks = blocks;
+                g.block_size = bs;
+                g.cache_dtype = ds ? AITER_MLA_DTYPE_DEFAULT : cache_t;
+                g.scale = scale;
+                g.cache_is_ds_mla = ds;
+                g.ds_mla_fp8 = ds_fp8;
+                g.block_table = d_bt;
+                g.block_table_stride = width;
+                g.cu_out_rows = d_meta;
+                g.seq_starts = c == 0 && n % 2 ? NULL : d_meta + 9; /* NULL: from position 0 */
+                g.batch = B;
+                g.out = (char *)d_out + (misaligned ? oe : 0);
+                g.out_rows = rows;
+                g.out_dtype = out_t;
+                CHECK_STATUS(aiter_mla_gather_cache(&g, g_stream), AITER_MLA_OK, "");
+                gpu_sync();
+                gpu_download(got, d_out, out_bytes);
+                g.kv_cache = cache;
+                g.block_table = bt;
+                g.cu_out_rows = cu;
+                g.seq_starts = g.seq_starts ? starts : NULL;
+                g.out = ref + (misaligned ? oe : 0);
+                CHECK_STATUS(aiter_mla_gather_cache_ref(&g), AITER_MLA_OK, "");
+                d = first_diff(got, ref, out_bytes);
+                CHECK(d < 0, "gather_cache %s%s -> %s bs=%d chunk %d (%lld rows)%s: output differs at byte %lld (row %lld)",
+                      ds ? "fp8_ds_mla " : "", aiter_mla_dtype_name(ds ? ds_fp8 : cache_t), aiter_mla_dtype_name(out_t), bs, c,
+                      (long long)cu[B], misaligned ? " misaligned" : "", (long long)d, d >= 0 ? (long long)(d / (576 * (int64_t)oe)) : -1LL);
+                gpu_free(d_out);
+                free(ref);
+                free(got);
+            }
+            gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta);
+            free(cache); free(bt);
+        }
+    /* device arrays the host cannot check are data: a non-monotone cu_out_rows and rows
+     * beyond out_rows leave everything outside [0, out_rows) untouched */
+    {
+        int32_t cu[4] = {0, 50, 20, 90}, bt[3 * 4] = {0, 1, 2, 3, 3, 2, 1, 0, -1, 4, 2, 1}, starts[3] = {0, -40, 7};
+        const int64_t rows = 60, guard = 8;
+        uint16_t *cache = (uint16_t *)test_malloc(4 * 16 * 576 * 2), *got = (uint16_t *)test_malloc((size_t)(rows + guard) * 576 * 2);
+        int64_t i, bad = 0;
+        fill_random(cache, 4 * 16 * 576, AITER_MLA_BF16, rng, -1.0f, 1.0f, 0.0f);
+        void *d_cache = upload_copy(cache, 4 * 16 * 576 * 2), *d_out = gpu_malloc((size_t)(rows + guard) * 576 * 2);
+        int32_t *d_cu = (int32_t *)upload_copy(cu, sizeof cu), *d_bt = (int32_t *)upload_copy(bt, sizeof bt);
+        int32_t *d_st = (int32_t *)upload_copy(starts, sizeof starts);
+        gpu_memset(d_out, 0xff, (size_t)(rows + guard) * 576 * 2);
+        aiter_mla_gather_cache_args g;
+        memset(&g, 0, sizeof g);
+        g.kv_cache = d_cache;
+        g.num_blocks = 4;
+        g.block_size = 16;
+        g.block_table = d_bt;
+        g.block_table_stride = 4;
+        g.cu_out_rows = d_cu;
+        g.seq_starts = d_st;
+        g.batch = 3;
+        g.out = d_out;
+        g.out_rows = rows;
+        CHECK_STATUS(aiter_mla_gather_cache(&g, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_out, (size_t)(rows + guard) * 576 * 2);
+        for (i = rows * 576; i < (rows + guard) * 576; i++) bad += got[i] != 0xffff;
+        CHECK(bad == 0, "gather_cache with bad device metadata wrote %lld values past out_rows", (long long)bad);
+        gpu_free(d_cache); gpu_free(d_out); gpu_free(d_cu); gpu_free(d_bt); gpu_free(d_st);
+        free(cache); free(got);
+    }
+}
+
+static void test_merge_gpu(test_rng *rng) {
+    static const struct { int64_t T; int H, D; } shapes[] = {
+        {0, 1, 1}, {1, 1, 1}, {37, 3, 7}, {5, 16, 128}, {64, 16, 512}, {33, 2, 100}, {1024, 16, 128}, {3, 128, 576},
+    };
+    static const aiter_mla_dtype dts[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_F32};
+    int s, k, n = 0;
+    for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+        for (k = 0; k < 3; k++, n++) {
+            const int64_t T = g_quick && shapes[s].T > 64 ? 64 : shapes[s].T, H = shapes[s].H, D = shapes[s].D, rows = T * H;
+            const aiter_mla_dtype t = dts[k];
+            const size_t e = aiter_mla_dtype_size(t), shift = n % 4 == 3 ? e : 0; /* 1 element off 16 bytes: scalar path */
+            const size_t ob = (size_t)(rows * D) * e + shift;
+            const int with_lse = n % 3 != 2;
+            void *op = test_malloc(ob + 1), *os = test_malloc(ob + 1);
+            float *lp = (float *)test_malloc((size_t)rows * 4 + 4), *ls = (float *)test_malloc((size_t)rows * 4 + 4);
+            void *d_o, *d_lse;
+            unsigned char *o_ref = (unsigned char *)poisoned_pair(ob, 0xff, &d_o), *o_got = (unsigned char *)test_malloc(ob + 1);
+            float *lse_ref = (float *)poisoned_pair((size_t)rows * 4, 0xff, &d_lse), *lse_got = (float *)test_malloc((size_t)rows * 4 + 4);
+            int64_t i;
+            char what[120];
+            fill_random((char *)op + shift, rows * D, t, rng, -2.0f, 2.0f, 0.0f);
+            fill_random((char *)os + shift, rows * D, t, rng, -2.0f, 2.0f, 0.0f);
+            for (i = 0; i < rows; i++) { /* holes of either kind on either side, and both sides empty */
+                const int r = rng_int(rng, 0, 19);
+                lp[i] = r == 0 ? -INFINITY : r == 1 ? INFINITY : rng_f32(rng, -8.0f, 8.0f);
+                ls[i] = r == 2 ? -INFINITY : r == 3 ? INFINITY : r == 4 ? (rng_int(rng, 0, 1) ? lp[i] : -INFINITY) : rng_f32(rng, -8.0f, 8.0f);
+                if (r == 5) lp[i] = ls[i] = INFINITY;
+                if (r == 6) lp[i] = -INFINITY, ls[i] = INFINITY;
+            }
+            void *d_op = upload_copy(op, ob), *d_os = upload_copy(os, ob);
+            float *d_lp = (float *)upload_copy(lp, (size_t)rows * 4), *d_ls = (float *)upload_copy(ls, (size_t)rows * 4);
+            aiter_mla_merge_args m;
+            memset(&m, 0, sizeof m);
+            m.o_prefix = (char *)d_op + shift;
+            m.lse_prefix = d_lp;
+            m.o_suffix = (char *)d_os + shift;
+            m.lse_suffix = d_ls;
+            m.o = (char *)d_o + shift;
+            m.lse = with_lse ? (float *)d_lse : NULL;
+            m.num_tokens = T;
+            m.num_heads = (int)H;
+            m.head_dim = (int)D;
+            m.dtype = t;
+            snprintf(what, sizeof what, "merge_attn_states T=%lld H=%d D=%d %s%s%s", (long long)T, (int)H, (int)D,
+                     aiter_mla_dtype_name(t), with_lse ? " lse" : "", shift ? " misaligned" : "");
+            CHECK_STATUS(aiter_mla_merge_attn_states(&m, g_stream), AITER_MLA_OK, "");
+            gpu_sync();
+            gpu_download(o_got, d_o, ob);
+            gpu_download(lse_got, d_lse, (size_t)rows * 4);
+            m.o_prefix = (char *)op + shift;
+            m.lse_prefix = lp;
+            m.o_suffix = (char *)os + shift;
+            m.lse_suffix = ls;
+            m.o = o_ref + shift;
+            m.lse = with_lse ? lse_ref : NULL;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&m), AITER_MLA_OK, "");
+            if (rows > 0) {
+                float *g = (float *)test_malloc((size_t)(rows * D) * 4), *f = (float *)test_malloc((size_t)(rows * D) * 4);
+                to_f32(o_got + shift, g, rows * D, t);
+                to_f32(o_ref + shift, f, rows * D, t);
+                CHECK_CLOSE(what, g, f, rows * D, TOL_BF16_REL, TOL_BF16_COS);
+                if (with_lse) CHECK_LSE(what, lse_got, lse_ref, rows);
+                else CHECK(first_diff(lse_got, lse_ref, (size_t)rows * 4) < 0, "%s: lse written without being asked for", what);
+                free(g);
+                free(f);
+            }
+            CHECK(shift == 0 || first_diff(o_got, o_ref, shift) < 0, "%s: wrote before o", what);
+            gpu_free(d_op); gpu_free(d_os); gpu_free(d_lp); gpu_free(d_ls); gpu_free(d_o); gpu_free(d_lse);
+            free(op); free(os); free(lp); free(ls); free(o_ref); free(o_got); free(lse_ref); free(lse_got);
+        }
+}
+
+/* Usage: test_gpu [--quick] [TEST ...]: with names (test_merge_gpu, ...), only those run. */
 static int g_argc;
 static char **g_argv;
-static int wanted(const char *group) {
+static int wanted(const char *name) {
     int i, any = 0;
     for (i = 1; i < g_argc; i++) {
         if (!strcmp(g_argv[i], "--quick")) continue;
         any = 1;
-        if (!strcmp(g_argv[i], group)) return 1;
+        if (!strcmp(g_argv[i], name)) return 1;
     }
     return !any;
 }
+#define RUN(test) do { if (wanted(#test)) test(&rng); } while (0)
 
 int main(int argc, char **argv) {
     test_rng rng = rng_seed(0x5eed0001u);
@@ -759,17 +1373,19 @@ int main(int argc, char **argv) {
     }
     printf("test_gpu on %s (%d CUs)%s\n", gpu_name(), gpu_num_cu(), g_quick ? ", quick sweep" : "");
     g_stream = gpu_stream_create();
-    if (wanted("small")) {
-        test_head_pad(&rng);
-        test_expand_page_indices(&rng);
-        test_kv_cache_write(&rng);
-    }
-    if (wanted("decode")) {
-        test_decode_variants(&rng);
-        test_decode_graph(&rng);
-        test_decode_sweep(&rng);
-    }
-    if (wanted("prefill")) test_prefill(&rng);
+    RUN(test_head_pad);
+    RUN(test_expand_page_indices);
+    RUN(test_kv_cache_write);
+    RUN(test_decode_variants);
+    RUN(test_decode_graph);
+    RUN(test_decode_sweep);
+    RUN(test_sparse_indices_gpu);
+    RUN(test_filter_prefill_gpu);
+    RUN(test_ds_mla_write_gpu);
+    RUN(test_gather_cache_gpu);
+    RUN(test_merge_gpu);
+    RUN(test_prefill);
+    RUN(test_sparse_attention);
     gpu_stream_destroy(g_stream);
     return testing_summary();
 }

@@ -3606,6 +3606,231 @@ static void test_prefill_plan(void) {
 }
 
 /* =====================================================================================
+ * GPU wrappers of the small ops: the same validation as their references (status and
+ * message after the op name), ERR_NO_GPU only once it passes, nothing launched for empty
+ * work; device-array contents are not checked by the wrappers
+ * ===================================================================================== */
+static const char *after_op_name(const char *msg) {
+    const char *p = strstr(msg, ": ");
+    return p ? p + 2 : msg;
+}
+/* ref_call and gpu_call on the same args. expect_gpu: the wrapper's status when the
+ * reference accepts (ERR_NO_GPU in this build, or OK when there is nothing to launch). */
+#define CHECK_LIKE_REF(ref_call, gpu_call, expect_gpu, what)                                                          \
+    do {                                                                                                              \
+        char lr_msg_[320];                                                                                            \
+        aiter_mla_status lr_ref_ = (ref_call), lr_gpu_;                                                               \
+        snprintf(lr_msg_, sizeof lr_msg_, "%s", aiter_mla_last_error());                                             \
+        lr_gpu_ = (gpu_call);                                                                                         \
+        if (lr_ref_ != AITER_MLA_OK)                                                                                  \
+            CHECK(lr_gpu_ == lr_ref_ && !strcmp(after_op_name(lr_msg_), after_op_name(aiter_mla_last_error())),      \
+                  "%s: reference says %s \"%s\", GPU wrapper %s \"%s\"", (what), testing_status_name(lr_ref_), lr_msg_, \
+                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                             \
+        else                                                                                                          \
+            CHECK(lr_gpu_ == (expect_gpu), "%s: reference accepts, GPU wrapper says %s \"%s\"", (what),               \
+                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                             \
+    } while (0)
+
+static void test_small_op_wrappers(void) {
+    { /* sparse index conversion */
+        int32_t idx[8] = {0, 1, 70, -1, 5, 6, 7, 8}, req[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, out[8], counts[2], st[2] = {0, 9};
+        aiter_mla_sparse_index_args a, b;
+        memset(&a, 0, sizeof a);
+        a.indices = idx;
+        a.req_id = req;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.num_requests = 2;
+        a.num_tokens = 2;
+        a.topk = 4;
+        a.out = out;
+        a.valid_counts = counts;
+        a.workspace_starts = st;
+#define SI_CASE(mutation, expect)                                                                                    \
+    do {                                                                                                             \
+        b = a;                                                                                                       \
+        mutation;                                                                                                    \
+        CHECK_LIKE_REF(aiter_mla_convert_sparse_indices_ref(&b), aiter_mla_convert_sparse_indices(&b, NULL), expect, \
+                       "convert_sparse_indices { " #mutation " }");                                                  \
+    } while (0)
+        SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
+        SI_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        SI_CASE(b.num_tokens = -1, AITER_MLA_OK);
+        SI_CASE(b.topk = 0, AITER_MLA_OK);
+        SI_CASE(b.num_requests = 0, AITER_MLA_OK);
+        SI_CASE(b.indices = NULL, AITER_MLA_OK);
+        SI_CASE(b.req_id = NULL, AITER_MLA_OK);
+        SI_CASE(b.out = NULL, AITER_MLA_OK);
+        SI_CASE(b.out_stride = 3, AITER_MLA_OK);
+        SI_CASE(b.indices_stride = (int64_t)1 << 40, AITER_MLA_OK);
+        SI_CASE(b.block_size = 5000, AITER_MLA_OK);
+        SI_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        SI_CASE((b.block_table = NULL, b.workspace_starts = NULL), AITER_MLA_OK);
+        SI_CASE((b.req_id = NULL, b.num_tokens = 0), AITER_MLA_OK);
+#undef SI_CASE
+        CHECK_STATUS(aiter_mla_convert_sparse_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* filter_prefill_indices */
+        int32_t idx[8] = {0, 1, 70, -1, 5, 6, 7, 8}, req[2] = {0, 1}, ctx[2] = {3, 6}, co[8], no[8];
+        aiter_mla_filter_prefill_args a, b;
+        memset(&a, 0, sizeof a);
+        a.indices = idx;
+        a.req_id = req;
+        a.ctx_lens = ctx;
+        a.num_requests = 2;
+        a.num_tokens = 2;
+        a.topk = 4;
+        a.context_out = co;
+        a.new_out = no;
+#define FP_CASE(mutation, expect)                                                                                      \
+    do {                                                                                                               \
+        b = a;                                                                                                         \
+        mutation;                                                                                                      \
+        CHECK_LIKE_REF(aiter_mla_filter_prefill_indices_ref(&b), aiter_mla_filter_prefill_indices(&b, NULL), expect, \
+                       "filter_prefill_indices { " #mutation " }");                                                    \
+    } while (0)
+        FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        FP_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        FP_CASE(b.topk = 0, AITER_MLA_OK);
+        FP_CASE(b.num_requests = 0, AITER_MLA_OK);
+        FP_CASE(b.ctx_lens = NULL, AITER_MLA_OK);
+        FP_CASE(b.context_out = NULL, AITER_MLA_OK);
+        FP_CASE(b.new_out = NULL, AITER_MLA_OK);
+        FP_CASE(b.indices = NULL, AITER_MLA_OK);
+#undef FP_CASE
+        CHECK_STATUS(aiter_mla_filter_prefill_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* fp8_ds_mla writer */
+        uint16_t kvc[2 * 512], kpe[2 * 64];
+        int64_t slots[2] = {1, -1};
+        unsigned char cache[4 * 656];
+        aiter_mla_ds_mla_write_args a, b;
+        int i;
+        for (i = 0; i < 2 * 512; i++) kvc[i] = aiter_mla_f32_to_bf16((float)(i % 37) - 18.0f);
+        for (i = 0; i < 2 * 64; i++) kpe[i] = aiter_mla_f32_to_bf16((float)i);
+        memset(&a, 0, sizeof a);
+        a.kv_c = kvc;
+        a.k_pe = kpe;
+        a.slot_mapping = slots;
+        a.kv_cache = cache;
+        a.num_blocks = 2;
+        a.block_size = 2;
+        a.num_tokens = 2;
+#define DS_CASE(mutation, expect)                                                                                   \
+    do {                                                                                                            \
+        b = a;                                                                                                      \
+        mutation;                                                                                                   \
+        CHECK_LIKE_REF(aiter_mla_ds_mla_write_ref(&b), aiter_mla_ds_mla_write(&b, NULL), expect, "ds_mla_write { " #mutation " }"); \
+    } while (0)
+        DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
+        DS_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_OK);
+        DS_CASE(b.fp8_max = 500.0f, AITER_MLA_OK);
+        DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_OK);
+        DS_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_OK);
+        DS_CASE(b.slot_mapping = NULL, AITER_MLA_OK);
+        DS_CASE(b.kv_cache = NULL, AITER_MLA_OK);
+        DS_CASE(b.num_blocks = 0, AITER_MLA_OK);
+        DS_CASE(b.block_size = -2, AITER_MLA_OK);
+        DS_CASE(b.kv_c_stride = 100, AITER_MLA_OK);
+        DS_CASE(b.k_pe_stride = 63, AITER_MLA_OK);
+#undef DS_CASE
+        CHECK_STATUS(aiter_mla_ds_mla_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* context gather: cu_out_rows and seq_starts are device arrays for the GPU wrapper */
+        uint16_t cache[4 * 576], out[3 * 576];
+        int32_t bt[4] = {0, 1, 2, 3}, cu[3] = {0, 2, 3}, cu_bad[3] = {0, 2, 1}, cu_big[3] = {0, 2, 9}, cu_zero[3] = {0, 0, 0};
+        int32_t starts[2] = {0, 1}, starts_bad[2] = {0, -1};
+        aiter_mla_gather_cache_args a, b;
+        memset(cache, 0x3c, sizeof cache);
+        memset(&a, 0, sizeof a);
+        a.kv_cache = cache;
+        a.num_blocks = 4;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.cu_out_rows = cu;
+        a.seq_starts = starts;
+        a.batch = 2;
+        a.out = out;
+        a.out_rows = 3;
+#define GA_CASE(mutation, expect)                                                                                      \
+    do {                                                                                                               \
+        b = a;                                                                                                         \
+        mutation;                                                                                                      \
+        CHECK_LIKE_REF(aiter_mla_gather_cache_ref(&b), aiter_mla_gather_cache(&b, NULL), expect, "gather_cache { " #mutation " }"); \
+    } while (0)
+        GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
+        GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_OK);
+        GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_OK);
+        GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_OK);
+        GA_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
+        GA_CASE((b.cache_dtype = AITER_MLA_FP8_E4M3FN, b.scale = -1.0f), AITER_MLA_OK);
+        GA_CASE(b.batch = 0, AITER_MLA_OK);
+        GA_CASE(b.out_rows = -1, AITER_MLA_OK);
+        GA_CASE(b.block_table = NULL, AITER_MLA_OK);
+        GA_CASE(b.cu_out_rows = NULL, AITER_MLA_OK);
+        GA_CASE(b.out = NULL, AITER_MLA_OK);
+        GA_CASE(b.kv_cache = NULL, AITER_MLA_OK);
+        GA_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+#undef GA_CASE
+        /* what only the reference can read: contents of cu_out_rows and seq_starts */
+        b = a;
+        b.cu_out_rows = cu_bad;
+        CHECK_STATUS(aiter_mla_gather_cache_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_out_rows");
+        CHECK_STATUS(aiter_mla_gather_cache(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b.cu_out_rows = cu_big;
+        CHECK_STATUS(aiter_mla_gather_cache_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+        CHECK_STATUS(aiter_mla_gather_cache(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.seq_starts = starts_bad;
+        CHECK_STATUS(aiter_mla_gather_cache_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_starts");
+        CHECK_STATUS(aiter_mla_gather_cache(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_gather_cache(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* merge of attention states */
+        uint16_t op[2 * 3 * 8], os[2 * 3 * 8], o[2 * 3 * 8];
+        float lp[6] = {0.0f, 1.0f, -INFINITY, INFINITY, 2.0f, 3.0f}, ls[6] = {1.0f, -1.0f, -INFINITY, 0.5f, INFINITY, 3.0f}, lse[6];
+        aiter_mla_merge_args a, b;
+        int i;
+        for (i = 0; i < 48; i++) {
+            op[i] = aiter_mla_f32_to_bf16((float)i);
+            os[i] = aiter_mla_f32_to_bf16((float)-i);
+        }
+        memset(&a, 0, sizeof a);
+        a.o_prefix = op;
+        a.lse_prefix = lp;
+        a.o_suffix = os;
+        a.lse_suffix = ls;
+        a.o = o;
+        a.lse = lse;
+        a.num_tokens = 2;
+        a.num_heads = 3;
+        a.head_dim = 8;
+#define MG_CASE(mutation, expect)                                                                                      \
+    do {                                                                                                               \
+        b = a;                                                                                                         \
+        mutation;                                                                                                      \
+        CHECK_LIKE_REF(aiter_mla_merge_attn_states_ref(&b), aiter_mla_merge_attn_states(&b, NULL), expect,            \
+                       "merge_attn_states { " #mutation " }");                                                         \
+    } while (0)
+        MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
+        MG_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        MG_CASE(b.num_tokens = -3, AITER_MLA_OK);
+        MG_CASE(b.dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
+        MG_CASE(b.num_heads = 0, AITER_MLA_OK);
+        MG_CASE(b.head_dim = 70000, AITER_MLA_OK);
+        MG_CASE(b.lse_suffix = NULL, AITER_MLA_OK);
+        MG_CASE(b.o = NULL, AITER_MLA_OK);
+#undef MG_CASE
+        CHECK_STATUS(aiter_mla_merge_attn_states(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+}
+
+/* =====================================================================================
  * every entry point refuses a NULL or zeroed argument struct with a status (never a crash)
  * ===================================================================================== */
 static void test_null_and_zeroed_args(void) {
@@ -3689,6 +3914,11 @@ static void test_null_and_zeroed_args(void) {
     CHECK_STATUS(aiter_mla_ds_mla_write_ref(&dw), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
     CHECK(aiter_mla_sparse_attention_ref(&sa) != AITER_MLA_OK, "zeroed sparse args accepted");
     CHECK(aiter_mla_gather_cache_ref(&ga) != AITER_MLA_OK, "zeroed gather args accepted");
+    CHECK(aiter_mla_merge_attn_states(&ma, NULL) != AITER_MLA_OK, "zeroed merge args accepted");
+    CHECK(aiter_mla_convert_sparse_indices(&si, NULL) != AITER_MLA_OK, "zeroed sparse index args accepted");
+    CHECK(aiter_mla_filter_prefill_indices(&fp, NULL) != AITER_MLA_OK, "zeroed filter args accepted");
+    CHECK_STATUS(aiter_mla_ds_mla_write(&dw, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK(aiter_mla_gather_cache(&ga, NULL) != AITER_MLA_OK, "zeroed gather args accepted");
     CHECK(aiter_mla_decode_plan_view_of(NULL, plan).work_info == NULL, "view of a NULL info");
     aiter_mla_lse_base2_to_natural(NULL, 5); /* no-op */
 }
@@ -5109,6 +5339,7 @@ int main(void) {
     test_gather_cache();
     test_prefill_ref();
     test_prefill_plan();
+    test_small_op_wrappers();
     test_null_and_zeroed_args();
     test_v4_cache_rows();
     test_v4_gather();
