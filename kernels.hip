@@ -481,6 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
     if ((KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) && tid < 256)
         lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
+    __syncthreads(); // the mbarriers and the table are ready before any warp touches shared memory
 
     for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
@@ -571,24 +572,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const int key = c / (kD / 8), part = c - key * (kD / 8);
                         const unsigned char *row = kt + key * kPitch;
                         uint4 o;
-                        if constexpr (is_ds_mla(KVT)) { // 8 latent values times their group's scale, or 8 rope values
+                        if constexpr (is_ds_mla(KVT)) { // 8 latent values (unscaled: exact), or 8 rope values
                             if (part < kL / 8) {
                                 const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
-                                const float sc = *reinterpret_cast<const float *>(row + kL + 4 * (part >> 4));
                                 uint32_t w[4];
 #pragma unroll
                                 for (int i = 0; i < 4; i++) {
                                     const uint16_t pair = (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16));
-                                    float lo, hi;
-                                    if (KVT == kDsMlaFn) {
-                                        const uint32_t b2 = e4m3x2_to_bf16x2(pair);
-                                        lo = __uint_as_float(b2 << 16);
-                                        hi = __uint_as_float(b2 & 0xffff0000u);
-                                    } else {
-                                        lo = __uint_as_float((uint32_t)lut[pair & 255] << 16);
-                                        hi = __uint_as_float((uint32_t)lut[pair >> 8] << 16);
-                                    }
-                                    w[i] = pack_bf16x2(lo * sc, hi * sc);
+                                    w[i] = KVT == kDsMlaFn ? e4m3x2_to_bf16x2(pair) : lut[pair & 255] | (uint32_t)lut[pair >> 8] << 16;
                                 }
                                 o = make_uint4(w[0], w[1], w[2], w[3]);
                             } else {
@@ -612,6 +603,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     group_sync();
                     kt = wide;
                 }
+                const unsigned char *src_tile = ring + slot * S::stage; // ds_mla: the group scales stay here
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
 
                 // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
@@ -625,6 +617,36 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
                     const int kb = kp * steps, ke = kb + steps;
                     int kk = kb;
+                    if constexpr (is_ds_mla(KVT)) {
+                        // ds_mla: the latent dims hold exact e4m3 values; each 128-dim group's partial
+                        // product is scaled by its key's group scale in fp32 (rope: scale 1)
+                        const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kL, *sc1 = sc0 + kPitch;
+                        float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        int g = kb >> 3;
+                        auto flush = [&]() {
+                            const float a0 = g < 4 ? *reinterpret_cast<const float *>(sc0 + 4 * g) : 1.0f;
+                            const float a1 = g < 4 ? *reinterpret_cast<const float *>(sc1 + 4 * g) : 1.0f;
+                            tot[0] += a0 * d[0];
+                            tot[1] += a1 * d[1];
+                            tot[2] += a0 * d[2];
+                            tot[3] += a1 * d[3];
+#pragma unroll
+                            for (int e = 0; e < 4; e++) d[e] = 0.0f;
+                        };
+                        for (; kk < ke; kk++) {
+                            if ((kk >> 3) != g) {
+                                flush();
+                                g = kk >> 3;
+                            }
+                            uint32_t af[4], b0, b1;
+                            ldsm_x4(qa + kk * 32, af);
+                            ldsm_x2(ka + kk * 32, b0, b1);
+                            mma_bf16(d, af, b0, b1);
+                        }
+                        flush();
+#pragma unroll
+                        for (int e = 0; e < 4; e++) d[e] = tot[e];
+                    }
 #pragma unroll(kM == 16 ? 5 : 1)
                     for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
                         uint32_t af[4], b0, b1, af2[4], b2, b3;
@@ -714,6 +736,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int mt = 0; mt < kMT; mt++)
                         if (mt < MT) ldsm_x4(smem_addr(p_s) + (mt * 16 + (lane & 15)) * kPRowB + kk * 32 + (lane >> 4) * 16, pa[mt]);
+                    if constexpr (is_ds_mla(KVT)) { // P times each key's scale of this warp's 128-dim group
+                        const int gq = (gw * kNT * 8) >> 7, key0 = kk * 16 + (lane & 3) * 2;
+                        auto sc = [&](int key) { return *reinterpret_cast<const float *>(src_tile + key * kPitch + kL + 4 * gq); };
+                        auto scale2 = [](uint32_t v, float lo, float hi) {
+                            return pack_bf16x2(__uint_as_float(v << 16) * lo, __uint_as_float(v & 0xffff0000u) * hi);
+                        };
+                        const float s0 = sc(key0), s1 = sc(key0 + 1), s2 = sc(key0 + 8), s3 = sc(key0 + 9);
+#pragma unroll
+                        for (int mt = 0; mt < kMT; mt++) {
+                            if (mt < MT) {
+                                pa[mt][0] = scale2(pa[mt][0], s0, s1);
+                                pa[mt][1] = scale2(pa[mt][1], s0, s1);
+                                pa[mt][2] = scale2(pa[mt][2], s2, s3);
+                                pa[mt][3] = scale2(pa[mt][3], s2, s3);
+                            }
+                        }
+                    }
 #pragma unroll
                     for (int np = 0; np < kNT / 2; np++) {
                         uint32_t vb[4];

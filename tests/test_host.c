@@ -3833,6 +3833,124 @@ static void test_small_op_wrappers(void) {
 /* =====================================================================================
  * every entry point refuses a NULL or zeroed argument struct with a status (never a crash)
  * ===================================================================================== */
+/* GPU wrappers of prefill and sparse attention: the references' validation, plus what only
+ * the GPU path needs (max_seqlen_q without a plan, aligned buffers, 32-bit index range). */
+static void test_attention_wrappers(void) {
+    static uint16_t q[4 * 2 * 192], k[6 * 2 * 192], v[6 * 2 * 128], o[4 * 2 * 128];
+    static uint16_t sq[2 * 4 * 576], so[2 * 4 * 512];
+    uint16_t *cache = (uint16_t *)test_calloc((8 * 576 + 8) * 2); /* malloc: 16-byte aligned */
+    int32_t cq[3] = {0, 1, 4}, ck[3] = {0, 2, 6}, idx[2 * 3] = {0, 5, -1, 7, 2, 2};
+    float lse[2 * 4];
+    aiter_mla_prefill_args a, b;
+    aiter_mla_sparse_args s, t;
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.lse = lse;
+    a.cu_seqlens_q = cq;
+    a.cu_seqlens_k = ck;
+    a.batch = 2;
+    a.max_seqlen_q = 3;
+    a.num_heads = 2;
+    a.causal = 1;
+#define PF_CASE(mutation, expect)                                                                                \
+    do {                                                                                                         \
+        b = a;                                                                                                   \
+        mutation;                                                                                                \
+        CHECK_LIKE_REF(aiter_mla_prefill_ref(&b), aiter_mla_prefill(&b, NULL), expect, "prefill { " #mutation " }"); \
+    } while (0)
+    PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.dqk = 100, AITER_MLA_ERR_NO_GPU);
+    PF_CASE((b.dqk = 128, b.dv = 192), AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.num_heads = 0, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.q = NULL, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.qkv_dtype = AITER_MLA_F32, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_NO_GPU);
+#undef PF_CASE
+    /* what only the GPU path checks; cu_seqlens contents are device data there */
+    b = a;
+    b.max_seqlen_q = 0;
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+    b = a;
+    cq[1] = 9; /* not monotone: the reference refuses, the GPU wrapper cannot read it */
+    CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_q");
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    cq[1] = 1;
+    { /* with a persistent plan: plan_info must match, the workspace fit and be aligned */
+        aiter_mla_prefill_plan_desc pd;
+        aiter_mla_prefill_plan_info info;
+        int32_t *plan;
+        float *ws;
+        memset(&pd, 0, sizeof pd);
+        pd.max_batch = 2;
+        pd.max_q_tokens = 4;
+        pd.num_heads = 2;
+        pd.num_cu = 3;
+        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &info), AITER_MLA_OK, "");
+        plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
+        ws = (float *)test_malloc(info.workspace_bytes + 64);
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 2, 1, plan), AITER_MLA_OK, "");
+        b = a;
+        b.max_seqlen_q = 0; /* unused with a plan */
+        b.plan = plan;
+        b.plan_info = &info;
+        b.workspace = ws;
+        b.workspace_bytes = info.workspace_bytes;
+        CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&b), AITER_MLA_OK, "");
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b.workspace = (char *)ws + 4;
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace");
+        b.workspace = ws;
+        b.workspace_bytes = info.workspace_bytes - 4;
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+        b.workspace_bytes = info.workspace_bytes;
+        b.num_heads = 1;
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+        b.num_heads = 2;
+        b.plan_info = NULL;
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+        free(plan);
+        free(ws);
+    }
+
+    memset(&s, 0, sizeof s);
+    s.q = sq;
+    s.kv_cache = cache;
+    s.num_slots = 8;
+    s.indices = idx;
+    s.o = so;
+    s.num_tokens = 2;
+    s.num_heads = 4;
+    s.topk = 3;
+#define SP_CASE(mutation, expect)                                                                                     \
+    do {                                                                                                              \
+        t = s;                                                                                                        \
+        mutation;                                                                                                     \
+        CHECK_LIKE_REF(aiter_mla_sparse_attention_ref(&t), aiter_mla_sparse_attention(&t, NULL), expect,               \
+                       "sparse_attention { " #mutation " }");                                                         \
+    } while (0)
+    SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
+    SP_CASE(t.num_heads = 129, AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.topk = 0, AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.indices = NULL, AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
+    SP_CASE((t.cache_is_ds_mla = 1, t.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.sm_scale = -2.0f, AITER_MLA_ERR_NO_GPU);
+#undef SP_CASE
+    t = s;
+    t.num_tokens = 1 << 20;
+    t.topk = 1 << 12; /* 2^32 entries: past the kernels' 32-bit index range */
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_UNSUPPORTED, "num_tokens");
+    t = s;
+    t.kv_cache = (const char *)cache + 2;
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache");
+    free(cache);
+}
+
 static void test_null_and_zeroed_args(void) {
     aiter_mla_head_pad_args hp;
     aiter_mla_expand_page_indices_args ep;
@@ -3892,6 +4010,8 @@ static void test_null_and_zeroed_args(void) {
     CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_ds_mla_write_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_sparse_attention_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_sparse_attention(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_STATUS(aiter_mla_prefill(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_gather_cache_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     /* zeroed structs: refused with a status (which field depends on the op), or a no-op */
     CHECK_STATUS(aiter_mla_pad_q_ref(&hp), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
@@ -5340,6 +5460,7 @@ int main(void) {
     test_prefill_ref();
     test_prefill_plan();
     test_small_op_wrappers();
+    test_attention_wrappers();
     test_null_and_zeroed_args();
     test_v4_cache_rows();
     test_v4_gather();
