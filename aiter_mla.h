@@ -1218,6 +1218,14 @@ AITER_MLA_HD void aiter_mla__kv_write_elem(const aiter_mla_kv_cache_write_args *
     aiter_mla_store_f32(a->kv_cache, slot * AITER_MLA_HEAD_DIM + col, a->cache_dtype, x);
 }
 
+/* Biased fp32 exponent of the least power of two >= r, for r positive and normal (+inf: 255).
+ * Read off the float's bits rather than through log2f/exp2f, whose last-bit accuracy
+ * differs between C libraries and GPUs; the power-of-two scale rules of SPEC 6 and 7. */
+AITER_MLA_HD uint32_t aiter_mla__pow2_ceil_exponent(float r) {
+    const uint32_t u = aiter_mla__f32_bits(r), e = u >> 23;
+    return e + (e < 255u && (u & 0x7fffffu) != 0u);
+}
+
 /* DeepSeek V4 MODEL1 pages (SPEC 7). UE8M0 exponent byte to its scale 2^(b - 127): b = 0
  * is the subnormal 2^-127, b = 255 overflows to +inf (as 2^128 does in fp32). */
 AITER_MLA_HD float aiter_mla__ue8m0_to_f32(uint8_t b) {
@@ -1227,8 +1235,7 @@ AITER_MLA_HD float aiter_mla__ue8m0_to_f32(uint8_t b) {
  * its biased exponent, plus one when the mantissa is not zero; 254 at most (amax = inf).
  * A NaN amax counts as 0. fp8_max must be in (0, 448]. */
 AITER_MLA_HD uint8_t aiter_mla__ue8m0_encode(float amax, float fp8_max) {
-    const uint32_t u = aiter_mla__f32_bits((amax > 1e-4f ? amax : 1e-4f) / fp8_max);
-    const uint32_t e = ((u >> 23) & 0xffu) + ((u & 0x7fffffu) != 0u);
+    const uint32_t e = aiter_mla__pow2_ceil_exponent((amax > 1e-4f ? amax : 1e-4f) / fp8_max);
     return (uint8_t)(e > 254u ? 254u : e);
 }
 /* Element d (0..511) of the token at offset pos of a MODEL1 page. */
@@ -1297,19 +1304,11 @@ AITER_MLA_HD void aiter_mla__filter_split(int32_t idx, int32_t ctx, int32_t *con
     *fresh = known && idx >= ctx ? idx - ctx : -1;
 }
 
-/* fp8_ds_mla scale of a group of 128 values whose largest magnitude is amax (SPEC 6).
- * The power of two is read off the float's bits rather than through log2f/exp2f, whose
- * last-bit accuracy differs between C libraries and GPUs. */
+/* fp8_ds_mla scale of a group of 128 values whose largest magnitude is amax (SPEC 6). */
 AITER_MLA_HD float aiter_mla__ds_mla_scale(float amax, float fp8_max, int pow2) {
-    float r = amax / fp8_max;
-    if (pow2) {
-        uint32_t u, e;
-        if (!(r > 1e-4f)) r = 1e-4f;
-        u = aiter_mla__f32_bits(r);
-        e = u >> 23;                               /* r >= 1e-4: normal and positive (or +inf) */
-        if (e < 255u && (u & 0x7fffffu) != 0) e++; /* not a power of two: the next one up */
-        return aiter_mla__bits_f32(e << 23);       /* e = 255 is +inf, as 2^128 would be */
-    }
+    const float r = amax / fp8_max;
+    if (pow2) /* exponent 255 is +inf, as 2^128 would be */
+        return aiter_mla__bits_f32(aiter_mla__pow2_ceil_exponent(r > 1e-4f ? r : 1e-4f) << 23);
     return r >= 1.17549435e-38f ? r : 1.17549435e-38f; /* FLT_MIN; also NaN */
 }
 /* One latent value of an fp8_ds_mla row: fp8(x / scale), saturating. */
