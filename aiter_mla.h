@@ -576,7 +576,8 @@ typedef struct aiter_mla_prefill_args {
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
-    int max_seqlen_q;            /* GPU without a plan: >= every request's query rows (sizes the grid) */
+    int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
+                                    grid (an understated value costs time, every row is still done) */
     int num_heads;               /* >= 1 */
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
