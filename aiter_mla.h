@@ -562,7 +562,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes; anything else runs a portable kernel. cu_seqlens live on the device and are
- * trusted there (non-monotone entries give empty requests, never stray accesses). */
+ * trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an empty request. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
     const void *k;               /* [Tk, H, dqk] qkv_dtype */
