@@ -33,9 +33,10 @@
  *   V3.2 sparse: index conversion, filter    aiter_mla_convert_sparse_indices, _filter_prefill_indices (GPU)
  *   V3.2 fp8_ds_mla cache rows               aiter_mla_ds_mla_write (GPU), _ds_mla_read_row (host)
  *   V3.2 sparse attention                    aiter_mla_sparse_attention (GPU)
- *   V4 sparse: MODEL1 cache, index lists,    aiter_mla_v4_cache_write_ref, _v4_gather_ref, _v4_swa_indices_ref,
- *   attention, chunked prefill               _v4_global_topk_ref, _v4_c128_indices_ref, _v4_combine_ref,
- *                                            _v4_copy_ragged_ref, _v4_attention_ref, _v4_prefill_ref (CPU)
+ *   V4 MODEL1 cache pages: writer, gather    aiter_mla_v4_cache_write, _v4_gather (GPU), _v4_read_row (host)
+ *   V4 sparse: index lists, attention,       aiter_mla_v4_swa_indices_ref, _v4_global_topk_ref, _v4_c128_indices_ref,
+ *   chunked prefill                          _v4_combine_ref, _v4_copy_ragged_ref, _v4_attention_ref,
+ *                                            _v4_prefill_ref (CPU)
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
@@ -830,11 +831,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  * is at pos = seq_len - q_len + i; it sees the raw tokens [max(0, pos - W + 1), pos] and
  * the compressed entries j < (pos + 1) / ratio. A compressed page holds 256 logical tokens,
  * so the compressed cache's page size is 256 / ratio entries (64 at ratio 4, 2 at 128).
- * All CPU references so far; every argument struct is plain pointers and sizes, so the
- * same struct can drive a GPU launch later.
+ * Every argument struct is plain pointers and sizes, so the same struct drives the CPU
+ * reference and, where there is one, the GPU launch. The writer and the gather run on the
+ * GPU (aiter_mla_v4_cache_write, aiter_mla_v4_gather); the rest are CPU references so far.
  *
- *   cache (MODEL1 pages)  aiter_mla_v4_page_bytes, _v4_cache_write_ref, _v4_read_row,
- *                         _v4_gather_ref (vLLM dequantize_and_gather_k_cache)
+ *   cache (MODEL1 pages)  aiter_mla_v4_page_bytes, _v4_cache_write(_ref) (GPU), _v4_read_row,
+ *                         _v4_gather(_ref) (GPU; vLLM dequantize_and_gather_k_cache)
  *   index builders        _v4_swa_indices_ref, _v4_global_topk_ref
  *                         (compute_global_topk_ragged_indices_and_indptr), _v4_c128_indices_ref,
  *                         _v4_combine_ref (combine_topk_swa_indices_ragged), _v4_workspace_rows,
@@ -899,6 +901,9 @@ typedef struct aiter_mla_v4_cache_write_args {
 } aiter_mla_v4_cache_write_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *a);
+/* The GPU writer: bit-identical pages. A slot given to two tokens ends up with a mix of
+ * their rows (as aiter_mla_ds_mla_write's). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream);
 
 /* Token slot of a MODEL1 cache to 512 floats (448 dequantised nope values, then 64 rope
  * values). An unchecked helper: slot must be inside the cache and block_size >= 1;
@@ -933,6 +938,10 @@ typedef struct aiter_mla_v4_gather_args {
 } aiter_mla_v4_gather_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather_args *a);
+/* The GPU gather: bit-identical rows. It cannot read seq_lens and gather_lens on the host:
+ * a request whose seq_len is negative or whose gather_len is outside 0..seq_len writes
+ * nothing, and rows past out_rows are not written (the reference fails on all three). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_args *a, void *stream);
 
 /* ---- index builders (SPEC 7) -------------------------------------------------------------
  * Each builder makes one list of int32 entries per token and writes any combination of:
@@ -1250,6 +1259,12 @@ AITER_MLA_HD float aiter_mla__v4_load(const unsigned char *page, int block_size,
     memcpy(&h, row + AITER_MLA_V4_NOPE_DIM + 2 * (d - AITER_MLA_V4_NOPE_DIM), 2);
     return aiter_mla_bf16_to_f32(h);
 }
+/* One nope value of a MODEL1 row: fp8(clamp(x / scale, -fp8_max, fp8_max)), NaN kept. */
+AITER_MLA_HD uint8_t aiter_mla__v4_quant(float x, float scale, float fp8_max, aiter_mla_dtype fp8) {
+    float v = x / scale;
+    v = v > fp8_max ? fp8_max : v < -fp8_max ? -fp8_max : v; /* NaN passes */
+    return aiter_mla_f32_to_fp8(v, fp8);
+}
 /* Quantise one 512-value row (src elements src_off ..) into offset pos of a MODEL1 page. */
 AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size, int pos, const void *src, int64_t src_off,
                                             aiter_mla_dtype src_dtype, aiter_mla_dtype fp8, float fp8_max) {
@@ -1264,11 +1279,9 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
         }
         sc[g] = aiter_mla__ue8m0_encode(amax, fp8_max);
         scale = aiter_mla__ue8m0_to_f32(sc[g]);
-        for (i = 0; i < AITER_MLA_V4_GROUP; i++) {
-            float v = aiter_mla_load_f32(src, src_off + g * AITER_MLA_V4_GROUP + i, src_dtype) / scale;
-            v = v > fp8_max ? fp8_max : v < -fp8_max ? -fp8_max : v; /* NaN passes */
-            row[g * AITER_MLA_V4_GROUP + i] = aiter_mla_f32_to_fp8(v, fp8);
-        }
+        for (i = 0; i < AITER_MLA_V4_GROUP; i++)
+            row[g * AITER_MLA_V4_GROUP + i] =
+                aiter_mla__v4_quant(aiter_mla_load_f32(src, src_off + g * AITER_MLA_V4_GROUP + i, src_dtype), scale, fp8_max, fp8);
     }
     sc[AITER_MLA_V4_SCALE_BYTES - 1] = 0;
     for (i = 0; i < AITER_MLA_V4_ROPE_DIM; i++) {
@@ -1387,6 +1400,8 @@ int aiter_mla__launch_filter_prefill_indices(const aiter_mla_filter_prefill_args
 int aiter_mla__launch_ds_mla_write(const aiter_mla_ds_mla_write_args *a, void *stream);
 int aiter_mla__launch_gather_cache(const aiter_mla_gather_cache_args *a, void *stream);
 int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *stream);
+int aiter_mla__launch_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream);
+int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -3246,28 +3261,33 @@ static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *
 }
 
 /* ---- MODEL1 writer, reader, gather ------------------------------------------------------- */
+static aiter_mla_status aiter_mla__v4_write_resolve(const char *op, const aiter_mla_v4_cache_write_args *in,
+                                                    aiter_mla_v4_cache_write_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->kv_stride) a->kv_stride = AITER_MLA_V4_HEAD_DIM;
+    if (a->src_dtype == AITER_MLA_DTYPE_DEFAULT) a->src_dtype = AITER_MLA_BF16;
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a->num_blocks, &a->block_size, &a->page_stride_bytes, &a->fp8_dtype,
+                                                 "fp8_dtype", 64));
+    if (a->fp8_max == 0.0f) a->fp8_max = aiter_mla_fp8_max(a->fp8_dtype);
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->kv_stride, AITER_MLA_V4_HEAD_DIM, AITER_MLA__MAX_STRIDE, "kv_stride");
+    if (!aiter_mla__is_16bit(a->src_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
+    if (!(a->fp8_max > 0.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a->fp8_max,
+                               aiter_mla_fp8_max(a->fp8_dtype));
+    if (a->num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, a->kv, "kv");
+    AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *in) {
-    const char *op = "v4_cache_write_ref";
     aiter_mla_v4_cache_write_args a;
     int64_t t, slots;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.kv_stride) a.kv_stride = AITER_MLA_V4_HEAD_DIM;
-    if (a.src_dtype == AITER_MLA_DTYPE_DEFAULT) a.src_dtype = AITER_MLA_BF16;
-    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a.num_blocks, &a.block_size, &a.page_stride_bytes, &a.fp8_dtype,
-                                                 "fp8_dtype", 64));
-    if (a.fp8_max == 0.0f) a.fp8_max = aiter_mla_fp8_max(a.fp8_dtype);
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.kv_stride, AITER_MLA_V4_HEAD_DIM, AITER_MLA__MAX_STRIDE, "kv_stride");
-    if (!aiter_mla__is_16bit(a.src_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.src_dtype));
-    if (!(a.fp8_max > 0.0f && a.fp8_max <= aiter_mla_fp8_max(a.fp8_dtype)))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a.fp8_max,
-                               aiter_mla_fp8_max(a.fp8_dtype));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.kv, "kv");
-    AITER_MLA__NEED(op, a.slot_mapping, "slot_mapping");
-    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
+    AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write_ref", in, &a));
     slots = a.num_blocks * a.block_size;
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
@@ -3276,6 +3296,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_c
                                   (int)(slot % a.block_size), a.kv, t * a.kv_stride, a.src_dtype, a.fp8_dtype, a.fp8_max);
     }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write(const aiter_mla_v4_cache_write_args *in, void *stream) {
+    aiter_mla_v4_cache_write_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write", in, &a));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("v4_cache_write", aiter_mla__launch_v4_cache_write(&a, stream));
 }
 
 AITER_MLA_API void aiter_mla_v4_read_row(const void *kv_cache, int64_t page_stride_bytes, int block_size, int64_t slot,
@@ -3288,25 +3316,39 @@ AITER_MLA_API void aiter_mla_v4_read_row(const void *kv_cache, int64_t page_stri
     for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) out[d] = aiter_mla__v4_load(page, block_size, (int)(slot % block_size), d, fp8_dtype);
 }
 
+static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter_mla_v4_gather_args *in,
+                                                     aiter_mla_v4_gather_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (a->out_dtype == AITER_MLA_DTYPE_DEFAULT) a->out_dtype = AITER_MLA_BF16;
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a->num_blocks, &a->block_size, &a->page_stride_bytes, &a->fp8_dtype,
+                                                 "fp8_dtype", 64));
+    AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
+    AITER_MLA__RANGE(op, a->offset, 0, a->out_rows, "offset");
+    if (!aiter_mla__v4_out_dtype_ok(a->out_dtype))
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a->out_dtype));
+    AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
+    AITER_MLA__NEED(op, a->block_table, "block_table");
+    AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a->out, "out");
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_args *in, void *stream) {
+    aiter_mla_v4_gather_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_gather_resolve("v4_gather", in, &a));
+    if (a.out_rows == a.offset) return AITER_MLA_OK; /* no row can be written */
+    (void)stream;
+    return AITER_MLA__LAUNCH("v4_gather", aiter_mla__launch_v4_gather(&a, stream));
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather_args *in) {
     const char *op = "v4_gather_ref";
     aiter_mla_v4_gather_args a;
     int b, d;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (a.out_dtype == AITER_MLA_DTYPE_DEFAULT) a.out_dtype = AITER_MLA_BF16;
-    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a.num_blocks, &a.block_size, &a.page_stride_bytes, &a.fp8_dtype,
-                                                 "fp8_dtype", 64));
-    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
-    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-    AITER_MLA__RANGE(op, a.out_rows, 0, INT32_MAX, "out_rows");
-    AITER_MLA__RANGE(op, a.offset, 0, a.out_rows, "offset");
-    if (!aiter_mla__v4_out_dtype_ok(a.out_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.out_dtype));
-    AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
-    AITER_MLA__NEED(op, a.block_table, "block_table");
-    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
-    AITER_MLA__NEED(op, a.out, "out");
+    AITER_MLA__CHECK(aiter_mla__v4_gather_resolve(op, in, &a));
     for (b = 0; b < a.batch; b++) {
         const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
         if (s < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d is negative", op, b, s);

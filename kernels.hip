@@ -1788,6 +1788,106 @@ __global__ void __launch_bounds__(kSmallThreads) gather_cache_kernel(aiter_mla_g
     }
 }
 
+// ==== DeepSeek V4 MODEL1 pages (SPEC 7): writer and gather ==================================
+// 64 threads per token row of 512 values, 4 rows per block: thread i holds values 8i ..
+// 8i + 7, threads 0..55 the nope values (8 threads per group of 64: amax with shuffles,
+// exponent byte by thread 8g), threads 56..63 the bf16 rope values. Loads and stores are
+// 16 bytes (8 for fp8) when the bases, the source stride and the page stride are 16-byte
+// aligned, one value at a time otherwise. Quantisation, scales and dequantisation are the
+// reference's helpers and the amax a max (exact in any order): bit-identical to the
+// reference's pages and rows. A row's 64 threads are whole warps on both vendors.
+constexpr int kV4Threads = 64, kV4Rows = kSmallThreads / kV4Threads, kV4NopeLanes = AITER_MLA_V4_NOPE_DIM / 8;
+
+template <int SRC, bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla_v4_cache_write_args a) {
+    static_assert(kV4Threads % AITER_MLA_WARP_SIZE == 0, "a token's threads must be whole warps");
+    const int lane = threadIdx.x % kV4Threads;
+    const int64_t num_slots = a.num_blocks * a.block_size;
+    const aiter_mla_dtype fp8 = a.fp8_dtype;
+    for (int64_t t = (int64_t)blockIdx.x * kV4Rows + threadIdx.x / kV4Threads; t < a.num_tokens;
+         t += (int64_t)gridDim.x * kV4Rows) {
+        float x[8];
+        load_vals<SRC, 8, kVec>(a.kv, t * a.kv_stride + lane * 8, x);
+        const int64_t slot = a.slot_mapping[t];
+        if (slot < 0 || slot >= num_slots) continue; // padding or out of range
+        const int pos = (int)(slot % a.block_size);
+        unsigned char *page = static_cast<unsigned char *>(a.kv_cache) + slot / a.block_size * a.page_stride_bytes;
+        unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+        unsigned char *sc = page + (int64_t)a.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES;
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o)); // all lanes: the rope lanes too
+        if (lane < kV4NopeLanes) {
+            const uint8_t e = aiter_mla__ue8m0_encode(amax, a.fp8_max);
+            const float scale = aiter_mla__ue8m0_to_f32(e);
+            uint32_t w[2] = {0u, 0u};
+#pragma unroll
+            for (int k = 0; k < 8; k++) w[k >> 2] |= (uint32_t)aiter_mla__v4_quant(x[k], scale, a.fp8_max, fp8) << (8 * (k & 3));
+            if constexpr (kVec) store_words(row + lane * 8, w);
+            else
+                for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
+            if (lane % 8 == 0) sc[lane / 8] = e;
+        } else {
+            uint32_t h[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                h[k] = aiter_mla_f32_to_bf16(x[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(x[2 * k + 1]) << 16;
+            unsigned char *dst = row + AITER_MLA_V4_NOPE_DIM + (lane - kV4NopeLanes) * 16;
+            if constexpr (kVec) store_words(dst, h);
+            else
+                for (int k = 0; k < 16; k++) dst[k] = word_byte(h, k);
+            if (lane == kV4NopeLanes) sc[AITER_MLA_V4_SCALE_BYTES - 1] = 0;
+        }
+    }
+}
+
+// Output rows (b, i) for i < out_rows - offset, one per 64 threads; rows at or past the
+// request's gather_len (and every row of a request whose lengths are invalid) are skipped.
+template <int OUT, bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_gather_args a) {
+    const int lane = threadIdx.x % kV4Threads;
+    const int64_t per_req = a.out_rows - a.offset, rows = (int64_t)a.batch * per_req;
+    const aiter_mla_dtype fp8 = a.fp8_dtype;
+    for (int64_t r = (int64_t)blockIdx.x * kV4Rows + threadIdx.x / kV4Threads; r < rows; r += (int64_t)gridDim.x * kV4Rows) {
+        const int b = (int)(r / per_req);
+        const int64_t i = r % per_req;
+        const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
+        if (s < 0 || g < 0 || g > s || i >= g) continue;
+        const int32_t p = s - g + (int32_t)i, blk = p / a.block_size;
+        const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
+        float v[8];
+        if (id < 0 || id >= a.num_blocks) { // absent: zeros
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = 0.0f;
+        } else {
+            const int pos = p % a.block_size;
+            const unsigned char *page = static_cast<const unsigned char *>(a.kv_cache) + (int64_t)id * a.page_stride_bytes;
+            const unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+            if constexpr (kVec) {
+                if (lane < kV4NopeLanes) {
+                    uint32_t w[2];
+                    load_words(row + lane * 8, w);
+                    const float scale = aiter_mla__ue8m0_to_f32(
+                        page[(int64_t)a.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + lane / 8]);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) v[k] = aiter_mla_fp8_to_f32(word_byte(w, k), fp8) * scale;
+                } else {
+                    uint32_t w[4];
+                    load_words(row + AITER_MLA_V4_NOPE_DIM + (lane - kV4NopeLanes) * 16, w);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) v[k] = aiter_mla_bf16_to_f32(word_half(w, k));
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) v[k] = aiter_mla__v4_load(page, a.block_size, pos, lane * 8 + k, fp8);
+            }
+        }
+        store_vals<OUT, 8, kVec>(a.out, ((int64_t)b * a.out_rows + a.offset + i) * AITER_MLA_V4_HEAD_DIM + lane * 8, v);
+    }
+}
+
 // ==== merge of attention states (SPEC 2a) ==================================================
 // One group of threads per (token, head) row; 16-byte accesses (8 bf16/f16 or 4 f32 values)
 // when head_dim and the pointers allow, one value at a time otherwise. fp32 math with the
@@ -2174,5 +2274,34 @@ extern "C" int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a
     case AITER_MLA_F16: launch_merge_dtype<AITER_MLA_F16>(*a, s); break;
     default: launch_merge_dtype<AITER_MLA_F32>(*a, s); break;
     }
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const bool vec = aligned16(a->kv) && aligned16(a->kv_cache) && a->kv_stride % 8 == 0 && a->page_stride_bytes % 16 == 0;
+    const unsigned grid = grid_for(a->num_tokens, kV4Rows);
+    const bool bf16 = a->src_dtype == AITER_MLA_BF16;
+    if (vec && bf16) v4_cache_write_kernel<AITER_MLA_BF16, true><<<grid, kSmallThreads, 0, s>>>(*a);
+    else if (vec) v4_cache_write_kernel<AITER_MLA_F16, true><<<grid, kSmallThreads, 0, s>>>(*a);
+    else if (bf16) v4_cache_write_kernel<AITER_MLA_BF16, false><<<grid, kSmallThreads, 0, s>>>(*a);
+    else v4_cache_write_kernel<AITER_MLA_F16, false><<<grid, kSmallThreads, 0, s>>>(*a);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+template <bool kVec>
+static void launch_v4_gather_out(const aiter_mla_v4_gather_args &a, unsigned grid, hipStream_t s) {
+    switch (a.out_dtype) {
+    case AITER_MLA_BF16: v4_gather_kernel<AITER_MLA_BF16, kVec><<<grid, kSmallThreads, 0, s>>>(a); break;
+    case AITER_MLA_F16: v4_gather_kernel<AITER_MLA_F16, kVec><<<grid, kSmallThreads, 0, s>>>(a); break;
+    default: v4_gather_kernel<AITER_MLA_F32, kVec><<<grid, kSmallThreads, 0, s>>>(a); break;
+    }
+}
+
+extern "C" int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const unsigned grid = grid_for((int64_t)a->batch * (a->out_rows - a->offset), kV4Rows);
+    if (aligned16(a->kv_cache) && aligned16(a->out) && a->page_stride_bytes % 16 == 0) launch_v4_gather_out<true>(*a, grid, s);
+    else launch_v4_gather_out<false>(*a, grid, s);
     AITER_MLA__LAUNCH_CHECK();
 }

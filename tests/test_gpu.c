@@ -1274,6 +1274,212 @@ static void test_gather_cache_gpu(test_rng *rng) {
     }
 }
 
+/* ---- DeepSeek V4 MODEL1 writer and gather ------------------------------------------------- */
+/* Token rows of 512 values as dtype t (row stride `stride`): nope groups of 64 at
+ * magnitudes 2^-16 .. 2^10 (one group of the first token all zero, one value of the second
+ * token +inf and one NaN), then rope values. */
+static void fill_v4_source(void *kv, int64_t stride, int64_t T, aiter_mla_dtype t, test_rng *rng) {
+    int64_t i;
+    int g, k;
+    for (i = 0; i < T; i++) {
+        for (g = 0; g < 7; g++) {
+            const float amp = i == 0 && g == 3 ? 0.0f : (float)ldexp(1.0, rng_int(rng, -16, 10));
+            for (k = 0; k < 64; k++) aiter_mla_store_f32(kv, i * stride + g * 64 + k, t, amp == 0.0f ? 0.0f : rng_f32(rng, -amp, amp));
+        }
+        for (k = 0; k < 64; k++) aiter_mla_store_f32(kv, i * stride + 448 + k, t, rng_f32(rng, -3.0f, 3.0f));
+    }
+    if (T > 1) {
+        aiter_mla_store_f32(kv, stride + 5, t, INFINITY);
+        aiter_mla_store_f32(kv, stride + 200, t, NAN);
+    }
+}
+
+static void test_v4_cache_write_gpu(test_rng *rng) {
+    /* layout 0: contiguous rows, default page stride; 1: row stride 576 and a page stride
+     * with padding; 2: odd row stride (scalar path); 3: cache base 4 bytes off 16 */
+    static const int64_t sizes[] = {0, 1, 37, 2048, 300};
+    static const int bss[] = {64, 1, 16, 3};
+    int v, n = 0;
+    for (v = 0; v < 2 * 2 * 2 * 4; v++) {
+        const int fnuz = v & 1, headroom = (v >> 1) & 1, f16 = (v >> 2) & 1, layout = v >> 3;
+        const aiter_mla_dtype src = f16 ? AITER_MLA_F16 : AITER_MLA_BF16, fp8 = fnuz ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        const int64_t T = sizes[n++ % 5], bs = bss[v % 4], blocks = (T + 40) / bs + 1, slots = blocks * bs;
+        const int64_t stride = layout == 1 ? 576 : layout == 2 ? 517 : 512;
+        const int64_t page = aiter_mla_v4_page_bytes((int)bs) + (layout == 1 ? 576 : 0);
+        const size_t cache_off = layout == 3 ? 4 : 0, cache_bytes = (size_t)(blocks * page) + cache_off;
+        if (g_quick && T > 300) continue;
+        void *kv = test_malloc((size_t)(T * stride + 1) * 2);
+        int64_t *slot = (int64_t *)test_malloc((size_t)T * 8 + 8), i;
+        int32_t *perm = (int32_t *)test_malloc((size_t)slots * 4);
+        void *d_cache;
+        unsigned char *ref = (unsigned char *)poisoned_pair(cache_bytes, 0xa5, &d_cache), *got = (unsigned char *)test_malloc(cache_bytes);
+        fill_v4_source(kv, stride, T, src, rng);
+        for (i = 0; i < slots; i++) perm[i] = (int32_t)i;
+        rng_shuffle_i32(rng, perm, (int)slots);
+        for (i = 0; i < T; i++) slot[i] = i % 13 == 5 ? -1 : i % 17 == 9 ? slots + i : perm[i]; /* padding, past the cache */
+        void *d_kv = upload_copy(kv, (size_t)(T * stride) * 2);
+        int64_t *d_slot = (int64_t *)upload_copy(slot, (size_t)T * 8);
+        aiter_mla_v4_cache_write_args w;
+        memset(&w, 0, sizeof w);
+        w.kv = d_kv;
+        w.kv_stride = stride;
+        w.slot_mapping = d_slot;
+        w.kv_cache = (char *)d_cache + cache_off;
+        w.num_blocks = blocks;
+        w.block_size = (int)bs;
+        w.page_stride_bytes = layout == 1 ? page : 0;
+        w.num_tokens = T;
+        w.src_dtype = src;
+        w.fp8_dtype = fp8;
+        w.fp8_max = headroom ? (fnuz ? 224.0f : 400.0f) : 0.0f;
+        CHECK_STATUS(aiter_mla_v4_cache_write(&w, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_cache, cache_bytes);
+        w.kv = kv;
+        w.slot_mapping = slot;
+        w.kv_cache = ref + cache_off;
+        CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        {
+            const int64_t d = first_diff(got, ref, cache_bytes);
+            CHECK(d < 0, "v4_cache_write T=%lld bs=%lld %s %s fp8_max %g layout %d: cache differs at byte %lld (page %lld, byte %lld: got %02x, want %02x)",
+                  (long long)T, (long long)bs, aiter_mla_dtype_name(src), aiter_mla_dtype_name(fp8), w.fp8_max, layout, (long long)d,
+                  d >= 0 ? (long long)((d - (int64_t)cache_off) / page) : -1LL, d >= 0 ? (long long)((d - (int64_t)cache_off) % page) : -1LL,
+                  d >= 0 ? got[d] : 0, d >= 0 ? ref[d] : 0);
+        }
+        gpu_free(d_kv); gpu_free(d_slot); gpu_free(d_cache);
+        free(kv); free(slot); free(perm); free(ref); free(got);
+    }
+}
+
+static void test_v4_gather_gpu(test_rng *rng) {
+    static const aiter_mla_dtype outs[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_F32};
+    int n;
+    for (n = 0; n < 12; n++) {
+        const aiter_mla_dtype out_t = outs[n % 3], fp8 = n % 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
+        const int padded = n % 3 == 2;                                  /* page stride with padding (still 16-byte multiple) */
+        const int B = big ? 8 : 5, bs = n % 4 == 0 ? 64 : n % 4 == 1 ? 2 : n % 4 == 2 ? 16 : 3;
+        const int width = (big ? 1100 : 300) / bs + 2;
+        const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
+        const int64_t page = aiter_mla_v4_page_bytes(bs) + (padded ? 576 : 0);
+        const size_t oe = aiter_mla_dtype_size(out_t);
+        unsigned char *cache = (unsigned char *)test_malloc((size_t)(blocks * page));
+        int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), seq[8], gl[8];
+        int64_t i, out_rows, offset = n % 2 ? 7 : 0, d;
+        int b, use_gl = n % 3 != 0;
+        memset(cache, 0, (size_t)(blocks * page));
+        {
+            uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 512 * 2);
+            int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
+            aiter_mla_v4_cache_write_args w;
+            fill_v4_source(src, 512, slots, AITER_MLA_BF16, rng);
+            for (i = 0; i < slots; i++) sl[i] = i;
+            memset(&w, 0, sizeof w);
+            w.kv = src;
+            w.slot_mapping = sl;
+            w.kv_cache = cache;
+            w.num_blocks = blocks;
+            w.block_size = bs;
+            w.page_stride_bytes = page;
+            w.num_tokens = slots;
+            w.fp8_dtype = fp8;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+            free(src);
+            free(sl);
+        }
+        for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
+        bt[1] = -1;              /* request 0, second block: absent */
+        bt[2] = (int32_t)blocks; /* third block: out of range */
+        out_rows = 0;
+        for (b = 0; b < B; b++) {
+            seq[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
+            gl[b] = use_gl ? rng_int(rng, 0, seq[b]) : seq[b];
+            if (gl[b] > out_rows) out_rows = gl[b];
+        }
+        seq[0] = width * bs;
+        gl[0] = use_gl ? seq[0] / 2 : seq[0];
+        if (gl[0] > out_rows) out_rows = gl[0];
+        seq[1] = 0;
+        gl[1] = 0;
+        out_rows += offset + 3; /* rows past each request's gather_len must stay poisoned */
+        {
+            const size_t out_bytes = (size_t)(B * out_rows * 512) * oe + (misaligned ? oe : 0);
+            void *d_out;
+            unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
+            void *d_cache = upload_copy(cache, (size_t)(blocks * page));
+            int32_t *d_bt = (int32_t *)upload_copy(bt, (size_t)B * width * 4);
+            int32_t *d_meta = (int32_t *)upload_copy(seq, sizeof seq);
+            int32_t *d_gl = (int32_t *)upload_copy(gl, sizeof gl);
+            aiter_mla_v4_gather_args g;
+            memset(&g, 0, sizeof g);
+            g.kv_cache = d_cache;
+            g.num_blocks = blocks;
+            g.block_size = bs;
+            g.page_stride_bytes = padded ? page : 0;
+            g.fp8_dtype = fp8;
+            g.block_table = d_bt;
+            g.block_table_stride = width;
+            g.seq_lens = d_meta;
+            g.gather_lens = use_gl ? d_gl : NULL;
+            g.batch = B;
+            g.out = (char *)d_out + (misaligned ? oe : 0);
+            g.out_rows = out_rows;
+            g.offset = offset;
+            g.out_dtype = out_t;
+            CHECK_STATUS(aiter_mla_v4_gather(&g, g_stream), AITER_MLA_OK, "");
+            gpu_sync();
+            gpu_download(got, d_out, out_bytes);
+            g.kv_cache = cache;
+            g.block_table = bt;
+            g.seq_lens = seq;
+            g.gather_lens = use_gl ? gl : NULL;
+            g.out = ref + (misaligned ? oe : 0);
+            CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "");
+            d = first_diff(got, ref, out_bytes);
+            CHECK(d < 0, "v4_gather %s -> %s bs=%d B=%d offset %lld%s%s%s: output differs at byte %lld (row %lld)",
+                  aiter_mla_dtype_name(fp8), aiter_mla_dtype_name(out_t), bs, B, (long long)offset, use_gl ? " gather_lens" : "",
+                  padded ? " padded pages" : "", misaligned ? " misaligned" : "", (long long)d,
+                  d >= 0 ? (long long)(d / (512 * (int64_t)oe)) : -1LL);
+            /* lengths only the reference rejects: the GPU skips those requests */
+            if (B > 3) {
+                int32_t bad_seq[8], bad_gl[8];
+                memcpy(bad_seq, seq, sizeof seq);
+                memcpy(bad_gl, gl, sizeof gl);
+                bad_seq[2] = -5;
+                bad_gl[3] = seq[3] + 1;
+                gpu_upload(d_meta, bad_seq, sizeof bad_seq);
+                gpu_upload(d_gl, bad_gl, sizeof bad_gl);
+                gpu_memset(d_out, 0xff, out_bytes);
+                g.kv_cache = d_cache;
+                g.block_table = d_bt;
+                g.seq_lens = d_meta;
+                g.gather_lens = d_gl;
+                g.out = (char *)d_out + (misaligned ? oe : 0);
+                CHECK_STATUS(aiter_mla_v4_gather(&g, g_stream), AITER_MLA_OK, "");
+                gpu_sync();
+                gpu_download(got, d_out, out_bytes);
+                /* the reference's output with requests 2 and 3 gathering nothing */
+                memset(ref, 0xff, out_bytes);
+                bad_seq[2] = 0;
+                bad_gl[2] = 0;
+                bad_gl[3] = 0;
+                g.kv_cache = cache;
+                g.block_table = bt;
+                g.seq_lens = bad_seq;
+                g.gather_lens = bad_gl;
+                g.out = ref + (misaligned ? oe : 0);
+                CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "");
+                d = first_diff(got, ref, out_bytes);
+                CHECK(d < 0, "v4_gather with invalid lengths, case %d: output differs at byte %lld (row %lld)", n, (long long)d,
+                      d >= 0 ? (long long)(d / (512 * (int64_t)oe)) : -1LL);
+            }
+            gpu_free(d_out); gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta); gpu_free(d_gl);
+            free(ref); free(got);
+        }
+        free(cache); free(bt);
+    }
+}
+
 static void test_merge_gpu(test_rng *rng) {
     static const struct { int64_t T; int H, D; } shapes[] = {
         {0, 1, 1}, {1, 1, 1}, {37, 3, 7}, {5, 16, 128}, {64, 16, 512}, {33, 2, 100}, {1024, 16, 128}, {3, 128, 576},
@@ -1383,6 +1589,8 @@ int main(int argc, char **argv) {
     RUN(test_filter_prefill_gpu);
     RUN(test_ds_mla_write_gpu);
     RUN(test_gather_cache_gpu);
+    RUN(test_v4_cache_write_gpu);
+    RUN(test_v4_gather_gpu);
     RUN(test_merge_gpu);
     RUN(test_prefill);
     RUN(test_sparse_attention);

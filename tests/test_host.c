@@ -3790,6 +3790,106 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_gather_cache(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
         CHECK_STATUS(aiter_mla_gather_cache(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
+    { /* V4 MODEL1 writer */
+        uint16_t kv[2 * 512];
+        int64_t slots[2] = {1, -1};
+        unsigned char cache[2 * 1728];
+        aiter_mla_v4_cache_write_args a, b;
+        int i;
+        for (i = 0; i < 2 * 512; i++) kv[i] = aiter_mla_f32_to_bf16((float)(i % 37) - 18.0f);
+        memset(&a, 0, sizeof a);
+        a.kv = kv;
+        a.slot_mapping = slots;
+        a.kv_cache = cache;
+        a.num_blocks = 2;
+        a.block_size = 2;
+        a.num_tokens = 2;
+#define V4W_CASE(mutation, expect)                                                                                      \
+    do {                                                                                                                \
+        b = a;                                                                                                          \
+        mutation;                                                                                                       \
+        CHECK_LIKE_REF(aiter_mla_v4_cache_write_ref(&b), aiter_mla_v4_cache_write(&b, NULL), expect,                   \
+                       "v4_cache_write { " #mutation " }");                                                             \
+    } while (0)
+        V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
+        V4W_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_OK);
+        V4W_CASE(b.num_tokens = -1, AITER_MLA_OK);
+        V4W_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_OK);
+        V4W_CASE(b.fp8_max = 500.0f, AITER_MLA_OK);
+        V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_OK);
+        V4W_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_OK);
+        V4W_CASE(b.kv = NULL, AITER_MLA_OK);
+        V4W_CASE(b.slot_mapping = NULL, AITER_MLA_OK);
+        V4W_CASE(b.kv_cache = NULL, AITER_MLA_OK);
+        V4W_CASE(b.num_blocks = 0, AITER_MLA_OK);
+        V4W_CASE(b.block_size = 2000, AITER_MLA_OK);
+        V4W_CASE(b.page_stride_bytes = 100, AITER_MLA_OK);
+        V4W_CASE(b.kv_stride = 511, AITER_MLA_OK);
+#undef V4W_CASE
+        CHECK_STATUS(aiter_mla_v4_cache_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* V4 gather: seq_lens and gather_lens are device arrays for the GPU wrapper */
+        unsigned char cache[4 * 1728];
+        float out[2 * 4 * 512];
+        int32_t bt[4] = {0, 1, 2, 3}, sl[2] = {3, 2}, gl[2] = {2, 1}, sl_neg[2] = {3, -1}, gl_big[2] = {4, 1}, sl_big[2] = {9, 2};
+        aiter_mla_v4_gather_args a, b;
+        memset(cache, 0x3c, sizeof cache);
+        memset(&a, 0, sizeof a);
+        a.kv_cache = cache;
+        a.num_blocks = 4;
+        a.block_size = 2;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.seq_lens = sl;
+        a.gather_lens = gl;
+        a.batch = 2;
+        a.out = out;
+        a.out_rows = 4;
+        a.offset = 1;
+#define V4G_CASE(mutation, expect)                                                                                          \
+    do {                                                                                                                    \
+        b = a;                                                                                                              \
+        mutation;                                                                                                           \
+        CHECK_LIKE_REF(aiter_mla_v4_gather_ref(&b), aiter_mla_v4_gather(&b, NULL), expect, "v4_gather { " #mutation " }"); \
+    } while (0)
+        V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
+                 AITER_MLA_ERR_NO_GPU);
+        V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_OK);
+        gl[0] = 2;
+        gl[1] = 1;
+        V4G_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
+        V4G_CASE(b.fp8_dtype = AITER_MLA_F16, AITER_MLA_OK);
+        V4G_CASE(b.batch = 0, AITER_MLA_OK);
+        V4G_CASE(b.out_rows = -1, AITER_MLA_OK);
+        V4G_CASE(b.offset = 5, AITER_MLA_OK);
+        V4G_CASE(b.offset = -1, AITER_MLA_OK);
+        V4G_CASE(b.block_table = NULL, AITER_MLA_OK);
+        V4G_CASE(b.seq_lens = NULL, AITER_MLA_OK);
+        V4G_CASE(b.out = NULL, AITER_MLA_OK);
+        V4G_CASE(b.kv_cache = NULL, AITER_MLA_OK);
+        V4G_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        V4G_CASE(b.num_blocks = 0, AITER_MLA_OK);
+        V4G_CASE(b.page_stride_bytes = 1000, AITER_MLA_OK);
+#undef V4G_CASE
+        /* what only the reference can read: contents of seq_lens and gather_lens */
+        b = a;
+        b.seq_lens = sl_neg;
+        CHECK_STATUS(aiter_mla_v4_gather_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_lens");
+        CHECK_STATUS(aiter_mla_v4_gather(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.gather_lens = gl_big;
+        CHECK_STATUS(aiter_mla_v4_gather_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "gather_lens");
+        CHECK_STATUS(aiter_mla_v4_gather(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.seq_lens = sl_big;
+        b.gather_lens = NULL;
+        CHECK_STATUS(aiter_mla_v4_gather_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+        CHECK_STATUS(aiter_mla_v4_gather(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_gather(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
     { /* merge of attention states */
         uint16_t op[2 * 3 * 8], os[2 * 3 * 8], o[2 * 3 * 8];
         float lp[6] = {0.0f, 1.0f, -INFINITY, INFINITY, 2.0f, 3.0f}, ls[6] = {1.0f, -1.0f, -INFINITY, 0.5f, INFINITY, 3.0f}, lse[6];
