@@ -1228,6 +1228,14 @@ AITER_MLA_HD void aiter_mla__kv_write_elem(const aiter_mla_kv_cache_write_args *
     aiter_mla_store_f32(a->kv_cache, slot * AITER_MLA_HEAD_DIM + col, a->cache_dtype, x);
 }
 
+/* An fp8 value times its scale: the one dequantisation of the fp8 caches (per-tensor,
+ * fp8_ds_mla, MODEL1). A NaN comes out as the one quiet NaN 0x7fc00000: hosts keep an
+ * operand's NaN payload through a product, GPUs do not, and the outputs must match bit
+ * for bit. */
+AITER_MLA_HD float aiter_mla__dequant_fp8(uint8_t code, float scale, aiter_mla_dtype fp8) {
+    const float x = aiter_mla_fp8_to_f32(code, fp8) * scale;
+    return x == x ? x : aiter_mla__bits_f32(0x7fc00000u);
+}
 /* Biased fp32 exponent of the least power of two >= r, for r positive and normal (+inf: 255).
  * Read off the float's bits rather than through log2f/exp2f, whose last-bit accuracy
  * differs between C libraries and GPUs; the power-of-two scale rules of SPEC 6 and 7. */
@@ -1253,9 +1261,9 @@ AITER_MLA_HD float aiter_mla__v4_load(const unsigned char *page, int block_size,
     const unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
     uint16_t h;
     if (d < AITER_MLA_V4_NOPE_DIM)
-        return aiter_mla_fp8_to_f32(row[d], fp8) *
-               aiter_mla__ue8m0_to_f32(page[(int64_t)block_size * AITER_MLA_V4_ROW_BYTES +
-                                            (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + d / AITER_MLA_V4_GROUP]);
+        return aiter_mla__dequant_fp8(row[d], aiter_mla__ue8m0_to_f32(page[(int64_t)block_size * AITER_MLA_V4_ROW_BYTES +
+                                                                           (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + d / AITER_MLA_V4_GROUP]),
+                                      fp8);
     memcpy(&h, row + AITER_MLA_V4_NOPE_DIM + 2 * (d - AITER_MLA_V4_NOPE_DIM), 2);
     return aiter_mla_bf16_to_f32(h);
 }
@@ -1328,11 +1336,6 @@ AITER_MLA_HD float aiter_mla__ds_mla_scale(float amax, float fp8_max, int pow2) 
 /* One latent value of an fp8_ds_mla row: fp8(x / scale), saturating. */
 AITER_MLA_HD uint8_t aiter_mla__ds_mla_quant(float x, float scale, aiter_mla_dtype fp8) {
     return aiter_mla_f32_to_fp8(x / scale, fp8);
-}
-/* An fp8 value times its scale: the one dequantisation of the fp8 caches (per-tensor
- * and fp8_ds_mla). */
-AITER_MLA_HD float aiter_mla__dequant_fp8(uint8_t code, float scale, aiter_mla_dtype fp8) {
-    return aiter_mla_fp8_to_f32(code, fp8) * scale;
 }
 /* Value d (0..575) of a 656-byte fp8_ds_mla row: latent values dequantised with their
  * group's scale, then the bf16 rope values. */

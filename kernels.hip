@@ -168,7 +168,7 @@ __device__ __forceinline__ float kv_elem(const unsigned char *tile, int key, int
         if (d < kL) {
             float scale;
             memcpy(&scale, row + kL + 4 * (d >> 7), 4);
-            return aiter_mla_fp8_to_f32(row[d], KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ) * scale;
+            return aiter_mla__dequant_fp8(row[d], scale, KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ);
         }
         return aiter_mla_load_f32(row + kL + 16, d - kL, AITER_MLA_BF16);
     } else {
@@ -1872,7 +1872,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_g
                     const float scale = aiter_mla__ue8m0_to_f32(
                         page[(int64_t)a.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + lane / 8]);
 #pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] = aiter_mla_fp8_to_f32(word_byte(w, k), fp8) * scale;
+                    for (int k = 0; k < 8; k++) v[k] = aiter_mla__dequant_fp8(word_byte(w, k), scale, fp8);
                 } else {
                     uint32_t w[4];
                     load_words(row + AITER_MLA_V4_NOPE_DIM + (lane - kV4NopeLanes) * 16, w);
