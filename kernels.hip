@@ -439,6 +439,21 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
     return pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
 #endif
 }
+// Eight e4m3 values (low byte first) to eight bf16, exactly: the hardware converter for
+// e4m3fn; for e4m3fnuz, which has none, the table lut (bf16 of each code) or, without one,
+// the header's converter.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uint16_t *lut) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint16_t pair = (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16));
+        if (!fnuz) w[i] = e4m3x2_to_bf16x2(pair);
+        else if (lut) w[i] = lut[pair & 255] | (uint32_t)lut[pair >> 8] << 16;
+        else w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)pair, AITER_MLA_FP8_E4M3FNUZ),
+                                aiter_mla_fp8_to_f32((uint8_t)(pair >> 8), AITER_MLA_FP8_E4M3FNUZ));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -571,33 +586,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int c = gt; c < kN * kD / 8; c += kGT) {
                         const int key = c / (kD / 8), part = c - key * (kD / 8);
                         const unsigned char *row = kt + key * kPitch;
-                        uint4 o;
-                        if constexpr (is_ds_mla(KVT)) { // 8 latent values (unscaled: exact), or 8 rope values
-                            if (part < kL / 8) {
-                                const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
-                                uint32_t w[4];
-#pragma unroll
-                                for (int i = 0; i < 4; i++) {
-                                    const uint16_t pair = (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16));
-                                    w[i] = KVT == kDsMlaFn ? e4m3x2_to_bf16x2(pair) : lut[pair & 255] | (uint32_t)lut[pair >> 8] << 16;
-                                }
-                                o = make_uint4(w[0], w[1], w[2], w[3]);
-                            } else {
-                                o = *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16);
-                            }
-                        } else if (KVT == AITER_MLA_FP8_E4M3FN) { // the hardware converter
-                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
-                            o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
-                            o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
-                            o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
-                            o.w = e4m3x2_to_bf16x2((uint16_t)(v8.y >> 16));
-                        } else { // e4m3fnuz has none: the table
-                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
-                            o.x = lut[v8.x & 255] | (uint32_t)lut[(v8.x >> 8) & 255] << 16;
-                            o.y = lut[(v8.x >> 16) & 255] | (uint32_t)lut[v8.x >> 24] << 16;
-                            o.z = lut[v8.y & 255] | (uint32_t)lut[(v8.y >> 8) & 255] << 16;
-                            o.w = lut[(v8.y >> 16) & 255] | (uint32_t)lut[v8.y >> 24] << 16;
-                        }
+                        // ds_mla: 8 latent values (unscaled: exact) or, past them, 8 rope values
+                        const uint4 o = is_ds_mla(KVT) && part >= kL / 8
+                                            ? *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16)
+                                            : e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(row + part * 8),
+                                                               KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz, lut);
                         *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
                     }
                     group_sync();
@@ -1184,26 +1177,10 @@ __device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *
             const uint16_t *g = static_cast<const uint16_t *>(src);
             cp_async16(smem_addr(d), r < valid ? g + e : g, r < valid ? 16 : 0);
         } else {
-            uint4 o = make_uint4(0u, 0u, 0u, 0u);
-            if (r < valid) {
-                const uint2 v8 = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e);
-                if (et == AITER_MLA_FP8_E4M3FN) {
-                    o.x = e4m3x2_to_bf16x2((uint16_t)v8.x);
-                    o.y = e4m3x2_to_bf16x2((uint16_t)(v8.x >> 16));
-                    o.z = e4m3x2_to_bf16x2((uint16_t)v8.y);
-                    o.w = e4m3x2_to_bf16x2((uint16_t)(v8.y >> 16));
-                } else {
-                    uint32_t w[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint32_t x = i < 2 ? v8.x : v8.y, sh = (i & 1) * 16;
-                        w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)(x >> sh), AITER_MLA_FP8_E4M3FNUZ),
-                                           aiter_mla_fp8_to_f32((uint8_t)(x >> (sh + 8)), AITER_MLA_FP8_E4M3FNUZ));
-                    }
-                    o = make_uint4(w[0], w[1], w[2], w[3]);
-                }
-            }
-            *reinterpret_cast<uint4 *>(d) = o;
+            *reinterpret_cast<uint4 *>(d) =
+                r < valid ? e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e),
+                                             et == AITER_MLA_FP8_E4M3FNUZ, nullptr)
+                          : make_uint4(0u, 0u, 0u, 0u);
         }
     }
 }
@@ -1930,6 +1907,17 @@ __global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_ar
 // ==== launchers ============================================================================
 extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetErrorString((hipError_t)code); }
 
+// The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
+// r carries the partials and the output layout, the plan the tile lists and their count.
+static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
+                               int64_t off_partial_map, int max_tiles) {
+    r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
+    r.indptr = plan + off_indptr;
+    r.final_map = plan + off_final_map;
+    r.partial_map = plan + off_partial_map;
+    reduce_kernel<<<dim3(min(max_tiles, kMaxGrid), min(r.num_heads, kMaxGrid)), kReduceThreads, 0, s>>>(r);
+}
+
 #ifdef AITER_MLA_HAS_MMA
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
@@ -1993,10 +1981,6 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || info->max_partials == 0) return (int)e;
     ReduceParams r;
-    r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
-    r.indptr = plan + info->off_reduce_indptr;
-    r.final_map = plan + info->off_reduce_final_map;
-    r.partial_map = plan + info->off_reduce_partial_map;
     r.part_o = p.part_o;
     r.part_lse = p.part_lse;
     r.o = a->o;
@@ -2010,7 +1994,8 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
-    reduce_kernel<<<dim3(min(info->max_reduce_tiles, kMaxGrid), a->num_heads), kReduceThreads, 0, s>>>(r);
+    launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
+                       info->max_reduce_tiles);
     AITER_MLA__LAUNCH_CHECK();
 }
 
@@ -2093,10 +2078,6 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || !info || info->max_partials == 0) return (int)e;
     ReduceParams r;
-    r.num_tiles = a->plan + AITER_MLA__PH_NUM_REDUCE_TILES;
-    r.indptr = a->plan + info->off_reduce_indptr;
-    r.final_map = a->plan + info->off_reduce_final_map;
-    r.partial_map = a->plan + info->off_reduce_partial_map;
     r.part_o = p.part_o;
     r.part_lse = p.part_lse;
     r.o = a->o;
@@ -2110,7 +2091,8 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     r.num_heads = a->num_heads;
     r.dv = a->dv;
     r.o_dtype = a->o_dtype;
-    reduce_kernel<<<dim3(min(info->max_tiles, kMaxGrid), min(a->num_heads, kMaxGrid)), kReduceThreads, 0, s>>>(r);
+    launch_plan_reduce(s, r, a->plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
+                       info->max_tiles);
     AITER_MLA__LAUNCH_CHECK();
 }
 
