@@ -1144,6 +1144,12 @@ typedef struct aiter_mla_v4_attention_args {
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
+/* The same on the GPU (every pointer on the device; graph-capturable): one block per token
+ * and group of up to 64 heads, the tensor-core decode kernel on sm_90 for bf16 q (16-byte
+ * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
+ * 16) or both bf16 rows, a portable kernel otherwise. The device arrays are not read on
+ * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
 
 /* vLLM's chunked prefill of one layer (DeepseekV4ROCMAiterMLASparseImpl._forward_prefill):
  * requests are taken chunk_size at a time; per chunk, with M and N from
@@ -1297,6 +1303,40 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
         memcpy(row + AITER_MLA_V4_NOPE_DIM + 2 * i, &h, 2);
     }
 }
+/* Token t's entries of a V4 key list (SPEC 7): how many, *start their first index into
+ * k->indices; 0 when the list is unused. A ragged length below zero counts as none (the
+ * GPU cannot refuse a non-monotone indptr; the reference refuses it first). */
+AITER_MLA_HD int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, int64_t *start) {
+    int64_t n;
+    *start = 0;
+    if (!k->indices) return 0;
+    if (k->indptr) {
+        *start = k->indptr[t];
+        n = (int64_t)k->indptr[t + 1] - k->indptr[t];
+        return *start >= 0 && n > 0 ? n : 0;
+    }
+    *start = t * k->indices_stride;
+    n = k->indices_stride;
+    if (k->lens) n = k->lens[t] < 0 ? 0 : k->lens[t] < n ? k->lens[t] : n;
+    return n;
+}
+/* Where entry e of a key list lies: its MODEL1 page (*pos: the offset in the page) or its
+ * row (*pos = 0); NULL for an absent entry (negative, or past the cache). */
+AITER_MLA_HD const unsigned char *aiter_mla__v4_key_at(const aiter_mla_v4_keys *k, int32_t e, int *pos) {
+    *pos = 0;
+    if (e < 0) return NULL;
+    if (k->rows)
+        return e < k->num_blocks ? (const unsigned char *)k->cache +
+                                       (int64_t)e * AITER_MLA_V4_HEAD_DIM * (k->dtype == AITER_MLA_F32 ? 4 : 2)
+                                 : NULL;
+    if (e / k->block_size >= k->num_blocks) return NULL;
+    *pos = e % k->block_size;
+    return (const unsigned char *)k->cache + (int64_t)(e / k->block_size) * k->page_stride_bytes;
+}
+/* Element d (0..511) of the key row that aiter_mla__v4_key_at found. */
+AITER_MLA_HD float aiter_mla__v4_key_elem(const aiter_mla_v4_keys *k, const unsigned char *at, int pos, int d) {
+    return k->rows ? aiter_mla_load_f32(at, d, k->dtype) : aiter_mla__v4_load(at, k->block_size, pos, d, k->dtype);
+}
 
 /* Sparse index conversion of one entry (SPEC 4): request-local idx of request req to a
  * global slot, -1 for every case the struct comment lists. */
@@ -1405,6 +1445,7 @@ int aiter_mla__launch_gather_cache(const aiter_mla_gather_cache_args *a, void *s
 int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *stream);
 int aiter_mla__launch_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream);
 int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, void *stream);
+int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -3695,10 +3736,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
 }
 
 /* ---- attention ------------------------------------------------------------------------------- */
-/* A key list: unused (optional and no indices) or every field resolved and checked; the
- * ragged indptr is scanned (monotone from >= 0). */
+/* A key list: unused (optional and no indices) or every field resolved and checked; with
+ * host_arrays the ragged indptr is scanned too (monotone from >= 0). */
 static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *pre, aiter_mla_v4_keys *k, int64_t num_tokens,
-                                                   int required) {
+                                                   int required, int host_arrays) {
     int64_t t;
     if (!required && !k->indices) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__v4_range(op, k->rows, 0, 1, pre, "rows"));
@@ -3715,6 +3756,7 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__v4_need(op, k->cache, pre, "cache"));
     AITER_MLA__CHECK(aiter_mla__v4_need(op, k->indices, pre, "indices"));
     if (!k->indptr) return aiter_mla__v4_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
+    if (!host_arrays) return AITER_MLA_OK;
     if (k->indptr[0] < 0)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sindptr[0] = %d is negative", op, pre, k->indptr[0]);
     for (t = 0; t < num_tokens; t++)
@@ -3724,40 +3766,11 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
     return AITER_MLA_OK;
 }
 
-/* Token t's entries of a key list (none when the list is unused). */
-static int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, const int32_t **list) {
-    int64_t n;
-    if (!k->indices) return 0;
-    if (k->indptr) {
-        *list = k->indices + k->indptr[t];
-        return (int64_t)k->indptr[t + 1] - k->indptr[t];
-    }
-    *list = k->indices + t * k->indices_stride;
-    n = k->indices_stride;
-    if (k->lens) n = k->lens[t] < 0 ? 0 : aiter_mla__min64(k->lens[t], n);
-    return n;
-}
-
-/* Key row of entry e as 512 floats; 0 when the entry is absent. */
-static int aiter_mla__v4_key_row(const aiter_mla_v4_keys *k, int32_t e, float *row) {
-    int d;
-    if (e < 0) return 0;
-    if (k->rows) {
-        if (e >= k->num_blocks) return 0;
-        for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) row[d] = aiter_mla_load_f32(k->cache, (int64_t)e * AITER_MLA_V4_HEAD_DIM + d, k->dtype);
-    } else {
-        const unsigned char *page;
-        if (e / k->block_size >= k->num_blocks) return 0;
-        page = (const unsigned char *)k->cache + (int64_t)(e / k->block_size) * k->page_stride_bytes;
-        for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) row[d] = aiter_mla__v4_load(page, k->block_size, e % k->block_size, d, k->dtype);
-    }
-    return 1;
-}
-
 /* Validate the args, resolve every default (pre prefixes the field names: "" or "attn.");
- * with_keys: also the key lists (the prefill sets them per chunk). */
+ * with_keys: also the key lists (the prefill sets them per chunk); host_arrays: the arrays
+ * are host memory, so attn_sink and the ragged indptr are checked too. */
 static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *pre, const aiter_mla_v4_attention_args *in,
-                                                   aiter_mla_v4_attention_args *a, int with_keys) {
+                                                   aiter_mla_v4_attention_args *a, int with_keys, int host_arrays) {
     int h;
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
@@ -3781,13 +3794,13 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %ssm_scale = %g is not positive and finite", op, pre, a->sm_scale);
-    if (a->attn_sink)
+    if (a->attn_sink && host_arrays)
         for (h = 0; h < a->num_heads; h++)
             if (a->attn_sink[h] != a->attn_sink[h])
                 return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sattn_sink[%d] is NaN", op, pre, h);
     if (with_keys) {
-        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, a->num_tokens, 1));
-        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, a->num_tokens, 0));
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, a->num_tokens, 1, host_arrays));
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, a->num_tokens, 0, host_arrays));
     }
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__v4_need(op, a->q, pre, "q"));
@@ -3820,11 +3833,13 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
         }
         for (src = 0; src < 2; src++) {
             const aiter_mla_v4_keys *k = src ? &a->extra_keys : &a->keys;
-            const int32_t *list = NULL;
-            const int64_t n = aiter_mla__v4_keys_of(k, t, &list);
-            int64_t e;
+            int64_t start, e;
+            const int64_t n = aiter_mla__v4_keys_of(k, t, &start);
             for (e = 0; e < n; e++) {
-                if (!aiter_mla__v4_key_row(k, list[e], row)) continue; /* absent */
+                int pos;
+                const unsigned char *at = aiter_mla__v4_key_at(k, k->indices[start + e], &pos);
+                if (!at) continue; /* absent */
+                for (d = 0; d < D; d++) row[d] = aiter_mla__v4_key_elem(k, at, pos, d);
                 for (h = 0; h < H; h++) {
                     const double *qh = qv + (int64_t)h * D;
                     double *ah = acc + (int64_t)h * D, s = 0.0, alpha, p;
@@ -3846,8 +3861,17 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
     const char *op = "v4_attention_ref";
     aiter_mla_v4_attention_args a;
-    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1));
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 1));
     return aiter_mla__v4_attend(op, &a);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
+    const char *op = "v4_attention";
+    aiter_mla_v4_attention_args a;
+    (void)stream;
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
+    if (a.num_tokens == 0) return AITER_MLA_OK;
+    return AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_attention(&a, stream));
 }
 
 /* ---- chunked prefill ------------------------------------------------------------------------ */
@@ -3934,7 +3958,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: the batch has %lld tokens, more than max_num_batched_tokens = %lld",
                                op, (long long)tokens, (long long)a.max_num_batched_tokens);
     a.attn.num_tokens = tokens;
-    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a.attn, &at, 0));
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a.attn, &at, 0, 1));
     a.attn = at;
     if (tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.workspace, "workspace");

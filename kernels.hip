@@ -72,16 +72,31 @@ struct DecodeParams {
     int rows_per_block;         // sparse: heads per block
     const float *attn_sink;     // sparse: [H] optional, enters the denominator only
     float *max_logits;          // sparse: [T, H] optional
+    // V4 (SPEC 7), a sparse mode: token t's keys are list 0's entries, then list 1's.
+    int v4;
+    aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
 };
 
 // Cache row formats beyond the dtypes: fp8_ds_mla rows (656 bytes: 512 e4m3 with 4 fp32
-// group scales, then 64 bf16 rope values), in either fp8 flavour.
-constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101;
+// group scales, then 64 bf16 rope values), in either fp8 flavour; and the V4 key lists
+// (512-dim rows, V the whole row): MODEL1 pages (tensor cores: the 576-byte row is copied,
+// its 8 scale bytes follow it in the ring), bf16 rows (tensor cores), or any mix of formats
+// (portable kernel: each row dequantised to fp32 in shared memory).
+constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101, kV4Model1 = 102, kV4Bf16 = 103, kV4Any = 104;
 constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES;
+constexpr int kV4D = AITER_MLA_V4_HEAD_DIM, kV4Nope = AITER_MLA_V4_NOPE_DIM;
 __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn || kvt == kDsMlaFnuz; }
-// Bytes of one cache row of format kvt.
+__host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
+// Dims of q . k: 576 for MLA decode and V3.2, 512 for V4 (V is the first 512 either way).
+__host__ __device__ constexpr int qk_dims(int kvt) { return is_v4(kvt) ? kV4D : kD; }
+// Bytes of one cache row of format kvt as it is copied (kV4Any: the fp32 row in shared memory).
 __host__ __device__ constexpr int cache_row_bytes(int kvt) {
-    return is_ds_mla(kvt) ? kDsRow : kvt == AITER_MLA_BF16 || kvt == AITER_MLA_F16 ? kD * 2 : kD;
+    return is_ds_mla(kvt)            ? kDsRow
+           : kvt == kV4Model1        ? AITER_MLA_V4_ROW_BYTES
+           : kvt == kV4Bf16          ? kV4D * 2
+           : kvt == kV4Any           ? kV4D * 4
+           : kvt == AITER_MLA_BF16 || kvt == AITER_MLA_F16 ? kD * 2
+                                     : kD;
 }
 
 // One work item of the plan, with the bounds both decode kernels derive from it.
@@ -90,6 +105,7 @@ struct Piece {
     int q_begin, q_len;      // the request's query rows
     int64_t kv_len, tok0, n; // the request's keys, the piece's first key, its key count
     int rb, re;              // the (token, head) rows this block takes: [rb, re) of (qe - qs) * H
+    int64_t v4_start[2], v4_n0; // V4: each list's first index into its indices; list 0's count
 };
 
 __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
@@ -131,11 +147,19 @@ __device__ __forceinline__ Piece sparse_piece(const DecodeParams &p) {
     return c;
 }
 
-// The pieces of this block: its CU's work items (decode), or its token (sparse).
+// V4: token blockIdx.x against its two lists, one row group of heads.
+__device__ __forceinline__ Piece v4_piece(const DecodeParams &p) {
+    Piece c = sparse_piece(p);
+    c.v4_n0 = aiter_mla__v4_keys_of(&p.v4_keys[0], c.b, &c.v4_start[0]);
+    c.n = c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, &c.v4_start[1]);
+    return c;
+}
+
+// The pieces of this block: its CU's work items (decode), or its token (sparse, V4).
 template <typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     if (p.sparse) {
-        run(sparse_piece(p));
+        run(p.v4 ? v4_piece(p) : sparse_piece(p));
         return;
     }
     const int w_end = p.work_indptr[blockIdx.x + 1];
@@ -160,11 +184,45 @@ __device__ __forceinline__ int piece_page(const DecodeParams &p, const Piece &c,
     return page < 0 || page >= a.num_pages ? -1 : page;
 }
 
+// Where key j (0-based within the piece) of a format-KVT piece lies. row: the bytes to copy
+// (NULL: absent key); scales: MODEL1's 8 scale bytes; kind: 1, or for MODEL1 1 + fnuz;
+// list, at, pos: the V4 entry as aiter_mla__v4_key_at found it.
+struct KeyRef {
+    const unsigned char *row, *scales, *at;
+    int pos, list, kind;
+};
+template <int KVT>
+__device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c, int64_t j) {
+    KeyRef k{nullptr, nullptr, nullptr, 0, 0, 0};
+    if constexpr (is_v4(KVT)) {
+        if (j >= c.n) return k;
+        k.list = j < c.v4_n0 ? 0 : 1;
+        const aiter_mla_v4_keys &L = p.v4_keys[k.list];
+        k.at = aiter_mla__v4_key_at(&L, L.indices[c.v4_start[k.list] + (k.list ? j - c.v4_n0 : j)], &k.pos);
+        if (!k.at) return k;
+        k.row = k.at;
+        if (!L.rows) {
+            k.row += (int64_t)k.pos * AITER_MLA_V4_ROW_BYTES;
+            k.scales = k.at + (int64_t)L.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)k.pos * AITER_MLA_V4_SCALE_BYTES;
+        }
+        k.kind = 1 + (!L.rows && L.dtype == AITER_MLA_FP8_E4M3FNUZ);
+    } else {
+        const int page = piece_page(p, c, (int)j);
+        if (page < 0) return k;
+        k.row = static_cast<const unsigned char *>(p.a.kv_cache) +
+                ((int64_t)page * p.a.page_size + ((c.tok0 + j) & (p.a.page_size - 1))) * cache_row_bytes(KVT); // page_size: a power of two
+        k.kind = 1;
+    }
+    return k;
+}
+
 // Element d (0..575) of key `key` of a tile of whole cache rows.
 template <int KVT>
 __device__ __forceinline__ float kv_elem(const unsigned char *tile, int key, int d) {
     const unsigned char *row = tile + key * cache_row_bytes(KVT);
-    if constexpr (is_ds_mla(KVT)) {
+    if constexpr (KVT == kV4Any) {
+        return reinterpret_cast<const float *>(row)[d];
+    } else if constexpr (is_ds_mla(KVT)) {
         if (d < kL) {
             float scale;
             memcpy(&scale, row + kL + 4 * (d >> 7), 4);
@@ -179,66 +237,74 @@ __device__ __forceinline__ float kv_elem(const unsigned char *tile, int key, int
 template <int KVT>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     constexpr int kRowBytes = cache_row_bytes(KVT), kChunks = kRowBytes / 16; // 16-byte chunks per cache row
-    __shared__ float q_s[kRows][kD];
+    // V4 rows are fp32 in shared memory: 8 rows per group keep q and keys within 48 KB
+    constexpr int kR = KVT == kV4Any ? kRows / 2 : kRows, kDq = qk_dims(KVT);
+    constexpr int kTpp = kThreads / (kR * kKeys); // threads per (row, key) score
+    __shared__ float q_s[kR][kDq];
     __shared__ __align__(16) unsigned char k_s[kKeys * kRowBytes];
-    __shared__ float s_s[kRows][kKeys];
-    __shared__ float alpha_s[kRows], m_s[kRows], l_s[kRows];
-    __shared__ long long lim_s[kRows];
-    __shared__ int page_s[kKeys];
+    __shared__ float s_s[kR][kKeys];
+    __shared__ float alpha_s[kR], m_s[kR], l_s[kR];
+    __shared__ long long lim_s[kR];
+    __shared__ KeyRef ref_s[kKeys];
 
     const aiter_mla_decode_args &a = p.a;
-    const int tid = threadIdx.x, H = a.num_heads, P = a.page_size;
+    const int tid = threadIdx.x, H = a.num_heads;
     for_each_piece(p, [&](const Piece &pc) {
         const int qs = pc.qs, loc = pc.loc, q_begin = pc.q_begin, q_len = pc.q_len;
         const int64_t kv_len = pc.kv_len, tok0 = pc.tok0, n = pc.n;
 
-        for (int r0 = pc.rb; r0 < pc.re; r0 += kRows) {
-            const int nr = min(kRows, pc.re - r0);
-            for (int idx = tid; idx < nr * kD; idx += kThreads) {
-                const int r = idx / kD, d = idx - r * kD, row = r0 + r;
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kR) {
+            const int nr = min(kR, pc.re - r0);
+            for (int idx = tid; idx < nr * kDq; idx += kThreads) {
+                const int r = idx / kDq, d = idx - r * kDq, row = r0 + r;
                 const int64_t tok = qs + row / H, h = row % H;
                 q_s[r][d] = aiter_mla_load_f32(a.q, tok * a.q_stride_token + h * a.q_stride_head + d, a.q_dtype);
             }
-            if (tid < kRows) {
+            if (tid < kR) {
                 const int row = r0 + tid, i = qs + row / H - q_begin;
                 lim_s[tid] = kv_len - q_len + i; // last visible key of the row (causal, bottom-right)
                 m_s[tid] = neg_inf();
                 l_s[tid] = 0.0f;
             }
-            float acc[kRows][kDimsPerThread];
+            float acc[kR][kDimsPerThread];
 #pragma unroll
-            for (int r = 0; r < kRows; r++)
+            for (int r = 0; r < kR; r++)
 #pragma unroll
                 for (int j = 0; j < kDimsPerThread; j++) acc[r][j] = 0.0f;
             __syncthreads();
 
             for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
                 const int nk = (int)min((int64_t)kKeys, n - k0);
-                if (tid < kKeys) page_s[tid] = piece_page(p, pc, (int)k0 + tid);
+                if (tid < kKeys) ref_s[tid] = key_ref<KVT>(p, pc, k0 + tid);
                 __syncthreads();
-                for (int c = tid; c < kKeys * kChunks; c += kThreads) {
-                    const int key = c / kChunks, part = c - key * kChunks, page = page_s[key];
-                    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-                    if (page >= 0) {
-                        const int64_t slot = (int64_t)page * P + (tok0 + k0 + key) % P;
-                        v = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(a.kv_cache) +
-                                                            slot * kRowBytes)[part];
+                if constexpr (KVT == kV4Any) { // V4: each row dequantised to fp32
+                    for (int c = tid; c < kKeys * kV4D; c += kThreads) {
+                        const KeyRef &k = ref_s[c / kV4D];
+                        reinterpret_cast<float *>(k_s)[c] =
+                            k.row ? aiter_mla__v4_key_elem(&p.v4_keys[k.list], k.at, k.pos, c % kV4D) : 0.0f;
                     }
-                    reinterpret_cast<uint4 *>(k_s)[c] = v;
+                } else { // whole cache rows, 16 bytes at a time
+                    for (int c = tid; c < kKeys * kChunks; c += kThreads) {
+                        const int key = c / kChunks, part = c - key * kChunks;
+                        const unsigned char *row = ref_s[key].row;
+                        reinterpret_cast<uint4 *>(k_s)[c] =
+                            row ? reinterpret_cast<const uint4 *>(row)[part] : make_uint4(0u, 0u, 0u, 0u);
+                    }
                 }
                 __syncthreads();
-                { // scores: two threads per (row, key), each half of the 576 dims
-                    const int pair = tid >> 1, half = tid & 1, r = pair / kKeys, c = pair % kKeys;
+                { // scores: kTpp threads per (row, key), each a share of the dims
+                    const int pair = tid / kTpp, part = tid % kTpp, r = pair / kKeys, c = pair % kKeys;
                     float s = 0.0f;
-                    for (int d = half; d < kD; d += 2) s += q_s[r][d] * kv_elem<KVT>(k_s, c, d);
-                    s += aiter_mla__shfl_xor(s, 1);
-                    if (half == 0) {
-                        const bool ok = r < nr && c < nk && page_s[c] >= 0 && tok0 + k0 + c <= lim_s[r];
+                    for (int d = part; d < kDq; d += kTpp) s += q_s[r][d] * kv_elem<KVT>(k_s, c, d);
+#pragma unroll
+                    for (int o = 1; o < kTpp; o <<= 1) s += aiter_mla__shfl_xor(s, o);
+                    if (part == 0) {
+                        const bool ok = r < nr && c < nk && ref_s[c].row && tok0 + k0 + c <= lim_s[r];
                         s_s[r][c] = ok ? s * p.score_scale : neg_inf();
                     }
                 }
                 __syncthreads();
-                if (tid < kRows) { // online softmax, one thread per row
+                if (tid < kR) { // online softmax, one thread per row
                     const int r = tid;
                     float mx = m_s[r];
 #pragma unroll
@@ -267,7 +333,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
                     for (int j = 0; j < kDimsPerThread; j++) v[c][j] = kv_elem<KVT>(k_s, c, tid + j * kThreads) * p.v_scale;
 #pragma unroll
-                for (int r = 0; r < kRows; r++)
+                for (int r = 0; r < kR; r++)
 #pragma unroll
                     for (int j = 0; j < kDimsPerThread; j++) {
                         float o = acc[r][j] * alpha_s[r];
@@ -279,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
             }
 
 #pragma unroll
-            for (int r = 0; r < kRows; r++) {
+            for (int r = 0; r < kR; r++) {
                 if (r < nr) {
                     const int row = r0 + r;
                     const int64_t tok = qs + row / H, h = row % H;
@@ -341,7 +407,6 @@ constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
-constexpr int kSteps = kD / 16;     // 36 k-steps of 16 over the 576 dims
 constexpr int kSmemLimit = 227 * 1024;
 
 // Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
@@ -349,9 +414,11 @@ constexpr int kSmemLimit = 227 * 1024;
 // every other key tile with its own ring, barriers and softmax state, merged at the end
 // of the pass: a group's barriers then stall only its own 8 warps while the other computes.
 // The 64-row variant is one group of 16 warps (its accumulators would not fit twice).
-// Ring row bytes of a cache format: its row for the byte rings (widened afterwards), 0 for
-// bf16 (copied straight into padded rows).
-__host__ __device__ constexpr int ring_pitch(int kvt) { return kvt == AITER_MLA_BF16 ? 0 : cache_row_bytes(kvt); }
+// Ring row bytes of a cache format: its row for the byte rings (widened afterwards; MODEL1:
+// the row, then its 8 scale bytes), 0 for bf16 rows (copied straight into padded rows).
+__host__ __device__ constexpr int ring_pitch(int kvt) {
+    return kvt == AITER_MLA_BF16 || kvt == kV4Bf16 ? 0 : kvt == kV4Model1 ? AITER_MLA_V4_ROW_BYTES + 16 : cache_row_bytes(kvt);
+}
 
 template <int SRC, int M> // SRC: ring row bytes of a byte-ring format (fp8, ds_mla), 0 for bf16
 struct Smem { // byte offsets into the dynamic shared memory
@@ -454,6 +521,17 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+// Two bf16 (low half first) times lo and hi, rounded back to bf16.
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float lo, float hi) {
+    return pack_bf16x2(__uint_as_float(v << 16) * lo, __uint_as_float(v & 0xffff0000u) * hi);
+}
+// Eight e4m3 values times a power-of-two scale to bf16: exact wherever the product is a
+// normal bf16 (the MODEL1 writer's scales keep it there).
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8_scaled(uint2 v8, bool fnuz, const uint16_t *lut, float scale) {
+    const uint4 w = e4m3x8_to_bf16x8(v8, fnuz, lut);
+    return make_uint4(scale_bf16x2(w.x, scale, scale), scale_bf16x2(w.y, scale, scale), scale_bf16x2(w.z, scale, scale),
+                      scale_bf16x2(w.w, scale, scale));
+}
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
@@ -464,9 +542,11 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr bool FP8 = KVT != AITER_MLA_BF16;      // a byte ring widened to bf16 (fp8, ds_mla)
-    constexpr int kRowSrc = cache_row_bytes(KVT);    // cache row bytes
-    constexpr int kPitch = FP8 ? kRowSrc : kRowB;    // ring row bytes
+    constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring widened to bf16 (fp8, ds_mla, MODEL1)
+    constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
+    constexpr int kRowSrc = cache_row_bytes(KVT);    // bytes copied per key
+    constexpr int kPitch = FP8 ? ring_pitch(KVT) : kRowB; // ring row bytes
+    constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // q . k dims, their k-steps
     using S = Smem<ring_pitch(KVT), M>;
     constexpr int kM = M, kMT = M / 16, kStages = S::stages, kGroups = S::groups, kGW = S::group_warps;
     constexpr int kGT = kGW * 32, kNT = kL / kGW / 8; // threads per group, n8-tiles of dims per warp
@@ -489,12 +569,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     };
 
     const aiter_mla_decode_args &a = p.a;
-    const int H = a.num_heads, P = a.page_size;
-    const unsigned char *cache = static_cast<const unsigned char *>(a.kv_cache);
+    const int H = a.num_heads;
     if (gt < kStages) mbar_init(smem_addr(bars + gt), 1);
     fence_proxy_async();
     int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
-    if ((KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) && tid < 256)
+    if (kFnuzLut && tid < 256)
         lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
     __syncthreads(); // the mbarriers and the table are ready before any warp touches shared memory
 
@@ -504,33 +583,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
         // Producer (the group's first warp, lane = key): bulk-copy the group's i-th key tile
         // into slot (g_base + i) % kStages, completing on that slot's mbarrier; rows of
-        // absent keys are zero-filled by plain stores. `page` is the lane's page id, fetched
-        // one tile ahead so the issue never waits on it.
+        // absent keys are zero-filled by plain stores, MODEL1 scale bytes are plain stores
+        // too (scale 1 for an absent row). `k` is the lane's key, looked up one tile ahead
+        // so the issue never waits on it. valid_s holds the key's kind (0: absent).
         auto key_of = [&](int i) { return (grp + i * kGroups) * kN + lane; };
-        auto load_tile = [&](int i, int page) {
+        auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = (g_base + i) % kStages;
             unsigned char *base = ring + slot * S::stage;
             const uint32_t bar = smem_addr(bars + slot);
-            const unsigned absent = __ballot_sync(0xffffffffu, page < 0);
+            const unsigned absent = __ballot_sync(0xffffffffu, !k.row);
             fence_proxy_async(); // earlier plain stores to this slot come before the copies
             if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * kRowSrc);
             __syncwarp();
-            if (page >= 0)
-                bulk_copy(smem_addr(base + lane * kPitch),
-                          cache + ((int64_t)page * P + (key_of(i) & (P - 1))) * kRowSrc, kRowSrc, bar);
+            if (k.row) bulk_copy(smem_addr(base + lane * kPitch), k.row, kRowSrc, bar);
             for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
                 const int key = __ffs(m) - 1;
                 for (int c = lane; c < kRowSrc / 16; c += 32)
                     *reinterpret_cast<uint4 *>(base + key * kPitch + c * 16) = make_uint4(0u, 0u, 0u, 0u);
             }
-            valid_s[slot * kN + lane] = page >= 0;
+            if constexpr (KVT == kV4Model1)
+                *reinterpret_cast<uint2 *>(base + lane * kPitch + kRowSrc) =
+                    k.row ? *reinterpret_cast<const uint2 *>(k.scales) : make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
+            valid_s[slot * kN + lane] = (signed char)k.kind;
         };
 
         for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
             // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
             const int R = min(kM, pc.re - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
-            for (int c = tid; c < MT * 16 * (kD / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
-                const int r = c / (kD / 8), part = c - r * (kD / 8);
+            for (int c = tid; c < MT * 16 * (kDq / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
+                const int r = c / (kDq / 8), part = c - r * (kDq / 8);
                 uint4 v = make_uint4(0u, 0u, 0u, 0u);
                 if (r < R) {
                     const int idx = r0 + r;
@@ -553,12 +634,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
             __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
-            int next_page = 0;
+            KeyRef next{};
             if (gw == 0) {
-                next_page = piece_page(p, pc, key_of(0));
+                next = key_ref<KVT>(p, pc, key_of(0));
                 for (int i = 0; i < kStages - 1 && i < ntiles; i++) {
-                    load_tile(i, next_page);
-                    next_page = piece_page(p, pc, key_of(i + 1));
+                    load_tile(i, next);
+                    next = key_ref<KVT>(p, pc, key_of(i + 1));
                 }
             }
             // Both groups run the same number of iterations (a group with one tile fewer passes
@@ -575,22 +656,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + i) / kStages) & 1u);
                 group_sync(); // tile i landed (and its zero rows); the group is done with tile i - 1
                 if (gw == 0 && i + kStages - 1 < ntiles) {
-                    load_tile(i + kStages - 1, next_page);
-                    next_page = piece_page(p, pc, key_of(i + kStages));
+                    load_tile(i + kStages - 1, next);
+                    next = key_ref<KVT>(p, pc, key_of(i + kStages));
                 }
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
                 const unsigned char *kt = ring + slot * S::stage;
                 if (FP8) { // widen the byte tile to bf16
                     unsigned char *wide = g_s + S::wide;
-                    for (int c = gt; c < kN * kD / 8; c += kGT) {
-                        const int key = c / (kD / 8), part = c - key * (kD / 8);
+                    for (int c = gt; c < kN * kDq / 8; c += kGT) {
+                        const int key = c / (kDq / 8), part = c - key * (kDq / 8);
                         const unsigned char *row = kt + key * kPitch;
-                        // ds_mla: 8 latent values (unscaled: exact) or, past them, 8 rope values
-                        const uint4 o = is_ds_mla(KVT) && part >= kL / 8
-                                            ? *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16)
-                                            : e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(row + part * 8),
-                                                               KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz, lut);
+                        uint4 o;
+                        if constexpr (KVT == kV4Model1) {
+                            // MODEL1: 8 nope values times their power-of-two scale (exact in bf16), or 8 rope values
+                            const bool fnuz = valid_s[slot * kN + key] == 2;
+                            o = part >= kV4Nope / 8
+                                    ? *reinterpret_cast<const uint4 *>(row + kV4Nope + (part - kV4Nope / 8) * 16)
+                                    : e4m3x8_to_bf16x8_scaled(*reinterpret_cast<const uint2 *>(row + part * 8), fnuz, lut,
+                                                              aiter_mla__ue8m0_to_f32(row[kRowSrc + (part >> 3)]));
+                        } else {
+                            // ds_mla: 8 latent values (unscaled: exact) or, past them, 8 rope values
+                            o = is_ds_mla(KVT) && part >= kL / 8
+                                    ? *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16)
+                                    : e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(row + part * 8),
+                                                       KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz, lut);
+                        }
                         *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
                     }
                     group_sync();
@@ -602,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
                 // warp of the group has a unit; k-parts land in separate rows of s_s
                 const int kparts = MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
-                const int units = 4 * MT * kparts, steps = kSteps / kparts;
+                const int units = 4 * MT * kparts, steps = kKSteps / kparts;
                 for (int u = gw; u < units; u += kGW) {
                     const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
                     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -732,17 +823,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     if constexpr (is_ds_mla(KVT)) { // P times each key's scale of this warp's 128-dim group
                         const int gq = (gw * kNT * 8) >> 7, key0 = kk * 16 + (lane & 3) * 2;
                         auto sc = [&](int key) { return *reinterpret_cast<const float *>(src_tile + key * kPitch + kL + 4 * gq); };
-                        auto scale2 = [](uint32_t v, float lo, float hi) {
-                            return pack_bf16x2(__uint_as_float(v << 16) * lo, __uint_as_float(v & 0xffff0000u) * hi);
-                        };
                         const float s0 = sc(key0), s1 = sc(key0 + 1), s2 = sc(key0 + 8), s3 = sc(key0 + 9);
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
-                                pa[mt][0] = scale2(pa[mt][0], s0, s1);
-                                pa[mt][1] = scale2(pa[mt][1], s0, s1);
-                                pa[mt][2] = scale2(pa[mt][2], s2, s3);
-                                pa[mt][3] = scale2(pa[mt][3], s2, s3);
+                                pa[mt][0] = scale_bf16x2(pa[mt][0], s0, s1);
+                                pa[mt][1] = scale_bf16x2(pa[mt][1], s0, s1);
+                                pa[mt][2] = scale_bf16x2(pa[mt][2], s2, s3);
+                                pa[mt][3] = scale_bf16x2(pa[mt][3], s2, s3);
                             }
                         }
                     }
@@ -2096,6 +2184,8 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     AITER_MLA__LAUNCH_CHECK();
 }
 
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 // Sparse attention: the decode kernels without a plan (grid: token x row group of heads).
 extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;
@@ -2148,6 +2238,53 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     AITER_MLA__LAUNCH_CHECK();
 }
 
+// V4 attention: the sparse mode of the decode kernels over two key lists.
+extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const int H = a->num_heads;
+    DecodeParams p{};
+    aiter_mla_decode_args &d = p.a;
+    d.q = a->q;
+    d.q_stride_token = a->q_stride_token;
+    d.q_stride_head = a->q_stride_head;
+    d.page_size = 1;
+    d.o = a->o;
+    d.o_stride_token = a->o_stride_token;
+    d.o_stride_head = a->o_stride_head;
+    d.lse = a->lse;
+    d.num_heads = H;
+    d.q_dtype = a->q_dtype;
+    d.o_dtype = a->o_dtype;
+    d.sm_scale = a->sm_scale;
+    p.score_scale = a->sm_scale * kLog2e;
+    p.v_scale = 1.0f;
+    p.sparse = p.v4 = 1;
+    p.attn_sink = a->attn_sink;
+    p.v4_keys[0] = a->keys;
+    p.v4_keys[1] = a->extra_keys;
+    bool launched = false;
+#ifdef AITER_MLA_HAS_MMA
+    // tensor cores: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
+    const aiter_mla_v4_keys *k1 = a->extra_keys.indices ? &a->extra_keys : &a->keys;
+    auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
+    auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
+    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
+    if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
+        p.rows_per_block = H <= 16 ? 16 : 64;
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block)
+                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block);
+        if (e != hipSuccess) return (int)e;
+        launched = true;
+    }
+#endif
+    if (!launched) {
+        p.rows_per_block = 64;
+        decode_kernel<kV4Any><<<dim3((unsigned)a->num_tokens, (unsigned)((H + 63) / 64)), kThreads, 0, s>>>(p);
+    }
+    AITER_MLA__LAUNCH_CHECK();
+}
+
 extern "C" int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const int hp = aiter_mla_padded_num_heads(a->num_heads), rep = hp / a->num_heads;
@@ -2171,8 +2308,6 @@ extern "C" int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_a
     kv_cache_write_kernel<<<(unsigned)min(a->num_tokens, (int64_t)kMaxGrid), 192, 0, (hipStream_t)stream>>>(*a);
     AITER_MLA__LAUNCH_CHECK();
 }
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 extern "C" int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;

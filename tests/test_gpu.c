@@ -1480,6 +1480,244 @@ static void test_v4_gather_gpu(test_rng *rng) {
     }
 }
 
+/* ---- V4 attention ---------------------------------------------------------------------- */
+/* The reference, one token per thread: token t's slice of every per-token array. */
+static void v4_keys_slice(aiter_mla_v4_keys *k, int64_t t) {
+    if (!k->indices) return;
+    if (k->indptr) k->indptr += t;
+    else {
+        k->indices += t * k->indices_stride;
+        if (k->lens) k->lens += t;
+    }
+}
+static void ref_v4_parallel(const aiter_mla_v4_attention_args *a) {
+    const size_t qe = aiter_mla_dtype_size(a->q_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
+    int64_t t;
+    int failures = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
+    for (t = 0; t < a->num_tokens; t++) {
+        aiter_mla_v4_attention_args s = *a;
+        s.num_tokens = 1;
+        s.q = (const char *)a->q + (size_t)(t * a->q_stride_token) * qe;
+        s.o = (char *)a->o + (size_t)(t * a->o_stride_token) * oe;
+        s.lse = a->lse ? a->lse + t * a->num_heads : NULL;
+        v4_keys_slice(&s.keys, t);
+        v4_keys_slice(&s.extra_keys, t);
+        if (aiter_mla_v4_attention_ref(&s) != AITER_MLA_OK) failures++;
+    }
+    CHECK(failures == 0, "reference V4 attention failed: %s", aiter_mla_last_error());
+}
+
+/* A key list's host and device arrays. */
+typedef struct v4_list {
+    aiter_mla_v4_keys host, dev;
+    void *cache, *d_cache;
+    int32_t *idx, *ptr, *len, *d_idx, *d_ptr, *d_len;
+    int64_t cache_bytes;
+} v4_list;
+
+/* format: 0 MODEL1 pages (fp8 flavour fp8), 1 bf16 rows, 2 f32 rows. Entries: random slots
+ * with -1 holes, slots past the cache and duplicates; token 1 has none valid, token 2 an
+ * empty list. Dense with lens (dense = 1) or ragged. */
+static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, test_rng *rng) {
+    const int bs = format == 0 ? 16 : 1;
+    const int64_t blocks = format == 0 ? 40 : 700, slots = blocks * bs;
+    int64_t t, i, total = 0;
+    memset(l, 0, sizeof *l);
+    if (format == 0) { /* MODEL1 pages written by the reference writer from moderate random rows */
+        uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 512 * 2);
+        int64_t *map = (int64_t *)test_malloc((size_t)slots * 8);
+        aiter_mla_v4_cache_write_args w;
+        for (i = 0; i < slots; i++) {
+            int g;
+            for (g = 0; g < 8; g++) {
+                const float amp = (float)ldexp(1.0, rng_int(rng, -3, 2));
+                fill_random_at(src, i * 512 + g * 64, 64, AITER_MLA_BF16, rng, -amp, amp, 1.0f);
+            }
+            map[i] = i;
+        }
+        l->cache_bytes = blocks * aiter_mla_v4_page_bytes(bs);
+        l->cache = test_malloc((size_t)l->cache_bytes);
+        memset(&w, 0, sizeof w);
+        w.kv = src;
+        w.slot_mapping = map;
+        w.kv_cache = l->cache;
+        w.num_blocks = blocks;
+        w.block_size = bs;
+        w.num_tokens = slots;
+        w.fp8_dtype = fp8;
+        CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        free(src);
+        free(map);
+    } else {
+        const aiter_mla_dtype t = format == 1 ? AITER_MLA_BF16 : AITER_MLA_F32;
+        l->cache_bytes = slots * 512 * (int64_t)aiter_mla_dtype_size(t);
+        l->cache = test_malloc((size_t)l->cache_bytes);
+        fill_random(l->cache, slots * 512, t, rng, -1.0f, 1.0f, 1.0f);
+    }
+    l->idx = (int32_t *)test_malloc((size_t)(T * width) * 4);
+    l->ptr = (int32_t *)test_malloc((size_t)(T + 1) * 4);
+    l->len = (int32_t *)test_malloc((size_t)T * 4);
+    l->ptr[0] = 3; /* the lists need not start at 0 */
+    for (t = 0; t < T; t++) {
+        const int n = t == 2 ? 0 : rng_int(rng, 1, width);
+        int32_t *row = l->idx + (dense ? t * width : l->ptr[0] + total);
+        if (!dense && l->ptr[0] + total + n > T * width) break;
+        for (i = 0; i < (dense ? width : n); i++) {
+            const int r = rng_int(rng, 0, 99);
+            int32_t v = rng_int(rng, 0, (int)slots - 1);
+            if (t == 1 || r < 8) v = -1;
+            else if (r < 10) v = (int32_t)slots + r;
+            else if (r < 14 && i > 0) v = row[i - 1];
+            row[i] = v;
+        }
+        l->len[t] = t == 3 && dense ? width + 5 : n; /* a length past the width is clamped */
+        total += n;
+        l->ptr[t + 1] = l->ptr[0] + (int32_t)total;
+    }
+    for (; t < T; t++) l->ptr[t + 1] = l->ptr[t], l->len[t] = 0;
+    l->host.cache = l->cache;
+    l->host.num_blocks = format == 0 ? blocks : slots;
+    l->host.block_size = bs;
+    l->host.rows = format != 0;
+    l->host.dtype = format == 0 ? fp8 : format == 1 ? AITER_MLA_BF16 : AITER_MLA_F32;
+    l->host.indices = l->idx;
+    if (dense) {
+        l->host.indices_stride = width;
+        l->host.lens = l->len;
+    } else {
+        l->host.indptr = l->ptr;
+    }
+    l->d_cache = upload_copy(l->cache, (size_t)l->cache_bytes);
+    l->d_idx = (int32_t *)upload_copy(l->idx, (size_t)(T * width) * 4);
+    l->d_ptr = (int32_t *)upload_copy(l->ptr, (size_t)(T + 1) * 4);
+    l->d_len = (int32_t *)upload_copy(l->len, (size_t)T * 4);
+    l->dev = l->host;
+    l->dev.cache = l->d_cache;
+    l->dev.indices = l->d_idx;
+    if (dense) l->dev.lens = l->d_len;
+    else l->dev.indptr = l->d_ptr;
+}
+static void v4_list_free(v4_list *l) {
+    gpu_free(l->d_cache); gpu_free(l->d_idx); gpu_free(l->d_ptr); gpu_free(l->d_len);
+    free(l->cache); free(l->idx); free(l->ptr); free(l->len);
+}
+
+typedef struct v4_case {
+    int tokens, heads;
+    int format0, format1;   /* list formats (see v4_list_make); format1 -1: no extra list */
+    aiter_mla_dtype fp8_0, fp8_1, q_dtype, o_dtype;
+    int with_sink, strided; /* strided: q and o rows with padding between heads */
+} v4_case;
+
+static void run_v4_case(const v4_case *c, test_rng *rng) {
+    const int T = c->tokens, H = c->heads;
+    const int64_t qsh = c->strided ? 520 : 512, osh = c->strided ? 528 : 512;
+    const size_t qe = aiter_mla_dtype_size(c->q_dtype), oe = aiter_mla_dtype_size(c->o_dtype);
+    const int64_t nq = T * H * qsh, no = T * H * osh;
+    static const char *fmt_name[] = {"MODEL1", "bf16 rows", "f32 rows"};
+    char what[240];
+    v4_list l0, l1;
+    int h;
+    snprintf(what, sizeof what, "v4_attention T=%d H=%d keys %s %s, extra %s %s, q %s o %s%s%s", T, H, fmt_name[c->format0],
+             aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1], aiter_mla_dtype_name(c->fp8_1),
+             aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype), c->with_sink ? " sink" : "",
+             c->strided ? " strided" : "");
+    v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, rng); /* the SWA list: dense, width W */
+    if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, rng); /* compressed: ragged */
+    float sink[128];
+    for (h = 0; h < H; h++) sink[h] = h % 5 == 0 ? -INFINITY : h % 7 == 3 ? INFINITY : rng_f32(rng, -2.0f, 6.0f);
+    void *q = test_malloc((size_t)nq * qe), *o_ref = test_malloc((size_t)no * oe), *o_gpu = test_malloc((size_t)no * oe);
+    float *lse_ref = (float *)test_malloc((size_t)T * H * 4), *lse_gpu = (float *)test_malloc((size_t)T * H * 4);
+    fill_random(q, nq, c->q_dtype, rng, -1.0f, 1.0f, 1.0f);
+    void *d_q = upload_copy(q, (size_t)nq * qe), *d_o = gpu_malloc((size_t)no * oe);
+    float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_sink = (float *)upload_copy(sink, sizeof sink);
+    gpu_memset(d_o, 0xff, (size_t)no * oe); /* NaN: an unwritten element fails */
+    gpu_memset(d_lse, 0xff, (size_t)T * H * 4);
+
+    aiter_mla_v4_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = d_q;
+    a.q_stride_head = qsh;
+    a.o = d_o;
+    a.o_stride_head = osh;
+    a.lse = d_lse;
+    a.attn_sink = c->with_sink ? d_sink : NULL;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.q_dtype = c->q_dtype;
+    a.o_dtype = c->o_dtype;
+    a.keys = l0.dev;
+    if (c->format1 >= 0) a.extra_keys = l1.dev;
+    CHECK_STATUS(aiter_mla_v4_attention(&a, g_stream), AITER_MLA_OK, "");
+    gpu_sync();
+    gpu_download(o_gpu, d_o, (size_t)no * oe);
+    gpu_download(lse_gpu, d_lse, (size_t)T * H * 4);
+
+    aiter_mla_v4_attention_args r = a;
+    r.q = q;
+    r.o = o_ref;
+    r.lse = lse_ref;
+    r.attn_sink = c->with_sink ? sink : NULL;
+    r.keys = l0.host;
+    if (c->format1 >= 0) r.extra_keys = l1.host;
+    r.q_stride_token = H * qsh; /* the resolved defaults, for the per-token slices */
+    r.o_stride_token = H * osh;
+    poison_fill(o_ref, no, c->o_dtype);
+    ref_v4_parallel(&r);
+    {
+        const int64_t n = (int64_t)T * H * 512;
+        float *g = (float *)test_malloc((size_t)n * 4), *f = (float *)test_malloc((size_t)n * 4);
+        int64_t unwritten = 0, t;
+        for (t = 0; t < (int64_t)T * H; t++) { /* the 512 values of each (token, head), padding skipped */
+            int64_t d;
+            for (d = 0; d < 512; d++) {
+                g[t * 512 + d] = (float)ref_load(o_gpu, t * osh + d, c->o_dtype);
+                f[t * 512 + d] = (float)ref_load(o_ref, t * osh + d, c->o_dtype);
+                unwritten += g[t * 512 + d] != g[t * 512 + d];
+            }
+        }
+        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        if (c->format0 == 0 || c->format1 == 0) CHECK_CLOSE(what, g, f, n, TOL_FP8_REL, TOL_FP8_COS);
+        else CHECK_CLOSE(what, g, f, n, TOL_BF16_REL, TOL_BF16_COS);
+        CHECK_LSE(what, lse_gpu, lse_ref, (int64_t)T * H);
+        free(g);
+        free(f);
+    }
+    gpu_free(d_q); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_sink);
+    free(q); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu);
+    v4_list_free(&l0);
+    if (c->format1 >= 0) v4_list_free(&l1);
+}
+
+static void test_v4_attention_gpu(test_rng *rng) {
+    static const int heads[] = {1, 16, 64, 128};
+    /* list formats: MODEL1 + MODEL1 (decode, tensor cores), MODEL1 alone (ratio 1), bf16
+     * rows (the prefill workspace, tensor cores), MODEL1 + f32 rows (portable) */
+    static const int formats[][2] = {{0, 0}, {0, -1}, {1, -1}, {0, 2}};
+    const int before = testing_failed;
+    int hi, fi, v;
+    v4_case c;
+    for (hi = 0; hi < 4; hi++)
+        for (fi = 0; fi < 4; fi++)
+            for (v = 0; v < 2; v++) {
+                if (g_quick && heads[hi] == 64) continue;
+                memset(&c, 0, sizeof c);
+                c.tokens = 5 + v;
+                c.heads = heads[hi];
+                c.format0 = formats[fi][0];
+                c.format1 = formats[fi][1];
+                c.fp8_0 = (hi + v) % 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN; /* the SWA cache: fnuz on gfx942 */
+                c.fp8_1 = AITER_MLA_FP8_E4M3FN;
+                c.q_dtype = (hi + fi + v) % 5 == 4 ? AITER_MLA_F16 : AITER_MLA_BF16; /* f16: the portable kernel */
+                c.o_dtype = (hi + fi) % 3 == 2 ? AITER_MLA_F32 : AITER_MLA_BF16;
+                c.with_sink = (hi + v) % 2 == 0 || fi == 0;
+                c.strided = (fi + v) % 3 == 1;
+                run_v4_case(&c, rng);
+            }
+    printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 static void test_merge_gpu(test_rng *rng) {
     static const struct { int64_t T; int H, D; } shapes[] = {
         {0, 1, 1}, {1, 1, 1}, {37, 3, 7}, {5, 16, 128}, {64, 16, 512}, {33, 2, 100}, {1024, 16, 128}, {3, 128, 576},
@@ -1591,6 +1829,7 @@ int main(int argc, char **argv) {
     RUN(test_gather_cache_gpu);
     RUN(test_v4_cache_write_gpu);
     RUN(test_v4_gather_gpu);
+    RUN(test_v4_attention_gpu);
     RUN(test_merge_gpu);
     RUN(test_prefill);
     RUN(test_sparse_attention);

@@ -5109,6 +5109,38 @@ static void test_v4_attention(void) {
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "o");
             e.num_tokens = 0; /* no tokens: nothing to write */
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
+            /* the GPU wrapper refuses what the reference refuses, and reads no device array */
+#define V4A_CASE(mutation, expect)                                                                                  \
+    do {                                                                                                            \
+        e = a;                                                                                                      \
+        mutation;                                                                                                   \
+        CHECK_LIKE_REF(aiter_mla_v4_attention_ref(&e), aiter_mla_v4_attention(&e, NULL), expect,                     \
+                       "v4_attention { " #mutation " }");                                                           \
+    } while (0)
+            V4A_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys.indices = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys.cache = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.extra_keys.cache = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.extra_keys.indices = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.o_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.num_heads = 129, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.num_tokens = -1, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.sm_scale = -1.0f, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.q_stride_head = -1, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.o = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_OK);
+#undef V4A_CASE
+            e = a;
+            e.attn_sink = nan_sink;
+            CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            e = a;
+            e.extra_keys.indptr = bad_ptr;
+            CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            CHECK_STATUS(aiter_mla_v4_attention(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
         }
         free(q);
         free(o);
