@@ -1147,7 +1147,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
 /* The same on the GPU (every pointer on the device; graph-capturable): one block per token
  * and group of up to 64 heads, the tensor-core decode kernel on sm_90 for bf16 q (16-byte
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
- * 16) or both bf16 rows, a portable kernel otherwise. The device arrays are not read on
+ * 16, and 8 bytes of padding after an odd block size's last scales, which the default
+ * stride has) or both bf16 rows, a portable kernel otherwise. The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
 

@@ -176,41 +176,49 @@ __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t t
     if (p.max_logits) p.max_logits[tok * p.a.num_heads + h] = any ? m_log2 * kLn2 : neg_inf();
 }
 
-// Page id of key j (0-based within the piece), or -1 when absent.
-__device__ __forceinline__ int piece_page(const DecodeParams &p, const Piece &c, int j) {
-    const aiter_mla_decode_args &a = p.a;
+// Key j (0-based within the piece) of a format-KVT piece, in two steps so that a producer
+// can load the index of a later key while it issues the copy of this one.
+// key_entry: the index read from memory: the page id (decode, sparse) or the V4 list entry;
+// -1 past the piece's keys.
+template <int KVT>
+__device__ __forceinline__ int32_t key_entry(const DecodeParams &p, const Piece &c, int64_t j) {
     if (j >= c.n) return -1;
-    const int page = a.kv_indices[c.ks + (j >> p.page_shift)];
-    return page < 0 || page >= a.num_pages ? -1 : page;
+    if constexpr (is_v4(KVT)) {
+        const int list = j < c.v4_n0 ? 0 : 1;
+        return p.v4_keys[list].indices[c.v4_start[list] + (list ? j - c.v4_n0 : j)];
+    } else {
+        return p.a.kv_indices[c.ks + (j >> p.page_shift)];
+    }
 }
-
-// Where key j (0-based within the piece) of a format-KVT piece lies. row: the bytes to copy
-// (NULL: absent key); scales: MODEL1's 8 scale bytes; kind: 1, or for MODEL1 1 + fnuz;
+// key_ref: where the key lies. row: the bytes to copy (NULL: absent); scales: MODEL1's 16
+// aligned scale bytes holding the row's 8 (those of an even and an odd offset); kind: 0
+// absent, else bit 0 set, bit 1 for e4m3fnuz, bit 2 when the row's scales are the upper 8;
 // list, at, pos: the V4 entry as aiter_mla__v4_key_at found it.
 struct KeyRef {
     const unsigned char *row, *scales, *at;
     int pos, list, kind;
 };
+constexpr int kKindFnuz = 2, kKindOddScales = 4;
 template <int KVT>
-__device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c, int64_t j) {
+__device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c, int64_t j, int32_t entry) {
     KeyRef k{nullptr, nullptr, nullptr, 0, 0, 0};
+    if (j >= c.n) return k;
     if constexpr (is_v4(KVT)) {
-        if (j >= c.n) return k;
         k.list = j < c.v4_n0 ? 0 : 1;
         const aiter_mla_v4_keys &L = p.v4_keys[k.list];
-        k.at = aiter_mla__v4_key_at(&L, L.indices[c.v4_start[k.list] + (k.list ? j - c.v4_n0 : j)], &k.pos);
+        k.at = aiter_mla__v4_key_at(&L, entry, &k.pos);
         if (!k.at) return k;
         k.row = k.at;
+        k.kind = 1;
         if (!L.rows) {
             k.row += (int64_t)k.pos * AITER_MLA_V4_ROW_BYTES;
-            k.scales = k.at + (int64_t)L.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)k.pos * AITER_MLA_V4_SCALE_BYTES;
+            k.scales = k.at + (int64_t)L.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)(k.pos & ~1) * AITER_MLA_V4_SCALE_BYTES;
+            k.kind |= (L.dtype == AITER_MLA_FP8_E4M3FNUZ ? kKindFnuz : 0) | (k.pos & 1 ? kKindOddScales : 0);
         }
-        k.kind = 1 + (!L.rows && L.dtype == AITER_MLA_FP8_E4M3FNUZ);
     } else {
-        const int page = piece_page(p, c, (int)j);
-        if (page < 0) return k;
+        if (entry < 0 || entry >= p.a.num_pages) return k;
         k.row = static_cast<const unsigned char *>(p.a.kv_cache) +
-                ((int64_t)page * p.a.page_size + ((c.tok0 + j) & (p.a.page_size - 1))) * cache_row_bytes(KVT); // page_size: a power of two
+                ((int64_t)entry * p.a.page_size + ((c.tok0 + j) & (p.a.page_size - 1))) * cache_row_bytes(KVT); // page_size: a power of two
         k.kind = 1;
     }
     return k;
@@ -275,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 
             for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
                 const int nk = (int)min((int64_t)kKeys, n - k0);
-                if (tid < kKeys) ref_s[tid] = key_ref<KVT>(p, pc, k0 + tid);
+                if (tid < kKeys) ref_s[tid] = key_ref<KVT>(p, pc, k0 + tid, key_entry<KVT>(p, pc, k0 + tid));
                 __syncthreads();
                 if constexpr (KVT == kV4Any) { // V4: each row dequantised to fp32
                     for (int c = tid; c < kKeys * kV4D; c += kThreads) {
@@ -472,6 +480,9 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -521,16 +532,25 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) { // exact for powers of two b
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u)); // + (-0): keeps the sign of 0
+    return d;
+}
 // Two bf16 (low half first) times lo and hi, rounded back to bf16.
 __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float lo, float hi) {
     return pack_bf16x2(__uint_as_float(v << 16) * lo, __uint_as_float(v & 0xffff0000u) * hi);
 }
-// Eight e4m3 values times a power-of-two scale to bf16: exact wherever the product is a
-// normal bf16 (the MODEL1 writer's scales keep it there).
-__device__ __forceinline__ uint4 e4m3x8_to_bf16x8_scaled(uint2 v8, bool fnuz, const uint16_t *lut, float scale) {
+// A UE8M0 scale byte as two bf16 (2^(b - 127) is exact in bf16: its fp32 form's low half is 0).
+__device__ __forceinline__ uint32_t ue8m0_to_bf16x2(uint8_t b) {
+    const uint32_t h = aiter_mla__f32_bits(aiter_mla__ue8m0_to_f32(b)) >> 16;
+    return h | h << 16;
+}
+// Eight e4m3 values times a power-of-two scale (a bf16x2 of it) to bf16: exact wherever the
+// product is a normal bf16 (the MODEL1 writer's scales keep it there).
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8_scaled(uint2 v8, bool fnuz, const uint16_t *lut, uint32_t scale2) {
     const uint4 w = e4m3x8_to_bf16x8(v8, fnuz, lut);
-    return make_uint4(scale_bf16x2(w.x, scale, scale), scale_bf16x2(w.y, scale, scale), scale_bf16x2(w.z, scale, scale),
-                      scale_bf16x2(w.w, scale, scale));
+    return make_uint4(bf16x2_mul(w.x, scale2), bf16x2_mul(w.y, scale2), bf16x2_mul(w.z, scale2), bf16x2_mul(w.w, scale2));
 }
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -543,7 +563,6 @@ template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring widened to bf16 (fp8, ds_mla, MODEL1)
-    constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     constexpr int kRowSrc = cache_row_bytes(KVT);    // bytes copied per key
     constexpr int kPitch = FP8 ? ring_pitch(KVT) : kRowB; // ring row bytes
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // q . k dims, their k-steps
@@ -573,6 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (gt < kStages) mbar_init(smem_addr(bars + gt), 1);
     fence_proxy_async();
     int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
+    constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     if (kFnuzLut && tid < 256)
         lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
     __syncthreads(); // the mbarriers and the table are ready before any warp touches shared memory
@@ -582,28 +602,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
         // Producer (the group's first warp, lane = key): bulk-copy the group's i-th key tile
-        // into slot (g_base + i) % kStages, completing on that slot's mbarrier; rows of
-        // absent keys are zero-filled by plain stores, MODEL1 scale bytes are plain stores
-        // too (scale 1 for an absent row). `k` is the lane's key, looked up one tile ahead
-        // so the issue never waits on it. valid_s holds the key's kind (0: absent).
+        // into slot (g_base + i) % kStages, completing on that slot's mbarrier (MODEL1: the
+        // row, then the 16 scale bytes that hold its 8); rows of absent keys are zero-filled
+        // by plain stores (MODEL1: scale bytes 127, scale 1). `k` is the lane's key; its index
+        // was loaded one tile earlier, so the issue never waits on memory. valid_s holds the
+        // key's kind (0: absent).
         auto key_of = [&](int i) { return (grp + i * kGroups) * kN + lane; };
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = (g_base + i) % kStages;
             unsigned char *base = ring + slot * S::stage;
             const uint32_t bar = smem_addr(bars + slot);
+            constexpr int kScaleCopy = KVT == kV4Model1 ? 16 : 0;
             const unsigned absent = __ballot_sync(0xffffffffu, !k.row);
             fence_proxy_async(); // earlier plain stores to this slot come before the copies
-            if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * kRowSrc);
+            if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * (kRowSrc + kScaleCopy));
             __syncwarp();
-            if (k.row) bulk_copy(smem_addr(base + lane * kPitch), k.row, kRowSrc, bar);
+            if (k.row) {
+                bulk_copy(smem_addr(base + lane * kPitch), k.row, kRowSrc, bar);
+                if constexpr (kScaleCopy > 0) bulk_copy(smem_addr(base + lane * kPitch + kRowSrc), k.scales, kScaleCopy, bar);
+            }
             for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
                 const int key = __ffs(m) - 1;
                 for (int c = lane; c < kRowSrc / 16; c += 32)
                     *reinterpret_cast<uint4 *>(base + key * kPitch + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+                if (kScaleCopy > 0 && lane == 0)
+                    *reinterpret_cast<uint4 *>(base + key * kPitch + kRowSrc) = make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu);
             }
-            if constexpr (KVT == kV4Model1)
-                *reinterpret_cast<uint2 *>(base + lane * kPitch + kRowSrc) =
-                    k.row ? *reinterpret_cast<const uint2 *>(k.scales) : make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
             valid_s[slot * kN + lane] = (signed char)k.kind;
         };
 
@@ -634,12 +658,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
             __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
-            KeyRef next{};
+            int32_t next = 0; // the index of the lane's key in the next tile to issue
             if (gw == 0) {
-                next = key_ref<KVT>(p, pc, key_of(0));
+                next = key_entry<KVT>(p, pc, key_of(0));
                 for (int i = 0; i < kStages - 1 && i < ntiles; i++) {
-                    load_tile(i, next);
-                    next = key_ref<KVT>(p, pc, key_of(i + 1));
+                    const KeyRef k = key_ref<KVT>(p, pc, key_of(i), next);
+                    next = key_entry<KVT>(p, pc, key_of(i + 1));
+                    load_tile(i, k);
                 }
             }
             // Both groups run the same number of iterations (a group with one tile fewer passes
@@ -656,8 +681,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + i) / kStages) & 1u);
                 group_sync(); // tile i landed (and its zero rows); the group is done with tile i - 1
                 if (gw == 0 && i + kStages - 1 < ntiles) {
-                    load_tile(i + kStages - 1, next);
-                    next = key_ref<KVT>(p, pc, key_of(i + kStages));
+                    const KeyRef k = key_ref<KVT>(p, pc, key_of(i + kStages - 1), next);
+                    next = key_entry<KVT>(p, pc, key_of(i + kStages));
+                    load_tile(i + kStages - 1, k);
                 }
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
@@ -670,11 +696,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         uint4 o;
                         if constexpr (KVT == kV4Model1) {
                             // MODEL1: 8 nope values times their power-of-two scale (exact in bf16), or 8 rope values
-                            const bool fnuz = valid_s[slot * kN + key] == 2;
+                            const int kind = valid_s[slot * kN + key];
                             o = part >= kV4Nope / 8
                                     ? *reinterpret_cast<const uint4 *>(row + kV4Nope + (part - kV4Nope / 8) * 16)
-                                    : e4m3x8_to_bf16x8_scaled(*reinterpret_cast<const uint2 *>(row + part * 8), fnuz, lut,
-                                                              aiter_mla__ue8m0_to_f32(row[kRowSrc + (part >> 3)]));
+                                    : e4m3x8_to_bf16x8_scaled(
+                                          *reinterpret_cast<const uint2 *>(row + part * 8), kind & kKindFnuz, lut,
+                                          ue8m0_to_bf16x2(row[kRowSrc + (kind & kKindOddScales ? 8 : 0) + (part >> 3)]));
                         } else {
                             // ds_mla: 8 latent values (unscaled: exact) or, past them, 8 rope values
                             o = is_ds_mla(KVT) && part >= kL / 8
@@ -1226,9 +1253,6 @@ struct PfShape {
     static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
 };
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -2266,7 +2290,11 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
 #ifdef AITER_MLA_HAS_MMA
     // tensor cores: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
     const aiter_mla_v4_keys *k1 = a->extra_keys.indices ? &a->extra_keys : &a->keys;
-    auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
+    // (the scale bytes are copied 16 at a time: an odd block size needs 8 bytes of page padding)
+    auto model1 = [](const aiter_mla_v4_keys *k) {
+        return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
+               (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
+    };
     auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {

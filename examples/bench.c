@@ -12,6 +12,7 @@
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
  * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
+ * V4 rows (V4D-*, V4P-*): described above their code.
  * The host planner's cost (batch 256) is timed on the CPU.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
@@ -590,6 +591,150 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops) {
     free(idx);
 }
 
+/* ---- V4 rows (SPEC 7) -------------------------------------------------------------------------
+ * V4D-h{H}-k{K}-b{B}: decode, one token per request at a ragged position (mean context
+ * 8192), H heads, keys = the SWA cache's last 128 tokens (MODEL1 pages of 64) + K distinct
+ * entries of the request's ratio-4 compressed cache (MODEL1 pages of 64 entries), both
+ * e4m3fn, sink on. Bytes: every listed row (584 B) once + q + o (bf16); cache copies
+ * rotate past the L2. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
+ * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
+ * 512) compressed entries; FLOPs 2 * H * keys * (512 + 512). */
+typedef struct v4_row {
+    const char *id;
+    int heads, topk, batch, q_len; /* q_len: tokens per request (1: decode) */
+} v4_row;
+
+typedef struct v4_run {
+    aiter_mla_v4_attention_args *a;
+    void **q;
+    int32_t **swa, **cmp; /* per set: the dense lists */
+    int sets;
+} v4_run;
+static void launch_v4(void *ctx, int i) {
+    v4_run *r = (v4_run *)ctx;
+    r->a->q = r->q[i % r->sets];
+    r->a->keys.indices = r->swa[i % r->sets];
+    r->a->extra_keys.indices = r->cmp[i % r->sets];
+    TRY(aiter_mla_v4_attention(r->a, g_stream));
+}
+
+/* MODEL1 pages of random rows, written by the GPU writer. */
+static void *v4_random_cache(int64_t pages, int bs, unsigned seed) {
+    const int64_t slots = pages * bs, chunk = 65536;
+    void *cache = gpu_malloc((size_t)(pages * aiter_mla_v4_page_bytes(bs))), *src = gpu_malloc((size_t)chunk * 512 * 2);
+    int64_t *map = (int64_t *)malloc((size_t)chunk * 8), *d_map = (int64_t *)gpu_malloc((size_t)chunk * 8), s0, i;
+    aiter_mla_v4_cache_write_args w = {0};
+    gpu_fill_uniform(src, (long long)chunk * 512, AITER_MLA_BF16, -1.0f, 1.0f, seed, g_stream);
+    w.kv = src;
+    w.slot_mapping = d_map;
+    w.kv_cache = cache;
+    w.num_blocks = pages;
+    w.block_size = bs;
+    for (s0 = 0; s0 < slots; s0 += chunk) {
+        w.num_tokens = slots - s0 < chunk ? slots - s0 : chunk;
+        for (i = 0; i < w.num_tokens; i++) map[i] = s0 + i;
+        gpu_upload(d_map, map, (size_t)w.num_tokens * 8);
+        TRY(aiter_mla_v4_cache_write(&w, g_stream));
+        gpu_sync();
+    }
+    gpu_free(src);
+    gpu_free(d_map);
+    free(map);
+    return cache;
+}
+
+static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_t l2) {
+    enum { W = 128, BS = 64 };
+    const int B = r->batch, H = r->heads, K = r->topk, Q = r->q_len;
+    const int64_t T = (int64_t)B * Q;
+    int32_t *ctx = (int32_t *)malloc((size_t)B * 4);
+    int64_t swa_pages = 0, cmp_pages = 0, keys = 0, t;
+    int b, s, j;
+    for (b = 0; b < B; b++) {
+        ctx[b] = Q > 1 ? Q : (int32_t)(8192 * (0.5 + frand()));
+        swa_pages += (ctx[b] + BS - 1) / BS;
+        cmp_pages += (ctx[b] / 4 + BS - 1) / BS;
+    }
+    /* one set's bytes (the rows listed) decide the rotation; each set has its own pages */
+    for (b = 0; b < B; b++)
+        for (j = 0; j < Q; j++) {
+            const int32_t pos = ctx[b] - Q + j, swa = pos + 1 < W ? pos + 1 : W, c = (pos + 1) / 4;
+            keys += swa + (c < K ? c : K);
+        }
+    const int sets = Q > 1 ? 1 : rotation_sets((size_t)keys * AITER_MLA_V4_TOKEN_BYTES, l2);
+    void *swa_cache = v4_random_cache(swa_pages * sets, BS, 500), *cmp_cache = v4_random_cache(cmp_pages * sets, BS, 501);
+    int32_t *swa = (int32_t *)malloc((size_t)T * W * 4), *cmp = (int32_t *)malloc((size_t)T * K * 4);
+    int32_t *swa_len = (int32_t *)malloc((size_t)T * 4), *cmp_len = (int32_t *)malloc((size_t)T * 4);
+    int32_t *pick = (int32_t *)malloc((size_t)(8192 * 2) * 4);
+    void **d_q = (void **)malloc(sizeof(void *) * sets);
+    int32_t **d_swa = (int32_t **)malloc(sizeof(int32_t *) * sets), **d_cmp = (int32_t **)malloc(sizeof(int32_t *) * sets);
+    for (s = 0; s < sets; s++) {
+        int64_t sp = s * swa_pages, cp = s * cmp_pages; /* this set's first page of each cache */
+        for (b = 0, t = 0; b < B; b++) {
+            const int32_t ncmp = ctx[b] / 4;
+            for (j = 0; j < Q; j++, t++) {
+                const int32_t pos = ctx[b] - Q + j, n_swa = pos + 1 < W ? pos + 1 : W, avail = (pos + 1) / 4;
+                const int32_t n_cmp = avail < K ? avail : K;
+                int k;
+                for (k = 0; k < n_swa; k++) swa[t * W + k] = (int32_t)(sp * BS + pos - n_swa + 1 + k);
+                for (k = 0; k < avail; k++) pick[k] = k; /* n_cmp distinct entries of the visible ones */
+                for (k = 0; k < n_cmp; k++) {
+                    const int m = k + (int)(frand() * (avail - k)), e = pick[m];
+                    pick[m] = pick[k];
+                    cmp[t * K + k] = (int32_t)(cp * BS + e);
+                }
+                swa_len[t] = n_swa;
+                cmp_len[t] = n_cmp;
+            }
+            sp += (ctx[b] + BS - 1) / BS;
+            cp += (ncmp + BS - 1) / BS;
+        }
+        d_q[s] = gpu_malloc((size_t)T * H * 512 * 2);
+        gpu_fill_uniform(d_q[s], (long long)T * H * 512, AITER_MLA_BF16, -1.0f, 1.0f, 600 + s, g_stream);
+        d_swa[s] = (int32_t *)gpu_malloc((size_t)T * W * 4);
+        d_cmp[s] = (int32_t *)gpu_malloc((size_t)T * K * 4);
+        gpu_upload(d_swa[s], swa, (size_t)T * W * 4);
+        gpu_upload(d_cmp[s], cmp, (size_t)T * K * 4);
+    }
+    int32_t *d_swa_len = (int32_t *)gpu_malloc((size_t)T * 4), *d_cmp_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_sink = (float *)gpu_malloc((size_t)H * 4);
+    void *d_o = gpu_malloc((size_t)T * H * 512 * 2);
+    gpu_upload(d_swa_len, swa_len, (size_t)T * 4);
+    gpu_upload(d_cmp_len, cmp_len, (size_t)T * 4);
+    gpu_fill_uniform(d_sink, H, AITER_MLA_F32, -1.0f, 1.0f, 700, g_stream);
+
+    aiter_mla_v4_attention_args a = {0};
+    a.o = d_o;
+    a.lse = d_lse;
+    a.attn_sink = d_sink;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.keys.cache = swa_cache;
+    a.keys.num_blocks = swa_pages * sets;
+    a.keys.indices_stride = W;
+    a.keys.lens = d_swa_len;
+    a.extra_keys.cache = cmp_cache;
+    a.extra_keys.num_blocks = cmp_pages * sets;
+    a.extra_keys.indices_stride = K;
+    a.extra_keys.lens = d_cmp_len;
+    v4_run run = {&a, d_q, d_swa, d_cmp, sets};
+    const double us = time_median_us(launch_v4, &run);
+    const double bytes = (double)keys * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
+    const double flops = 2.0 * H * (double)keys * (512 + 512);
+    const double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
+    printf("| %-15s | %3d | %4d | %3d x %4d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q, us, gbs, tfl,
+           100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+    fflush(stdout);
+    for (s = 0; s < sets; s++) {
+        gpu_free(d_q[s]);
+        gpu_free(d_swa[s]);
+        gpu_free(d_cmp[s]);
+    }
+    gpu_free(swa_cache); gpu_free(cmp_cache); gpu_free(d_swa_len); gpu_free(d_cmp_len); gpu_free(d_lse); gpu_free(d_sink);
+    gpu_free(d_o);
+    free(d_q); free(d_swa); free(d_cmp); free(ctx); free(swa); free(cmp); free(swa_len); free(cmp_len); free(pick);
+}
+
 /* ---- host planner cost ------------------------------------------------------------------ */
 static void bench_planner(int num_cu) {
     enum { B = 256, RUNS = 2001 };
@@ -646,8 +791,16 @@ int main(int argc, char **argv) {
         {"SD1", 256, 128, 2048, 128, (int64_t)128 * 8192, 1}, /* decode: batch 128 x q_len 2, 8192 slots each */
         {"SP1", 4096, 128, 2048, 1, 32768, 0},               /* prefill: 4096 tokens over 32768 bf16 slots */
     };
+    static const v4_row vrows[] = {
+        {"V4D-h16-k512-b4", 16, 512, 4, 1},      {"V4D-h16-k512-b32", 16, 512, 32, 1},
+        {"V4D-h16-k512-b128", 16, 512, 128, 1},  {"V4D-h16-k512-b512", 16, 512, 512, 1},
+        {"V4D-h16-k1024-b128", 16, 1024, 128, 1}, {"V4D-h64-k512-b4", 64, 512, 4, 1},
+        {"V4D-h64-k512-b32", 64, 512, 32, 1},    {"V4D-h64-k512-b128", 64, 512, 128, 1},
+        {"V4D-h64-k512-b512", 64, 512, 512, 1},  {"V4D-h64-k1024-b128", 64, 1024, 128, 1},
+        {"V4P-h64", 64, 512, 4, 4096},           {"V4P-h128", 128, 512, 4, 4096},
+    };
     double kgbs = 0, mgbs = 0, copy, gemm;
-    int i, decode_header = 0, prefill_header = 0, sparse_header = 0;
+    int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0;
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
@@ -677,6 +830,15 @@ int main(int argc, char **argv) {
             sparse_header = 1;
         }
         bench_sparse(&srows[i], gemm);
+    }
+    for (i = 0; i < (int)(sizeof vrows / sizeof vrows[0]); i++) {
+        if (!wanted(argc, argv, vrows[i].id)) continue;
+        if (!v4_header) {
+            printf("\n| row             |   H | topk | batch x q  | median us |    GB/s | TFLOP/s | %% copy  | %% GEMM |\n");
+            printf("|-----------------|-----|------|------------|-----------|---------|---------|---------|---------|\n");
+            v4_header = 1;
+        }
+        bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes());
     }
     if (wanted(argc, argv, "IDX") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");
