@@ -34,9 +34,10 @@
  *   V3.2 fp8_ds_mla cache rows               aiter_mla_ds_mla_write (GPU), _ds_mla_read_row (host)
  *   V3.2 sparse attention                    aiter_mla_sparse_attention (GPU)
  *   V4 MODEL1 cache pages: writer, gather    aiter_mla_v4_cache_write, _v4_gather (GPU), _v4_read_row (host)
- *   V4 sparse: index lists, attention,       aiter_mla_v4_swa_indices_ref, _v4_global_topk_ref, _v4_c128_indices_ref,
- *   chunked prefill                          _v4_combine_ref, _v4_copy_ragged_ref, _v4_attention_ref,
- *                                            _v4_prefill_ref (CPU)
+ *   V4 sparse: index lists                   aiter_mla_v4_swa_indices, _v4_global_topk, _v4_c128_indices,
+ *                                            _v4_combine, _v4_copy_ragged (GPU)
+ *   V4 sparse: attention                     aiter_mla_v4_attention (GPU, decode and prefill lists)
+ *   V4 chunked prefill (vLLM's workspace)    aiter_mla_v4_prefill_ref (CPU)
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
@@ -832,23 +833,26 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  * the compressed entries j < (pos + 1) / ratio. A compressed page holds 256 logical tokens,
  * so the compressed cache's page size is 256 / ratio entries (64 at ratio 4, 2 at 128).
  * Every argument struct is plain pointers and sizes, so the same struct drives the CPU
- * reference and, where there is one, the GPU launch. The writer and the gather run on the
- * GPU (aiter_mla_v4_cache_write, aiter_mla_v4_gather); the rest are CPU references so far.
+ * reference and, where there is one, the GPU launch. The writer, the gather and the index
+ * builders and the attention run on the GPU; vLLM's workspace prefill is a CPU reference.
  *
  *   cache (MODEL1 pages)  aiter_mla_v4_page_bytes, _v4_cache_write(_ref) (GPU), _v4_read_row,
  *                         _v4_gather(_ref) (GPU; vLLM dequantize_and_gather_k_cache)
- *   index builders        _v4_swa_indices_ref, _v4_global_topk_ref
- *                         (compute_global_topk_ragged_indices_and_indptr), _v4_c128_indices_ref,
- *                         _v4_combine_ref (combine_topk_swa_indices_ragged), _v4_workspace_rows,
- *                         _v4_copy_ragged_ref (_copy_ragged_to_graph_buffers)
- *   attention             _v4_attention_ref (decode, or any key lists), _v4_prefill_ref
+ *   index builders (GPU)  _v4_swa_indices(_ref), _v4_global_topk(_ref)
+ *                         (compute_global_topk_ragged_indices_and_indptr), _v4_c128_indices(_ref),
+ *                         _v4_combine(_ref) (combine_topk_swa_indices_ragged), _v4_workspace_rows,
+ *                         _v4_copy_ragged(_ref) (_copy_ragged_to_graph_buffers)
+ *   attention (GPU)       _v4_attention(_ref) (decode, or any key lists), _v4_prefill_ref
  *                         (vLLM's chunked prefill: gather, combine, attend per chunk)
  *
- * A decode step of one layer: aiter_mla_v4_swa_indices_ref (SWA cache block table) and,
- * for ratio 4, aiter_mla_v4_global_topk_ref on the indexer's output, or for ratio 128
- * aiter_mla_v4_c128_indices_ref, give each token's two lists (ragged CSR, or dense with
- * lengths); aiter_mla_v4_copy_ragged_ref moves ragged lists into graph-captured buffers;
- * aiter_mla_v4_attention_ref attends with keys = SWA cache, extra_keys = compressed cache. */
+ * A decode step of one layer: aiter_mla_v4_swa_indices (SWA cache block table) and, for
+ * ratio 4, aiter_mla_v4_global_topk on the indexer's output, or for ratio 128
+ * aiter_mla_v4_c128_indices, give each token's two lists (ragged CSR, or dense with
+ * lengths); aiter_mla_v4_copy_ragged moves ragged lists into graph-captured buffers (each
+ * also as a _ref on host arrays); aiter_mla_v4_attention attends with keys = SWA cache,
+ * extra_keys = compressed cache. A prefill can do the same per token (the SWA list and the
+ * top-k list over the caches themselves: the same keys as vLLM's workspace, without the
+ * gather), or follow vLLM's chunks as aiter_mla_v4_prefill_ref does. */
 enum {
     AITER_MLA_V4_HEAD_DIM = 512,   /* 448 nope + 64 rope; also V's width */
     AITER_MLA_V4_NOPE_DIM = 448,   /* fp8 part of a cache row */
@@ -947,12 +951,21 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_arg
  * Each builder makes one list of int32 entries per token and writes any combination of:
  * a dense table (row t: its entries, then -1 up to the builder's width), the lengths, and a
  * ragged CSR list (indptr[0] = 0, indptr[t + 1] = indptr[t] + lens[t], entries of token t
- * at indices[indptr[t] ..]). At least one output is needed. The ragged total is counted
- * first: if it exceeds capacity, ERR_BUFFER_TOO_SMALL and nothing is written. Tokens
+ * at indices[indptr[t] ..]). At least one output is needed. The reference counts the ragged
+ * total first: if it exceeds capacity, ERR_BUFFER_TOO_SMALL and nothing is written. Tokens
  * marked invalid (is_valid_token[t] == 0: padding) get length 0 and an all -1 dense row.
  * An entry that cannot be resolved (block index at or beyond the block table's width,
  * negative block id, slot beyond int32) is -1 and still counts in the length (the
- * attention skips it), so lengths follow vLLM's. */
+ * attention skips it), so lengths follow vLLM's.
+ * The GPU builders (aiter_mla_v4_swa_indices, _v4_global_topk, _v4_c128_indices,
+ * _v4_combine; every pointer a device pointer) write the reference's outputs bit for bit
+ * in a few launches on the stream, with no host sync and no allocation (graph-capturable):
+ * dense rows and lengths, then for a ragged output the lengths in indptr[1 .. T] (its
+ * scratch), one scan, the entries. As the total is only known on the device, a ragged
+ * total beyond capacity is not refused there: indptr is written in full (indptr[T] is the
+ * true total, saturated at INT32_MAX), entries at positions >= capacity are dropped (never
+ * written), and dense and lens are written as usual. Each builder's prototype says what its
+ * kernel does with device data the reference would refuse. Outputs must not overlap inputs. */
 typedef struct aiter_mla_v4_index_out {
     int32_t *dense;              /* [num_tokens, dense_stride], optional */
     int64_t dense_stride;        /* >= width; 0 means the width */
@@ -985,6 +998,10 @@ typedef struct aiter_mla_v4_swa_index_args {
 } aiter_mla_v4_swa_index_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_swa_index_args *a);
+/* The GPU builder. It cannot read query_start_loc and seq_lens on the host: a token whose
+ * request's range does not hold it (query_start_loc not monotone, say) or whose request has
+ * seq_len < q_len gets length 0, like a padding token (the reference refuses both). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_index_args *a, void *stream);
 
 /* compute_global_topk_ragged_indices_and_indptr (ratio 4 decode): the length of token t is
  * the number of entries >= 0 in its top-k row (0 for a padding token); its entries are
@@ -1008,6 +1025,8 @@ typedef struct aiter_mla_v4_topk_args {
 } aiter_mla_v4_topk_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_topk_args *a);
+/* The GPU builder. The reference refuses no device data here but the ragged capacity. */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk(const aiter_mla_v4_topk_args *a, void *stream);
 
 /* Ratio-128 lists (vLLM build_c128a_topk_metadata): token t at positions[t] sees the
  * compressed entries j < n = min((positions[t] + 1) / compress_ratio, width). Global form
@@ -1031,6 +1050,8 @@ typedef struct aiter_mla_v4_c128_args {
 } aiter_mla_v4_c128_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_c128_args *a);
+/* The GPU builder. The reference refuses no device data here but the ragged capacity. */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices(const aiter_mla_v4_c128_args *a, void *stream);
 
 /* Rows per request of the prefill workspace: M = N + window + max_num_batched_tokens, with
  * N = ceil(max_model_len / compress_ratio) compressed rows (N = 0 when compress_ratio <= 1);
@@ -1071,6 +1092,13 @@ typedef struct aiter_mla_v4_combine_args {
 } aiter_mla_v4_combine_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *a);
+/* The GPU combine. The token count query_start_loc[num_reqs] - query_start_loc[0] is read
+ * on the device (none when negative); the outputs must hold that many rows. A token whose
+ * request's range does not hold it (query_start_loc not monotone), or whose request has
+ * seq_len < q_len, a gather_len outside [q_len + min(prefix, W - 1), seq_len] or
+ * N + gather_len > M, gets length 0 (the reference refuses all of these, and a NULL
+ * topk_indices with topk > 0 and tokens; the GPU leaves the top-k part of every list empty). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *a, void *stream);
 
 /* _copy_ragged_to_graph_buffers: copy a ragged list into persistent buffers of fixed
  * capacity, so a captured graph keeps reading the same addresses; indptr bounds the reads.
@@ -1093,6 +1121,14 @@ typedef struct aiter_mla_v4_ragged_copy_args {
 } aiter_mla_v4_ragged_copy_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_ragged_copy_args *a);
+/* The GPU copy (device pointers; num_dropped, when set, is a device int64 the kernel
+ * writes): a scan of the row lengths, then the entries; no host sync, no allocation. It
+ * cannot refuse what only indptr shows: a row longer than max_entries_per_row is cut as
+ * with clamp = 1 (and counted in *num_dropped) whatever clamp says; a row outside
+ * 0 <= indptr[r] <= indptr[r + 1] <= indptr[num_rows] (non-monotone or negative indptr),
+ * or every row when indices is NULL, is copied empty. The buffers' capacities are checked
+ * as by the reference, so nothing is written past them. Buffers must not overlap inputs. */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *a, void *stream);
 
 /* ---- attention (SPEC 7) -------------------------------------------------------------------
  * For token t, head h, over the valid entries k of its two lists (keys, then extra_keys):
@@ -1339,6 +1375,142 @@ AITER_MLA_HD float aiter_mla__v4_key_elem(const aiter_mla_v4_keys *k, const unsi
     return k->rows ? aiter_mla_load_f32(at, d, k->dtype) : aiter_mla__v4_load(at, k->block_size, pos, d, k->dtype);
 }
 
+/* DeepSeek V4 index builders (SPEC 7): each builder's list of one token in closed form (a
+ * length, then entry k from a few per-token values), used by the reference's emitter and by
+ * the kernels. Data the references refuse (a request range that does not hold the token,
+ * seq_len < q_len, gather_len out of range, a non-monotone indptr) gives an empty list, so
+ * the kernels, which cannot refuse, stay inside the buffers whatever the device arrays hold. */
+
+/* The request whose [qsl[b], qsl[b + 1]) holds token tok (qsl monotone), or -1. Any qsl
+ * gives some b in -1 .. num_reqs - 1 in log2(num_reqs) steps; callers check that b holds tok. */
+AITER_MLA_HD int32_t aiter_mla__v4_find_req(const int32_t *qsl, int num_reqs, int64_t tok) {
+    int32_t lo = 0, hi = num_reqs + 1; /* first index in [0, num_reqs] with qsl > tok */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (qsl[mid] > tok) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo >= 1 && lo <= num_reqs ? lo - 1 : -1;
+}
+/* Absolute position seq_len - q_len + (tok - qsl[b]) of token tok in request b, or -1 when
+ * b's range does not hold tok or seq_len < q_len. */
+AITER_MLA_HD int64_t aiter_mla__v4_token_pos(const int32_t *qsl, const int32_t *seq_lens, int32_t b, int64_t tok) {
+    const int64_t q0 = qsl[b], q_len = (int64_t)qsl[b + 1] - q0, seq_len = seq_lens[b];
+    if (tok < q0 || tok - q0 >= q_len || seq_len < q_len) return -1;
+    return seq_len - q_len + (tok - q0);
+}
+/* (pos + 1) / ratio for pos >= 0, without overflow: compressed entries a token sees. */
+AITER_MLA_HD int64_t aiter_mla__v4_compressed_seen(int64_t pos, int ratio) {
+    return pos / ratio + (pos % ratio == ratio - 1);
+}
+
+/* SWA: output row r's length; *req its request, *first its oldest raw position. */
+AITER_MLA_HD int32_t aiter_mla__v4_swa_token(const aiter_mla_v4_swa_index_args *a, int64_t r, int32_t *req, int32_t *first) {
+    const int64_t tok = a->token_offset + r;
+    int64_t pos;
+    int32_t b;
+    *req = -1;
+    *first = 0;
+    if (a->is_valid_token && !a->is_valid_token[tok]) return 0;
+    b = a->token_to_req ? a->token_to_req[tok] : aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
+    if (b < 0 || b >= a->num_reqs) return 0;
+    pos = aiter_mla__v4_token_pos(a->query_start_loc, a->seq_lens, b, tok);
+    if (pos < 0) return 0;
+    *req = b;
+    *first = (int32_t)(pos - a->window + 1 > 0 ? pos - a->window + 1 : 0);
+    return (int32_t)(pos - *first + 1);
+}
+/* SWA: the cache slot of raw position p of request req. */
+AITER_MLA_HD int32_t aiter_mla__v4_swa_entry(const aiter_mla_v4_swa_index_args *a, int32_t req, int32_t p) {
+    return aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, p, a->block_size);
+}
+
+/* Top-k: entry idx >= 0 of a row of request req as a compressed cache slot. The row keeps
+ * its entries >= 0 in order (none for a padding token). */
+AITER_MLA_HD int32_t aiter_mla__v4_topk_slot(const aiter_mla_v4_topk_args *a, int32_t req, int32_t idx) {
+    return req >= 0 && req < a->num_reqs
+               ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, idx, a->block_size)
+               : -1;
+}
+
+/* Ratio 128: token t's length; *req its request (global form). */
+AITER_MLA_HD int32_t aiter_mla__v4_c128_token(const aiter_mla_v4_c128_args *a, int64_t t, int32_t *req) {
+    const int64_t pos = a->positions[t];
+    int64_t n;
+    *req = a->block_table ? a->token_to_req[t] : -1;
+    if ((a->is_valid_token && !a->is_valid_token[t]) || pos < 0) return 0;
+    n = aiter_mla__v4_compressed_seen(pos, a->compress_ratio);
+    return (int32_t)(n < a->width ? n : a->width);
+}
+/* Ratio 128: entry j (local form: j itself; global form: its slot through request req's row). */
+AITER_MLA_HD int32_t aiter_mla__v4_c128_entry(const aiter_mla_v4_c128_args *a, int32_t req, int32_t j) {
+    if (!a->block_table) return j;
+    return req >= 0 && req < a->num_reqs
+               ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, j, a->block_size)
+               : -1;
+}
+
+/* Trailing raw tokens gathered for request b of a combine (or of a prefill chunk); with
+ * gather_lens NULL the least the window needs, q_len + min(prefix, W - 1). */
+AITER_MLA_HD int32_t aiter_mla__v4_gather_len(const int32_t *gather_lens, int b, int32_t q_len, int32_t seq_len, int window) {
+    const int32_t prefix = seq_len - q_len;
+    return gather_lens ? gather_lens[b] : q_len + (prefix < window - 1 ? prefix : window - 1);
+}
+/* Combine: what entry k of a token needs. */
+typedef struct aiter_mla__v4_combine_tok {
+    int64_t base;     /* the request's first workspace row, M * b */
+    int64_t ncomp;    /* its gathered compressed rows, min(N, seq_len / ratio) */
+    int64_t swa_row;  /* the workspace row of its oldest SWA entry */
+    int32_t topk_len; /* top-k entries before the SWA ones */
+} aiter_mla__v4_combine_tok;
+/* Combine: output row r's length (0 also when its request's gather_len is outside
+ * [q_len + min(prefix, W - 1), seq_len] or N + gather_len > M). */
+AITER_MLA_HD int32_t aiter_mla__v4_combine_token(const aiter_mla_v4_combine_args *a, int64_t r, aiter_mla__v4_combine_tok *k) {
+    const int64_t tok = (int64_t)a->query_start_loc[0] + r;
+    const int32_t b = aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
+    const int64_t pos = b < 0 ? -1 : aiter_mla__v4_token_pos(a->query_start_loc, a->seq_lens, b, tok);
+    int32_t q_len, seq_len, g;
+    int64_t swa_len;
+    k->base = k->ncomp = k->swa_row = 0;
+    k->topk_len = 0;
+    if (pos < 0) return 0;
+    q_len = a->query_start_loc[b + 1] - a->query_start_loc[b]; /* <= seq_len here: no overflow */
+    seq_len = a->seq_lens[b];
+    g = aiter_mla__v4_gather_len(a->gather_lens, b, q_len, seq_len, a->window);
+    if (g < aiter_mla__v4_gather_len(NULL, b, q_len, seq_len, a->window) || g > seq_len || a->N + g > a->M) return 0;
+    swa_len = pos + 1 < a->window ? pos + 1 : a->window;
+    k->base = a->M * b;
+    k->ncomp = seq_len / a->compress_ratio < a->N ? seq_len / a->compress_ratio : a->N;
+    k->swa_row = k->base + a->N + (pos - swa_len + 1) - (seq_len - g);
+    if (a->topk > 0 && a->topk_indices) { /* NULL only where the reference has no token */
+        const int64_t seen = aiter_mla__v4_compressed_seen(pos, a->compress_ratio);
+        k->topk_len = (int32_t)(seen < a->topk ? seen : a->topk);
+    }
+    return k->topk_len + (int32_t)swa_len;
+}
+/* Combine: entry i of output row r: a top-k entry j as the row base + j (-1 outside the
+ * gathered compressed rows), then the SWA rows, oldest first. */
+AITER_MLA_HD int32_t aiter_mla__v4_combine_entry(const aiter_mla_v4_combine_args *a, int64_t r, const aiter_mla__v4_combine_tok *k,
+                                                 int32_t i) {
+    if (i < k->topk_len) {
+        const int32_t j = a->topk_indices[r * a->topk_stride + i];
+        return j >= 0 && j < k->ncomp ? (int32_t)(k->base + j) : -1;
+    }
+    return (int32_t)(k->swa_row + (i - k->topk_len));
+}
+
+/* Ragged copy: entries of row r taken, at most max_entries_per_row (*cut counts the rest);
+ * 0 for a row outside 0 <= indptr[r] <= indptr[r + 1] <= indptr[num_rows], and with indices
+ * NULL (which the reference allows only when there is no entry). */
+AITER_MLA_HD int32_t aiter_mla__v4_copy_len(const aiter_mla_v4_ragged_copy_args *a, int64_t r, int64_t *cut) {
+    const int32_t lo = a->indptr[r], hi = a->indptr[r + 1];
+    *cut = 0;
+    if (!a->indices || lo < 0 || hi < lo || hi > a->indptr[a->num_rows]) return 0;
+    if (hi - lo <= a->max_entries_per_row) return hi - lo;
+    *cut = hi - lo - a->max_entries_per_row;
+    return a->max_entries_per_row;
+}
+
 /* Sparse index conversion of one entry (SPEC 4): request-local idx of request req to a
  * global slot, -1 for every case the struct comment lists. */
 AITER_MLA_HD int32_t aiter_mla__sparse_slot(const aiter_mla_sparse_index_args *a, int32_t req, int32_t idx) {
@@ -1447,6 +1619,11 @@ int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *str
 int aiter_mla__launch_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream);
 int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, void *stream);
 int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
+int aiter_mla__launch_v4_swa_indices(const aiter_mla_v4_swa_index_args *a, void *stream);
+int aiter_mla__launch_v4_global_topk(const aiter_mla_v4_topk_args *a, void *stream);
+int aiter_mla__launch_v4_c128_indices(const aiter_mla_v4_c128_args *a, void *stream);
+int aiter_mla__launch_v4_combine(const aiter_mla_v4_combine_args *a, void *stream);
+int aiter_mla__launch_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *a, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -3470,17 +3647,6 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
     return AITER_MLA_OK;
 }
 
-/* The request whose [qsl[b], qsl[b + 1]) holds token tok (qsl monotone), or -1. */
-static int32_t aiter_mla__v4_find_req(const int32_t *qsl, int num_reqs, int64_t tok) {
-    int32_t lo = 0, hi = num_reqs + 1; /* first index in [0, num_reqs] with qsl > tok */
-    while (lo < hi) {
-        const int32_t mid = lo + (hi - lo) / 2;
-        if (qsl[mid] > tok) hi = mid;
-        else lo = mid + 1;
-    }
-    return lo >= 1 && lo <= num_reqs ? lo - 1 : -1;
-}
-
 /* query_start_loc monotone from >= 0, every request's seq_len >= its q_len. */
 static aiter_mla_status aiter_mla__v4_requests_check(const char *op, const int32_t *qsl, const int32_t *seq_lens, int n) {
     int b;
@@ -3496,43 +3662,48 @@ static aiter_mla_status aiter_mla__v4_requests_check(const char *op, const int32
     return AITER_MLA_OK;
 }
 
+/* The reference's rows: the shared closed forms above, written out. */
 static int32_t aiter_mla__v4_swa_row(const void *ctx, int64_t r, int32_t *row) {
     const aiter_mla_v4_swa_index_args *a = (const aiter_mla_v4_swa_index_args *)ctx;
-    const int64_t tok = a->token_offset + r;
-    int32_t req, q0, q1, pos, start, i;
-    if (a->is_valid_token && !a->is_valid_token[tok]) return 0;
-    req = a->token_to_req ? a->token_to_req[tok] : aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
-    if (req < 0 || req >= a->num_reqs) return 0;
-    q0 = a->query_start_loc[req];
-    q1 = a->query_start_loc[req + 1];
-    if (tok < q0 || tok >= q1) return 0;
-    pos = a->seq_lens[req] - (q1 - q0) + (int32_t)(tok - q0);
-    start = pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    for (i = 0; i <= pos - start; i++)
-        row[i] = aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, start + i,
-                                       a->block_size);
-    return pos - start + 1;
+    int32_t req, first, i;
+    const int32_t n = aiter_mla__v4_swa_token(a, r, &req, &first);
+    for (i = 0; i < n; i++) row[i] = aiter_mla__v4_swa_entry(a, req, first + i);
+    return n;
+}
+
+static aiter_mla_status aiter_mla__v4_swa_resolve(const char *op, const aiter_mla_v4_swa_index_args *in,
+                                                  aiter_mla_v4_swa_index_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->block_size) a->block_size = 64;
+    if (!a->window) a->window = AITER_MLA_V4_WINDOW;
+    AITER_MLA__RANGE(op, a->num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a->block_size, 1, 1024, "block_size");
+    AITER_MLA__RANGE(op, a->window, 1, 65536, "window");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a->token_offset, 0, INT32_MAX - a->num_tokens, "token_offset");
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, a->window));
+    AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
+    AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a->block_table, "block_table");
+    return AITER_MLA_OK;
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_swa_index_args *in) {
     const char *op = "v4_swa_indices_ref";
     aiter_mla_v4_swa_index_args a;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.block_size) a.block_size = 64;
-    if (!a.window) a.window = AITER_MLA_V4_WINDOW;
-    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
-    AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
-    AITER_MLA__RANGE(op, a.window, 1, 65536, "window");
-    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.token_offset, 0, INT32_MAX - a.num_tokens, "token_offset");
-    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.window));
-    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
-    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
-    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__CHECK(aiter_mla__v4_swa_resolve(op, in, &a));
     AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
     return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_index_args *in, void *stream) {
+    aiter_mla_v4_swa_index_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_swa_resolve("v4_swa_indices", in, &a));
+    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK; /* a ragged output still gets indptr[0] */
+    (void)stream;
+    return AITER_MLA__LAUNCH("v4_swa_indices", aiter_mla__launch_v4_swa_indices(&a, stream));
 }
 
 static int32_t aiter_mla__v4_topk_row(const void *ctx, int64_t t, int32_t *row) {
@@ -3542,75 +3713,84 @@ static int32_t aiter_mla__v4_topk_row(const void *ctx, int64_t t, int32_t *row) 
     if (a->is_valid_token && !a->is_valid_token[t]) return 0;
     for (k = 0; k < a->topk; k++) {
         const int32_t idx = a->topk_indices[t * a->topk_stride + k];
-        if (idx < 0) continue;
-        row[n++] = req >= 0 && req < a->num_reqs
-                       ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, idx,
-                                               a->block_size)
-                       : -1;
+        if (idx >= 0) row[n++] = aiter_mla__v4_topk_slot(a, req, idx);
     }
     return n;
+}
+
+static aiter_mla_status aiter_mla__v4_topk_resolve(const char *op, const aiter_mla_v4_topk_args *in, aiter_mla_v4_topk_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->topk_stride) a->topk_stride = a->topk;
+    if (!a->block_size) a->block_size = 64;
+    AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a->topk_stride, a->topk, AITER_MLA__MAX_STRIDE, "topk_stride");
+    AITER_MLA__RANGE(op, a->num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a->block_size, 1, 1024, "block_size");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, a->topk));
+    AITER_MLA__NEED(op, a->topk_indices, "topk_indices");
+    AITER_MLA__NEED(op, a->token_to_req, "token_to_req");
+    AITER_MLA__NEED(op, a->block_table, "block_table");
+    return AITER_MLA_OK;
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_topk_args *in) {
     const char *op = "v4_global_topk_ref";
     aiter_mla_v4_topk_args a;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.topk_stride) a.topk_stride = a.topk;
-    if (!a.block_size) a.block_size = 64;
-    AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
-    AITER_MLA__RANGE(op, a.topk_stride, a.topk, AITER_MLA__MAX_STRIDE, "topk_stride");
-    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
-    AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
-    AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.topk));
-    AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
-    AITER_MLA__NEED(op, a.token_to_req, "token_to_req");
-    AITER_MLA__NEED(op, a.block_table, "block_table");
+    AITER_MLA__CHECK(aiter_mla__v4_topk_resolve(op, in, &a));
     return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk(const aiter_mla_v4_topk_args *in, void *stream) {
+    aiter_mla_v4_topk_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_topk_resolve("v4_global_topk", in, &a));
+    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("v4_global_topk", aiter_mla__launch_v4_global_topk(&a, stream));
 }
 
 static int32_t aiter_mla__v4_c128_row(const void *ctx, int64_t t, int32_t *row) {
     const aiter_mla_v4_c128_args *a = (const aiter_mla_v4_c128_args *)ctx;
-    const int64_t pos = a->positions[t];
-    int64_t n;
-    int32_t j, req;
-    if ((a->is_valid_token && !a->is_valid_token[t]) || pos < 0) return 0;
-    n = pos / a->compress_ratio + (pos % a->compress_ratio == a->compress_ratio - 1); /* (pos + 1) / ratio */
-    if (n > a->width) n = a->width;
-    if (!a->block_table) {
-        for (j = 0; j < n; j++) row[j] = j;
-        return (int32_t)n;
+    int32_t req, j;
+    const int32_t n = aiter_mla__v4_c128_token(a, t, &req);
+    for (j = 0; j < n; j++) row[j] = aiter_mla__v4_c128_entry(a, req, j);
+    return n;
+}
+
+static aiter_mla_status aiter_mla__v4_c128_resolve(const char *op, const aiter_mla_v4_c128_args *in, aiter_mla_v4_c128_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->compress_ratio) a->compress_ratio = 128;
+    if (!a->block_size) a->block_size = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / 128;
+    AITER_MLA__RANGE(op, a->compress_ratio, 1, 65536, "compress_ratio");
+    AITER_MLA__RANGE(op, a->width, 1, 1 << 24, "width");
+    AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
+    if (a->block_table) {
+        AITER_MLA__RANGE(op, a->num_reqs, 1, INT32_MAX - 1, "num_reqs");
+        AITER_MLA__RANGE(op, a->block_size, 1, 1024, "block_size");
+        AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
+        AITER_MLA__NEED(op, a->token_to_req, "token_to_req");
     }
-    req = a->token_to_req[t];
-    for (j = 0; j < n; j++)
-        row[j] = req >= 0 && req < a->num_reqs
-                     ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, j,
-                                             a->block_size)
-                     : -1;
-    return (int32_t)n;
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, a->width));
+    AITER_MLA__NEED(op, a->positions, "positions");
+    return AITER_MLA_OK;
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_c128_args *in) {
     const char *op = "v4_c128_indices_ref";
     aiter_mla_v4_c128_args a;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.compress_ratio) a.compress_ratio = 128;
-    if (!a.block_size) a.block_size = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / 128;
-    AITER_MLA__RANGE(op, a.compress_ratio, 1, 65536, "compress_ratio");
-    AITER_MLA__RANGE(op, a.width, 1, 1 << 24, "width");
-    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    if (a.block_table) {
-        AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
-        AITER_MLA__RANGE(op, a.block_size, 1, 1024, "block_size");
-        AITER_MLA__RANGE(op, a.block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
-        AITER_MLA__NEED(op, a.token_to_req, "token_to_req");
-    }
-    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, a.width));
-    AITER_MLA__NEED(op, a.positions, "positions");
+    AITER_MLA__CHECK(aiter_mla__v4_c128_resolve(op, in, &a));
     return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices(const aiter_mla_v4_c128_args *in, void *stream) {
+    aiter_mla_v4_c128_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_c128_resolve("v4_c128_indices", in, &a));
+    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
+    (void)stream;
+    return AITER_MLA__LAUNCH("v4_c128_indices", aiter_mla__launch_v4_c128_indices(&a, stream));
 }
 
 AITER_MLA_API int64_t aiter_mla_v4_workspace_rows(int64_t max_model_len, int compress_ratio, int window,
@@ -3626,32 +3806,36 @@ AITER_MLA_API int64_t aiter_mla_v4_workspace_rows(int64_t max_model_len, int com
     return n + window + max_num_batched_tokens;
 }
 
-/* Trailing raw tokens gathered for request b of a combine (or of a prefill chunk). */
-static int32_t aiter_mla__v4_gather_len(const int32_t *gather_lens, int b, int32_t q_len, int32_t seq_len, int window) {
-    const int32_t prefix = seq_len - q_len;
-    return gather_lens ? gather_lens[b] : q_len + (prefix < window - 1 ? prefix : window - 1);
-}
-
 static int32_t aiter_mla__v4_combine_row(const void *ctx, int64_t r, int32_t *row) {
     const aiter_mla_v4_combine_args *a = (const aiter_mla_v4_combine_args *)ctx;
-    const int64_t tok = a->query_start_loc[0] + r;
-    const int32_t b = aiter_mla__v4_find_req(a->query_start_loc, a->num_reqs, tok);
-    const int32_t q0 = a->query_start_loc[b], q_len = a->query_start_loc[b + 1] - q0, seq_len = a->seq_lens[b];
-    const int32_t pos = seq_len - q_len + (int32_t)(tok - q0);
-    const int32_t g_start = seq_len - aiter_mla__v4_gather_len(a->gather_lens, b, q_len, seq_len, a->window);
-    const int64_t base = a->M * b, ncomp = aiter_mla__min64(a->N, seq_len / a->compress_ratio);
-    const int32_t swa_len = pos + 1 < a->window ? pos + 1 : a->window;
-    int32_t n = 0, k, topk_len = 0;
-    if (a->topk > 0) {
-        const int64_t avail = pos / a->compress_ratio + (pos % a->compress_ratio == a->compress_ratio - 1);
-        topk_len = (int32_t)aiter_mla__min64(avail, a->topk);
-    }
-    for (k = 0; k < topk_len; k++) {
-        const int32_t j = a->topk_indices[r * a->topk_stride + k];
-        row[n++] = j >= 0 && j < ncomp ? (int32_t)(base + j) : -1;
-    }
-    for (k = 0; k < swa_len; k++) row[n++] = (int32_t)(base + a->N + (pos - swa_len + 1 + k) - g_start);
+    aiter_mla__v4_combine_tok k;
+    int32_t i;
+    const int32_t n = aiter_mla__v4_combine_token(a, r, &k);
+    for (i = 0; i < n; i++) row[i] = aiter_mla__v4_combine_entry(a, r, &k, i);
     return n;
+}
+
+static aiter_mla_status aiter_mla__v4_combine_resolve(const char *op, const aiter_mla_v4_combine_args *in,
+                                                      aiter_mla_v4_combine_args *a) {
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    if (!a->window) a->window = AITER_MLA_V4_WINDOW;
+    if (!a->compress_ratio) a->compress_ratio = 1;
+    if (!a->topk_stride) a->topk_stride = a->topk;
+    AITER_MLA__RANGE(op, a->num_reqs, 1, INT32_MAX - 1, "num_reqs");
+    AITER_MLA__RANGE(op, a->topk, 0, 1 << 20, "topk");
+    AITER_MLA__RANGE(op, a->topk_stride, a->topk, AITER_MLA__MAX_STRIDE, "topk_stride");
+    AITER_MLA__RANGE(op, a->window, 1, 65536, "window");
+    AITER_MLA__RANGE(op, a->compress_ratio, 1, 65536, "compress_ratio");
+    AITER_MLA__RANGE(op, a->M, 1, INT32_MAX, "M");
+    AITER_MLA__RANGE(op, a->N, 0, a->M, "N");
+    if (a->M * a->num_reqs > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: M * num_reqs = %lld rows do not fit int32 entries", op,
+                               (long long)(a->M * a->num_reqs));
+    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, (int64_t)a->topk + a->window));
+    AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
+    AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    return AITER_MLA_OK;
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *in) {
@@ -3659,30 +3843,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
     aiter_mla_v4_combine_args a;
     int64_t num_tokens;
     int b;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    if (!a.window) a.window = AITER_MLA_V4_WINDOW;
-    if (!a.compress_ratio) a.compress_ratio = 1;
-    if (!a.topk_stride) a.topk_stride = a.topk;
-    AITER_MLA__RANGE(op, a.num_reqs, 1, INT32_MAX - 1, "num_reqs");
-    AITER_MLA__RANGE(op, a.topk, 0, 1 << 20, "topk");
-    AITER_MLA__RANGE(op, a.topk_stride, a.topk, AITER_MLA__MAX_STRIDE, "topk_stride");
-    AITER_MLA__RANGE(op, a.window, 1, 65536, "window");
-    AITER_MLA__RANGE(op, a.compress_ratio, 1, 65536, "compress_ratio");
-    AITER_MLA__RANGE(op, a.M, 1, INT32_MAX, "M");
-    AITER_MLA__RANGE(op, a.N, 0, a.M, "N");
-    if (a.M * a.num_reqs > INT32_MAX)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: M * num_reqs = %lld rows do not fit int32 entries", op,
-                               (long long)(a.M * a.num_reqs));
-    AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a.out, (int64_t)a.topk + a.window));
-    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
-    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__CHECK(aiter_mla__v4_combine_resolve(op, in, &a));
     AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
     num_tokens = (int64_t)a.query_start_loc[a.num_reqs] - a.query_start_loc[0];
     if (a.topk > 0 && num_tokens > 0) AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
     for (b = 0; b < a.num_reqs; b++) {
         const int32_t q_len = a.query_start_loc[b + 1] - a.query_start_loc[b], seq_len = a.seq_lens[b];
-        const int32_t prefix = seq_len - q_len, lo = q_len + (prefix < a.window - 1 ? prefix : a.window - 1);
+        const int32_t lo = aiter_mla__v4_gather_len(NULL, b, q_len, seq_len, a.window);
         const int32_t g = aiter_mla__v4_gather_len(a.gather_lens, b, q_len, seq_len, a.window);
         if (g < lo || g > seq_len)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
@@ -3695,25 +3862,39 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
     return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a);
 }
 
+AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *in, void *stream) {
+    aiter_mla_v4_combine_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_combine_resolve("v4_combine", in, &a));
+    (void)stream; /* the token count is device data: always launched */
+    return AITER_MLA__LAUNCH("v4_combine", aiter_mla__launch_v4_combine(&a, stream));
+}
+
+static aiter_mla_status aiter_mla__v4_copy_resolve(const char *op, const aiter_mla_v4_ragged_copy_args *in,
+                                                   aiter_mla_v4_ragged_copy_args *a) {
+    int64_t need;
+    AITER_MLA__NEED(op, in, "args");
+    *a = *in;
+    AITER_MLA__RANGE(op, a->num_rows, 0, INT32_MAX - 1, "num_rows");
+    AITER_MLA__RANGE(op, a->max_entries_per_row, 1, INT32_MAX, "max_entries_per_row");
+    AITER_MLA__RANGE(op, a->clamp, 0, 1, "clamp");
+    need = aiter_mla__max64(a->num_rows * a->max_entries_per_row, 1);
+    if (a->indptr_buffer_capacity < a->num_rows + 1)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indptr_buffer_capacity = %lld, %lld rows need %lld", op,
+                               (long long)a->indptr_buffer_capacity, (long long)a->num_rows, (long long)a->num_rows + 1);
+    if (a->indices_buffer_capacity < need)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indices_buffer_capacity = %lld is less than %lld rows x %d",
+                               op, (long long)a->indices_buffer_capacity, (long long)a->num_rows, a->max_entries_per_row);
+    AITER_MLA__NEED(op, a->indptr, "indptr");
+    AITER_MLA__NEED(op, a->indptr_buffer, "indptr_buffer");
+    AITER_MLA__NEED(op, a->indices_buffer, "indices_buffer");
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_ragged_copy_args *in) {
     const char *op = "v4_copy_ragged_ref";
     aiter_mla_v4_ragged_copy_args a;
-    int64_t r, need, out = 0, dropped = 0;
-    AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    AITER_MLA__RANGE(op, a.num_rows, 0, INT32_MAX - 1, "num_rows");
-    AITER_MLA__RANGE(op, a.max_entries_per_row, 1, INT32_MAX, "max_entries_per_row");
-    AITER_MLA__RANGE(op, a.clamp, 0, 1, "clamp");
-    need = aiter_mla__max64(a.num_rows * a.max_entries_per_row, 1);
-    if (a.indptr_buffer_capacity < a.num_rows + 1)
-        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indptr_buffer_capacity = %lld, %lld rows need %lld", op,
-                               (long long)a.indptr_buffer_capacity, (long long)a.num_rows, (long long)a.num_rows + 1);
-    if (a.indices_buffer_capacity < need)
-        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: indices_buffer_capacity = %lld is less than %lld rows x %d",
-                               op, (long long)a.indices_buffer_capacity, (long long)a.num_rows, a.max_entries_per_row);
-    AITER_MLA__NEED(op, a.indptr, "indptr");
-    AITER_MLA__NEED(op, a.indptr_buffer, "indptr_buffer");
-    AITER_MLA__NEED(op, a.indices_buffer, "indices_buffer");
+    int64_t r, out = 0, dropped = 0;
+    AITER_MLA__CHECK(aiter_mla__v4_copy_resolve(op, in, &a));
     if (a.indptr[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: indptr[0] = %d is negative", op, a.indptr[0]);
     for (r = 0; r < a.num_rows; r++) {
         if (a.indptr[r + 1] < a.indptr[r])
@@ -3726,14 +3907,22 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
     if (a.indptr[a.num_rows] > a.indptr[0]) AITER_MLA__NEED(op, a.indices, "indices");
     a.indptr_buffer[0] = 0;
     for (r = 0; r < a.num_rows; r++) {
-        const int64_t len = a.indptr[r + 1] - a.indptr[r], n = aiter_mla__min64(len, a.max_entries_per_row);
+        int64_t cut;
+        const int32_t n = aiter_mla__v4_copy_len(&a, r, &cut);
         if (n > 0) memmove(a.indices_buffer + out, a.indices + a.indptr[r], (size_t)n * sizeof(int32_t));
         out += n;
-        dropped += len - n;
+        dropped += cut;
         a.indptr_buffer[r + 1] = (int32_t)out;
     }
     if (a.num_dropped) *a.num_dropped = dropped;
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *in, void *stream) {
+    aiter_mla_v4_ragged_copy_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_copy_resolve("v4_copy_ragged", in, &a));
+    (void)stream; /* indptr_buffer[0] and num_dropped are written even for no rows */
+    return AITER_MLA__LAUNCH("v4_copy_ragged", aiter_mla__launch_v4_copy_ragged(&a, stream));
 }
 
 /* ---- attention ------------------------------------------------------------------------------- */

@@ -18,6 +18,7 @@ typedef cudaError_t hipError_t;
 #define hipErrorInvalidValue cudaErrorInvalidValue
 #define AITER_MLA_WARP_SIZE 32
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
 #else
 #include <hip/hip_runtime.h>
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -26,6 +27,7 @@ typedef cudaError_t hipError_t;
 #define AITER_MLA_WARP_SIZE 64 // gfx9 (MI200, MI300, MI350) run 64-lane wavefronts
 #endif
 #define aiter_mla__shfl_xor(v, m) __shfl_xor((v), (m))
+#define aiter_mla__ballot(p) ((uint64_t)__ballot((p)))
 #endif
 
 #include <stdint.h>
@@ -1977,6 +1979,224 @@ __global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_g
     }
 }
 
+// ==== DeepSeek V4 index builders (SPEC 7) ==================================================
+// Every list comes from the reference's own closed forms (aiter_mla__v4_*_token / _entry), so
+// the outputs are the reference's bit for bit. A builder is a small policy over its args:
+// rows() (read on the device: the combine's token count is device data), token(r) (length
+// and what entry k needs) and entry(tok, r, k). Launches: (1) a group of threads per row
+// writes the dense row (-1 padded; 16-byte stores when aligned), lens, and for a ragged
+// output the length into indptr[r + 1]; (2) one block scans those lengths into indptr;
+// (3) a group per row writes its entries from indptr[r] on, dropping positions >= capacity.
+// The top-k builder packs the entries >= 0 of each row instead: one warp per row, a ballot
+// per 32/64 columns gives every kept entry its place.
+struct V4Swa {
+    aiter_mla_v4_swa_index_args a;
+    struct Tok {
+        int32_t n, req, first;
+    };
+    __device__ int64_t rows() const { return a.num_tokens; }
+    __device__ Tok token(int64_t r) const {
+        Tok t;
+        t.n = aiter_mla__v4_swa_token(&a, r, &t.req, &t.first);
+        return t;
+    }
+    __device__ int32_t entry(const Tok &t, int64_t, int32_t k) const { return aiter_mla__v4_swa_entry(&a, t.req, t.first + k); }
+};
+struct V4C128 {
+    aiter_mla_v4_c128_args a;
+    struct Tok {
+        int32_t n, req;
+    };
+    __device__ int64_t rows() const { return a.num_tokens; }
+    __device__ Tok token(int64_t r) const {
+        Tok t;
+        t.n = aiter_mla__v4_c128_token(&a, r, &t.req);
+        return t;
+    }
+    __device__ int32_t entry(const Tok &t, int64_t, int32_t k) const { return aiter_mla__v4_c128_entry(&a, t.req, k); }
+};
+struct V4Combine {
+    aiter_mla_v4_combine_args a;
+    struct Tok {
+        int32_t n;
+        aiter_mla__v4_combine_tok k;
+    };
+    __device__ int64_t rows() const {
+        const int64_t n = (int64_t)a.query_start_loc[a.num_reqs] - a.query_start_loc[0];
+        return n > 0 ? n : 0;
+    }
+    __device__ Tok token(int64_t r) const {
+        Tok t;
+        t.n = aiter_mla__v4_combine_token(&a, r, &t.k);
+        return t;
+    }
+    __device__ int32_t entry(const Tok &t, int64_t r, int32_t k) const { return aiter_mla__v4_combine_entry(&a, r, &t.k, k); }
+};
+struct V4Topk { // lengths and entries by v4_topk_kernel; the policy only feeds the scan
+    aiter_mla_v4_topk_args a;
+    __device__ int64_t rows() const { return a.num_tokens; }
+};
+
+template <class B, bool kVec>
+__global__ void __launch_bounds__(kSmallThreads) v4_rows_kernel(B b, int width, int tpr) {
+    const aiter_mla_v4_index_out &o = b.a.out;
+    const int rows = kSmallThreads / tpr, lane = threadIdx.x % tpr;
+    const int64_t T = b.rows();
+    for (int64_t r = (int64_t)blockIdx.x * rows + threadIdx.x / tpr; r < T; r += (int64_t)gridDim.x * rows) {
+        const typename B::Tok t = b.token(r);
+        if (o.dense)
+            for_columns<kVec>(lane, tpr, width, [&](int c, auto w) {
+                constexpr int W = decltype(w)::value;
+                int32_t v[W];
+#pragma unroll
+                for (int k = 0; k < W; k++) v[k] = c + k < t.n ? b.entry(t, r, c + k) : -1;
+                store_ints(o.dense + r * o.dense_stride + c, v);
+            });
+        if (lane == 0) {
+            if (o.lens) o.lens[r] = t.n;
+            if (o.indptr) o.indptr[r + 1] = t.n; // the scan's input
+        }
+    }
+}
+
+// Row r's entries at indices[indptr[r] .. min(indptr[r + 1], capacity)).
+template <class B>
+__global__ void __launch_bounds__(kSmallThreads) v4_emit_kernel(B b, int tpr) {
+    const aiter_mla_v4_index_out &o = b.a.out;
+    const int rows = kSmallThreads / tpr, lane = threadIdx.x % tpr;
+    const int64_t T = b.rows();
+    for (int64_t r = (int64_t)blockIdx.x * rows + threadIdx.x / tpr; r < T; r += (int64_t)gridDim.x * rows) {
+        const int64_t start = o.indptr[r], end = min((int64_t)o.indptr[r + 1], o.capacity);
+        if (start >= end) continue; // empty, or past the capacity
+        const typename B::Tok t = b.token(r);
+        for (int64_t i = start + lane; i < end && i - start < t.n; i += tpr) o.indices[i] = b.entry(t, r, (int32_t)(i - start));
+    }
+}
+
+// One warp per row: entries >= 0 of the top-k row in order, each ballot placing up to a
+// warp's worth. kEmit = false: dense row (-1 padded), lens, the length into indptr[t + 1];
+// kEmit = true: the ragged entries, positions at or past min(indptr[t + 1], capacity) dropped.
+template <bool kEmit>
+__global__ void __launch_bounds__(kSmallThreads) v4_topk_kernel(aiter_mla_v4_topk_args a) {
+    constexpr int kWarps = kSmallThreads / AITER_MLA_WARP_SIZE;
+    const int lane = threadIdx.x % AITER_MLA_WARP_SIZE;
+    const uint64_t before = ((uint64_t)1 << lane) - 1; // the lanes below this one
+    const aiter_mla_v4_index_out &o = a.out;
+    for (int64_t t = (int64_t)blockIdx.x * kWarps + threadIdx.x / AITER_MLA_WARP_SIZE; t < a.num_tokens;
+         t += (int64_t)gridDim.x * kWarps) { // t, valid, start, end and n are the same across the warp
+        const bool valid = !a.is_valid_token || a.is_valid_token[t];
+        const int32_t req = a.token_to_req[t];
+        const int64_t start = kEmit ? o.indptr[t] : 0, end = kEmit ? min((int64_t)o.indptr[t + 1], o.capacity) : a.topk;
+        int32_t n = 0;
+        for (int c0 = 0; valid && c0 < a.topk && start + n < end; c0 += AITER_MLA_WARP_SIZE) {
+            const int c = c0 + lane;
+            const int32_t idx = c < a.topk ? a.topk_indices[t * a.topk_stride + c] : -1;
+            const uint64_t kept = aiter_mla__ballot(idx >= 0);
+            const int64_t i = start + n + __popcll(kept & before);
+            if (idx >= 0 && i < end) {
+                const int32_t slot = aiter_mla__v4_topk_slot(&a, req, idx);
+                if (kEmit) o.indices[i] = slot;
+                else if (o.dense) o.dense[t * o.dense_stride + i] = slot;
+            }
+            n += __popcll(kept);
+        }
+        if (!kEmit) {
+            if (o.dense)
+                for (int k = n + lane; k < a.topk; k += AITER_MLA_WARP_SIZE) o.dense[t * o.dense_stride + k] = -1;
+            if (lane == 0) {
+                if (o.lens) o.lens[t] = n;
+                if (o.indptr) o.indptr[t + 1] = n; // the scan's input
+            }
+        }
+    }
+}
+
+// Lengths -> indptr[0] = 0, indptr[r + 1] = running sum (saturated at INT32_MAX), in one block:
+// chunks of kScanThreads * kScanItems rows, a shared-memory scan of the threads' sums, the
+// total carried to the next chunk. L gives rows(), indptr(), len(r, cut) (cut: entries a row
+// loses, summed into *dropped() when that is set). A length may be read from the indptr slot
+// it is then overwritten with: each thread reads its items before any is written.
+constexpr int kScanThreads = 1024, kScanItems = 8;
+
+template <class B>
+struct V4Lens { // a builder's lengths, left in indptr[1 ..] by its first launch
+    B b;
+    __device__ int64_t rows() const { return b.rows(); }
+    __device__ int32_t *indptr() const { return b.a.out.indptr; }
+    __device__ int32_t len(int64_t r, int64_t &) const { return b.a.out.indptr[r + 1]; }
+    __device__ int64_t *dropped() const { return nullptr; }
+};
+struct V4CopyLens {
+    aiter_mla_v4_ragged_copy_args a;
+    __device__ int64_t rows() const { return a.num_rows; }
+    __device__ int32_t *indptr() const { return a.indptr_buffer; }
+    __device__ int32_t len(int64_t r, int64_t &cut) const {
+        int64_t c;
+        const int32_t n = aiter_mla__v4_copy_len(&a, r, &c);
+        cut += c;
+        return n;
+    }
+    __device__ int64_t *dropped() const { return a.num_dropped; }
+};
+
+template <class L>
+__global__ void __launch_bounds__(kScanThreads) v4_scan_kernel(L l) {
+    __shared__ int64_t part[kScanThreads];
+    const int tid = threadIdx.x;
+    const int64_t rows = l.rows();
+    int32_t *indptr = l.indptr();
+    int64_t carry = 0, cut = 0;
+    if (tid == 0) indptr[0] = 0;
+    for (int64_t c0 = 0; c0 < rows; c0 += kScanThreads * kScanItems) {
+        const int64_t r0 = c0 + (int64_t)tid * kScanItems;
+        int32_t v[kScanItems];
+        int64_t sum = 0;
+#pragma unroll
+        for (int i = 0; i < kScanItems; i++) {
+            v[i] = r0 + i < rows ? l.len(r0 + i, cut) : 0;
+            sum += v[i];
+        }
+        part[tid] = sum;
+        __syncthreads();
+        for (int off = 1; off < kScanThreads; off <<= 1) { // inclusive scan of the threads' sums
+            const int64_t x = tid >= off ? part[tid - off] : 0;
+            __syncthreads();
+            part[tid] += x;
+            __syncthreads();
+        }
+        int64_t run = carry + part[tid] - sum;
+        carry += part[kScanThreads - 1];
+#pragma unroll
+        for (int i = 0; i < kScanItems; i++) {
+            run += v[i];
+            if (r0 + i < rows) indptr[r0 + i + 1] = (int32_t)min(run, (int64_t)INT32_MAX);
+        }
+        __syncthreads(); // part is rewritten by the next chunk
+    }
+    if (int64_t *dropped = l.dropped()) {
+        part[tid] = cut;
+        __syncthreads();
+        for (int off = kScanThreads / 2; off > 0; off >>= 1) {
+            if (tid < off) part[tid] += part[tid + off];
+            __syncthreads();
+        }
+        if (tid == 0) *dropped = part[0];
+    }
+}
+
+// Ragged copy: row r's taken entries to indices_buffer[indptr_buffer[r] ..], never past the
+// next row's start or the buffer's capacity.
+__global__ void __launch_bounds__(kSmallThreads) v4_copy_kernel(aiter_mla_v4_ragged_copy_args a, int tpr) {
+    const int rows = kSmallThreads / tpr, lane = threadIdx.x % tpr;
+    for (int64_t r = (int64_t)blockIdx.x * rows + threadIdx.x / tpr; r < a.num_rows; r += (int64_t)gridDim.x * rows) {
+        int64_t cut;
+        const int32_t n = aiter_mla__v4_copy_len(&a, r, &cut);
+        const int64_t dst = a.indptr_buffer[r];
+        const int64_t end = min(min(dst + n, (int64_t)a.indptr_buffer[r + 1]), a.indices_buffer_capacity);
+        for (int64_t i = dst + lane; i < end; i += tpr) a.indices_buffer[i] = a.indices[a.indptr[r] + (i - dst)];
+    }
+}
+
 // ==== merge of attention states (SPEC 2a) ==================================================
 // One group of threads per (token, head) row; 16-byte accesses (8 bf16/f16 or 4 f32 values)
 // when head_dim and the pointers allow, one value at a time otherwise. fp32 math with the
@@ -2448,5 +2668,56 @@ extern "C" int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, vo
     const unsigned grid = grid_for((int64_t)a->batch * (a->out_rows - a->offset), kV4Rows);
     if (aligned16(a->kv_cache) && aligned16(a->out) && a->page_stride_bytes % 16 == 0) launch_v4_gather_out<true>(*a, grid, s);
     else launch_v4_gather_out<false>(*a, grid, s);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+// The builders' launches: rows (dense, lens, lengths), then for a ragged output the scan and
+// the entries. rows_hint sizes the grids (the grids loop, so any size is correct).
+template <class B>
+static void launch_v4_lists(const B &b, int width, int64_t rows_hint, hipStream_t s) {
+    const aiter_mla_v4_index_out &o = b.a.out;
+    const bool vec = o.dense && aligned16(o.dense) && o.dense_stride % 4 == 0;
+    const int tpr = o.dense ? threads_per_row(vec ? (width + 3) / 4 : width) : 1, etpr = threads_per_row(width);
+    rows_hint = max(rows_hint, (int64_t)1);
+    if (vec) v4_rows_kernel<B, true><<<grid_for(rows_hint, kSmallThreads / tpr), kSmallThreads, 0, s>>>(b, width, tpr);
+    else v4_rows_kernel<B, false><<<grid_for(rows_hint, kSmallThreads / tpr), kSmallThreads, 0, s>>>(b, width, tpr);
+    if (o.indptr) {
+        v4_scan_kernel<<<1, kScanThreads, 0, s>>>(V4Lens<B>{b});
+        v4_emit_kernel<B><<<grid_for(rows_hint, kSmallThreads / etpr), kSmallThreads, 0, s>>>(b, etpr);
+    }
+}
+
+extern "C" int aiter_mla__launch_v4_swa_indices(const aiter_mla_v4_swa_index_args *a, void *stream) {
+    launch_v4_lists(V4Swa{*a}, a->window, a->num_tokens, (hipStream_t)stream);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_c128_indices(const aiter_mla_v4_c128_args *a, void *stream) {
+    launch_v4_lists(V4C128{*a}, a->width, a->num_tokens, (hipStream_t)stream);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_combine(const aiter_mla_v4_combine_args *a, void *stream) {
+    // valid data has q_len <= gather_len <= M - N per request: at most num_reqs * (M - N) rows
+    launch_v4_lists(V4Combine{*a}, a->topk + a->window, (int64_t)a->num_reqs * (a->M - a->N), (hipStream_t)stream);
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_global_topk(const aiter_mla_v4_topk_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const unsigned grid = grid_for(max(a->num_tokens, (int64_t)1), kSmallThreads / AITER_MLA_WARP_SIZE);
+    v4_topk_kernel<false><<<grid, kSmallThreads, 0, s>>>(*a);
+    if (a->out.indptr) {
+        v4_scan_kernel<<<1, kScanThreads, 0, s>>>(V4Lens<V4Topk>{V4Topk{*a}});
+        v4_topk_kernel<true><<<grid, kSmallThreads, 0, s>>>(*a);
+    }
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *a, void *stream) {
+    hipStream_t s = (hipStream_t)stream;
+    const int tpr = threads_per_row(a->max_entries_per_row);
+    v4_scan_kernel<<<1, kScanThreads, 0, s>>>(V4CopyLens{*a});
+    v4_copy_kernel<<<grid_for(max(a->num_rows, (int64_t)1), kSmallThreads / tpr), kSmallThreads, 0, s>>>(*a, tpr);
     AITER_MLA__LAUNCH_CHECK();
 }

@@ -1718,6 +1718,657 @@ static void test_v4_attention_gpu(test_rng *rng) {
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
+/* ---- V4 index builders ---------------------------------------------------------------------
+ * Each GPU builder against its reference, byte for byte, on outputs poisoned with 0x7f bytes
+ * (V4_GUARD poisoned ints after each buffer must stay so), over every output combination:
+ * dense alone (16-byte aligned or not, padded stride), lens alone, ragged alone and all three,
+ * with ample, exact, short and zero capacity. Short capacity: the GPU writes indptr in full
+ * and the entries below the capacity, which the reference (with room) gives as its list's
+ * prefix. Device data that the reference refuses is checked against the reference on the
+ * equivalent data with the affected rows emptied (v4_builder.empty). */
+#define V4_POISON 0x7f7f7f7f
+#define V4_GUARD 16
+
+typedef aiter_mla_status (*v4_call)(const void *args, aiter_mla_v4_index_out out);
+typedef struct v4_builder {
+    char what[200];
+    const void *h, *d;    /* args with host / device arrays; out is set per call */
+    v4_call ref, gpu;
+    int64_t T, width;     /* output rows and the builder's width */
+    const uint8_t *empty; /* [T] optional: rows the GPU leaves empty (data h does not show) */
+} v4_builder;
+
+#define V4_CALLS(name, type, ref_fn, gpu_fn)                                \
+    static aiter_mla_status name##_ref(const void *p, aiter_mla_v4_index_out o) { \
+        type a = *(const type *)p;                                          \
+        a.out = o;                                                          \
+        return ref_fn(&a);                                                  \
+    }                                                                       \
+    static aiter_mla_status name##_gpu(const void *p, aiter_mla_v4_index_out o) { \
+        type a = *(const type *)p;                                          \
+        a.out = o;                                                          \
+        return gpu_fn(&a, g_stream);                                        \
+    }
+V4_CALLS(v4_swa, aiter_mla_v4_swa_index_args, aiter_mla_v4_swa_indices_ref, aiter_mla_v4_swa_indices)
+V4_CALLS(v4_topk, aiter_mla_v4_topk_args, aiter_mla_v4_global_topk_ref, aiter_mla_v4_global_topk)
+V4_CALLS(v4_c128, aiter_mla_v4_c128_args, aiter_mla_v4_c128_indices_ref, aiter_mla_v4_c128_indices)
+V4_CALLS(v4_comb, aiter_mla_v4_combine_args, aiter_mla_v4_combine_ref, aiter_mla_v4_combine)
+#undef V4_CALLS
+
+/* Index of the first differing int of two n-int buffers, or -1. */
+static int64_t first_diff_int(const int32_t *a, const int32_t *b, int64_t n) {
+    const int64_t d = first_diff(a, b, (size_t)n * 4);
+    return d < 0 ? -1 : d / 4;
+}
+/* n ints plus the guard, all poisoned, on the host or (v4_dev_poisoned) on the device */
+static int32_t *v4_poisoned(int64_t n) {
+    int32_t *p = (int32_t *)test_malloc((size_t)(n + V4_GUARD) * 4);
+    memset(p, 0x7f, (size_t)(n + V4_GUARD) * 4);
+    return p;
+}
+static int32_t *v4_dev_poisoned(int64_t n) {
+    int32_t *p = (int32_t *)gpu_malloc((size_t)(n + V4_GUARD) * 4);
+    gpu_memset(p, 0x7f, (size_t)(n + V4_GUARD) * 4);
+    return p;
+}
+
+/* What the GPU must leave in host buffers o (poisoned; o.indices holds T * width entries):
+ * the reference's outputs with b->empty rows emptied (dense row -1, length 0, no entries),
+ * then ragged entries at positions >= cap poisoned again. Returns the ragged total. */
+static int64_t v4_expected(const v4_builder *b, aiter_mla_v4_index_out o, int64_t cap) {
+    int64_t t, k, total;
+    o.capacity = b->T * b->width;
+    CHECK_STATUS(b->ref(b->h, o), AITER_MLA_OK, "");
+    if (b->empty) {
+        int64_t start = 0, w = 0; /* start: the reference's indptr[t] */
+        for (t = 0; t < b->T; t++) {
+            const int64_t end = o.indptr ? o.indptr[t + 1] : 0;
+            if (b->empty[t]) {
+                if (o.dense)
+                    for (k = 0; k < b->width; k++) o.dense[t * o.dense_stride + k] = -1;
+                if (o.lens) o.lens[t] = 0;
+            } else {
+                for (k = start; k < end; k++) o.indices[w++] = o.indices[k];
+            }
+            if (o.indptr) o.indptr[t + 1] = (int32_t)w;
+            start = end;
+        }
+        for (k = w; k < start; k++) o.indices[k] = V4_POISON;
+    }
+    total = o.indptr ? o.indptr[b->T] : 0;
+    for (k = cap; k < total; k++) o.indices[k] = V4_POISON;
+    return total;
+}
+
+static void check_v4_builder(const v4_builder *b, test_rng *rng) {
+    /* cap: 0 ample, 1 exact, 2 short (when there is an entry), 3 zero */
+    static const struct { int dense, lens, ragged, cap; } modes[] = {
+        {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {1, 1, 1, 0}, {0, 1, 1, 1}, {1, 1, 1, 2}, {0, 0, 1, 3},
+    };
+    const int64_t T = b->T, W = b->width;
+    int64_t total = 0, t;
+    int m;
+    {
+        int32_t *lens = v4_poisoned(T);
+        aiter_mla_v4_index_out o;
+        memset(&o, 0, sizeof o);
+        o.lens = lens;
+        v4_expected(b, o, 0);
+        for (t = 0; t < T; t++) total += lens[t];
+        free(lens);
+    }
+    for (m = 0; m < (int)(sizeof modes / sizeof modes[0]); m++) {
+        const int64_t stride = W + (rng_int(rng, 0, 1) ? rng_int(rng, 1, 5) : 0), shift = rng_int(rng, 0, 2) == 0;
+        const int64_t cap = modes[m].cap == 0   ? T * W + 7
+                            : modes[m].cap == 1 ? total
+                            : modes[m].cap == 2 ? (total > 0 ? rng_int(rng, 0, (int)total - 1) : 0)
+                                                : 0;
+        const int64_t nd = T * stride + shift, ni = cap > T * W ? cap : T * W;
+        int32_t *e_dense = v4_poisoned(nd), *e_lens = v4_poisoned(T), *e_idx = v4_poisoned(ni), *e_ptr = v4_poisoned(T + 1);
+        int32_t *g_dense = v4_poisoned(nd), *g_lens = v4_poisoned(T), *g_idx = v4_poisoned(cap), *g_ptr = v4_poisoned(T + 1);
+        int32_t *d_dense = v4_dev_poisoned(nd), *d_lens = v4_dev_poisoned(T), *d_idx = v4_dev_poisoned(cap),
+                *d_ptr = v4_dev_poisoned(T + 1);
+        aiter_mla_v4_index_out o, g;
+        int64_t d;
+        char what[300];
+        snprintf(what, sizeof what, "%s, outputs%s%s%s, capacity %lld of %lld, dense stride %lld%s", b->what,
+                 modes[m].dense ? " dense" : "", modes[m].lens ? " lens" : "", modes[m].ragged ? " ragged" : "", (long long)cap,
+                 (long long)total, (long long)stride, shift ? " misaligned" : "");
+        memset(&o, 0, sizeof o);
+        o.dense = modes[m].dense ? e_dense + shift : NULL;
+        o.dense_stride = stride;
+        o.lens = modes[m].lens ? e_lens : NULL;
+        o.indices = modes[m].ragged ? e_idx : NULL;
+        o.indptr = modes[m].ragged ? e_ptr : NULL;
+        g = o;
+        g.dense = modes[m].dense ? d_dense + shift : NULL;
+        g.lens = modes[m].lens ? d_lens : NULL;
+        g.indices = modes[m].ragged ? d_idx : NULL;
+        g.indptr = modes[m].ragged ? d_ptr : NULL;
+        g.capacity = cap;
+        CHECK_STATUS(b->gpu(b->d, g), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(g_dense, d_dense, (size_t)(nd + V4_GUARD) * 4);
+        gpu_download(g_lens, d_lens, (size_t)(T + V4_GUARD) * 4);
+        gpu_download(g_idx, d_idx, (size_t)(cap + V4_GUARD) * 4);
+        gpu_download(g_ptr, d_ptr, (size_t)(T + 1 + V4_GUARD) * 4);
+        v4_expected(b, o, cap);
+        d = first_diff_int(g_dense, e_dense, nd + V4_GUARD);
+        CHECK(d < 0, "%s: dense differs at int %lld (row %lld col %lld): got %d, want %d", what, (long long)d,
+              (long long)((d - shift) / stride), (long long)((d - shift) % stride), d >= 0 ? g_dense[d] : 0, d >= 0 ? e_dense[d] : 0);
+        d = first_diff_int(g_lens, e_lens, T + V4_GUARD);
+        CHECK(d < 0, "%s: lens differ at %lld: got %d, want %d", what, (long long)d, d >= 0 ? g_lens[d] : 0, d >= 0 ? e_lens[d] : 0);
+        d = first_diff_int(g_ptr, e_ptr, T + 1 + V4_GUARD);
+        CHECK(d < 0, "%s: indptr differs at %lld: got %d, want %d", what, (long long)d, d >= 0 ? g_ptr[d] : 0, d >= 0 ? e_ptr[d] : 0);
+        d = first_diff_int(g_idx, e_idx, cap + V4_GUARD);
+        CHECK(d < 0, "%s: indices differ at %lld: got %d, want %d", what, (long long)d, d >= 0 ? g_idx[d] : 0, d >= 0 ? e_idx[d] : 0);
+        gpu_free(d_dense); gpu_free(d_lens); gpu_free(d_idx); gpu_free(d_ptr);
+        free(e_dense); free(e_lens); free(e_idx); free(e_ptr); free(g_dense); free(g_lens); free(g_idx); free(g_ptr);
+    }
+}
+
+/* A block table [rows, width] of page ids 0..max_id, about one in ten absent (-1 or -5),
+ * and one id whose slots pass int32 (block sizes >= 2). */
+static int32_t *v4_block_table(test_rng *rng, int rows, int width, int max_id) {
+    int32_t *bt = (int32_t *)test_malloc((size_t)rows * width * 4 + 4);
+    int64_t i;
+    for (i = 0; i < (int64_t)rows * width; i++) bt[i] = rng_int(rng, 0, 9) == 0 ? (rng_int(rng, 0, 1) ? -1 : -5) : rng_int(rng, 0, max_id);
+    bt[rng_int(rng, 0, rows * width - 1)] = 1 << 30;
+    return bt;
+}
+/* A device copy of n ints (one int allocated at least), freed by the caller */
+static int32_t *v4_up(const int32_t *h, int64_t n) { return (int32_t *)upload_copy(h, (size_t)n * 4); }
+
+/* Request layout of SWA and combine cases: q_lens (a fifth of them 0, all 0 when qmax = 0)
+ * from query_start_loc[0] = lead, keys = q_len + a prefix (a quarter 0, else up to
+ * prefix_max). */
+static void v4_requests(test_rng *rng, int nreq, int lead, int qmax, int prefix_max, int32_t *qsl, int32_t *seq) {
+    int b;
+    qsl[0] = lead;
+    for (b = 0; b < nreq; b++) {
+        const int q = qmax == 0 || rng_int(rng, 0, 4) == 0 ? 0 : rng_int(rng, 1, qmax);
+        qsl[b + 1] = qsl[b] + q;
+        seq[b] = q + (rng_int(rng, 0, 3) == 0 ? 0 : rng_int(rng, 0, prefix_max));
+    }
+}
+
+/* flags: 1 token_to_req (with wrong requests), 2 is_valid_token, 4 token_offset and tokens
+ * outside every request, 8 a request with seq_len < q_len on the device only */
+static void v4_swa_case(test_rng *rng, int nreq, int window, int bs, int qmax, int flags) {
+    const int W = window ? window : 128, bs_r = bs ? bs : 64;
+    int32_t *qsl = (int32_t *)test_malloc((size_t)(nreq + 1) * 4), *seq = (int32_t *)test_malloc((size_t)nreq * 4);
+    int32_t *seq_d = (int32_t *)test_malloc((size_t)nreq * 4), *t2r, *bt, *d_qsl, *d_seq, *d_t2r, *d_bt;
+    uint8_t *valid, *empty;
+    int64_t n_all, off, T, t, max_seq = 1;
+    int b, btw, bad = -1;
+    aiter_mla_v4_swa_index_args h, d;
+    v4_builder vb;
+    v4_requests(rng, nreq, flags & 4 ? rng_int(rng, 0, 5) : 0, qmax, 3 * W + 300, qsl, seq);
+    for (b = 0; b < nreq; b++) max_seq = seq[b] > max_seq ? seq[b] : max_seq;
+    n_all = qsl[nreq] + (flags & 4 ? rng_int(rng, 0, 4) : 0);
+    off = flags & 4 ? rng_int(rng, 0, n_all < 7 ? (int)n_all : 7) : 0;
+    T = n_all - off;
+    t2r = (int32_t *)test_malloc((size_t)n_all * 4 + 4);
+    valid = (uint8_t *)test_malloc((size_t)n_all + 1);
+    empty = (uint8_t *)test_calloc((size_t)T + 1);
+    for (t = 0; t < n_all; t++) {
+        t2r[t] = -1;
+        for (b = 0; b < nreq; b++)
+            if (t >= qsl[b] && t < qsl[b + 1]) t2r[t] = b;
+        if ((flags & 1) && rng_int(rng, 0, 15) == 0) t2r[t] = rng_int(rng, -2, nreq + 1); /* any request, in range or not */
+        valid[t] = !(flags & 2) || rng_int(rng, 0, 7) != 0;
+    }
+    memcpy(seq_d, seq, (size_t)nreq * 4);
+    if (flags & 8)
+        for (b = 0; b < nreq; b++)
+            if (qsl[b + 1] > qsl[b]) bad = b;
+    if (bad >= 0) { /* the GPU leaves the tokens it would give to request `bad` empty */
+        seq_d[bad] = qsl[bad + 1] - qsl[bad] - 1;
+        for (t = 0; t < T; t++) empty[t] = t2r[off + t] == bad; /* t2r: the request each token is given */
+    }
+    btw = (max_seq + bs_r - 1) / bs_r;
+    btw = btw > 2 && rng_int(rng, 0, 1) ? btw - 1 : btw; /* the last pages of the longest request beyond the table */
+    bt = v4_block_table(rng, nreq, btw, 5000);
+    d_qsl = v4_up(qsl, nreq + 1);
+    d_seq = v4_up(seq_d, nreq);
+    d_t2r = v4_up(t2r, n_all);
+    d_bt = v4_up(bt, (int64_t)nreq * btw);
+    memset(&h, 0, sizeof h);
+    h.query_start_loc = qsl;
+    h.seq_lens = seq;
+    h.token_to_req = flags & 1 ? t2r : NULL;
+    h.is_valid_token = flags & 2 ? valid : NULL;
+    h.block_table = bt;
+    h.block_table_stride = btw;
+    h.block_size = bs;
+    h.window = window;
+    h.num_reqs = nreq;
+    h.token_offset = off;
+    h.num_tokens = T;
+    d = h;
+    d.query_start_loc = d_qsl;
+    d.seq_lens = d_seq;
+    d.token_to_req = flags & 1 ? d_t2r : NULL;
+    d.is_valid_token = flags & 2 ? (const uint8_t *)upload_copy(valid, (size_t)n_all) : NULL;
+    d.block_table = d_bt;
+    memset(&vb, 0, sizeof vb);
+    snprintf(vb.what, sizeof vb.what, "v4_swa_indices reqs=%d W=%d bs=%d T=%lld offset %lld%s%s%s", nreq, W, bs_r, (long long)T,
+             (long long)off, flags & 1 ? " token_to_req" : "", flags & 2 ? " is_valid_token" : "",
+             bad >= 0 ? " seq_len < q_len on the device" : "");
+    vb.h = &h;
+    vb.d = &d;
+    vb.ref = v4_swa_ref;
+    vb.gpu = v4_swa_gpu;
+    vb.T = T;
+    vb.width = W;
+    vb.empty = bad >= 0 ? empty : NULL;
+    check_v4_builder(&vb, rng);
+    gpu_free(d_qsl); gpu_free(d_seq); gpu_free(d_t2r); gpu_free(d_bt);
+    if (d.is_valid_token) gpu_free((void *)d.is_valid_token);
+    free(qsl); free(seq); free(seq_d); free(t2r); free(bt); free(valid); free(empty);
+}
+
+static void v4_topk_case(test_rng *rng, int64_t T, int topk, int pad, int bs, int nreq, int with_valid) {
+    const int bs_r = bs ? bs : 64, btw = rng_int(rng, 1, 40), stride = topk + pad;
+    int32_t *idx = (int32_t *)test_malloc((size_t)(T * stride) * 4 + 4), *t2r = (int32_t *)test_malloc((size_t)T * 4 + 4);
+    int32_t *bt = v4_block_table(rng, nreq, btw, 100000);
+    uint8_t *valid = (uint8_t *)test_malloc((size_t)T + 1);
+    aiter_mla_v4_topk_args h, d;
+    v4_builder vb;
+    int64_t t;
+    int k;
+    for (t = 0; t < T; t++) {
+        const int kind = rng_int(rng, 0, 4), first = rng_int(rng, 0, topk); /* none, all, vLLM's valid-first, holes, sparse */
+        for (k = 0; k < stride; k++) {
+            const int32_t v = rng_int(rng, 0, btw * bs_r + bs_r); /* a few past the table */
+            idx[t * stride + k] = k >= topk ? v                     /* the stride's tail is never read */
+                                  : kind == 0 ? -1
+                                  : kind == 1 ? v
+                                  : kind == 2 ? (k < first ? v : -1)
+                                  : rng_int(rng, 0, kind == 3 ? 2 : 9) == 0 ? v : -1;
+            if (k < topk && kind == 3 && idx[t * stride + k] < 0 && rng_int(rng, 0, 1)) idx[t * stride + k] = -7;
+        }
+        t2r[t] = rng_int(rng, 0, 15) == 0 ? (rng_int(rng, 0, 1) ? -1 : nreq) : rng_int(rng, 0, nreq - 1);
+        valid[t] = rng_int(rng, 0, 7) != 0;
+    }
+    memset(&h, 0, sizeof h);
+    h.topk_indices = idx;
+    h.topk_stride = pad ? stride : 0;
+    h.topk = topk;
+    h.token_to_req = t2r;
+    h.is_valid_token = with_valid ? valid : NULL;
+    h.block_table = bt;
+    h.block_table_stride = btw;
+    h.block_size = bs;
+    h.num_reqs = nreq;
+    h.num_tokens = T;
+    d = h;
+    d.topk_indices = v4_up(idx, T * stride);
+    d.token_to_req = v4_up(t2r, T);
+    d.is_valid_token = with_valid ? (const uint8_t *)upload_copy(valid, (size_t)T) : NULL;
+    d.block_table = v4_up(bt, (int64_t)nreq * btw);
+    memset(&vb, 0, sizeof vb);
+    snprintf(vb.what, sizeof vb.what, "v4_global_topk T=%lld topk=%d stride %d bs=%d reqs=%d%s", (long long)T, topk, stride, bs_r,
+             nreq, with_valid ? " is_valid_token" : "");
+    vb.h = &h;
+    vb.d = &d;
+    vb.ref = v4_topk_ref;
+    vb.gpu = v4_topk_gpu;
+    vb.T = T;
+    vb.width = topk;
+    check_v4_builder(&vb, rng);
+    gpu_free((void *)d.topk_indices); gpu_free((void *)d.token_to_req); gpu_free((void *)d.block_table);
+    if (d.is_valid_token) gpu_free((void *)d.is_valid_token);
+    free(idx); free(t2r); free(bt); free(valid);
+}
+
+static void v4_c128_case(test_rng *rng, int64_t T, int width, int ratio, int global, int bs, int with_valid) {
+    const int r = ratio ? ratio : 128, bs_r = bs ? bs : 2, nreq = rng_int(rng, 1, 6), btw = rng_int(rng, 1, width / bs_r + 3);
+    int64_t *pos = (int64_t *)test_malloc((size_t)T * 8 + 8);
+    int32_t *t2r = (int32_t *)test_malloc((size_t)T * 4 + 4), *bt = v4_block_table(rng, nreq, btw, 100000);
+    uint8_t *valid = (uint8_t *)test_malloc((size_t)T + 1);
+    aiter_mla_v4_c128_args h, d;
+    v4_builder vb;
+    int64_t t;
+    for (t = 0; t < T; t++) {
+        const int kind = rng_int(rng, 0, 9);
+        pos[t] = kind == 0 ? -rng_int(rng, 1, 1000) : kind == 1 ? (int64_t)1 << 40 : kind == 2 ? (int64_t)r * rng_int(rng, 0, width + 2) - 1
+                                                                                             : rng_int(rng, 0, r * (width + 3));
+        t2r[t] = rng_int(rng, 0, 15) == 0 ? (rng_int(rng, 0, 1) ? -3 : nreq) : rng_int(rng, 0, nreq - 1);
+        valid[t] = rng_int(rng, 0, 7) != 0;
+    }
+    memset(&h, 0, sizeof h);
+    h.positions = pos;
+    h.token_to_req = global ? t2r : NULL;
+    h.is_valid_token = with_valid ? valid : NULL;
+    h.block_table = global ? bt : NULL;
+    h.block_table_stride = btw;
+    h.block_size = bs;
+    h.num_reqs = nreq;
+    h.compress_ratio = ratio;
+    h.width = width;
+    h.num_tokens = T;
+    d = h;
+    d.positions = (const int64_t *)upload_copy(pos, (size_t)T * 8);
+    d.token_to_req = global ? v4_up(t2r, T) : NULL;
+    d.is_valid_token = with_valid ? (const uint8_t *)upload_copy(valid, (size_t)T) : NULL;
+    d.block_table = global ? v4_up(bt, (int64_t)nreq * btw) : NULL;
+    memset(&vb, 0, sizeof vb);
+    snprintf(vb.what, sizeof vb.what, "v4_c128_indices %s T=%lld width=%d ratio=%d bs=%d%s", global ? "global" : "local", (long long)T,
+             width, r, bs_r, with_valid ? " is_valid_token" : "");
+    vb.h = &h;
+    vb.d = &d;
+    vb.ref = v4_c128_ref;
+    vb.gpu = v4_c128_gpu;
+    vb.T = T;
+    vb.width = width;
+    check_v4_builder(&vb, rng);
+    gpu_free((void *)d.positions);
+    if (global) {
+        gpu_free((void *)d.token_to_req);
+        gpu_free((void *)d.block_table);
+    }
+    if (d.is_valid_token) gpu_free((void *)d.is_valid_token);
+    free(pos); free(t2r); free(bt); free(valid);
+}
+
+/* gl: 0 gather_lens NULL, 1 random in the allowed range; bad: the device's gather_lens
+ * (one request one short of its window) and seq_lens (another below its q_len) are refused
+ * by the reference, the GPU empties those requests' tokens */
+static void v4_combine_case(test_rng *rng, int nreq, int ratio, int topk, int window, int qmax, int gl, int bad) {
+    const int W = window ? window : 128, r = ratio ? ratio : 1, pad = rng_int(rng, 0, 1) * 3, stride = topk + pad;
+    int32_t *qsl = (int32_t *)test_malloc((size_t)(nreq + 1) * 4), *seq = (int32_t *)test_malloc((size_t)nreq * 4);
+    int32_t *glens = (int32_t *)test_malloc((size_t)nreq * 4), *glens_d = (int32_t *)test_malloc((size_t)nreq * 4);
+    int32_t *seq_d = (int32_t *)test_malloc((size_t)nreq * 4), *idx;
+    int64_t T, t, max_seq = 0, max_g = 0, N, M;
+    int b, bad_g = -1, bad_s = -1;
+    uint8_t *empty;
+    aiter_mla_v4_combine_args h, d;
+    v4_builder vb;
+    v4_requests(rng, nreq, rng_int(rng, 0, 20), qmax, 700, qsl, seq);
+    T = qsl[nreq] - qsl[0];
+    for (b = 0; b < nreq; b++) {
+        const int32_t q = qsl[b + 1] - qsl[b], lo = q + (seq[b] - q < W - 1 ? seq[b] - q : W - 1);
+        glens[b] = gl ? rng_int(rng, lo, seq[b]) : lo;
+        max_seq = seq[b] > max_seq ? seq[b] : max_seq;
+        max_g = glens[b] > max_g ? glens[b] : max_g;
+    }
+    N = r > 1 ? (max_seq + rng_int(rng, 0, 300) + r - 1) / r : 0;
+    if (N > 4 && rng_int(rng, 0, 2) == 0) N /= 2; /* fewer compressed rows than the longest request has */
+    M = N + max_g + rng_int(rng, 0, 5);
+    idx = (int32_t *)test_malloc((size_t)(T * stride) * 4 + 4);
+    for (t = 0; t < T * stride; t++) idx[t] = rng_int(rng, 0, 5) == 0 ? -1 : rng_int(rng, -1, (int)N + 5);
+    memcpy(glens_d, glens, (size_t)nreq * 4);
+    memcpy(seq_d, seq, (size_t)nreq * 4);
+    empty = (uint8_t *)test_calloc((size_t)T + 1);
+    if (bad)
+        for (b = 0; b < nreq; b++) {
+            if (qsl[b + 1] == qsl[b]) continue;
+            if (bad_g < 0) bad_g = b;
+            else if (bad_s < 0) bad_s = b;
+        }
+    if (bad_g >= 0) { /* one short of q_len + min(prefix, W - 1) */
+        const int32_t q = qsl[bad_g + 1] - qsl[bad_g], prefix = seq[bad_g] - q;
+        glens_d[bad_g] = q + (prefix < W - 1 ? prefix : W - 1) - 1;
+    }
+    if (bad_s >= 0) seq_d[bad_s] = qsl[bad_s + 1] - qsl[bad_s] - 1;
+    for (b = 0; b < nreq; b++)
+        if (b == bad_g || b == bad_s)
+            for (t = qsl[b] - qsl[0]; t < qsl[b + 1] - qsl[0]; t++) empty[t] = 1;
+    memset(&h, 0, sizeof h);
+    h.topk_indices = topk ? idx : NULL;
+    h.topk_stride = pad ? stride : 0;
+    h.topk = topk;
+    h.query_start_loc = qsl;
+    h.seq_lens = seq;
+    h.gather_lens = gl ? glens : NULL;
+    h.num_reqs = nreq;
+    h.window = window;
+    h.compress_ratio = ratio;
+    h.M = M;
+    h.N = N;
+    d = h;
+    d.topk_indices = topk ? v4_up(idx, T * stride) : NULL;
+    d.query_start_loc = v4_up(qsl, nreq + 1);
+    d.seq_lens = v4_up(seq_d, nreq);
+    d.gather_lens = gl || bad_g >= 0 ? v4_up(glens_d, nreq) : NULL;
+    memset(&vb, 0, sizeof vb);
+    snprintf(vb.what, sizeof vb.what, "v4_combine reqs=%d T=%lld ratio=%d topk=%d W=%d N=%lld M=%lld%s%s%s", nreq, (long long)T, r,
+             topk, W, (long long)N, (long long)M, gl ? " gather_lens" : "", bad_g >= 0 ? " bad gather_len on the device" : "",
+             bad_s >= 0 ? " bad seq_len on the device" : "");
+    vb.h = &h;
+    vb.d = &d;
+    vb.ref = v4_comb_ref;
+    vb.gpu = v4_comb_gpu;
+    vb.T = T;
+    vb.width = topk + W;
+    vb.empty = bad ? empty : NULL;
+    check_v4_builder(&vb, rng);
+    if (d.topk_indices) gpu_free((void *)d.topk_indices);
+    gpu_free((void *)d.query_start_loc); gpu_free((void *)d.seq_lens);
+    if (d.gather_lens) gpu_free((void *)d.gather_lens);
+    free(qsl); free(seq); free(glens); free(glens_d); free(seq_d); free(idx); free(empty);
+}
+
+/* Arbitrary request arrays (query_start_loc not monotone, negative, seq_lens and gather_lens
+ * anything): the GPU builders must still write well-formed lists inside their buffers
+ * (guards intact, lengths in 0..width, indptr their running sum, dense rows -1 padded). */
+static void v4_garbage_case(test_rng *rng, int combine) {
+    const int nreq = rng_int(rng, 1, 9), W = combine ? 16 : 128, topk = combine ? 8 : 0;
+    const int64_t T = 300, width = topk + W, cap = T * width;
+    int32_t qsl[10], seq[9], gls[9], bt[9 * 4], *idx = (int32_t *)test_malloc((size_t)(T * topk) * 4 + 4);
+    int32_t *lens = v4_poisoned(T), *ptr = v4_poisoned(T + 1), *dense = v4_poisoned(T * width), *ind = v4_poisoned(cap);
+    int32_t *d_lens = v4_dev_poisoned(T), *d_ptr = v4_dev_poisoned(T + 1), *d_dense = v4_dev_poisoned(T * width),
+            *d_ind = v4_dev_poisoned(cap), *d_qsl, *d_seq, *d_gls, *d_bt, *d_idx;
+    aiter_mla_v4_index_out o;
+    int64_t t, k, bad = 0, guard = 0;
+    int b;
+    for (b = 0; b <= nreq; b++) qsl[b] = rng_int(rng, -50, 400);
+    if (combine) { /* the row count comes from the ends: keep it inside the buffers */
+        qsl[0] = rng_int(rng, -20, 20);
+        qsl[nreq] = qsl[0] + (int32_t)T;
+    }
+    for (b = 0; b < nreq; b++) {
+        seq[b] = rng_int(rng, -10, 500);
+        gls[b] = rng_int(rng, -10, 600);
+    }
+    for (b = 0; b < 9 * 4; b++) bt[b] = rng_int(rng, -2, 100);
+    for (t = 0; t < T * topk; t++) idx[t] = rng_int(rng, -3, 300);
+    d_qsl = v4_up(qsl, nreq + 1);
+    d_seq = v4_up(seq, nreq);
+    d_gls = v4_up(gls, nreq);
+    d_bt = v4_up(bt, 9 * 4);
+    d_idx = v4_up(idx, T * topk);
+    memset(&o, 0, sizeof o);
+    o.dense = d_dense;
+    o.lens = d_lens;
+    o.indices = d_ind;
+    o.indptr = d_ptr;
+    o.capacity = cap;
+    if (combine) {
+        aiter_mla_v4_combine_args a;
+        memset(&a, 0, sizeof a);
+        a.topk_indices = d_idx;
+        a.topk = topk;
+        a.query_start_loc = d_qsl;
+        a.seq_lens = d_seq;
+        a.gather_lens = d_gls;
+        a.num_reqs = nreq;
+        a.window = W;
+        a.compress_ratio = 4;
+        a.N = 100;
+        a.M = 400;
+        a.out = o;
+        CHECK_STATUS(aiter_mla_v4_combine(&a, g_stream), AITER_MLA_OK, "");
+    } else {
+        aiter_mla_v4_swa_index_args a;
+        memset(&a, 0, sizeof a);
+        a.query_start_loc = d_qsl;
+        a.seq_lens = d_seq;
+        a.block_table = d_bt;
+        a.block_table_stride = 4;
+        a.block_size = 16;
+        a.num_reqs = nreq;
+        a.num_tokens = T;
+        a.out = o;
+        CHECK_STATUS(aiter_mla_v4_swa_indices(&a, g_stream), AITER_MLA_OK, "");
+    }
+    gpu_sync();
+    gpu_download(lens, d_lens, (size_t)(T + V4_GUARD) * 4);
+    gpu_download(ptr, d_ptr, (size_t)(T + 1 + V4_GUARD) * 4);
+    gpu_download(dense, d_dense, (size_t)(T * width + V4_GUARD) * 4);
+    gpu_download(ind, d_ind, (size_t)(cap + V4_GUARD) * 4);
+    bad += ptr[0] != 0;
+    for (t = 0; t < T; t++) {
+        bad += lens[t] < 0 || lens[t] > width || ptr[t + 1] != ptr[t] + lens[t];
+        for (k = 0; k < width; k++)
+            if (k < lens[t]) bad += dense[t * width + k] != ind[ptr[t] + k];
+            else bad += dense[t * width + k] != -1;
+    }
+    for (k = ptr[T]; k < cap; k++) bad += ind[k] != V4_POISON;
+    for (k = 0; k < V4_GUARD; k++)
+        guard += lens[T + k] != V4_POISON || ptr[T + 1 + k] != V4_POISON || dense[T * width + k] != V4_POISON || ind[cap + k] != V4_POISON;
+    CHECK(bad == 0 && guard == 0, "v4 %s on arbitrary request arrays (reqs=%d): %lld inconsistent outputs, %lld guard ints written",
+          combine ? "combine" : "swa_indices", nreq, (long long)bad, (long long)guard);
+    gpu_free(d_lens); gpu_free(d_ptr); gpu_free(d_dense); gpu_free(d_ind);
+    gpu_free(d_qsl); gpu_free(d_seq); gpu_free(d_gls); gpu_free(d_bt); gpu_free(d_idx);
+    free(idx); free(lens); free(ptr); free(dense); free(ind);
+}
+
+/* Ragged copy: the GPU's buffers and num_dropped against the reference with clamp = 1 (the
+ * GPU cuts long rows whatever clamp says); bad: an indptr the reference refuses (a row going
+ * back, one starting below 0 and one ending past indptr[num_rows]), expected from the rule
+ * the header states (such rows are copied empty); no_indices: indices NULL, every row empty. */
+static void v4_copy_case(test_rng *rng, int64_t R, int max_e, int long_rows, int clamp, int bad, int no_indices) {
+    const int64_t cap = (R * max_e > 1 ? R * max_e : 1) + rng_int(rng, 0, 3), pcap = R + 1 + rng_int(rng, 0, 2);
+    int32_t *ptr = (int32_t *)test_malloc((size_t)(R + 1) * 4), *in, *d_in, *d_ptr;
+    int32_t *e_ib = v4_poisoned(cap), *e_pb = v4_poisoned(pcap), *g_ib = v4_poisoned(cap), *g_pb = v4_poisoned(pcap);
+    int32_t *d_ib = v4_dev_poisoned(cap), *d_pb = v4_dev_poisoned(pcap);
+    int64_t r, i, n_in, e_drop = 0, g_drop = -77, *d_drop = (int64_t *)gpu_malloc(8), d;
+    aiter_mla_v4_ragged_copy_args a;
+    char what[200];
+    ptr[0] = rng_int(rng, 0, 10);
+    for (r = 0; r < R; r++)
+        ptr[r + 1] = ptr[r] + (long_rows && rng_int(rng, 0, 3) == 0 ? rng_int(rng, max_e + 1, 2 * max_e + 3) : rng_int(rng, 0, max_e));
+    n_in = ptr[R];
+    in = (int32_t *)test_malloc((size_t)n_in * 4 + 4);
+    for (i = 0; i < n_in; i++) in[i] = rng_int(rng, -5, 1 << 30);
+    d_in = v4_up(in, n_in);
+    gpu_upload(d_drop, &g_drop, 8);
+    memset(&a, 0, sizeof a);
+    a.indices = in;
+    a.indptr = ptr;
+    a.num_rows = R;
+    a.max_entries_per_row = max_e;
+    a.indices_buffer = e_ib;
+    a.indices_buffer_capacity = cap;
+    a.indptr_buffer = e_pb;
+    a.indptr_buffer_capacity = pcap;
+    a.clamp = 1;
+    a.num_dropped = &e_drop;
+    if (!bad && !no_indices) {
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&a), AITER_MLA_OK, "");
+    } else {
+        if (bad && R >= 4) { /* rows 1, 2 and R - 1 are refused */
+            ptr[2] = ptr[1] - 1;
+            ptr[R] = ptr[R - 1] - 1; /* row R - 1 goes back, and lowers indptr[num_rows] for every row */
+        }
+        if (bad && R >= 1) ptr[0] = -3;
+        e_pb[0] = 0;
+        for (r = 0; r < R; r++) { /* the header's rule, written out */
+            const int64_t lo = ptr[r], hi = ptr[r + 1], ok = !no_indices && lo >= 0 && hi >= lo && hi <= ptr[R];
+            const int64_t n = ok ? (hi - lo < max_e ? hi - lo : max_e) : 0;
+            for (i = 0; i < n; i++) e_ib[e_pb[r] + i] = in[lo + i];
+            e_pb[r + 1] = (int32_t)(e_pb[r] + n);
+            e_drop += ok ? hi - lo - n : 0;
+        }
+    }
+    d_ptr = v4_up(ptr, R + 1);
+    a.indices = no_indices ? NULL : d_in;
+    a.indptr = d_ptr;
+    a.indices_buffer = d_ib;
+    a.indptr_buffer = d_pb;
+    a.clamp = clamp;
+    a.num_dropped = d_drop;
+    snprintf(what, sizeof what, "v4_copy_ragged rows=%lld max=%d clamp=%d%s%s%s", (long long)R, max_e, clamp, long_rows ? " long rows" : "",
+             bad ? " bad indptr" : "", no_indices ? " indices NULL" : "");
+    CHECK_STATUS(aiter_mla_v4_copy_ragged(&a, g_stream), AITER_MLA_OK, "");
+    gpu_sync();
+    gpu_download(g_ib, d_ib, (size_t)(cap + V4_GUARD) * 4);
+    gpu_download(g_pb, d_pb, (size_t)(pcap + V4_GUARD) * 4);
+    gpu_download(&g_drop, d_drop, 8);
+    d = first_diff_int(g_pb, e_pb, pcap + V4_GUARD);
+    CHECK(d < 0, "%s: indptr_buffer differs at %lld: got %d, want %d", what, (long long)d, d >= 0 ? g_pb[d] : 0, d >= 0 ? e_pb[d] : 0);
+    d = first_diff_int(g_ib, e_ib, cap + V4_GUARD);
+    CHECK(d < 0, "%s: indices_buffer differs at %lld: got %d, want %d", what, (long long)d, d >= 0 ? g_ib[d] : 0, d >= 0 ? e_ib[d] : 0);
+    CHECK(g_drop == e_drop, "%s: num_dropped = %lld, want %lld", what, (long long)g_drop, (long long)e_drop);
+    if (!bad && !no_indices) { /* num_dropped NULL: the same buffers */
+        gpu_memset(d_ib, 0x7f, (size_t)(cap + V4_GUARD) * 4);
+        gpu_memset(d_pb, 0x7f, (size_t)(pcap + V4_GUARD) * 4);
+        a.num_dropped = NULL;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(&a, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(g_ib, d_ib, (size_t)(cap + V4_GUARD) * 4);
+        gpu_download(g_pb, d_pb, (size_t)(pcap + V4_GUARD) * 4);
+        CHECK(first_diff(g_pb, e_pb, (size_t)(pcap + V4_GUARD) * 4) < 0 && first_diff(g_ib, e_ib, (size_t)(cap + V4_GUARD) * 4) < 0,
+              "%s, num_dropped NULL: buffers differ", what);
+    }
+    gpu_free(d_in); gpu_free(d_ptr); gpu_free(d_ib); gpu_free(d_pb); gpu_free(d_drop);
+    free(ptr); free(in); free(e_ib); free(e_pb); free(g_ib); free(g_pb);
+}
+
+static void test_v4_index_builders_gpu(test_rng *rng) {
+    const int big = !g_quick;
+    int i;
+    /* SWA: decode batches, prefill with long requests, small windows and pages, empty batches */
+    v4_swa_case(rng, 1, 128, 64, 1, 0);
+    v4_swa_case(rng, 37, 128, 64, 1, 1 | 2);
+    v4_swa_case(rng, 5, 128, 16, 300, 1 | 2 | 4);
+    v4_swa_case(rng, 8, 5, 3, 40, 2 | 4);
+    v4_swa_case(rng, 3, 1, 1, 10, 1);
+    v4_swa_case(rng, big ? 200 : 40, 0, 0, 64, 2);
+    v4_swa_case(rng, 4, 0, 0, 30, 8);
+    v4_swa_case(rng, 6, 200, 64, 100, 1 | 2 | 8);
+    v4_swa_case(rng, 3, 128, 64, 0, 1 | 4); /* no token in any request */
+    v4_swa_case(rng, 2, 128, 64, 0, 0);     /* num_tokens 0 */
+    /* top-k (ratio 4 decode): -1 holes anywhere, requests out of range, padding tokens */
+    v4_topk_case(rng, 0, 64, 0, 64, 3, 0);
+    v4_topk_case(rng, 1, 1, 0, 64, 1, 0);
+    v4_topk_case(rng, 37, 7, 3, 0, 4, 1);
+    v4_topk_case(rng, 300, 512, 0, 64, 8, 1);
+    v4_topk_case(rng, big ? 129 : 20, 2048, 4, 64, 5, 0);
+    v4_topk_case(rng, big ? 2000 : 200, 64, 0, 2, 30, 1);
+    v4_topk_case(rng, 5, 100, 1, 5, 2, 1);
+    /* ratio 128 (and 4, 1): global and local forms */
+    v4_c128_case(rng, 0, 8, 128, 1, 2, 0);
+    v4_c128_case(rng, 1, 1, 128, 1, 2, 0);
+    v4_c128_case(rng, 50, 100, 0, 1, 0, 1);
+    v4_c128_case(rng, 50, 300, 4, 1, 64, 1);
+    v4_c128_case(rng, 200, 64, 128, 0, 2, 1);
+    v4_c128_case(rng, 33, 7, 1, 1, 3, 0);
+    v4_c128_case(rng, big ? 1000 : 100, 40, 128, 1, 2, 1);
+    /* combine (prefill chunks): ratios 4, 128 and 1, windows 128 and 5, gathered rows beyond the window */
+    v4_combine_case(rng, 1, 4, 512, 0, 40, 0, 0);
+    v4_combine_case(rng, 4, 128, 16, 128, 200, 1, 0);
+    v4_combine_case(rng, 3, 0, 0, 0, 100, 1, 0);
+    v4_combine_case(rng, 6, 4, 64, 5, 30, 1, 0);
+    v4_combine_case(rng, 4, 4, 2048, 128, big ? 300 : 50, 0, 0);
+    v4_combine_case(rng, 5, 4, 32, 128, 60, 1, 1);
+    v4_combine_case(rng, 4, 128, 8, 5, 20, 0, 1);
+    v4_combine_case(rng, 3, 4, 16, 128, 0, 0, 0); /* no token */
+    for (i = 0; i < 6; i++) v4_garbage_case(rng, i % 2);
+    /* ragged copy: rows within the limit, long rows with clamp 0 and 1, bad indptr, no rows */
+    v4_copy_case(rng, 0, 4, 0, 0, 0, 0);
+    v4_copy_case(rng, 1, 1, 0, 0, 0, 0);
+    v4_copy_case(rng, 37, 5, 0, 0, 0, 0);
+    v4_copy_case(rng, big ? 5000 : 500, 128, 0, 1, 0, 0);
+    v4_copy_case(rng, 300, 7, 1, 1, 0, 0);
+    v4_copy_case(rng, 300, 7, 1, 0, 0, 0);
+    v4_copy_case(rng, 1000, 16, 1, 0, 1, 0);
+    v4_copy_case(rng, 50, 16, 0, 1, 0, 1);
+    v4_copy_case(rng, big ? 20000 : 2000, 2, 1, 0, 0, 0); /* several chunks of the scan */
+}
+
 static void test_merge_gpu(test_rng *rng) {
     static const struct { int64_t T; int H, D; } shapes[] = {
         {0, 1, 1}, {1, 1, 1}, {37, 3, 7}, {5, 16, 128}, {64, 16, 512}, {33, 2, 100}, {1024, 16, 128}, {3, 128, 576},
@@ -1830,6 +2481,7 @@ int main(int argc, char **argv) {
     RUN(test_v4_cache_write_gpu);
     RUN(test_v4_gather_gpu);
     RUN(test_v4_attention_gpu);
+    RUN(test_v4_index_builders_gpu);
     RUN(test_merge_gpu);
     RUN(test_prefill);
     RUN(test_sparse_attention);

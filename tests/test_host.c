@@ -3890,6 +3890,281 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_v4_gather(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
         CHECK_STATUS(aiter_mla_v4_gather(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
+    { /* V4 SWA indices: query_start_loc, seq_lens and the ragged total are device data for the GPU wrapper */
+        int32_t qsl[3] = {0, 1, 3}, seq[2] = {5, 2}, bt[4] = {0, 1, 2, 3}, dense[3 * 8], lens[3], idx[24], ptr[4];
+        int32_t qsl_bad[3] = {0, 2, 1}, seq_bad[2] = {5, 1};
+        aiter_mla_v4_swa_index_args a, b;
+        memset(&a, 0, sizeof a);
+        a.query_start_loc = qsl;
+        a.seq_lens = seq;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.block_size = 4;
+        a.window = 8;
+        a.num_reqs = 2;
+        a.num_tokens = 3;
+        a.out.dense = dense;
+        a.out.lens = lens;
+        a.out.indices = idx;
+        a.out.indptr = ptr;
+        a.out.capacity = 24;
+#define V4S_CASE(mutation, expect)                                                                                       \
+    do {                                                                                                                 \
+        b = a;                                                                                                           \
+        mutation;                                                                                                        \
+        CHECK_LIKE_REF(aiter_mla_v4_swa_indices_ref(&b), aiter_mla_v4_swa_indices(&b, NULL), expect,                     \
+                       "v4_swa_indices { " #mutation " }");                                                              \
+    } while (0)
+        V4S_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4S_CASE((b.out.dense = NULL, b.out.lens = NULL, b.block_size = 0, b.window = 0), AITER_MLA_ERR_NO_GPU);
+        V4S_CASE((b.out.indices = NULL, b.out.indptr = NULL, b.token_offset = 1, b.num_tokens = 2), AITER_MLA_ERR_NO_GPU);
+        V4S_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK); /* nothing to launch */
+        V4S_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);                                     /* indptr[0] = 0 still */
+        V4S_CASE(b.num_reqs = 0, AITER_MLA_OK);
+        V4S_CASE(b.block_size = 2000, AITER_MLA_OK);
+        V4S_CASE(b.window = 70000, AITER_MLA_OK);
+        V4S_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        V4S_CASE(b.num_tokens = -1, AITER_MLA_OK);
+        V4S_CASE(b.token_offset = -1, AITER_MLA_OK);
+        V4S_CASE(b.token_offset = INT32_MAX, AITER_MLA_OK);
+        V4S_CASE(b.out.dense_stride = 7, AITER_MLA_OK);
+        V4S_CASE(b.out.capacity = -1, AITER_MLA_OK);
+        V4S_CASE(memset(&b.out, 0, sizeof b.out), AITER_MLA_OK);
+        V4S_CASE(b.out.indptr = NULL, AITER_MLA_OK);
+        V4S_CASE(b.out.indices = NULL, AITER_MLA_OK);
+        V4S_CASE(b.query_start_loc = NULL, AITER_MLA_OK);
+        V4S_CASE(b.seq_lens = NULL, AITER_MLA_OK);
+        V4S_CASE(b.block_table = NULL, AITER_MLA_OK);
+#undef V4S_CASE
+        /* what only the reference can read */
+        b = a;
+        b.query_start_loc = qsl_bad;
+        CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "query_start_loc");
+        CHECK_STATUS(aiter_mla_v4_swa_indices(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.seq_lens = seq_bad;
+        CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "seq_lens");
+        CHECK_STATUS(aiter_mla_v4_swa_indices(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.out.capacity = 7; /* the lists hold 8 entries */
+        CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+        CHECK_STATUS(aiter_mla_v4_swa_indices(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_swa_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* V4 global top-k */
+        int32_t tk[2 * 4] = {0, -1, 5, 3, -1, -1, 2, 1}, t2r[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, dense[8], lens[2], idx[8], ptr[3];
+        aiter_mla_v4_topk_args a, b;
+        memset(&a, 0, sizeof a);
+        a.topk_indices = tk;
+        a.topk = 4;
+        a.token_to_req = t2r;
+        a.block_table = bt;
+        a.block_table_stride = 2;
+        a.block_size = 4;
+        a.num_reqs = 2;
+        a.num_tokens = 2;
+        a.out.dense = dense;
+        a.out.lens = lens;
+        a.out.indices = idx;
+        a.out.indptr = ptr;
+        a.out.capacity = 8;
+#define V4K_CASE(mutation, expect)                                                                                       \
+    do {                                                                                                                 \
+        b = a;                                                                                                           \
+        mutation;                                                                                                        \
+        CHECK_LIKE_REF(aiter_mla_v4_global_topk_ref(&b), aiter_mla_v4_global_topk(&b, NULL), expect,                     \
+                       "v4_global_topk { " #mutation " }");                                                              \
+    } while (0)
+        V4K_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
+        V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
+        V4K_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
+        V4K_CASE(b.topk = 0, AITER_MLA_OK);
+        V4K_CASE(b.topk_stride = 3, AITER_MLA_OK);
+        V4K_CASE(b.num_reqs = 0, AITER_MLA_OK);
+        V4K_CASE(b.block_size = -1, AITER_MLA_OK);
+        V4K_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        V4K_CASE(b.num_tokens = -1, AITER_MLA_OK);
+        V4K_CASE(b.out.dense_stride = 3, AITER_MLA_OK);
+        V4K_CASE((b.out.indices = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_OK);
+        V4K_CASE(b.topk_indices = NULL, AITER_MLA_OK);
+        V4K_CASE(b.token_to_req = NULL, AITER_MLA_OK);
+        V4K_CASE(b.block_table = NULL, AITER_MLA_OK);
+#undef V4K_CASE
+        b = a;
+        b.out.capacity = 4; /* 5 entries: only the device counts them */
+        CHECK_STATUS(aiter_mla_v4_global_topk_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+        CHECK_STATUS(aiter_mla_v4_global_topk(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_global_topk(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* V4 ratio-128 lists */
+        int64_t pos[3] = {0, 300, 1000};
+        int32_t t2r[3] = {0, 1, 0}, bt[8] = {0, 1, 2, 3, 4, 5, 6, 7}, dense[3 * 10], lens[3], idx[30], ptr[4];
+        aiter_mla_v4_c128_args a, b;
+        memset(&a, 0, sizeof a);
+        a.positions = pos;
+        a.token_to_req = t2r;
+        a.block_table = bt;
+        a.block_table_stride = 4;
+        a.block_size = 2;
+        a.num_reqs = 2;
+        a.compress_ratio = 128;
+        a.width = 10;
+        a.num_tokens = 3;
+        a.out.dense = dense;
+        a.out.lens = lens;
+        a.out.indices = idx;
+        a.out.indptr = ptr;
+        a.out.capacity = 30;
+#define V4C_CASE(mutation, expect)                                                                                       \
+    do {                                                                                                                 \
+        b = a;                                                                                                           \
+        mutation;                                                                                                        \
+        CHECK_LIKE_REF(aiter_mla_v4_c128_indices_ref(&b), aiter_mla_v4_c128_indices(&b, NULL), expect,                   \
+                       "v4_c128_indices { " #mutation " }");                                                             \
+    } while (0)
+        V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
+        V4C_CASE((b.compress_ratio = 0, b.block_size = 0, b.out.lens = NULL), AITER_MLA_ERR_NO_GPU);
+        V4C_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
+        V4C_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
+        V4C_CASE(b.width = 0, AITER_MLA_OK);
+        V4C_CASE(b.width = (1 << 24) + 1, AITER_MLA_OK);
+        V4C_CASE(b.compress_ratio = -1, AITER_MLA_OK);
+        V4C_CASE(b.compress_ratio = 70000, AITER_MLA_OK);
+        V4C_CASE(b.num_reqs = 0, AITER_MLA_OK);
+        V4C_CASE(b.block_size = 2000, AITER_MLA_OK);
+        V4C_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        V4C_CASE(b.num_tokens = -1, AITER_MLA_OK);
+        V4C_CASE(b.out.capacity = -2, AITER_MLA_OK);
+        V4C_CASE(b.token_to_req = NULL, AITER_MLA_OK);
+        V4C_CASE(b.positions = NULL, AITER_MLA_OK);
+#undef V4C_CASE
+        b = a;
+        b.out.capacity = 2; /* 9 entries */
+        CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+        CHECK_STATUS(aiter_mla_v4_c128_indices(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_c128_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* V4 combine: the token count, lengths and gather_lens are device data for the GPU wrapper */
+        int32_t qsl[3] = {4, 5, 7}, seq[2] = {3, 10}, gl[2] = {3, 10}, tk[3 * 4] = {0, 1, 2, 3, 0, -1, 1, 2, 2, 1, 0, -1};
+        int32_t qsl_empty[3] = {4, 4, 4}, qsl_bad[3] = {4, 6, 5}, gl_short[2] = {3, 8}, dense[3 * 12], lens[3], idx[36], ptr[4];
+        aiter_mla_v4_combine_args a, b;
+        memset(&a, 0, sizeof a);
+        a.topk_indices = tk;
+        a.topk = 4;
+        a.query_start_loc = qsl;
+        a.seq_lens = seq;
+        a.gather_lens = gl;
+        a.num_reqs = 2;
+        a.window = 8;
+        a.compress_ratio = 4;
+        a.N = 3;
+        a.M = 13;
+        a.out.dense = dense;
+        a.out.lens = lens;
+        a.out.indices = idx;
+        a.out.indptr = ptr;
+        a.out.capacity = 36;
+#define V4M_CASE(mutation, expect)                                                                                       \
+    do {                                                                                                                 \
+        b = a;                                                                                                           \
+        mutation;                                                                                                        \
+        CHECK_LIKE_REF(aiter_mla_v4_combine_ref(&b), aiter_mla_v4_combine(&b, NULL), expect, "v4_combine { " #mutation " }"); \
+    } while (0)
+        V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
+        V4M_CASE((b.topk = 0, b.topk_indices = NULL, b.compress_ratio = 0, b.N = 0, b.out.indptr = NULL, b.out.indices = NULL),
+                 AITER_MLA_ERR_NO_GPU);
+        V4M_CASE((b.query_start_loc = qsl_empty, b.topk_indices = NULL), AITER_MLA_ERR_NO_GPU); /* no token: always launched */
+        V4M_CASE(b.num_reqs = 0, AITER_MLA_OK);
+        V4M_CASE(b.topk = -1, AITER_MLA_OK);
+        V4M_CASE(b.topk_stride = 2, AITER_MLA_OK);
+        V4M_CASE(b.window = 70000, AITER_MLA_OK);
+        V4M_CASE(b.compress_ratio = 70000, AITER_MLA_OK);
+        V4M_CASE(b.M = 0, AITER_MLA_OK);
+        V4M_CASE(b.N = 14, AITER_MLA_OK);
+        V4M_CASE(b.N = -1, AITER_MLA_OK);
+        V4M_CASE(b.M = INT32_MAX, AITER_MLA_OK); /* M * num_reqs past int32 */
+        V4M_CASE(b.out.dense_stride = 11, AITER_MLA_OK);
+        V4M_CASE((b.out.indptr = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_OK);
+        V4M_CASE(b.query_start_loc = NULL, AITER_MLA_OK);
+        V4M_CASE(b.seq_lens = NULL, AITER_MLA_OK);
+#undef V4M_CASE
+        /* what only the reference can read */
+        b = a;
+        b.query_start_loc = qsl_bad;
+        CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "query_start_loc");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.gather_lens = gl_short;
+        CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "gather_lens");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.M = 12; /* N + 10 gathered rows pass it */
+        CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.topk_indices = NULL; /* the reference needs it once there is a token */
+        CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.out.capacity = 10;
+        CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_combine(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
+    { /* V4 ragged copy: indptr's contents are device data for the GPU wrapper */
+        int32_t in[6] = {9, 8, 7, 6, 5, 4}, ptr[3] = {1, 3, 6}, ptr_back[3] = {1, 0, 6}, ptr_neg[3] = {-1, 3, 6}, ib[8], pb[4];
+        int64_t dropped = 0;
+        aiter_mla_v4_ragged_copy_args a, b;
+        memset(&a, 0, sizeof a);
+        a.indices = in;
+        a.indptr = ptr;
+        a.num_rows = 2;
+        a.max_entries_per_row = 3;
+        a.indices_buffer = ib;
+        a.indices_buffer_capacity = 6;
+        a.indptr_buffer = pb;
+        a.indptr_buffer_capacity = 3;
+        a.num_dropped = &dropped;
+#define V4R_CASE(mutation, expect)                                                                                       \
+    do {                                                                                                                 \
+        b = a;                                                                                                           \
+        mutation;                                                                                                        \
+        CHECK_LIKE_REF(aiter_mla_v4_copy_ragged_ref(&b), aiter_mla_v4_copy_ragged(&b, NULL), expect,                     \
+                       "v4_copy_ragged { " #mutation " }");                                                              \
+    } while (0)
+        V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
+        V4R_CASE((b.num_rows = 0, b.indices = NULL), AITER_MLA_ERR_NO_GPU); /* indptr_buffer[0] and num_dropped still */
+        V4R_CASE(b.num_rows = -1, AITER_MLA_OK);
+        V4R_CASE(b.max_entries_per_row = 0, AITER_MLA_OK);
+        V4R_CASE(b.clamp = 2, AITER_MLA_OK);
+        V4R_CASE(b.indptr_buffer_capacity = 2, AITER_MLA_OK);
+        V4R_CASE(b.indices_buffer_capacity = 5, AITER_MLA_OK);
+        V4R_CASE(b.indptr = NULL, AITER_MLA_OK);
+        V4R_CASE(b.indptr_buffer = NULL, AITER_MLA_OK);
+        V4R_CASE(b.indices_buffer = NULL, AITER_MLA_OK);
+#undef V4R_CASE
+        /* what only the reference can read: long rows with clamp = 0 (the GPU cuts them), indptr, indices NULL */
+        b = a;
+        b.max_entries_per_row = 2;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "max_entries_per_row");
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.indptr = ptr_back;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "indptr");
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b.indptr = ptr_neg;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "indptr");
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        b = a;
+        b.indices = NULL;
+        CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&b), AITER_MLA_ERR_NULL_POINTER, "indices");
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_copy_ragged(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    }
     { /* merge of attention states */
         uint16_t op[2 * 3 * 8], os[2 * 3 * 8], o[2 * 3 * 8];
         float lp[6] = {0.0f, 1.0f, -INFINITY, INFINITY, 2.0f, 3.0f}, ls[6] = {1.0f, -1.0f, -INFINITY, 0.5f, INFINITY, 3.0f}, lse[6];
