@@ -86,7 +86,7 @@ struct DecodeParams {
 // (portable kernel: each row dequantised to fp32 in shared memory).
 constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101, kV4Model1 = 102, kV4Bf16 = 103, kV4Any = 104;
 constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES;
-constexpr int kV4D = AITER_MLA_V4_HEAD_DIM, kV4Nope = AITER_MLA_V4_NOPE_DIM;
+constexpr int kV4D = AITER_MLA_V4_HEAD_DIM;
 __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn || kvt == kDsMlaFnuz; }
 __host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
 // Dims of q . k: 576 for MLA decode and V3.2, 512 for V4 (V is the first 512 either way).
@@ -426,6 +426,7 @@ constexpr int kSmemLimit = 227 * 1024;
 // The 64-row variant is one group of 16 warps (its accumulators would not fit twice).
 // Ring row bytes of a cache format: its row for the byte rings (widened afterwards; MODEL1:
 // the row, then its 8 scale bytes), 0 for bf16 rows (copied straight into padded rows).
+constexpr int kV4Nope = AITER_MLA_V4_NOPE_DIM;
 __host__ __device__ constexpr int ring_pitch(int kvt) {
     return kvt == AITER_MLA_BF16 || kvt == kV4Bf16 ? 0 : kvt == kV4Model1 ? AITER_MLA_V4_ROW_BYTES + 16 : cache_row_bytes(kvt);
 }

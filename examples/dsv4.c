@@ -1,5 +1,5 @@
 /* dsv4.c - one DeepSeek V4 decode step over three layers (compress ratio 1, 4 and 128), on
- * the CPU reference (the V4 GPU kernels are still to come).
+ * the GPU when there is one, else on the CPU reference.
  *
  * Per layer: write every cached token's 512-dim key into the layer's SWA cache (MODEL1
  * pages, 64 tokens per page) and its compressed entries into the compressed cache (64
@@ -11,13 +11,13 @@
  * every output; the program prints the errors and PASS or FAIL, and exits non-zero on
  * failure. */
 #define AITER_MLA_IMPLEMENTATION
-#ifndef AITER_MLA_NO_GPU
-#define AITER_MLA_NO_GPU /* everything here runs on the CPU reference */
-#endif
 #include "../aiter_mla.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifndef AITER_MLA_NO_GPU
+#include "gpu.h"
+#endif
 
 enum {
     BATCH = 3,          /* requests; request 1 decodes two tokens (speculative decoding) */
@@ -39,6 +39,77 @@ static uint32_t urand(void) {
     return (uint32_t)(rng_state >> 32);
 }
 static float frand(float amp) { return ((float)urand() / 4294967296.0f * 2.0f - 1.0f) * amp; }
+
+/* Where the operations run. On the GPU every array an operation touches is a device copy
+ * of a host array: dev gives it (uploading the host contents when it makes the copy; later
+ * calls return the same copy, with what the GPU wrote there), back downloads it. On the
+ * CPU the host arrays serve and OP calls the reference. */
+static int use_gpu;
+static void *g_stream;
+#ifndef AITER_MLA_NO_GPU
+enum { MAX_MIRRORS = 64 };
+static struct {
+    void *host, *dev;
+    size_t bytes;
+} mirrors[MAX_MIRRORS];
+static int num_mirrors;
+#endif
+static void *dev(const void *host, size_t bytes) {
+#ifndef AITER_MLA_NO_GPU
+    if (use_gpu) {
+        int i;
+        for (i = 0; i < num_mirrors && mirrors[i].host != host; i++) {}
+        if (i == num_mirrors) {
+            if (num_mirrors == MAX_MIRRORS) {
+                fprintf(stderr, "dsv4: too many device copies\n");
+                exit(1);
+            }
+            mirrors[i].host = (void *)host;
+            mirrors[i].dev = gpu_malloc(bytes);
+            mirrors[i].bytes = bytes;
+            num_mirrors++;
+            gpu_upload(mirrors[i].dev, host, bytes);
+        }
+        return mirrors[i].dev;
+    }
+#endif
+    (void)bytes;
+    return (void *)host;
+}
+/* A device copy of short-lived host data (freed by temp_free), or the data itself on the CPU. */
+static void *temp_copy(const void *host, size_t bytes) {
+#ifndef AITER_MLA_NO_GPU
+    if (use_gpu) {
+        void *d = gpu_malloc(bytes);
+        gpu_upload(d, host, bytes);
+        return d;
+    }
+#endif
+    (void)bytes;
+    return (void *)host;
+}
+static void temp_free(void *p) {
+#ifndef AITER_MLA_NO_GPU
+    if (use_gpu) gpu_free(p); /* waits for the work that reads it */
+#else
+    (void)p;
+#endif
+}
+static void back(void *host) {
+#ifndef AITER_MLA_NO_GPU
+    int i;
+    for (i = 0; i < num_mirrors; i++)
+        if (mirrors[i].host == host) gpu_download(host, mirrors[i].dev, mirrors[i].bytes);
+#else
+    (void)host;
+#endif
+}
+static void mirrors_free(void) {
+#ifndef AITER_MLA_NO_GPU
+    while (num_mirrors > 0) gpu_free(mirrors[--num_mirrors].dev);
+#endif
+}
+#define OP(name, args) (use_gpu ? name((args), g_stream) : name##_ref(args))
 
 #define TRY(call)                                                                                            \
     do {                                                                                                     \
@@ -77,14 +148,16 @@ static aiter_mla_status write_entries(void *cache, int64_t num_blocks, int block
         for (d = 0; d < D; d++) kv[(size_t)i * D + d] = aiter_mla_f32_to_bf16(frand(d < 448 ? (float)(1 + (d / 64) % 3) : 1.0f));
         slots[i] = (int64_t)bt_row[i / block_size] * block_size + i % block_size;
     }
-    w.kv = kv;
-    w.slot_mapping = slots;
-    w.kv_cache = cache;
+    w.kv = temp_copy(kv, sizeof(uint16_t) * (size_t)(count > 0 ? count : 1) * D);
+    w.slot_mapping = (const int64_t *)temp_copy(slots, sizeof(int64_t) * (size_t)(count > 0 ? count : 1));
+    w.kv_cache = cache; /* already where the operations run */
     w.num_blocks = num_blocks;
     w.block_size = block_size;
     w.num_tokens = count;
     w.fp8_dtype = fp8;
-    st = aiter_mla_v4_cache_write_ref(&w);
+    st = OP(aiter_mla_v4_cache_write, &w);
+    temp_free((void *)w.kv);
+    temp_free((void *)w.slot_mapping);
     free(kv);
     free(slots);
     return st;
@@ -111,6 +184,10 @@ int main(void) {
             positions[qsl[b] + i] = seq_lens[b] - q_lens[b] + i;
         }
     for (h = 0; h < HEADS; h++) sink[h] = h % 4 == 3 ? -INFINITY : frand(2.0f); /* a sink per head, some none */
+#ifndef AITER_MLA_NO_GPU
+    use_gpu = gpu_device_count() > 0;
+    if (use_gpu) g_stream = gpu_stream_create();
+#endif
 
     for (layer = 0; layer < LAYERS; layer++) {
         const int ratio = ratios[layer];
@@ -120,6 +197,7 @@ int main(void) {
         const int c128_width = (MAX_LEN + 127) / 128;
         unsigned char *swa = (unsigned char *)calloc((size_t)BATCH * swa_pages, (size_t)swa_page_bytes);
         unsigned char *comp = (unsigned char *)calloc((size_t)BATCH * c_pages, (size_t)c_page_bytes);
+        void *swa_at = dev(swa, (size_t)BATCH * swa_pages * swa_page_bytes), *comp_at = dev(comp, (size_t)BATCH * c_pages * c_page_bytes);
         int32_t swa_bt[BATCH * (MAX_LEN / SWA_PAGE)], c_bt[BATCH * (MAX_LEN / 4 / 64)];
         int32_t local[TOKENS * TOPK];
         int32_t swa_idx[TOKENS * W], swa_ptr[TOKENS + 1], c_idx[TOKENS * (MAX_LEN / 4)], c_ptr[TOKENS + 1];
@@ -134,35 +212,37 @@ int main(void) {
         for (b = 0; b < BATCH; b++) {
             for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * BATCH + b;
             for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = i * BATCH + b;
-            TRY(write_entries(swa, (int64_t)BATCH * swa_pages, SWA_PAGE, swa_bt + b * swa_pages, seq_lens[b], swa_fp8));
+            TRY(write_entries(swa_at, (int64_t)BATCH * swa_pages, SWA_PAGE, swa_bt + b * swa_pages, seq_lens[b], swa_fp8));
             if (ratio > 1)
-                TRY(write_entries(comp, (int64_t)BATCH * c_pages, cbs, c_bt + b * c_pages, seq_lens[b] / ratio,
+                TRY(write_entries(comp_at, (int64_t)BATCH * c_pages, cbs, c_bt + b * c_pages, seq_lens[b] / ratio,
                                   AITER_MLA_FP8_E4M3FN));
         }
+        back(swa); /* the naive check below reads the pages */
+        back(comp);
         for (i = 0; i < TOKENS * HEADS * D; i++) q[i] = aiter_mla_f32_to_bf16(frand(1.0f));
 
         /* the SWA lists: raw tokens [max(0, pos - 127), pos] */
-        si.query_start_loc = qsl;
-        si.seq_lens = seq_lens;
-        si.token_to_req = token_req;
-        si.block_table = swa_bt;
+        si.query_start_loc = (const int32_t *)dev(qsl, sizeof qsl);
+        si.seq_lens = (const int32_t *)dev(seq_lens, sizeof seq_lens);
+        si.token_to_req = (const int32_t *)dev(token_req, sizeof token_req);
+        si.block_table = (const int32_t *)dev(swa_bt, sizeof swa_bt);
         si.block_table_stride = swa_pages;
         si.block_size = SWA_PAGE;
         si.num_reqs = BATCH;
         si.num_tokens = TOKENS;
-        si.out.indices = swa_idx;
-        si.out.indptr = swa_ptr;
+        si.out.indices = (int32_t *)dev(swa_idx, sizeof swa_idx);
+        si.out.indptr = (int32_t *)dev(swa_ptr, sizeof swa_ptr);
         si.out.capacity = TOKENS * W;
-        TRY(aiter_mla_v4_swa_indices_ref(&si));
-        cp.indices = swa_idx;
-        cp.indptr = swa_ptr;
+        TRY(OP(aiter_mla_v4_swa_indices, &si));
+        cp.indices = si.out.indices;
+        cp.indptr = si.out.indptr;
         cp.num_rows = TOKENS;
         cp.max_entries_per_row = W;
-        cp.indices_buffer = g_swa_idx;
+        cp.indices_buffer = (int32_t *)dev(g_swa_idx, sizeof g_swa_idx);
         cp.indices_buffer_capacity = TOKENS * W;
-        cp.indptr_buffer = g_swa_ptr;
+        cp.indptr_buffer = (int32_t *)dev(g_swa_ptr, sizeof g_swa_ptr);
         cp.indptr_buffer_capacity = TOKENS + 1;
-        TRY(aiter_mla_v4_copy_ragged_ref(&cp));
+        TRY(OP(aiter_mla_v4_copy_ragged, &cp));
 
         /* the compressed lists */
         if (ratio == 4) { /* the indexer's choice: entries j < (pos + 1) / 4, valid first, -1 padded */
@@ -171,66 +251,70 @@ int main(void) {
                 const int n = (int)((positions[t] + 1) / 4), take = n < TOPK ? n : TOPK, step = 7;
                 for (i = 0; i < TOPK; i++) local[t * TOPK + i] = i < take ? (int32_t)(((int64_t)i * step + t) % n) : -1;
             }
-            tk.topk_indices = local;
+            tk.topk_indices = (const int32_t *)dev(local, sizeof local);
             tk.topk = TOPK;
-            tk.token_to_req = token_req;
-            tk.block_table = c_bt;
+            tk.token_to_req = si.token_to_req;
+            tk.block_table = (const int32_t *)dev(c_bt, sizeof c_bt);
             tk.block_table_stride = c_pages;
             tk.block_size = cbs;
             tk.num_reqs = BATCH;
             tk.num_tokens = TOKENS;
-            tk.out.indices = c_idx;
-            tk.out.indptr = c_ptr;
+            tk.out.indices = (int32_t *)dev(c_idx, sizeof c_idx);
+            tk.out.indptr = (int32_t *)dev(c_ptr, sizeof c_ptr);
             tk.out.capacity = TOKENS * TOPK;
-            TRY(aiter_mla_v4_global_topk_ref(&tk));
+            TRY(OP(aiter_mla_v4_global_topk, &tk));
         } else if (ratio == 128) { /* every compressed entry j < (pos + 1) / 128 */
             aiter_mla_v4_c128_args c = {0};
-            c.positions = positions;
-            c.token_to_req = token_req;
-            c.block_table = c_bt;
+            c.positions = (const int64_t *)dev(positions, sizeof positions);
+            c.token_to_req = si.token_to_req;
+            c.block_table = (const int32_t *)dev(c_bt, sizeof c_bt);
             c.block_table_stride = c_pages;
             c.block_size = cbs;
             c.num_reqs = BATCH;
             c.compress_ratio = 128;
             c.width = c128_width;
             c.num_tokens = TOKENS;
-            c.out.indices = c_idx;
-            c.out.indptr = c_ptr;
+            c.out.indices = (int32_t *)dev(c_idx, sizeof c_idx);
+            c.out.indptr = (int32_t *)dev(c_ptr, sizeof c_ptr);
             c.out.capacity = TOKENS * c128_width;
-            TRY(aiter_mla_v4_c128_indices_ref(&c));
+            TRY(OP(aiter_mla_v4_c128_indices, &c));
         }
         if (ratio > 1) {
-            cp.indices = c_idx;
-            cp.indptr = c_ptr;
+            cp.indices = (const int32_t *)dev(c_idx, sizeof c_idx); /* where the builder wrote them */
+            cp.indptr = (const int32_t *)dev(c_ptr, sizeof c_ptr);
             cp.max_entries_per_row = ratio == 4 ? TOPK : c128_width;
-            cp.indices_buffer = g_c_idx;
+            cp.indices_buffer = (int32_t *)dev(g_c_idx, sizeof g_c_idx);
             cp.indices_buffer_capacity = (int64_t)TOKENS * cp.max_entries_per_row;
-            cp.indptr_buffer = g_c_ptr;
-            TRY(aiter_mla_v4_copy_ragged_ref(&cp));
+            cp.indptr_buffer = (int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
+            TRY(OP(aiter_mla_v4_copy_ragged, &cp));
         }
 
         /* attend: keys = SWA cache, extra keys = compressed cache (none at ratio 1) */
-        a.q = q;
-        a.o = o;
-        a.lse = lse;
-        a.attn_sink = sink;
+        a.q = dev(q, sizeof(uint16_t) * TOKENS * HEADS * D);
+        a.o = dev(o, sizeof(uint16_t) * TOKENS * HEADS * D);
+        a.lse = (float *)dev(lse, sizeof lse);
+        a.attn_sink = (const float *)dev(sink, sizeof sink);
         a.num_tokens = TOKENS;
         a.num_heads = HEADS;
         a.sm_scale = sm_scale;
-        a.keys.cache = swa;
+        a.keys.cache = swa_at;
         a.keys.num_blocks = (int64_t)BATCH * swa_pages;
         a.keys.block_size = SWA_PAGE;
         a.keys.dtype = swa_fp8;
-        a.keys.indices = g_swa_idx;
-        a.keys.indptr = g_swa_ptr;
+        a.keys.indices = (const int32_t *)dev(g_swa_idx, sizeof g_swa_idx);
+        a.keys.indptr = (const int32_t *)dev(g_swa_ptr, sizeof g_swa_ptr);
         if (ratio > 1) {
-            a.extra_keys.cache = comp;
+            a.extra_keys.cache = comp_at;
             a.extra_keys.num_blocks = (int64_t)BATCH * c_pages;
             a.extra_keys.block_size = cbs;
-            a.extra_keys.indices = g_c_idx;
-            a.extra_keys.indptr = g_c_ptr;
+            a.extra_keys.indices = (const int32_t *)dev(g_c_idx, sizeof g_c_idx);
+            a.extra_keys.indptr = (const int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
         }
-        TRY(aiter_mla_v4_attention_ref(&a));
+        TRY(OP(aiter_mla_v4_attention, &a));
+        back(o);
+        back(lse);
+        back(g_swa_ptr);
+        back(g_c_ptr);
 
         /* naive: key sets from the positions, rows read by hand, two-pass softmax with the sink */
         for (t = 0; t < TOKENS; t++) {
@@ -285,11 +369,12 @@ int main(void) {
         if (abs_err > worst_abs) worst_abs = abs_err;
         free(swa);
         free(comp);
+        mirrors_free();
     }
     /* bf16 output against a double-precision reference: SPEC 8's bf16 tolerances */
     failed = !(worst_rel <= 1e-2) || !(worst_lse <= 1e-3);
-    printf("DeepSeek V4 decode step: %d requests, %d tokens, %d heads, layers of ratio 1, 4, 128 (CPU reference)\n", BATCH,
-           TOKENS, HEADS);
+    printf("DeepSeek V4 decode step: %d requests, %d tokens, %d heads, layers of ratio 1, 4, 128 (%s)\n", BATCH, TOKENS,
+           HEADS, use_gpu ? "GPU" : "CPU reference");
     printf("max |o - naive| %.3g, max relative error %.3g (<= 1e-2), max |lse - naive| %.3g (<= 1e-3): %s\n", worst_abs,
            worst_rel, worst_lse, failed ? "FAIL" : "PASS");
     free(q);
