@@ -1718,6 +1718,213 @@ static void test_v4_attention_gpu(test_rng *rng) {
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
+/* A V4 prefill on the GPU the direct way: each token's SWA list (aiter_mla_v4_swa_indices)
+ * and compressed list (ratio 4: aiter_mla_v4_global_topk on the indexer's rows; ratio 128:
+ * aiter_mla_v4_c128_indices) over the caches themselves, attended by aiter_mla_v4_attention,
+ * against vLLM's workspace-based chunked prefill on the CPU (aiter_mla_v4_prefill_ref). */
+static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
+    enum { B = 5, SWA_BS = 64, MAXLEN = 1536, W = 128, TOPK4 = 48 };
+    const int32_t q_lens[B] = {5, 4, 3, 6, 1}, prefix[B] = {0, 3, 200, 1000, 127};
+    const int swa_pages = MAXLEN / SWA_BS, cbs = ratio > 1 ? 256 / ratio : 1, c_pages = ratio > 1 ? MAXLEN / ratio / cbs + 1 : 1;
+    const int n_comp = ratio > 1 ? (MAXLEN + ratio - 1) / ratio : 0, topk = ratio == 4 ? TOPK4 : ratio == 128 ? n_comp : 1;
+    const int64_t swa_pb = aiter_mla_v4_page_bytes(SWA_BS), c_pb = aiter_mla_v4_page_bytes(cbs);
+    int32_t qsl[B + 1], seq[B], swa_bt[B * (MAXLEN / SWA_BS)], c_bt[B * (MAXLEN / 4 / 64 + 1)];
+    int b, i, k, T;
+    char what[96];
+    qsl[0] = 0;
+    for (b = 0; b < B; b++) {
+        qsl[b + 1] = qsl[b] + q_lens[b];
+        seq[b] = prefix[b] + q_lens[b];
+    }
+    T = qsl[B];
+    snprintf(what, sizeof what, "v4 prefill on the GPU, ratio %d, H=%d", ratio, H);
+    unsigned char *swa = (unsigned char *)test_malloc((size_t)(B * swa_pages * swa_pb));
+    unsigned char *comp = (unsigned char *)test_malloc((size_t)(B * c_pages * c_pb));
+    int32_t *local = (int32_t *)test_malloc((size_t)T * topk * 4), *req = (int32_t *)test_malloc((size_t)T * 4);
+    int64_t *pos = (int64_t *)test_malloc((size_t)T * 8);
+    for (b = 0; b < B; b++) { /* rows written by the reference writer, pages interleaved and reversed */
+        uint16_t *kv = (uint16_t *)test_malloc((size_t)seq[b] * 512 * 2);
+        int64_t *sl = (int64_t *)test_malloc((size_t)seq[b] * 8);
+        aiter_mla_v4_cache_write_args w;
+        for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * B + b;
+        for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = (c_pages - 1 - i) * B + b;
+        for (i = 0; i < q_lens[b]; i++) {
+            req[qsl[b] + i] = b;
+            pos[qsl[b] + i] = prefix[b] + i;
+        }
+        memset(&w, 0, sizeof w);
+        w.kv = kv;
+        w.slot_mapping = sl;
+        w.kv_cache = swa;
+        w.num_blocks = (int64_t)B * swa_pages;
+        w.block_size = SWA_BS;
+        w.num_tokens = seq[b];
+        fill_random(kv, (int64_t)seq[b] * 512, AITER_MLA_BF16, rng, -2.0f, 2.0f, 1.0f);
+        for (i = 0; i < seq[b]; i++) sl[i] = (int64_t)swa_bt[b * swa_pages + i / SWA_BS] * SWA_BS + i % SWA_BS;
+        CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        if (ratio > 1) {
+            w.kv_cache = comp;
+            w.num_blocks = (int64_t)B * c_pages;
+            w.block_size = cbs;
+            w.num_tokens = seq[b] / ratio;
+            for (i = 0; i < seq[b] / ratio; i++) sl[i] = (int64_t)c_bt[b * c_pages + i / cbs] * cbs + i % cbs;
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        }
+        free(kv);
+        free(sl);
+    }
+    /* request-local compressed rows: the indexer's (valid first, then -1) or every entry so far */
+    for (i = 0; i < T; i++) {
+        const int n = (int)((pos[i] + 1) / (ratio > 1 ? ratio : 1)), take = n < topk ? n : topk;
+        for (k = 0; k < topk; k++)
+            local[(int64_t)i * topk + k] = ratio == 4 && k < take ? rng_int(rng, 0, n - 1) : ratio == 128 && k < take ? k : -1;
+    }
+    const int64_t nq = (int64_t)T * H * 512;
+    uint16_t *q = (uint16_t *)test_malloc((size_t)nq * 2), *o_gpu = (uint16_t *)test_malloc((size_t)nq * 2),
+             *o_ref = (uint16_t *)test_malloc((size_t)nq * 2);
+    float *lse_gpu = (float *)test_malloc((size_t)T * H * 4), *lse_ref = (float *)test_malloc((size_t)T * H * 4), sink[128];
+    fill_random(q, nq, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+    for (i = 0; i < H; i++) sink[i] = i % 3 == 0 ? -INFINITY : rng_f32(rng, -1.0f, 3.0f);
+
+    /* the reference: vLLM's chunks over a workspace, on the CPU */
+    aiter_mla_v4_prefill_args p;
+    size_t bytes = 0;
+    memset(&p, 0, sizeof p);
+    p.attn.q = q;
+    p.attn.o = o_ref;
+    p.attn.lse = lse_ref;
+    p.attn.attn_sink = sink;
+    p.attn.num_heads = H;
+    p.batch = B;
+    p.query_start_loc = qsl;
+    p.seq_lens = seq;
+    p.compress_ratio = ratio;
+    p.max_model_len = MAXLEN;
+    p.max_num_batched_tokens = T;
+    p.topk_indices = ratio > 1 ? local : NULL;
+    p.topk = topk;
+    p.swa_cache = swa;
+    p.swa_num_blocks = (int64_t)B * swa_pages;
+    p.swa_block_table = swa_bt;
+    p.swa_block_table_stride = swa_pages;
+    p.compressed_cache = ratio > 1 ? comp : NULL;
+    p.compressed_num_blocks = (int64_t)B * c_pages;
+    p.compressed_block_table = c_bt;
+    p.compressed_block_table_stride = c_pages;
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_OK, "");
+    void *ws = test_malloc(bytes);
+    p.workspace = ws;
+    p.workspace_bytes = bytes;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_OK, "");
+
+    /* the GPU: the two lists of every token, then one attention launch */
+    void *d_swa = upload_copy(swa, (size_t)(B * swa_pages * swa_pb)), *d_comp = upload_copy(comp, (size_t)(B * c_pages * c_pb));
+    int32_t *d_qsl = (int32_t *)upload_copy(qsl, sizeof qsl), *d_seq = (int32_t *)upload_copy(seq, sizeof seq);
+    int32_t *d_swa_bt = (int32_t *)upload_copy(swa_bt, sizeof swa_bt), *d_c_bt = (int32_t *)upload_copy(c_bt, sizeof c_bt);
+    int32_t *d_local = (int32_t *)upload_copy(local, (size_t)T * topk * 4), *d_req = (int32_t *)upload_copy(req, (size_t)T * 4);
+    int64_t *d_pos = (int64_t *)upload_copy(pos, (size_t)T * 8);
+    int32_t *d_swa_list = (int32_t *)gpu_malloc((size_t)T * W * 4), *d_swa_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    int32_t *d_c_list = (int32_t *)gpu_malloc((size_t)T * topk * 4), *d_c_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    void *d_q = upload_copy(q, (size_t)nq * 2), *d_o = gpu_malloc((size_t)nq * 2);
+    float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_sink = (float *)upload_copy(sink, sizeof sink);
+    gpu_memset(d_o, 0xff, (size_t)nq * 2);
+    gpu_memset(d_lse, 0xff, (size_t)T * H * 4);
+    aiter_mla_v4_swa_index_args si;
+    memset(&si, 0, sizeof si);
+    si.query_start_loc = d_qsl;
+    si.seq_lens = d_seq;
+    si.block_table = d_swa_bt;
+    si.block_table_stride = swa_pages;
+    si.block_size = SWA_BS;
+    si.num_reqs = B;
+    si.num_tokens = T;
+    si.out.dense = d_swa_list;
+    si.out.lens = d_swa_len;
+    CHECK_STATUS(aiter_mla_v4_swa_indices(&si, g_stream), AITER_MLA_OK, "");
+    if (ratio == 4) {
+        aiter_mla_v4_topk_args tk;
+        memset(&tk, 0, sizeof tk);
+        tk.topk_indices = d_local;
+        tk.topk = topk;
+        tk.token_to_req = d_req;
+        tk.block_table = d_c_bt;
+        tk.block_table_stride = c_pages;
+        tk.block_size = cbs;
+        tk.num_reqs = B;
+        tk.num_tokens = T;
+        tk.out.dense = d_c_list;
+        tk.out.lens = d_c_len;
+        CHECK_STATUS(aiter_mla_v4_global_topk(&tk, g_stream), AITER_MLA_OK, "");
+    } else if (ratio == 128) {
+        aiter_mla_v4_c128_args c;
+        memset(&c, 0, sizeof c);
+        c.positions = d_pos;
+        c.token_to_req = d_req;
+        c.block_table = d_c_bt;
+        c.block_table_stride = c_pages;
+        c.block_size = cbs;
+        c.num_reqs = B;
+        c.compress_ratio = 128;
+        c.width = topk;
+        c.num_tokens = T;
+        c.out.dense = d_c_list;
+        c.out.lens = d_c_len;
+        CHECK_STATUS(aiter_mla_v4_c128_indices(&c, g_stream), AITER_MLA_OK, "");
+    }
+    aiter_mla_v4_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = d_q;
+    a.o = d_o;
+    a.lse = d_lse;
+    a.attn_sink = d_sink;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.keys.cache = d_swa;
+    a.keys.num_blocks = (int64_t)B * swa_pages;
+    a.keys.block_size = SWA_BS;
+    a.keys.indices = d_swa_list;
+    a.keys.indices_stride = W;
+    a.keys.lens = d_swa_len;
+    if (ratio > 1) {
+        a.extra_keys.cache = d_comp;
+        a.extra_keys.num_blocks = (int64_t)B * c_pages;
+        a.extra_keys.block_size = cbs;
+        a.extra_keys.indices = d_c_list;
+        a.extra_keys.indices_stride = topk;
+        a.extra_keys.lens = d_c_len;
+    }
+    CHECK_STATUS(aiter_mla_v4_attention(&a, g_stream), AITER_MLA_OK, "");
+    gpu_sync();
+    gpu_download(o_gpu, d_o, (size_t)nq * 2);
+    gpu_download(lse_gpu, d_lse, (size_t)T * H * 4);
+    {
+        float *g = (float *)test_malloc((size_t)nq * 4), *f = (float *)test_malloc((size_t)nq * 4);
+        int64_t unwritten = 0, e;
+        to_f32(o_gpu, g, nq, AITER_MLA_BF16);
+        to_f32(o_ref, f, nq, AITER_MLA_BF16);
+        for (e = 0; e < nq; e++) unwritten += g[e] != g[e];
+        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        CHECK_CLOSE(what, g, f, nq, TOL_FP8_REL, TOL_FP8_COS);
+        CHECK_LSE(what, lse_gpu, lse_ref, (int64_t)T * H);
+        free(g);
+        free(f);
+    }
+    gpu_free(d_swa); gpu_free(d_comp); gpu_free(d_qsl); gpu_free(d_seq); gpu_free(d_swa_bt); gpu_free(d_c_bt);
+    gpu_free(d_local); gpu_free(d_req); gpu_free(d_pos); gpu_free(d_swa_list); gpu_free(d_swa_len); gpu_free(d_c_list);
+    gpu_free(d_c_len); gpu_free(d_q); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_sink);
+    free(swa); free(comp); free(local); free(req); free(pos); free(q); free(o_gpu); free(o_ref); free(lse_gpu); free(lse_ref);
+    free(ws);
+}
+
+static void test_v4_prefill_gpu(test_rng *rng) {
+    const int before = testing_failed;
+    run_v4_prefill_gpu_case(4, 16, rng);
+    run_v4_prefill_gpu_case(128, 64, rng);
+    run_v4_prefill_gpu_case(1, 16, rng);
+    run_v4_prefill_gpu_case(4, 128, rng);
+    printf("v4 prefill on the GPU: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 /* ---- V4 index builders ---------------------------------------------------------------------
  * Each GPU builder against its reference, byte for byte, on outputs poisoned with 0x7f bytes
  * (V4_GUARD poisoned ints after each buffer must stay so), over every output combination:
@@ -2481,6 +2688,7 @@ int main(int argc, char **argv) {
     RUN(test_v4_cache_write_gpu);
     RUN(test_v4_gather_gpu);
     RUN(test_v4_attention_gpu);
+    RUN(test_v4_prefill_gpu);
     RUN(test_v4_index_builders_gpu);
     RUN(test_merge_gpu);
     RUN(test_prefill);
