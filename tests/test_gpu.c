@@ -11,33 +11,49 @@ static int g_quick = 0;
 static void *g_stream = NULL;
 
 /* ---- reference in parallel: one CPU reference call per (request, head) ------------------ */
-static void ref_decode_parallel(const aiter_mla_decode_args *a, int64_t num_tokens) {
-    const int H = a->num_heads;
+/* The CPU references run slice by slice on every core: fn computes slice `job` of the
+ * operation in args (a token, a head, a request and head); extra is the caller's scratch. */
+typedef aiter_mla_status (*ref_slice_fn)(const void *args, int64_t job, void *extra);
+static void ref_parallel(const char *what, int64_t jobs, ref_slice_fn fn, const void *args, void *extra) {
+    int64_t job;
+    int failures = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
+    for (job = 0; job < jobs; job++)
+        if (fn(args, job, extra) != AITER_MLA_OK) failures++;
+    CHECK(failures == 0, "reference %s failed: %s", what, aiter_mla_last_error());
+}
+
+/* decode: one (request, head) per slice; its lse lands head-major in the scratch */
+typedef struct decode_lse_scratch {
+    float *lse_h;       /* [H, num_tokens] */
+    int64_t num_tokens;
+} decode_lse_scratch;
+static aiter_mla_status ref_decode_slice(const void *args, int64_t job, void *extra) {
+    const aiter_mla_decode_args *a = (const aiter_mla_decode_args *)args;
+    const decode_lse_scratch *x = (const decode_lse_scratch *)extra;
+    const int H = a->num_heads, b = (int)(job / H), h = (int)(job % H);
     const size_t qe = aiter_mla_dtype_size(a->q_dtype ? a->q_dtype : AITER_MLA_BF16);
     const size_t oe = aiter_mla_dtype_size(a->o_dtype ? a->o_dtype : AITER_MLA_BF16);
-    const int64_t qst = a->q_stride_token ? a->q_stride_token : (int64_t)H * 576;
-    const int64_t ost = a->o_stride_token ? a->o_stride_token : (int64_t)H * 512;
+    aiter_mla_decode_args s = *a;
+    s.batch = 1;
+    s.num_heads = 1;
+    s.qo_indptr = a->qo_indptr + b;
+    s.kv_indptr = a->kv_indptr + b;
+    s.kv_last_page_lens = a->kv_last_page_lens + b;
+    s.q = (const char *)a->q + (size_t)h * (a->q_stride_head ? (size_t)a->q_stride_head : 576) * qe;
+    s.q_stride_token = a->q_stride_token ? a->q_stride_token : (int64_t)H * 576;
+    s.q_stride_head = 576;
+    s.o = (char *)a->o + (size_t)h * (a->o_stride_head ? (size_t)a->o_stride_head : 512) * oe;
+    s.o_stride_token = a->o_stride_token ? a->o_stride_token : (int64_t)H * 512;
+    s.o_stride_head = 512;
+    s.lse = a->lse ? x->lse_h + (int64_t)h * x->num_tokens : NULL;
+    return aiter_mla_decode_ref(&s);
+}
+static void ref_decode_parallel(const aiter_mla_decode_args *a, int64_t num_tokens) {
+    const int H = a->num_heads;
     float *lse_h = (float *)test_malloc((size_t)H * (size_t)(num_tokens + 1) * sizeof(float));
-    int job, failures = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
-    for (job = 0; job < a->batch * H; job++) {
-        const int b = job / H, h = job % H;
-        aiter_mla_decode_args s = *a;
-        s.batch = 1;
-        s.num_heads = 1;
-        s.qo_indptr = a->qo_indptr + b;
-        s.kv_indptr = a->kv_indptr + b;
-        s.kv_last_page_lens = a->kv_last_page_lens + b;
-        s.q = (const char *)a->q + (size_t)h * (a->q_stride_head ? (size_t)a->q_stride_head : 576) * qe;
-        s.q_stride_token = qst;
-        s.q_stride_head = 576;
-        s.o = (char *)a->o + (size_t)h * (a->o_stride_head ? (size_t)a->o_stride_head : 512) * oe;
-        s.o_stride_token = ost;
-        s.o_stride_head = 512;
-        s.lse = a->lse ? lse_h + (int64_t)h * num_tokens : NULL;
-        if (aiter_mla_decode_ref(&s) != AITER_MLA_OK) failures++;
-    }
-    CHECK(failures == 0, "reference decode failed: %s", aiter_mla_last_error());
+    decode_lse_scratch x = {lse_h, num_tokens};
+    ref_parallel("decode", (int64_t)a->batch * H, ref_decode_slice, a, &x);
     if (a->lse) {
         int64_t t;
         int h;
@@ -526,23 +542,23 @@ static void test_kv_cache_write(test_rng *rng) {
 
 /* ---- varlen prefill ------------------------------------------------------------------------ */
 /* The CPU reference one head at a time, in parallel (it is double precision). */
-static void ref_prefill_parallel(const aiter_mla_prefill_args *a) {
+/* prefill: one head per slice */
+static aiter_mla_status ref_prefill_slice(const void *args, int64_t h, void *extra) {
+    const aiter_mla_prefill_args *a = (const aiter_mla_prefill_args *)args;
     const size_t e = aiter_mla_dtype_size(a->qkv_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
-    const int64_t tq = a->cu_seqlens_q[a->batch];
-    int h, failures = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
-    for (h = 0; h < a->num_heads; h++) {
-        aiter_mla_prefill_args s = *a;
-        s.num_heads = 1;
-        s.q = (const char *)a->q + (size_t)(h * a->q_stride_head) * e;
-        s.k = (const char *)a->k + (size_t)(h * a->k_stride_head) * e;
-        s.v = (const char *)a->v + (size_t)(h * a->v_stride_head) * e;
-        s.o = (char *)a->o + (size_t)(h * a->o_stride_head) * oe;
-        s.lse = a->lse ? a->lse + h * tq : NULL;
-        s.plan = NULL;
-        if (aiter_mla_prefill_ref(&s) != AITER_MLA_OK) failures++;
-    }
-    CHECK(failures == 0, "reference prefill failed: %s", aiter_mla_last_error());
+    aiter_mla_prefill_args s = *a;
+    (void)extra;
+    s.num_heads = 1;
+    s.q = (const char *)a->q + (size_t)(h * a->q_stride_head) * e;
+    s.k = (const char *)a->k + (size_t)(h * a->k_stride_head) * e;
+    s.v = (const char *)a->v + (size_t)(h * a->v_stride_head) * e;
+    s.o = (char *)a->o + (size_t)(h * a->o_stride_head) * oe;
+    s.lse = a->lse ? a->lse + h * a->cu_seqlens_q[a->batch] : NULL;
+    s.plan = NULL;
+    return aiter_mla_prefill_ref(&s);
+}
+static void ref_prefill_parallel(const aiter_mla_prefill_args *a) {
+    ref_parallel("prefill", a->num_heads, ref_prefill_slice, a, NULL);
 }
 
 typedef struct prefill_case {
@@ -734,24 +750,24 @@ static void test_prefill(test_rng *rng) {
 }
 
 /* ---- sparse attention (V3.2) -------------------------------------------------------------- */
-static void ref_sparse_parallel(const aiter_mla_sparse_args *a) {
+/* sparse attention: one token per slice */
+static aiter_mla_status ref_sparse_slice(const void *args, int64_t t, void *extra) {
+    const aiter_mla_sparse_args *a = (const aiter_mla_sparse_args *)args;
     const size_t qe = aiter_mla_dtype_size(a->q_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
     const int H = a->num_heads;
-    int64_t t;
-    int failures = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
-    for (t = 0; t < a->num_tokens; t++) {
-        aiter_mla_sparse_args s = *a;
-        s.num_tokens = 1;
-        s.q = (const char *)a->q + (size_t)(t * H * 576) * qe;
-        s.indices = a->indices + t * a->topk;
-        s.topk_length = a->topk_length ? a->topk_length + t : NULL;
-        s.o = (char *)a->o + (size_t)(t * H * 512) * oe;
-        s.lse = a->lse ? a->lse + t * H : NULL;
-        s.max_logits = a->max_logits ? a->max_logits + t * H : NULL;
-        if (aiter_mla_sparse_attention_ref(&s) != AITER_MLA_OK) failures++;
-    }
-    CHECK(failures == 0, "reference sparse attention failed: %s", aiter_mla_last_error());
+    aiter_mla_sparse_args s = *a;
+    (void)extra;
+    s.num_tokens = 1;
+    s.q = (const char *)a->q + (size_t)(t * H * 576) * qe;
+    s.indices = a->indices + t * a->topk;
+    s.topk_length = a->topk_length ? a->topk_length + t : NULL;
+    s.o = (char *)a->o + (size_t)(t * H * 512) * oe;
+    s.lse = a->lse ? a->lse + t * H : NULL;
+    s.max_logits = a->max_logits ? a->max_logits + t * H : NULL;
+    return aiter_mla_sparse_attention_ref(&s);
+}
+static void ref_sparse_parallel(const aiter_mla_sparse_args *a) {
+    ref_parallel("sparse attention", a->num_tokens, ref_sparse_slice, a, NULL);
 }
 
 typedef struct sparse_case {
@@ -1481,7 +1497,7 @@ static void test_v4_gather_gpu(test_rng *rng) {
 }
 
 /* ---- V4 attention ---------------------------------------------------------------------- */
-/* The reference, one token per thread: token t's slice of every per-token array. */
+/* The reference, one token per slice: token t's part of every per-token array. */
 static void v4_keys_slice(aiter_mla_v4_keys *k, int64_t t) {
     if (!k->indices) return;
     if (k->indptr) k->indptr += t;
@@ -1490,22 +1506,21 @@ static void v4_keys_slice(aiter_mla_v4_keys *k, int64_t t) {
         if (k->lens) k->lens += t;
     }
 }
-static void ref_v4_parallel(const aiter_mla_v4_attention_args *a) {
+static aiter_mla_status ref_v4_slice(const void *args, int64_t t, void *extra) {
+    const aiter_mla_v4_attention_args *a = (const aiter_mla_v4_attention_args *)args;
     const size_t qe = aiter_mla_dtype_size(a->q_dtype), oe = aiter_mla_dtype_size(a->o_dtype);
-    int64_t t;
-    int failures = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : failures)
-    for (t = 0; t < a->num_tokens; t++) {
-        aiter_mla_v4_attention_args s = *a;
-        s.num_tokens = 1;
-        s.q = (const char *)a->q + (size_t)(t * a->q_stride_token) * qe;
-        s.o = (char *)a->o + (size_t)(t * a->o_stride_token) * oe;
-        s.lse = a->lse ? a->lse + t * a->num_heads : NULL;
-        v4_keys_slice(&s.keys, t);
-        v4_keys_slice(&s.extra_keys, t);
-        if (aiter_mla_v4_attention_ref(&s) != AITER_MLA_OK) failures++;
-    }
-    CHECK(failures == 0, "reference V4 attention failed: %s", aiter_mla_last_error());
+    aiter_mla_v4_attention_args s = *a;
+    (void)extra;
+    s.num_tokens = 1;
+    s.q = (const char *)a->q + (size_t)(t * a->q_stride_token) * qe;
+    s.o = (char *)a->o + (size_t)(t * a->o_stride_token) * oe;
+    s.lse = a->lse ? a->lse + t * a->num_heads : NULL;
+    v4_keys_slice(&s.keys, t);
+    v4_keys_slice(&s.extra_keys, t);
+    return aiter_mla_v4_attention_ref(&s);
+}
+static void ref_v4_parallel(const aiter_mla_v4_attention_args *a) {
+    ref_parallel("V4 attention", a->num_tokens, ref_v4_slice, a, NULL);
 }
 
 /* A key list's host and device arrays. */
