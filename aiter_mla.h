@@ -1177,6 +1177,13 @@ typedef struct aiter_mla_v4_attention_args {
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means q_dtype */
     aiter_mla_v4_keys keys;      /* required: the SWA keys (decode), the workspace (prefill) */
     aiter_mla_v4_keys extra_keys; /* optional, unused while indices is NULL: the compressed keys */
+    int num_splits;              /* GPU: blocks sharing each token's keys, 1..64; 0 means 1. A small
+                                    batch fills the GPU with about num_cu / (num_tokens *
+                                    ceil(H / 64)); more than 1 needs the workspace. The
+                                    reference ignores it (and the workspace) */
+    void *workspace;             /* num_splits > 1: aiter_mla_v4_attention_workspace_size bytes,
+                                    4-byte aligned, device memory */
+    size_t workspace_bytes;
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
@@ -1187,6 +1194,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * stride has) or both bf16 rows, a portable kernel otherwise. The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
+/* Workspace of the GPU attention with num_splits > 1, from num_tokens, num_heads and
+ * num_splits alone: fp32 partial o and lse of every (token, split, head), num_tokens *
+ * num_splits * H * 513 * 4 bytes (0 for one split). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter_mla_v4_attention_args *a, size_t *bytes);
 
 /* vLLM's chunked prefill of one layer (DeepseekV4ROCMAiterMLASparseImpl._forward_prefill):
  * requests are taken chunk_size at a time; per chunk, with M and N from
@@ -3981,6 +3992,8 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (!aiter_mla__v4_out_dtype_ok(a->o_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %so_dtype %s is not bf16, f16 or f32", op, pre,
                                aiter_mla_dtype_name(a->o_dtype));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_splits, 0, 64, pre, "num_splits"));
+    if (!a->num_splits) a->num_splits = 1;
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %ssm_scale = %g is not positive and finite", op, pre, a->sm_scale);
@@ -4055,12 +4068,42 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
     return aiter_mla__v4_attend(op, &a);
 }
 
+static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a) {
+    return a->num_splits > 1 ? (size_t)a->num_tokens * (size_t)a->num_splits * (size_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
+                             : 0u;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter_mla_v4_attention_args *in, size_t *bytes) {
+    const char *op = "v4_attention_workspace_size";
+    aiter_mla_v4_attention_args a;
+    AITER_MLA__NEED(op, in, "args");
+    AITER_MLA__NEED(op, bytes, "bytes");
+    a = *in; /* the sizing fields only */
+    AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
+    AITER_MLA__RANGE(op, a.num_splits, 0, 64, "num_splits");
+    *bytes = aiter_mla__v4_attn_workspace(&a);
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
     const char *op = "v4_attention";
     aiter_mla_v4_attention_args a;
     (void)stream;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_splits > 1) {
+        if (a.num_tokens * a.num_splits > INT32_MAX)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: num_tokens * num_splits = %lld does not fit int32", op,
+                                   (long long)(a.num_tokens * a.num_splits));
+        AITER_MLA__NEED(op, a.workspace, "workspace");
+        if (a.workspace_bytes < aiter_mla__v4_attn_workspace(&a))
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, %d splits need %llu", op,
+                                   (unsigned long long)a.workspace_bytes, a.num_splits,
+                                   (unsigned long long)aiter_mla__v4_attn_workspace(&a));
+        if (((uintptr_t)a.workspace & 3u) != 0)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 4-byte aligned", op);
+    }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_attention(&a, stream));
 }
 

@@ -74,8 +74,10 @@ struct DecodeParams {
     int rows_per_block;         // sparse: heads per block
     const float *attn_sink;     // sparse: [H] optional, enters the denominator only
     float *max_logits;          // sparse: [T, H] optional
-    // V4 (SPEC 7), a sparse mode: token t's keys are list 0's entries, then list 1's.
-    int v4;
+    // V4 (SPEC 7), a sparse mode: token t's keys are list 0's entries, then list 1's; with
+    // v4_splits > 1 block z of gridDim.z takes the z-th share of them and writes fp32
+    // partials (part_o, part_lse at row t * v4_splits + z) for v4_combine_kernel.
+    int v4, v4_splits;
     aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
 };
 
@@ -149,11 +151,19 @@ __device__ __forceinline__ Piece sparse_piece(const DecodeParams &p) {
     return c;
 }
 
-// V4: token blockIdx.x against its two lists, one row group of heads.
+// V4: token blockIdx.x against its two lists (its blockIdx.z-th share of them when split),
+// one row group of heads. Keys [tok0, tok0 + n) of the token's kv_len.
 __device__ __forceinline__ Piece v4_piece(const DecodeParams &p) {
     Piece c = sparse_piece(p);
     c.v4_n0 = aiter_mla__v4_keys_of(&p.v4_keys[0], c.b, &c.v4_start[0]);
-    c.n = c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, &c.v4_start[1]);
+    c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, &c.v4_start[1]);
+    c.n = c.kv_len;
+    if (p.v4_splits > 1) {
+        const int64_t z = blockIdx.z, lo = c.kv_len * z / p.v4_splits, hi = c.kv_len * (z + 1) / p.v4_splits;
+        c.tok0 = lo;
+        c.n = hi - lo;
+        c.loc = (int)(c.b * (int64_t)p.v4_splits + z); // partial row t * splits + z
+    }
     return c;
 }
 
@@ -186,6 +196,7 @@ template <int KVT>
 __device__ __forceinline__ int32_t key_entry(const DecodeParams &p, const Piece &c, int64_t j) {
     if (j >= c.n) return -1;
     if constexpr (is_v4(KVT)) {
+        j += c.tok0; // the token's key index
         const int list = j < c.v4_n0 ? 0 : 1;
         return p.v4_keys[list].indices[c.v4_start[list] + (list ? j - c.v4_n0 : j)];
     } else {
@@ -206,7 +217,7 @@ __device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c,
     KeyRef k{nullptr, nullptr, nullptr, 0, 0, 0};
     if (j >= c.n) return k;
     if constexpr (is_v4(KVT)) {
-        k.list = j < c.v4_n0 ? 0 : 1;
+        k.list = c.tok0 + j < c.v4_n0 ? 0 : 1;
         const aiter_mla_v4_keys &L = p.v4_keys[k.list];
         k.at = aiter_mla__v4_key_at(&L, entry, &k.pos);
         if (!k.at) return k;
@@ -2235,6 +2246,36 @@ __global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_ar
     }
 }
 
+// ==== V4 split combine ======================================================================
+// One warp per (token, head): the splits' partials (o normalised per split, lse natural log,
+// -inf for a split that saw no key) weighted by e^(lse_z - max), then the sink; o = 0 and
+// lse = +inf when no split saw a key, as the unsplit kernels write.
+__global__ void __launch_bounds__(kSmallThreads) v4_combine_kernel(aiter_mla_v4_attention_args a, const float *part_o,
+                                                                   const float *part_lse, int splits) {
+    const int lane = threadIdx.x % AITER_MLA_WARP_SIZE, warps = blockDim.x / AITER_MLA_WARP_SIZE;
+    const int64_t rows = a.num_tokens * a.num_heads;
+    for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / AITER_MLA_WARP_SIZE; r < rows; r += (int64_t)gridDim.x * warps) {
+        const int64_t t = r / a.num_heads;
+        const int h = (int)(r % a.num_heads);
+        float m = neg_inf();
+        for (int z = 0; z < splits; z++) m = fmaxf(m, part_lse[(t * splits + z) * a.num_heads + h]);
+        float sum = 0.0f;
+        for (int z = 0; z < splits; z++) sum += m == neg_inf() ? 0.0f : expf(part_lse[(t * splits + z) * a.num_heads + h] - m);
+        const float lse = sum > 0.0f ? m + logf(sum) : pos_inf();
+        const float f = sum > 0.0f ? (a.attn_sink ? 1.0f / (1.0f + expf(a.attn_sink[h] - lse)) : 1.0f) / sum : 0.0f;
+        for (int d = lane; d < kL; d += AITER_MLA_WARP_SIZE) {
+            float o = 0.0f;
+            for (int z = 0; z < splits; z++) {
+                const int64_t pr = (t * splits + z) * a.num_heads + h;
+                const float w = m == neg_inf() ? 0.0f : expf(part_lse[pr] - m);
+                if (w > 0.0f) o += w * part_o[pr * kL + d];
+            }
+            aiter_mla_store_f32(a.o, t * a.o_stride_token + (int64_t)h * a.o_stride_head + d, a.o_dtype, o * f);
+        }
+        if (lane == 0 && a.lse) a.lse[t * a.num_heads + h] = lse;
+    }
+}
+
 } // namespace
 
 // ==== launchers ============================================================================
@@ -2507,6 +2548,12 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     p.attn_sink = a->attn_sink;
     p.v4_keys[0] = a->keys;
     p.v4_keys[1] = a->extra_keys;
+    p.v4_splits = a->num_splits > 1 ? a->num_splits : 1;
+    if (p.v4_splits > 1) {
+        p.part_o = (float *)a->workspace;
+        p.part_lse = p.part_o + a->num_tokens * p.v4_splits * H * kL;
+    }
+    const unsigned splits = (unsigned)p.v4_splits;
     bool launched = false;
 #ifdef AITER_MLA_HAS_MMA
     // tensor cores: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
@@ -2520,7 +2567,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
         const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block)
                                           : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block);
         if (e != hipSuccess) return (int)e;
@@ -2529,7 +2576,13 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
 #endif
     if (!launched) {
         p.rows_per_block = 64;
-        decode_kernel<kV4Any><<<dim3((unsigned)a->num_tokens, (unsigned)((H + 63) / 64)), kThreads, 0, s>>>(p);
+        decode_kernel<kV4Any><<<dim3((unsigned)a->num_tokens, (unsigned)((H + 63) / 64), splits), kThreads, 0, s>>>(p);
+    }
+    if (splits > 1) {
+        const hipError_t e = hipGetLastError();
+        if (e != hipSuccess) return (int)e;
+        v4_combine_kernel<<<grid_for(a->num_tokens * H, kSmallThreads / AITER_MLA_WARP_SIZE), kSmallThreads, 0, s>>>(
+            *a, p.part_o, p.part_lse, p.v4_splits);
     }
     AITER_MLA__LAUNCH_CHECK();
 }

@@ -13,6 +13,7 @@
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
  * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
  * V4 rows (V4D-*, V4P-*): described above their code.
+ * Rows named *-graph replay captured graphs (see launch_graph): no host launch overhead.
  * The host planner's cost (batch 256) is timed on the CPU.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
@@ -111,13 +112,35 @@ static double gemm_ceiling_tflops(void) {
 /* launch(ctx, i) issues run i on g_stream; runs rotate over the caller's input sets. */
 typedef void (*bench_launch)(void *ctx, int run);
 
+/* Rows whose id ends in "-graph" replay each run as a captured graph (one per input set):
+ * the time then leaves out the host's launch overhead, as a runtime that captures its
+ * decode step sees it. */
+static int g_graph;
+enum { GRAPH_SETS = 64 };
+static gpu_graph *g_graphs[GRAPH_SETS];
+static void launch_graph(bench_launch launch, void *ctx, int run) {
+    if (!g_graph) {
+        launch(ctx, run);
+        return;
+    }
+    if (!g_graphs[run % GRAPH_SETS]) {
+        gpu_graph_begin(g_stream);
+        launch(ctx, run % GRAPH_SETS);
+        g_graphs[run % GRAPH_SETS] = gpu_graph_end(g_stream);
+    }
+    gpu_graph_launch(g_graphs[run % GRAPH_SETS], g_stream);
+}
+
 /* Median device-event time in microseconds of one run: three warm-up runs, then as many
  * timed runs as fill about half a second (10 to 200). */
 static double time_median_us(bench_launch launch, void *ctx) {
     int it, iters;
-    double t0 = host_us(), per;
+    double t0, per;
     float *t;
-    for (it = 0; it < 3; it++) launch(ctx, it);
+    if (g_graph) /* capture every set's graph before timing */
+        for (it = 0; it < GRAPH_SETS; it++) launch_graph(launch, ctx, it);
+    t0 = host_us();
+    for (it = 0; it < 3; it++) launch_graph(launch, ctx, it);
     gpu_sync();
     per = (host_us() - t0) / 3;
     iters = (int)(5e5 / (per > 1 ? per : 1));
@@ -126,12 +149,17 @@ static double time_median_us(bench_launch launch, void *ctx) {
     t = (float *)malloc(sizeof(float) * iters);
     for (it = 0; it < iters; it++) {
         gpu_timer_start(g_timer, g_stream);
-        launch(ctx, it);
+        launch_graph(launch, ctx, it);
         t[it] = gpu_timer_stop_ms(g_timer, g_stream);
     }
     gpu_sync();
     per = median(t, iters) * 1e3;
     free(t);
+    for (it = 0; it < GRAPH_SETS; it++)
+        if (g_graphs[it]) {
+            gpu_graph_destroy(g_graphs[it]);
+            g_graphs[it] = NULL;
+        }
     return per;
 }
 
@@ -596,7 +624,8 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops) {
  * 8192), H heads, keys = the SWA cache's last 128 tokens (MODEL1 pages of 64) + K distinct
  * entries of the request's ratio-4 compressed cache (MODEL1 pages of 64 entries), both
  * e4m3fn, sink on. Bytes: every listed row (584 B) once + q + o (bf16); cache copies
- * rotate past the L2. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
+ * rotate past the L2; keys split over blocks (num_splits) while the batch leaves the GPU's
+ * multiprocessors idle. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
  * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
  * 512) compressed entries; FLOPs 2 * H * keys * (512 + 512). */
 typedef struct v4_row {
@@ -643,7 +672,7 @@ static void *v4_random_cache(int64_t pages, int bs, unsigned seed) {
     return cache;
 }
 
-static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_t l2) {
+static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_t l2, int num_cu) {
     enum { W = 128, BS = 64 };
     const int B = r->batch, H = r->heads, K = r->topk, Q = r->q_len;
     const int64_t T = (int64_t)B * Q;
@@ -717,13 +746,20 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     a.extra_keys.num_blocks = cmp_pages * sets;
     a.extra_keys.indices_stride = K;
     a.extra_keys.lens = d_cmp_len;
+    /* splits: enough blocks to fill the GPU, at least 64 keys (a tile per group) each */
+    a.num_splits = num_cu / (int)(T * ((H + 63) / 64));
+    if (a.num_splits > (W + K) / 64) a.num_splits = (W + K) / 64;
+    if (a.num_splits > 64) a.num_splits = 64;
+    if (a.num_splits < 1) a.num_splits = 1;
+    TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
+    a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
     v4_run run = {&a, d_q, d_swa, d_cmp, sets};
     const double us = time_median_us(launch_v4, &run);
     const double bytes = (double)keys * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
     const double flops = 2.0 * H * (double)keys * (512 + 512);
     const double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
-    printf("| %-15s | %3d | %4d | %3d x %4d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q, us, gbs, tfl,
-           100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+    printf("| %-21s | %3d | %4d | %3d x %4d | %6d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q,
+           a.num_splits, us, gbs, tfl, 100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
     fflush(stdout);
     for (s = 0; s < sets; s++) {
         gpu_free(d_q[s]);
@@ -732,6 +768,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     }
     gpu_free(swa_cache); gpu_free(cmp_cache); gpu_free(d_swa_len); gpu_free(d_cmp_len); gpu_free(d_lse); gpu_free(d_sink);
     gpu_free(d_o);
+    if (a.workspace) gpu_free(a.workspace);
     free(d_q); free(d_swa); free(d_cmp); free(ctx); free(swa); free(cmp); free(swa_len); free(cmp_len); free(pick);
 }
 
@@ -778,7 +815,8 @@ int main(int argc, char **argv) {
         {"D2", 16, 1, 128, 8192, 64, AITER_MLA_BF16},    {"D2-p1", 16, 1, 128, 8192, 1, AITER_MLA_BF16},
         {"D2-fp8", 16, 1, 128, 8192, 64, AITER_MLA_FP8_E4M3FN},
         {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16},   {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16},
-        {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16},      {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16},
+        {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16},      {"D5-graph", 16, 1, 1, 8192, 64, AITER_MLA_BF16},
+        {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16},
     };
     static const prefill_row prows[] = {
         {"P1", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 0},   {"P2", 128, 4, 4096, 4096, 1, AITER_MLA_BF16, 0},
@@ -792,7 +830,8 @@ int main(int argc, char **argv) {
         {"SP1", 4096, 128, 2048, 1, 32768, 0},               /* prefill: 4096 tokens over 32768 bf16 slots */
     };
     static const v4_row vrows[] = {
-        {"V4D-h16-k512-b4", 16, 512, 4, 1},      {"V4D-h16-k512-b32", 16, 512, 32, 1},
+        {"V4D-h16-k512-b4", 16, 512, 4, 1},      {"V4D-h16-k512-b4-graph", 16, 512, 4, 1},
+        {"V4D-h16-k512-b32", 16, 512, 32, 1},
         {"V4D-h16-k512-b128", 16, 512, 128, 1},  {"V4D-h16-k512-b512", 16, 512, 512, 1},
         {"V4D-h16-k1024-b128", 16, 1024, 128, 1}, {"V4D-h64-k512-b4", 64, 512, 4, 1},
         {"V4D-h64-k512-b32", 64, 512, 32, 1},    {"V4D-h64-k512-b128", 64, 512, 128, 1},
@@ -820,6 +859,7 @@ int main(int argc, char **argv) {
             printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
             decode_header = 1;
         }
+        g_graph = strstr(rows[i].id, "-graph") != NULL;
         bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
     }
     for (i = 0; i < (int)(sizeof srows / sizeof srows[0]); i++) {
@@ -834,11 +874,12 @@ int main(int argc, char **argv) {
     for (i = 0; i < (int)(sizeof vrows / sizeof vrows[0]); i++) {
         if (!wanted(argc, argv, vrows[i].id)) continue;
         if (!v4_header) {
-            printf("\n| row             |   H | topk | batch x q  | median us |    GB/s | TFLOP/s | %% copy  | %% GEMM |\n");
-            printf("|-----------------|-----|------|------------|-----------|---------|---------|---------|---------|\n");
+            printf("\n| row                   |   H | topk | batch x q  | splits | median us |    GB/s | TFLOP/s | %% copy  | %% GEMM |\n");
+            printf("|-----------------------|-----|------|------------|--------|-----------|---------|---------|---------|---------|\n");
             v4_header = 1;
         }
-        bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes());
+        g_graph = strstr(vrows[i].id, "-graph") != NULL;
+        bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes(), gpu_num_cu());
     }
     if (wanted(argc, argv, "IDX") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");

@@ -1623,6 +1623,7 @@ typedef struct v4_case {
     int format0, format1;   /* list formats (see v4_list_make); format1 -1: no extra list */
     aiter_mla_dtype fp8_0, fp8_1, q_dtype, o_dtype;
     int with_sink, strided; /* strided: q and o rows with padding between heads */
+    int splits;             /* num_splits */
 } v4_case;
 
 static void run_v4_case(const v4_case *c, test_rng *rng) {
@@ -1634,10 +1635,10 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     char what[240];
     v4_list l0, l1;
     int h;
-    snprintf(what, sizeof what, "v4_attention T=%d H=%d keys %s %s, extra %s %s, q %s o %s%s%s", T, H, fmt_name[c->format0],
-             aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1], aiter_mla_dtype_name(c->fp8_1),
-             aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype), c->with_sink ? " sink" : "",
-             c->strided ? " strided" : "");
+    snprintf(what, sizeof what, "v4_attention T=%d H=%d keys %s %s, extra %s %s, q %s o %s%s%s, %d splits", T, H,
+             fmt_name[c->format0], aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1],
+             aiter_mla_dtype_name(c->fp8_1), aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype),
+             c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits);
     v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, rng); /* the SWA list: dense, width W */
     if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, rng); /* compressed: ragged */
     float sink[128];
@@ -1664,6 +1665,10 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     a.o_dtype = c->o_dtype;
     a.keys = l0.dev;
     if (c->format1 >= 0) a.extra_keys = l1.dev;
+    a.num_splits = c->splits;
+    CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes), AITER_MLA_OK, "");
+    a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
+    if (a.workspace) gpu_memset(a.workspace, 0xff, a.workspace_bytes); /* NaN partials: an unwritten one would show */
     CHECK_STATUS(aiter_mla_v4_attention(&a, g_stream), AITER_MLA_OK, "");
     gpu_sync();
     gpu_download(o_gpu, d_o, (size_t)no * oe);
@@ -1700,6 +1705,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
         free(f);
     }
     gpu_free(d_q); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_sink);
+    if (a.workspace) gpu_free(a.workspace);
     free(q); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu);
     v4_list_free(&l0);
     if (c->format1 >= 0) v4_list_free(&l1);
@@ -1728,6 +1734,7 @@ static void test_v4_attention_gpu(test_rng *rng) {
                 c.o_dtype = (hi + fi) % 3 == 2 ? AITER_MLA_F32 : AITER_MLA_BF16;
                 c.with_sink = (hi + v) % 2 == 0 || fi == 0;
                 c.strided = (fi + v) % 3 == 1;
+                c.splits = (hi + fi + v) % 3 == 0 ? 1 : v ? 3 : 11; /* 11: splits of a few keys, empty ones */
                 run_v4_case(&c, rng);
             }
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");

@@ -5408,7 +5408,29 @@ static void test_v4_attention(void) {
             V4A_CASE(e.q_stride_head = -1, AITER_MLA_ERR_NO_GPU);
             V4A_CASE(e.o = NULL, AITER_MLA_ERR_NO_GPU);
             V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_OK);
+            V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_NO_GPU);
 #undef V4A_CASE
+            { /* split over several blocks: the GPU needs the workspace (the reference ignores it) */
+                size_t need = 0;
+                char ws_small[16];
+                e = a;
+                e.num_splits = 4;
+                CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
+                CHECK(need == (size_t)e.num_tokens * 4 * e.num_heads * 513 * 4, "v4 attention workspace: %zu bytes", need);
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "workspace");
+                e.workspace = ws_small;
+                e.workspace_bytes = sizeof ws_small;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+                e.workspace_bytes = need;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+                e.num_splits = 1;
+                CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
+                CHECK(need == 0, "v4 attention workspace for one split: %zu bytes", need);
+                CHECK_STATUS(aiter_mla_v4_attention_workspace_size(NULL, &need), AITER_MLA_ERR_NULL_POINTER, "args");
+                CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "bytes");
+            }
             e = a;
             e.attn_sink = nan_sink;
             CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
