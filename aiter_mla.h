@@ -96,11 +96,13 @@
  *   and the cache against the indptrs; device copies of plans, which the GPU path cannot
  *   read on the host) are trusted to match what they were built from. Page ids and slots
  *   that are negative or out of range are data: the key is skipped, the write dropped.
- *   A GPU entry point validates exactly what its CPU reference validates, except the
- *   contents of device arrays, which the host cannot read: what the reference refuses
- *   there (a non-monotone cu_out_rows, say) the kernel takes as data, and bad entries
- *   (negative or out-of-range slots, blocks, request ids, rows) give -1, zero rows or
- *   dropped writes, never an access outside the buffers the arguments describe.
+ *   A GPU entry point validates what its CPU reference validates, plus what its launch
+ *   needs (workspaces, 16-byte alignment where a kernel requires it, grid sizes within
+ *   int32), except the contents of device arrays, which the host cannot read: what the
+ *   reference refuses there (a non-monotone cu_out_rows, say) the kernel takes as data,
+ *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
+ *   zero rows or dropped writes, never an access outside the buffers the arguments
+ *   describe.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -507,7 +509,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
 /* ==== reduce of split pieces (SPEC 1b) ==================================================
  * For reduce tile t with pieces k (rows p_k .. of the partial buffers):
  *   g = m + log sum_k exp(lse_k - m), m = max_k lse_k;  o = sum_k exp(lse_k - g) o_k;
- *   lse = g. Pieces with lse = -inf weigh 0; if all are empty: o = 0, lse = +inf. */
+ *   lse = g. Pieces with lse = -inf weigh 0; if all are empty: o = 0 and lse = +inf (or -inf
+ * with empty_lse_neg_inf, the prefill's convention). */
 typedef struct aiter_mla_reduce_args {
     const float *partial_o;     /* [partial_rows, H, dv] */
     const float *partial_lse;   /* [partial_rows, H] */
@@ -516,7 +519,7 @@ typedef struct aiter_mla_reduce_args {
     const int32_t *reduce_partial_map;/* [reduce_indptr[num_tiles]] first partial row */
     int num_tiles;              /* tiles to visit (tiles with < 2 pieces are skipped) */
     int num_partial_rows;       /* rows in partial_o / partial_lse (bounds the maps) */
-    int num_heads;              /* 1..128 */
+    int num_heads;              /* 1..65535 (a decode plan has at most 128, a prefill plan 65535) */
     int dv;                     /* 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32 */
@@ -524,7 +527,7 @@ typedef struct aiter_mla_reduce_args {
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
     int64_t lse_stride_head;    /* 0 means 1 */
     int empty_lse_neg_inf;      /* a row no piece saw a key for: 0 gives lse +inf (decode),
-                                   1 gives -inf (prefill) */
+                                   1 gives -inf (prefill); 0 or 1 */
     aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
 } aiter_mla_reduce_args;
 
@@ -785,8 +788,9 @@ typedef struct aiter_mla_sparse_args {
 } aiter_mla_sparse_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
-/* GPU: every pointer on the device; contents of indices / topk_length are data (a slot
- * outside [0, num_slots) is skipped). num_tokens * topk must stay below 2^31. */
+/* GPU: every pointer on the device, kv_cache 16-byte aligned; contents of indices /
+ * topk_length are data (a slot outside [0, num_slots) is skipped). num_tokens * topk must
+ * stay below 2^31. */
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *a, void *stream);
 
 /* ==== context gather (SPEC 2b; also the dequantising gather of SPEC 6) ====================
@@ -1041,7 +1045,8 @@ typedef struct aiter_mla_v4_c128_args {
     const uint8_t *is_valid_token; /* [num_tokens], optional (NULL: all valid) */
     const int32_t *block_table;  /* [num_reqs, block_table_stride] compressed page ids; NULL: local form */
     int64_t block_table_stride;  /* >= 1 in the global form */
-    int block_size;              /* entries per compressed page, 1..1024; 0 means 2 (256 / 128) */
+    int block_size;              /* entries per compressed page, 1..1024; 0 means 256 / compress_ratio
+                                    (2 at ratio 128), at least 1 */
     int num_reqs;                /* >= 1 in the global form */
     int compress_ratio;          /* 1..65536; 0 means 128 */
     int width;                   /* most entries per token, >= 1 */
@@ -1229,7 +1234,7 @@ typedef struct aiter_mla_v4_prefill_args {
     int64_t swa_num_blocks;      /* >= 1 */
     int swa_block_size;          /* 1..1024; 0 means 64 */
     int64_t swa_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(swa_block_size) */
-    aiter_mla_dtype swa_fp8_dtype; /* DEFAULT means e4m3fn (fnuz on gfx942) */
+    aiter_mla_dtype swa_fp8_dtype; /* DEFAULT means e4m3fn; pass e4m3fnuz for vLLM's gfx942 SWA cache */
     const int32_t *swa_block_table; /* [batch, swa_block_table_stride] */
     int64_t swa_block_table_stride; /* >= 1 */
     const void *compressed_cache; /* ratio > 1: [compressed_num_blocks, page stride] MODEL1 pages */
@@ -1257,12 +1262,15 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
 /* ======================================================================================
  * Internal helpers shared by the CPU reference and the kernels (one definition each).
  * ====================================================================================== */
-/* One expanded slot: -1 for a negative block id, a block beyond the row, or int32 overflow. */
+/* Slot of position t through one block-table row of `stride` blocks of k tokens: -1 for a
+ * negative t, a negative block id, a block beyond the row, or int32 overflow. */
 AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, int32_t t, int k) {
-    int32_t blk = t / k;
+    uint32_t blk;
     int64_t slot;
+    if (t < 0) return -1;
+    blk = (uint32_t)t / (uint32_t)k; /* t >= 0: unsigned division, the cheaper one on GPUs */
     if (blk >= stride || row[blk] < 0) return -1;
-    slot = (int64_t)row[blk] * k + t % k;
+    slot = (int64_t)row[blk] * k + (uint32_t)t % (uint32_t)k;
     return slot > INT32_MAX ? -1 : (int32_t)slot;
 }
 
@@ -1527,14 +1535,10 @@ AITER_MLA_HD int32_t aiter_mla__v4_copy_len(const aiter_mla_v4_ragged_copy_args 
 AITER_MLA_HD int32_t aiter_mla__sparse_slot(const aiter_mla_sparse_index_args *a, int32_t req, int32_t idx) {
     int64_t slot;
     if (idx < 0 || req < 0 || req >= a->num_requests) return -1;
-    if (a->block_table) { /* idx >= 0 here: unsigned division, the cheaper one on GPUs */
-        const uint32_t blk = (uint32_t)idx / (uint32_t)a->block_size, off = (uint32_t)idx % (uint32_t)a->block_size;
-        const int32_t id = blk < a->block_table_stride ? a->block_table[req * a->block_table_stride + blk] : -1;
-        if (id < 0) return -1;
-        slot = (int64_t)id * a->block_size + off;
-    } else {
-        slot = (int64_t)a->workspace_starts[req] + idx;
-    }
+    if (a->block_table)
+        return aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, idx,
+                                     a->block_size);
+    slot = (int64_t)a->workspace_starts[req] + idx;
     return slot < 0 || slot > INT32_MAX ? -1 : (int32_t)slot;
 }
 
@@ -2513,7 +2517,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!a.dv) a.dv = AITER_MLA_LATENT_DIM;
     if (a.o_dtype == AITER_MLA_DTYPE_DEFAULT) a.o_dtype = AITER_MLA_BF16;
     AITER_MLA__RANGE(op, a.num_tiles, 0, INT32_MAX - 1, "num_tiles");
-    AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
+    AITER_MLA__RANGE(op, a.num_heads, 1, 65535, "num_heads");
+    AITER_MLA__RANGE(op, a.empty_lse_neg_inf, 0, 1, "empty_lse_neg_inf");
     AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
     if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
@@ -3178,10 +3183,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
     return AITER_MLA_OK;
 }
 
-static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const aiter_mla_prefill_plan_info *info,
-                                                       const int32_t *cq, const int32_t *ck, int batch, int causal) {
+/* plan_info is what aiter_mla_prefill_plan_get_info makes of its desc (every offset and
+ * bound the builder, the checker and the launch trust). */
+static aiter_mla_status aiter_mla__prefill_plan_info_check(const char *op, const aiter_mla_prefill_plan_info *info) {
     aiter_mla_prefill_plan_info f;
-    int b;
     AITER_MLA__NEED(op, info, "plan_info");
     if (aiter_mla_prefill_plan_get_info(&info->desc, &f) != AITER_MLA_OK || f.desc.max_batch != info->desc.max_batch ||
         f.desc.max_q_tokens != info->desc.max_q_tokens || f.desc.num_heads != info->desc.num_heads ||
@@ -3193,6 +3198,13 @@ static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const ait
         f.off_reduce_final_map != info->off_reduce_final_map || f.off_reduce_partial_map != info->off_reduce_partial_map ||
         f.plan_ints != info->plan_ints || f.workspace_bytes != info->workspace_bytes)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info differs from what aiter_mla_prefill_plan_get_info makes of its desc", op);
+    return AITER_MLA_OK;
+}
+
+static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const aiter_mla_prefill_plan_info *info,
+                                                       const int32_t *cq, const int32_t *ck, int batch, int causal) {
+    int b;
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_info_check(op, info));
     AITER_MLA__NEED(op, cq, "cu_seqlens_q");
     AITER_MLA__NEED(op, ck, "cu_seqlens_k");
     AITER_MLA__RANGE(op, batch, 1, INT32_MAX - 1, "batch");
@@ -3378,7 +3390,7 @@ done:
 static aiter_mla_status aiter_mla__prefill_plan_args(const char *op, const aiter_mla_prefill_args *a) {
     const aiter_mla_prefill_plan_info *info = a->plan_info;
     AITER_MLA__NEED(op, a->plan, "plan");
-    AITER_MLA__NEED(op, info, "plan_info");
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_info_check(op, info));
     if (info->desc.num_heads != a->num_heads || info->desc.dv != a->dv)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads %d / dv %d differ from the plan's %d / %d", op,
                                a->num_heads, a->dv, info->desc.num_heads, info->desc.dv);
@@ -3774,8 +3786,9 @@ static aiter_mla_status aiter_mla__v4_c128_resolve(const char *op, const aiter_m
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
     if (!a->compress_ratio) a->compress_ratio = 128;
-    if (!a->block_size) a->block_size = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / 128;
     AITER_MLA__RANGE(op, a->compress_ratio, 1, 65536, "compress_ratio");
+    if (!a->block_size) /* a compressed page holds 256 logical tokens */
+        a->block_size = a->compress_ratio < AITER_MLA_V4_COMPRESSED_PAGE_TOKENS ? AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / a->compress_ratio : 1;
     AITER_MLA__RANGE(op, a->width, 1, 1 << 24, "width");
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     if (a->block_table) {

@@ -180,8 +180,8 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
 
 // A final row's o factor from the attention sink: sum e^s / (sum e^s + e^sink) = 1 / (1 +
 // e^(sink - lse)); 1 without a sink, 0 for a sink of +inf. Only for rows that saw a key.
-__device__ __forceinline__ float sink_factor(const DecodeParams &p, int h, float lse) {
-    return p.attn_sink ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+__device__ __forceinline__ float sink_factor(const float *attn_sink, int h, float lse) {
+    return attn_sink ? 1.0f / (1.0f + expf(attn_sink[h] - lse)) : 1.0f;
 }
 // max_logits of a final row: the largest scaled logit (m is in log2 units), -inf when none.
 __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t tok, int h, bool any, float m_log2) {
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
                     const float l = l_s[r];
                     const float lse = l > 0.0f ? (m_s[r] + log2f(l)) * kLn2 : (loc < 0 ? pos_inf() : neg_inf());
                     if (loc < 0) {
-                        const float inv = l > 0.0f ? sink_factor(p, (int)h, lse) / l : 0.0f;
+                        const float inv = l > 0.0f ? sink_factor(p.attn_sink, (int)h, lse) / l : 0.0f;
 #pragma unroll
                         for (int j = 0; j < kDimsPerThread; j++)
                             aiter_mla_store_f32(a.o, tok * a.o_stride_token + h * a.o_stride_head + tid + j * kThreads,
@@ -493,9 +493,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -929,7 +926,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             const int idx = r0 + row;
                             const int64_t tok = pc.qs + idx / H, h = idx % H;
                             const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-                            const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p, (int)h, lse) : 1.0f) / l : 0.0f;
+                            const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
 #pragma unroll
                             for (int nt = 0; nt < kNT; nt++) {
                                 const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
@@ -1267,6 +1264,9 @@ struct PfShape {
     static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
 };
 
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -2257,21 +2257,25 @@ __global__ void __launch_bounds__(kSmallThreads) v4_combine_kernel(aiter_mla_v4_
     for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / AITER_MLA_WARP_SIZE; r < rows; r += (int64_t)gridDim.x * warps) {
         const int64_t t = r / a.num_heads;
         const int h = (int)(r % a.num_heads);
-        float m = neg_inf();
+        constexpr int kPer = kL / AITER_MLA_WARP_SIZE; // dims per lane
+        float m = neg_inf(), sum = 0.0f, acc[kPer];
         for (int z = 0; z < splits; z++) m = fmaxf(m, part_lse[(t * splits + z) * a.num_heads + h]);
-        float sum = 0.0f;
-        for (int z = 0; z < splits; z++) sum += m == neg_inf() ? 0.0f : expf(part_lse[(t * splits + z) * a.num_heads + h] - m);
-        const float lse = sum > 0.0f ? m + logf(sum) : pos_inf();
-        const float f = sum > 0.0f ? (a.attn_sink ? 1.0f / (1.0f + expf(a.attn_sink[h] - lse)) : 1.0f) / sum : 0.0f;
-        for (int d = lane; d < kL; d += AITER_MLA_WARP_SIZE) {
-            float o = 0.0f;
-            for (int z = 0; z < splits; z++) {
-                const int64_t pr = (t * splits + z) * a.num_heads + h;
-                const float w = m == neg_inf() ? 0.0f : expf(part_lse[pr] - m);
-                if (w > 0.0f) o += w * part_o[pr * kL + d];
-            }
-            aiter_mla_store_f32(a.o, t * a.o_stride_token + (int64_t)h * a.o_stride_head + d, a.o_dtype, o * f);
+#pragma unroll
+        for (int j = 0; j < kPer; j++) acc[j] = 0.0f;
+        for (int z = 0; m != neg_inf() && z < splits; z++) { // one weight per split, its o in one pass
+            const int64_t pr = (t * splits + z) * a.num_heads + h;
+            const float w = expf(part_lse[pr] - m);
+            sum += w;
+            if (w > 0.0f)
+#pragma unroll
+                for (int j = 0; j < kPer; j++) acc[j] += w * part_o[pr * kL + lane + j * AITER_MLA_WARP_SIZE];
         }
+        const float lse = sum > 0.0f ? m + logf(sum) : pos_inf();
+        const float f = sum > 0.0f ? sink_factor(a.attn_sink, h, lse) / sum : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPer; j++)
+            aiter_mla_store_f32(a.o, t * a.o_stride_token + (int64_t)h * a.o_stride_head + lane + j * AITER_MLA_WARP_SIZE, a.o_dtype,
+                                acc[j] * f);
         if (lane == 0 && a.lse) a.lse[t * a.num_heads + h] = lse;
     }
 }

@@ -1,5 +1,5 @@
 /* bench.c - `make bench`: the ceilings of this GPU, the decode, prefill and sparse rows of
- * BENCHMARKS.md and the memory-bound small ops (IDX, DSW, GATH; described above their
+ * the project's benchmark shapes (D1-D6, P1-P4, SD1, SP1) and the memory-bound small ops (IDX, DSW, GATH; described above their
  * code), measured in one run.
  *
  * Ceilings: device copy bandwidth (a 16-byte copy kernel and the runtime's device-to-device
@@ -170,6 +170,20 @@ static int rotation_sets(size_t set_bytes, size_t l2) {
     return sets < 1 ? 1 : sets > 64 ? 64 : (int)sets;
 }
 
+/* A shuffled permutation of 0 .. n-1. */
+static int32_t *shuffled_ids(int64_t n) {
+    int32_t *v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t i;
+    for (i = 0; i < n; i++) v[i] = (int32_t)i;
+    for (i = n - 1; i > 0; i--) {
+        int64_t k = (int64_t)(frand() * (double)(i + 1));
+        int32_t t = v[i];
+        v[i] = v[k];
+        v[k] = t;
+    }
+    return v;
+}
+
 /* ---- decode rows ---------------------------------------------------------------------- */
 typedef struct bench_row {
     const char *id;
@@ -193,7 +207,7 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     const int B = r->batch, H = r->heads, P = r->page;
     const size_t kv_e = aiter_mla_dtype_size(r->kv);
     int32_t *qo = (int32_t *)malloc((B + 1) * 4), *kvp = (int32_t *)malloc((B + 1) * 4), *last = (int32_t *)malloc(B * 4);
-    int64_t pages = 0, keys = 0, i;
+    int64_t pages = 0, keys = 0;
     int b, s;
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
@@ -205,14 +219,7 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
         pages += np;
         keys += ctx;
     }
-    int32_t *idx = (int32_t *)malloc((size_t)pages * 4);
-    for (i = 0; i < pages; i++) idx[i] = (int32_t)i;
-    for (i = pages - 1; i > 0; i--) {
-        int64_t k = (int64_t)(frand() * (double)(i + 1));
-        int32_t t = idx[i];
-        idx[i] = idx[k];
-        idx[k] = t;
-    }
+    int32_t *idx = shuffled_ids(pages);
     const int64_t T = qo[B];
     const size_t cache_bytes = (size_t)pages * P * 576 * kv_e;
     const int sets = rotation_sets(cache_bytes, l2);
@@ -297,20 +304,6 @@ static void print_op_row(const char *id, const char *shape, double us, double by
     const double gbs = bytes / (us * 1e-6) / 1e9;
     printf("| %-5s | %-52s | %9.1f | %7.0f | %5.1f %% |\n", id, shape, us, gbs, 100.0 * gbs / copy_gbs);
     fflush(stdout);
-}
-
-/* A shuffled permutation of 0 .. n-1. */
-static int32_t *shuffled_ids(int64_t n) {
-    int32_t *v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
-    int64_t i;
-    for (i = 0; i < n; i++) v[i] = (int32_t)i;
-    for (i = n - 1; i > 0; i--) {
-        int64_t k = (int64_t)(frand() * (double)(i + 1));
-        int32_t t = v[i];
-        v[i] = v[k];
-        v[k] = t;
-    }
-    return v;
 }
 
 typedef struct idx_run {
@@ -861,6 +854,7 @@ int main(int argc, char **argv) {
         }
         g_graph = strstr(rows[i].id, "-graph") != NULL;
         bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+        g_graph = 0; /* the other rows launch directly */
     }
     for (i = 0; i < (int)(sizeof srows / sizeof srows[0]); i++) {
         if (!wanted(argc, argv, srows[i].id)) continue;
@@ -880,6 +874,7 @@ int main(int argc, char **argv) {
         }
         g_graph = strstr(vrows[i].id, "-graph") != NULL;
         bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes(), gpu_num_cu());
+        g_graph = 0;
     }
     if (wanted(argc, argv, "IDX") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");

@@ -1,5 +1,6 @@
 /* prefill.c - a chunked MLA prefill as vLLM's forward_mha runs it, on the CPU reference
- * (the GPU prefill kernels are still to come).
+ * (the same structs drive the GPU versions: aiter_mla_gather_cache, aiter_mla_prefill,
+ * aiter_mla_merge_attn_states).
  *
  * One request with a cached prefix of CTX tokens (in the paged latent cache) and NEW new
  * tokens. For each context chunk: gather its latent rows from the cache, decompress them

@@ -1,5 +1,6 @@
-/* sparse.c - one DeepSeek V3.2 sparse MLA decode step, on the CPU reference (the GPU
- * sparse kernels are still to come).
+/* sparse.c - one DeepSeek V3.2 sparse MLA decode step, on the CPU reference (the same
+ * structs drive the GPU versions: aiter_mla_ds_mla_write, aiter_mla_convert_sparse_indices,
+ * aiter_mla_sparse_attention).
  *
  * Requests with paged fp8_ds_mla caches (656-byte rows, page size 64): write the new
  * tokens' latents into the cache, take the indexer's top-k request-local positions for

@@ -2274,8 +2274,11 @@ static void test_reduce_ref(void) {
             aiter_mla_reduce_args b = a;
             b.num_heads = 0;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
-            b.num_heads = 129;
+            b.num_heads = 65536;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            b = a;
+            b.empty_lse_neg_inf = 2;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "empty_lse_neg_inf");
             b = a;
             b.o_dtype = AITER_MLA_FP8_E4M3FN;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
@@ -4285,6 +4288,9 @@ static void test_attention_wrappers(void) {
         b.num_heads = 1;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
         b.num_heads = 2;
+        info.off_work_info += 1000000; /* a tampered offset the launch would trust */
+        CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+        info.off_work_info -= 1000000;
         b.plan_info = NULL;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NULL_POINTER, "plan_info");
         free(plan);
@@ -5710,8 +5716,8 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             for (pp = lo; pp <= pos; pp++)
                 naive_v4_row(swa, swa_pb, SWA_BS, (int64_t)swa_bt[b * swa_pages + pp / SWA_BS] * SWA_BS + pp % SWA_BS, 0,
                              krows + (int64_t)nk++ * 512);
-            for (k = 0; k < tl; k++) {
-                const int32_t j = topk_idx[tt * (topk + 3) + k];
+            for (k = 0; k < tl; k++) { /* ratio 128: entries 0 .. tl - 1, not the builder's list */
+                const int32_t j = ratio == 128 ? k : topk_idx[tt * (topk + 3) + k];
                 naive_v4_row(comp, c_pb, cbs, (int64_t)c_bt[b * c_pages + j / cbs] * cbs + j % cbs, 0, krows + (int64_t)nk++ * 512);
             }
             naive_v4_attend(q, (int64_t)tt * H * 512, AITER_MLA_BF16, H, krows, nk, 1.0 / sqrt(512.0), sink,
