@@ -18,6 +18,7 @@ typedef cudaError_t hipError_t;
 #define hipErrorInvalidValue cudaErrorInvalidValue
 #define AITER_MLA_WARP_SIZE 32
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define aiter_mla__shfl(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
 #else
 #include <hip/hip_runtime.h>
@@ -27,6 +28,7 @@ typedef cudaError_t hipError_t;
 #define AITER_MLA_WARP_SIZE 64 // gfx9 (MI200, MI300, MI350) run 64-lane wavefronts
 #endif
 #define aiter_mla__shfl_xor(v, m) __shfl_xor((v), (m))
+#define aiter_mla__shfl(v, l) __shfl((v), (l))
 #define aiter_mla__ballot(p) ((uint64_t)__ballot((p)))
 #endif
 
@@ -197,8 +199,8 @@ __device__ __forceinline__ int32_t key_entry(const DecodeParams &p, const Piece 
     if (j >= c.n) return -1;
     if constexpr (is_v4(KVT)) {
         j += c.tok0; // the token's key index
-        const int list = j < c.v4_n0 ? 0 : 1;
-        return p.v4_keys[list].indices[c.v4_start[list] + (list ? j - c.v4_n0 : j)];
+        // selects rather than an index into the parameter (which would copy it to local memory)
+        return j < c.v4_n0 ? p.v4_keys[0].indices[c.v4_start[0] + j] : p.v4_keys[1].indices[c.v4_start[1] + j - c.v4_n0];
     } else {
         return p.a.kv_indices[c.ks + (j >> p.page_shift)];
     }
@@ -218,7 +220,7 @@ __device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c,
     if (j >= c.n) return k;
     if constexpr (is_v4(KVT)) {
         k.list = c.tok0 + j < c.v4_n0 ? 0 : 1;
-        const aiter_mla_v4_keys &L = p.v4_keys[k.list];
+        const aiter_mla_v4_keys L = k.list ? p.v4_keys[1] : p.v4_keys[0]; // a select, not an index (see key_entry)
         k.at = aiter_mla__v4_key_at(&L, entry, &k.pos);
         if (!k.at) return k;
         k.row = k.at;
@@ -394,23 +396,23 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     });
 }
 
-// ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, bulk copies) ======
+// ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, cp.async) =======
 // Same plan, same pieces, same output conventions as the portable path. Per pass a block
 // takes up to M (token, head) rows of a work item (Q in shared memory) and streams the
-// piece's keys in tiles of 32 through a ring of bulk copies (one per key row, issued by a
-// group's first warp, completing on per-slot mbarriers; absent keys zero-filled), as deep
-// as shared memory allows. Per tile: S = Q K^T (mma.sync m16n8k16), an online softmax (up
-// to 16 threads per row), O += P V. M = 64: one group of 16 warps, warp w owns latent dims
+// piece's keys in tiles of 32 through a ring of 16-byte cp.async copies (every thread of a
+// group copies a share of each tile; absent keys zero-filled by the copies), as deep as
+// shared memory allows. Per tile: S = Q K^T (mma.sync m16n8k16), an online softmax (up to
+// 16 threads per row), O += P V. M = 64: one group of 16 warps, warp w owns latent dims
 // [32w, 32w + 32). M = 16 (the memory-bound shapes): two groups of 8 warps stream
 // alternate key tiles with their own rings and merge at the end of the pass; warp w of a
 // group owns [64w, 64w + 64). fp8 caches land in a byte ring and are widened to bf16
 // (exact: e4m3 fits bf16) by the hardware converter (e4m3fn) or a 256-entry table
-// (e4m3fnuz).
+// (e4m3fnuz). Rows leave through shared memory in coalesced stores.
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
 
-// The path needs sm_90 (bulk copies, e4m3 converter): taken only when every target this
+// The path needs sm_90 (the e4m3 converter): taken only when every target this
 // file was built for has it (nvcc lists them in __CUDA_ARCH_LIST__).
 constexpr int kArchs[] = {
 #ifdef __CUDA_ARCH_LIST__
@@ -428,6 +430,7 @@ constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
+constexpr int kStageRow = kL + 8;   // fp32 rows of o staged for the stores, padded the same way
 constexpr int kSmemLimit = 227 * 1024;
 
 // Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
@@ -451,11 +454,11 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int s_rows = M == 16 ? 16 * (group_warps / 4) : 64; // S rows x k-parts
     static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
-    static constexpr int per_stage = stage + kN + 8;               // slot, valid flags, mbarrier
+    static constexpr int per_stage = stage + kN;                   // slot, valid flags
     static constexpr int fit = (kSmemLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
     static constexpr int cap = fit > 8 ? 8 : fit;
     // bytes of a group with st ring slots (the layout below, roundings included)
-    static constexpr int group_bytes_for(int st) { return ((st * stage + group_fixed + st * kN + 7) / 8 * 8 + 8 * st + 127) / 128 * 128; }
+    static constexpr int group_bytes_for(int st) { return (st * stage + group_fixed + st * kN + 127) / 128 * 128; }
     static constexpr int stages = shared_fixed + groups * group_bytes_for(cap) <= kSmemLimit ? cap : cap - 1; // ring slots per group
     // shared by the groups
     static constexpr int q = 0;
@@ -469,32 +472,22 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int p = s + s_rows * kSRow * 4;
     static constexpr int m = p + M * kPRowB;                       // float m, l, alpha [M]
     static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
-    static constexpr int bar = (valid + stages * kN + 7) / 8 * 8;  // uint64 mbarrier [stages]
-    static constexpr int group_bytes = (bar + 8 * stages + 127) / 128 * 128;
+    static constexpr int group_bytes = (valid + stages * kN + 127) / 128 * 128;
     static constexpr int total = group0 + groups * group_bytes;
     static_assert(stages >= 2 && total <= kSmemLimit, "shared memory plan does not fit");
     static_assert(groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
                   "the merge of the groups reuses a ring");
+    static_assert(stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-// Bulk copies (the copy engine, sm_90) completing on an mbarrier of this block.
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+// 16-byte asynchronous copies (sm_80) into shared memory, completing per thread by commit group.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_expect_tx_arrive(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nwait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra wait_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -528,25 +521,30 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
     return pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
 #endif
 }
-// Eight e4m3 values (low byte first) to eight bf16, exactly: the hardware converter for
-// e4m3fn; for e4m3fnuz, which has none, the table lut (bf16 of each code) or, without one,
-// the header's converter.
-__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uint16_t *lut) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint16_t pair = (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16));
-        if (!fnuz) w[i] = e4m3x2_to_bf16x2(pair);
-        else if (lut) w[i] = lut[pair & 255] | (uint32_t)lut[pair >> 8] << 16;
-        else w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)pair, AITER_MLA_FP8_E4M3FNUZ),
-                                aiter_mla_fp8_to_f32((uint8_t)(pair >> 8), AITER_MLA_FP8_E4M3FNUZ));
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) { // exact for powers of two b
     uint32_t d;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u)); // + (-0): keeps the sign of 0
     return d;
+}
+// Eight e4m3 values (low byte first) to eight bf16, exactly: the hardware converter for
+// e4m3fn; for e4m3fnuz, which has none, the table lut (bf16 of each code) or, without one,
+// the header's converter. One branch for the eight (one per pair put a branch on every pair).
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uint16_t *lut) {
+    uint32_t w[4];
+    auto pair = [&](int i) { return (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16)); };
+    if (!fnuz) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = e4m3x2_to_bf16x2(pair(i));
+    } else if (lut) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = lut[pair(i) & 255] | (uint32_t)lut[pair(i) >> 8] << 16;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)pair(i), AITER_MLA_FP8_E4M3FNUZ),
+                               aiter_mla_fp8_to_f32((uint8_t)(pair(i) >> 8), AITER_MLA_FP8_E4M3FNUZ));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 // Two bf16 (low half first) times lo and hi, rounded back to bf16.
 __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v, float lo, float hi) {
@@ -590,7 +588,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     long long *lim_s = reinterpret_cast<long long *>(smem + S::lim);
     signed char *valid_s = reinterpret_cast<signed char *>(g_s + S::valid);
     uint16_t *lut = reinterpret_cast<uint16_t *>(smem + S::lut);
-    uint64_t *bars = reinterpret_cast<uint64_t *>(g_s + S::bar);
     // a group's own barrier (named barrier 1 + group) or the block's when there is one group
     auto group_sync = [&]() {
         if (kGroups == 1) __syncthreads();
@@ -600,60 +597,55 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
-    if (gt < kStages) mbar_init(smem_addr(bars + gt), 1);
-    fence_proxy_async();
-    int g_base = 0; // tiles this group has streamed so far: slot phases continue across pieces
+    int g_base = 0; // tiles this group has streamed so far: the ring position continues across pieces
     constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     if (kFnuzLut && tid < 256)
         lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
-    __syncthreads(); // the mbarriers and the table are ready before any warp touches shared memory
+    __syncthreads(); // the table is ready
 
     for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
-        // Producer (the group's first warp, lane = key): bulk-copy the group's i-th key tile
-        // into slot (g_base + i) % kStages, completing on that slot's mbarrier (MODEL1: the
-        // row, then the 16 scale bytes that hold its 8); rows of absent keys are zero-filled
-        // by plain stores (MODEL1: scale bytes 127, scale 1). `k` is the lane's key; its index
-        // was loaded one tile earlier, so the issue never waits on memory. valid_s holds the
-        // key's kind (0: absent).
-        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + lane; };
+        // Producer: every thread of the group, kTPK threads per key (thread gt takes key gt / kTPK
+        // of a tile and its 16-byte chunks gt % kTPK, gt % kTPK + kTPK, ...), copies the group's
+        // i-th key tile into slot (g_base + i) % kStages with cp.async, one commit group per
+        // tile (an empty one past the last tile, so that wait_group counts tiles). Spread this
+        // way a tile costs each thread a few copies; one warp issuing a bulk copy per row spent
+        // most of a tile's time issuing. Absent keys are zero-filled by the copies themselves
+        // (MODEL1: the row, then the 16 scale bytes that hold its 8). `next` is the thread's
+        // key's index, loaded one tile earlier, so the issue never waits on memory. valid_s
+        // holds the key's kind (0: absent).
+        constexpr int kTPK = kGT / kN;
+        const int my_key = gt / kTPK, my_part = gt % kTPK;
+        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + my_key; };
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = (g_base + i) % kStages;
-            unsigned char *base = ring + slot * S::stage;
-            const uint32_t bar = smem_addr(bars + slot);
-            constexpr int kScaleCopy = KVT == kV4Model1 ? 16 : 0;
-            const unsigned absent = __ballot_sync(0xffffffffu, !k.row);
-            fence_proxy_async(); // earlier plain stores to this slot come before the copies
-            if (lane == 0) mbar_expect_tx_arrive(bar, (uint32_t)(kN - __popc(absent)) * (kRowSrc + kScaleCopy));
-            __syncwarp();
-            if (k.row) {
-                bulk_copy(smem_addr(base + lane * kPitch), k.row, kRowSrc, bar);
-                if constexpr (kScaleCopy > 0) bulk_copy(smem_addr(base + lane * kPitch + kRowSrc), k.scales, kScaleCopy, bar);
+            const uint32_t dst = smem_addr(ring + slot * S::stage + my_key * kPitch);
+            constexpr int kRowChunks = kRowSrc / 16, kChunks = kRowChunks + (KVT == kV4Model1 ? 1 : 0);
+            const void *any = a.q; // an address for the zero-filling copies, which read nothing
+#pragma unroll
+            for (int c = my_part; c < kChunks; c += kTPK) {
+                const void *src = !k.row ? any : c < kRowChunks ? (const void *)(k.row + c * 16) : (const void *)k.scales;
+                cp_async16(dst + c * 16, src, k.row ? 16 : 0);
             }
-            for (unsigned m = absent; m; m &= m - 1) { // the warp zero-fills each absent row
-                const int key = __ffs(m) - 1;
-                for (int c = lane; c < kRowSrc / 16; c += 32)
-                    *reinterpret_cast<uint4 *>(base + key * kPitch + c * 16) = make_uint4(0u, 0u, 0u, 0u);
-                if (kScaleCopy > 0 && lane == 0)
-                    *reinterpret_cast<uint4 *>(base + key * kPitch + kRowSrc) = make_uint4(0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu);
-            }
-            valid_s[slot * kN + lane] = (signed char)k.kind;
+            if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
         };
 
         for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
             // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
             const int R = min(kM, pc.re - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
-            for (int c = tid; c < MT * 16 * (kDq / 8); c += kThreads) { // Q rows, bf16, 16 B at a time
+            // Q rows (bf16, zeros past R) by cp.async in the first tile's commit group: their latency
+            // overlaps the keys'. The first iteration's barrier is the block's, for Q, lim, m, l.
+            for (int c = tid; c < MT * 16 * (kDq / 8); c += kThreads) {
                 const int r = c / (kDq / 8), part = c - r * (kDq / 8);
-                uint4 v = make_uint4(0u, 0u, 0u, 0u);
+                const void *src = a.q;
                 if (r < R) {
                     const int idx = r0 + r;
                     const int64_t tok = pc.qs + idx / H, h = idx % H;
-                    v = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) + tok * a.q_stride_token + h * a.q_stride_head)[part];
+                    src = static_cast<const uint16_t *>(a.q) + tok * a.q_stride_token + h * a.q_stride_head + part * 8;
                 }
-                *reinterpret_cast<uint4 *>(q_s + r * kRowB + part * 16) = v;
+                cp_async16(smem_addr(q_s + r * kRowB + part * 16), src, r < R ? 16 : 0);
             }
             if (tid < kM) lim_s[tid] = pc.kv_len - pc.q_len + (pc.qs + (r0 + tid) / H - pc.q_begin);
             if (gt < kM) {
@@ -668,15 +660,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
-            __syncthreads(); // Q, lim, m, l are visible to every warp (also when there is no key)
-            int32_t next = 0; // the index of the lane's key in the next tile to issue
-            if (gw == 0) {
-                next = key_entry<KVT>(p, pc, key_of(0));
-                for (int i = 0; i < kStages - 1 && i < ntiles; i++) {
+            int32_t next = key_entry<KVT>(p, pc, key_of(0)); // the index of the thread's key in the next tile to issue
+            for (int i = 0; i < kStages - 1; i++) {
+                if (i < ntiles) {
                     const KeyRef k = key_ref<KVT>(p, pc, key_of(i), next);
                     next = key_entry<KVT>(p, pc, key_of(i + 1));
                     load_tile(i, k);
                 }
+                cp_async_commit();
             }
             // Both groups run the same number of iterations (a group with one tile fewer passes
             // the barriers of an empty one), so their barrier sequences pair up across the
@@ -684,24 +675,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             const int iters = (ntiles_all + kGroups - 1) / kGroups;
             for (int i = 0; i < iters; i++) {
                 if (i >= ntiles) {
+                    cp_async_wait<0>(); // this thread's part of Q
 #pragma unroll
-                    for (int b = 0; b < (FP8 ? 4 : 3); b++) group_sync();
+                    for (int b = 0; b < (FP8 ? 4 : 3); b++) {
+                        if (b == 0 && i == 0) __syncthreads();
+                        else group_sync();
+                    }
                     continue;
                 }
                 const int slot = (g_base + i) % kStages;
-                mbar_wait(smem_addr(bars + slot), (uint32_t)((g_base + i) / kStages) & 1u);
-                group_sync(); // tile i landed (and its zero rows); the group is done with tile i - 1
-                if (gw == 0 && i + kStages - 1 < ntiles) {
+                cp_async_wait<kStages - 2>(); // this thread's copies of tile i (and Q) are done
+                // everyone's are (tile i landed); the group is done with tile i - 1
+                if (i == 0) __syncthreads();
+                else group_sync();
+                if (i + kStages - 1 < ntiles) {
                     const KeyRef k = key_ref<KVT>(p, pc, key_of(i + kStages - 1), next);
                     next = key_entry<KVT>(p, pc, key_of(i + kStages));
                     load_tile(i + kStages - 1, k);
                 }
+                cp_async_commit();
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
                 const unsigned char *kt = ring + slot * S::stage;
                 if (FP8) { // widen the byte tile to bf16
                     unsigned char *wide = g_s + S::wide;
-                    for (int c = gt; c < kN * kDq / 8; c += kGT) {
+#pragma unroll 4
+                    for (int c = gt; c < kN * kDq / 8; c += kGT) { // unrolled: independent units overlap their latencies
                         const int key = c / (kDq / 8), part = c - key * (kDq / 8);
                         const unsigned char *row = kt + key * kPitch;
                         uint4 o;
@@ -903,63 +902,73 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                             for (int e = 0; e < 4; e++) xw[((gw * kMT + mt) * kNT * 4 + nt * 4 + e) * 32 + lane] = acc[mt][nt][e];
                 }
-                __syncthreads();
             }
+            cp_async_wait<0>(); // Q's copies too when the piece had no key
+            __syncthreads(); // every warp is done with the rings (and group 1's O is handed over)
 
-            // write (group 0): o / l (times the fp8 V scale), lse in natural log
-            if (grp == 0) {
-                const float *m1 = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::m), *l1 = m1 + kM;
+            // Write, an m-tile (16 rows) at a time: group 0 merges the groups' rows, scales them by
+            // 1 / l (times the fp8 V scale, and the sink) and stages them as fp32 in its ring (free
+            // now); then every thread stores them, consecutive threads on consecutive dims. (The
+            // same stores issued from the accumulators, unrolled for every output format, made the
+            // kernel's largest block of code, whose instruction fetches cost more than the stores.)
+            float *stage_o = reinterpret_cast<float *>(smem + S::group0 + S::ring); // [16][kStageRow]
+            long long *row_at = lim_s; // per staged row: where its o (or partial) row starts; lim_s is free now
+            const float *m1 = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::m), *l1 = m1 + kM;
 #pragma unroll
-                for (int mt = 0; mt < kMT; mt++) {
+            for (int mt = 0; mt < kMT; mt++) {
+                if (mt >= MT) continue;
+                if (grp == 0) {
 #pragma unroll
                     for (int half = 0; half < 2; half++) {
-                        const int row = mt * 16 + (lane >> 2) + half * 8;
-                        if (mt < MT && row < R) {
-                            float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
-                            if (kGroups > 1) {
-                                const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
-                                fa = fast_exp2(m - mu);
-                                fb = fast_exp2(m1[row] - mu);
-                                l = l * fa + l1[row] * fb;
-                                m = mm;
-                            }
-                            const int idx = r0 + row;
-                            const int64_t tok = pc.qs + idx / H, h = idx % H;
-                            const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-                            const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
+                        const int rr = (lane >> 2) + half * 8, row = mt * 16 + rr;
+                        if (row >= R) continue;
+                        float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
+                        if (kGroups > 1) {
+                            const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
+                            fa = fast_exp2(m - mu);
+                            fb = fast_exp2(m1[row] - mu);
+                            l = l * fa + l1[row] * fb;
+                            m = mm;
+                        }
+                        const int idx = r0 + row;
+                        const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
+                        const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+                        const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
 #pragma unroll
-                            for (int nt = 0; nt < kNT; nt++) {
-                                const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
-                                float o0 = acc[mt][nt][half * 2], o1 = acc[mt][nt][half * 2 + 1];
-                                if (kGroups > 1) {
-                                    const float *x = xo + ((gw * kMT + mt) * kNT * 4 + nt * 4 + half * 2) * 32 + lane;
-                                    o0 = o0 * fa + x[0] * fb;
-                                    o1 = o1 * fa + x[32] * fb;
-                                }
-                                o0 *= inv;
-                                o1 *= inv;
-                                if (pc.loc < 0) {
-                                    const int64_t base = tok * a.o_stride_token + h * a.o_stride_head + d;
-                                    aiter_mla_store_f32(a.o, base, a.o_dtype, o0);
-                                    aiter_mla_store_f32(a.o, base + 1, a.o_dtype, o1);
-                                } else {
-                                    const int64_t pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-                                    *reinterpret_cast<float2 *>(p.part_o + pr * kL + d) = make_float2(o0, o1);
-                                }
+                        for (int nt = 0; nt < kNT; nt++) {
+                            const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
+                            float o0 = acc[mt][nt][half * 2], o1 = acc[mt][nt][half * 2 + 1];
+                            if (kGroups > 1) {
+                                const float *x = xo + ((gw * kMT + mt) * kNT * 4 + nt * 4 + half * 2) * 32 + lane;
+                                o0 = o0 * fa + x[0] * fb;
+                                o1 = o1 * fa + x[32] * fb;
                             }
-                            if (gw == 0 && (lane & 3) == 0) {
-                                if (pc.loc < 0) {
-                                    if (a.lse) a.lse[tok * H + h] = lse;
-                                    store_max_logit(p, tok, (int)h, l > 0.0f, m);
-                                } else {
-                                    p.part_lse[(int64_t)(pc.loc + tok - pc.qs) * H + h] = lse;
-                                }
+                            *reinterpret_cast<float2 *>(stage_o + rr * kStageRow + d) = make_float2(o0 * inv, o1 * inv);
+                        }
+                        if (gw == 0 && (lane & 3) == 0) {
+                            if (pc.loc < 0) {
+                                if (a.lse) a.lse[tok * H + h] = lse;
+                                store_max_logit(p, tok, (int)h, l > 0.0f, m);
+                                row_at[rr] = tok * a.o_stride_token + h * a.o_stride_head;
+                            } else {
+                                p.part_lse[pr] = lse;
+                                row_at[rr] = pr * kL;
                             }
                         }
                     }
                 }
+                __syncthreads(); // the m-tile is staged
+                const int rows = min(16, R - mt * 16);
+                if (pc.loc < 0) {
+                    for (int c = tid; c < rows * kL; c += kThreads)
+                        aiter_mla_store_f32(a.o, row_at[c / kL] + c % kL, a.o_dtype, stage_o[c / kL * kStageRow + c % kL]);
+                } else {
+                    for (int c = tid; c < rows * kL / 4; c += kThreads)
+                        *reinterpret_cast<float4 *>(p.part_o + row_at[c / (kL / 4)] + c % (kL / 4) * 4) =
+                            *reinterpret_cast<const float4 *>(stage_o + c / (kL / 4) * kStageRow + c % (kL / 4) * 4);
+                }
+                __syncthreads(); // the stage is refilled by the next m-tile (Q, m, l by the next pass)
             }
-            __syncthreads(); // Q, m, l and the merge area are refilled by the next pass
         }
     });
 #endif
@@ -969,11 +978,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
-// One block per (reduce tile, head). The pieces' lse give the weights (block-wide max and
-// sum); then 4 groups of 128 threads each sum a quarter of the pieces, 4 dims per thread
-// with 16-byte loads, and the groups meet in shared memory. Sized for latency: a batch-1
-// decode split over every CU has as many pieces as CUs.
-constexpr int kReduceThreads = 512, kReduceGroups = 4;
+// Each output row (query row j of reduce tile t, head h) is merged by one warp, or, when
+// rows are few and pieces many (a batch-1 decode split over every CU), by the warps of a
+// block, each taking every kReduceWarps-th piece of one span of dims and meeting in shared
+// memory. A warp's lanes load the pieces' lse (a piece per lane) and fold them into the
+// weights by shuffles; then the warp streams the partial rows with 16-byte loads,
+// kReduceBatch pieces in flight. Rows are few enough dependent loads deep that thousands
+// of them finish in a few microseconds.
+constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WARP_SIZE, kReduceBatch = 4;
 
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
@@ -985,81 +997,143 @@ struct ReduceParams {
     int64_t lse_stride_token, lse_stride_head; // decode [T, H]: H, 1; prefill [H, Tq]: 1, Tq
     const int32_t *lse_head_stride_at;        // if set, the head stride is read here (prefill: &cu_seqlens_q[batch])
     float empty_lse;                          // a row no piece saw a key for: +inf (decode), -inf (prefill)
-    int num_heads, dv;
+    int num_heads, dv;                        // dv: a multiple of 4
+    int rows_per_tile;                        // query rows of a reduce tile at most
     aiter_mla_dtype o_dtype;
 };
 
-__device__ float block_reduce(float v, bool is_max, float *scratch) {
-    const int lane = threadIdx.x % AITER_MLA_WARP_SIZE, warp = threadIdx.x / AITER_MLA_WARP_SIZE;
-    const int warps = blockDim.x / AITER_MLA_WARP_SIZE;
-    for (int o = AITER_MLA_WARP_SIZE / 2; o > 0; o >>= 1) {
-        const float u = aiter_mla__shfl_xor(v, o);
-        v = is_max ? fmaxf(v, u) : v + u;
-    }
-    __syncthreads(); // scratch may still be read from the previous call
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = scratch[0];
-    for (int i = 1; i < warps; i++) v = is_max ? fmaxf(v, scratch[i]) : v + scratch[i];
-    return v;
+// (m, s) += (x, sx): two partial softmax denominators s * e^m merged, -inf maxima allowed.
+__device__ __forceinline__ void fold_lse(float &m, float &s, float x, float sx) {
+    const float mn = fmaxf(m, x);
+    if (mn == neg_inf()) return;
+    s = s * __expf(m - mn) + sx * __expf(x - mn);
+    m = mn;
 }
 
+// SPLIT: warps per row (1, or kReduceWarps for few rows with many pieces); V: float4s per
+// lane in one span of AITER_MLA_WARP_SIZE * 4 * V dims.
+template <int SPLIT, int V>
 __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
-    __shared__ float scratch[kReduceThreads / 32];
-    __shared__ float4 part[kReduceGroups - 1][kReduceThreads / kReduceGroups];
-    const int h = blockIdx.y, tid = threadIdx.x, H = p.num_heads;
-    const int grp = tid / (kReduceThreads / kReduceGroups), gl = tid % (kReduceThreads / kReduceGroups);
-    for (int t = blockIdx.x; t < *p.num_tiles; t += gridDim.x) {
-        const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0;
-        if (np < 2) continue;
-        const int qs = p.final_map[2 * t], qe = p.final_map[2 * t + 1];
-        for (int tok = qs; tok < qe; tok++) {
-            const float *lse = p.part_lse + (int64_t)(tok - qs) * H + h; // + partial row * H
-            float m = neg_inf();
-            for (int k = tid; k < np; k += kReduceThreads) m = fmaxf(m, lse[(int64_t)p.partial_map[k0 + k] * H]);
-            m = block_reduce(m, true, scratch);
-            float sum = 0.0f;
-            if (m != neg_inf())
-                for (int k = tid; k < np; k += kReduceThreads) sum += __expf(lse[(int64_t)p.partial_map[k0 + k] * H] - m);
-            sum = block_reduce(sum, false, scratch);
-            const float g = m != neg_inf() ? m + __logf(sum) : p.empty_lse;
-            // every thread runs every chunk (the barriers inside); dims past dv idle
-            for (int c0 = 0; c0 * 4 < p.dv; c0 += kReduceThreads / kReduceGroups) {
-                const int d4 = c0 + gl;
-                const bool live = d4 * 4 < p.dv;
-                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (m != neg_inf() && live) {
-#pragma unroll 4
-                    for (int k = grp; k < np; k += kReduceGroups) {
-                        const int64_t pr = (int64_t)(p.partial_map[k0 + k] + tok - qs) * H + h;
-                        const float wgt = __expf(p.part_lse[pr] - g);
-                        const float4 v = *reinterpret_cast<const float4 *>(p.part_o + pr * p.dv + d4 * 4);
-                        acc.x += wgt * v.x;
-                        acc.y += wgt * v.y;
-                        acc.z += wgt * v.z;
-                        acc.w += wgt * v.w;
-                    }
-                }
-                if (grp > 0) part[grp - 1][gl] = acc;
-                __syncthreads();
-                if (grp == 0 && live) {
-                    for (int j = 0; j < kReduceGroups - 1; j++) {
-                        acc.x += part[j][gl].x;
-                        acc.y += part[j][gl].y;
-                        acc.z += part[j][gl].z;
-                        acc.w += part[j][gl].w;
-                    }
-                    const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d4 * 4;
-                    aiter_mla_store_f32(p.o, base, p.o_dtype, acc.x);
-                    aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc.y);
-                    aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc.z);
-                    aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc.w);
-                }
-                __syncthreads();
-            }
-            if (tid == 0 && p.lse)
-                p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
+    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V, kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
+    __shared__ float4 part[SPLIT][W][V];
+    __shared__ int32_t pm_s[SPLIT > 1 ? kReduceThreads : 1]; // wide: the chunk's partial rows, weights
+    __shared__ float w_s[SPLIT > 1 ? kReduceThreads : 1];
+    __shared__ float2 fold_s[kReduceWarps];
+    const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
+    const int spans = SPLIT > 1 ? (p.dv + kSpan - 1) / kSpan : 1; // wide: a unit per span
+    const int64_t units = (int64_t)*p.num_tiles * R * H * spans;
+    for (int64_t u0 = (int64_t)blockIdx.x * kPerBlock; u0 < units; u0 += (int64_t)gridDim.x * kPerBlock) {
+        const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit
+        if (u >= units) continue;
+        const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
+        const int t = (int)(u / spans / H / R);
+        const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0, qs = p.final_map[2 * t];
+        if (np < 2 || j >= p.final_map[2 * t + 1] - qs) continue; // no partials, or past the tile's rows
+        const int64_t tok = qs + j;
+        const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
+
+        // weights: thread `me` folds pieces me, me + C, ... (keeping its first), then the folds meet:
+        // the warp's lanes (narrow), or the block's threads (wide: the pieces of a chunk go through
+        // shared memory, so that many pieces cost one round of loads, not one per W)
+        constexpr int C = SPLIT > 1 ? kReduceThreads : W, kB = SPLIT > 1 ? 2 * kReduceBatch : kReduceBatch;
+        const int me = SPLIT > 1 ? (int)threadIdx.x : lane;
+        int32_t pm0 = 0;
+        float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
+        for (int k = me; k < np; k += C) {
+            const int32_t pm = p.partial_map[k0 + k];
+            const float x = lse_col[(int64_t)pm * H];
+            if (k == me) pm0 = pm, l0 = x;
+            fold_lse(m, s, x, 1.0f);
         }
+        for (int o = W / 2; o > 0; o >>= 1) {
+            const float mo = aiter_mla__shfl_xor(m, o), so = aiter_mla__shfl_xor(s, o);
+            fold_lse(m, s, mo, so);
+        }
+        if (SPLIT > 1) {
+            if (lane == 0) fold_s[warp] = make_float2(m, s);
+            __syncthreads();
+            m = neg_inf();
+            s = 0.0f;
+            for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, fold_s[w2].x, fold_s[w2].y);
+        }
+        const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
+
+        for (int d0 = SPLIT > 1 ? span * kSpan : 0; d0 < (SPLIT > 1 ? min(p.dv, (span + 1) * kSpan) : p.dv); d0 += kSpan) {
+            float4 acc[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
+                int32_t pm = pm0;
+                float x = l0;
+                if (c0 > 0) {
+                    pm = c0 + me < np ? p.partial_map[k0 + c0 + me] : 0;
+                    x = c0 + me < np ? lse_col[(int64_t)pm * H] : neg_inf();
+                }
+                const float w = __expf(x - g); // 0 past the pieces
+                if (SPLIT > 1) {
+                    __syncthreads(); // the last chunk's readers are done (and fold_s's)
+                    pm_s[me] = pm;
+                    w_s[me] = w;
+                    __syncthreads();
+                }
+                const int cnt = min(C, np - c0);
+                for (int i = SPLIT > 1 ? warp : 0; i < cnt; i += SPLIT * kB) {
+                    float4 val[kB][V];
+                    float wb[kB];
+#pragma unroll
+                    for (int b = 0; b < kB; b++) { // issue every load of the batch first
+                        const int q = i + b * SPLIT;
+                        const int32_t pmq = SPLIT > 1 ? pm_s[q < C ? q : 0] : aiter_mla__shfl(pm, q % W);
+                        wb[b] = SPLIT > 1 ? (q < cnt ? w_s[q] : 0.0f) : aiter_mla__shfl(w, q % W);
+                        const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
+#pragma unroll
+                        for (int v = 0; v < V; v++) {
+                            const int d4 = lane + v * W;
+                            val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                        }
+                    }
+#pragma unroll
+                    for (int b = 0; b < kB; b++)
+#pragma unroll
+                        for (int v = 0; v < V; v++) {
+                            acc[v].x += wb[b] * val[b][v].x;
+                            acc[v].y += wb[b] * val[b][v].y;
+                            acc[v].z += wb[b] * val[b][v].z;
+                            acc[v].w += wb[b] * val[b][v].w;
+                        }
+                }
+            }
+            if (SPLIT > 1) { // the block's warps meet
+#pragma unroll
+                for (int v = 0; v < V; v++) part[warp][lane][v] = acc[v];
+                __syncthreads();
+                if (warp == 0)
+                    for (int w2 = 1; w2 < SPLIT; w2++)
+#pragma unroll
+                        for (int v = 0; v < V; v++) {
+                            acc[v].x += part[w2][lane][v].x;
+                            acc[v].y += part[w2][lane][v].y;
+                            acc[v].z += part[w2][lane][v].z;
+                            acc[v].w += part[w2][lane][v].w;
+                        }
+            }
+            if (SPLIT == 1 || warp == 0) {
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    const int d = d0 + (lane + v * W) * 4;
+                    if (d < p.dv) {
+                        const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d;
+                        aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x);
+                        aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y);
+                        aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z);
+                        aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w);
+                    }
+                }
+            }
+            if (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
+        }
+        if (lane == 0 && (SPLIT == 1 || (warp == 0 && span == 0)) && p.lse)
+            p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
     }
 }
 
@@ -1264,12 +1338,6 @@ struct PfShape {
     static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
 };
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     uint32_t d;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
@@ -2287,13 +2355,25 @@ extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetE
 
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
+// wide: the block's warps share each row (few rows, many pieces each), else a warp per row.
 static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
-                               int64_t off_partial_map, int max_tiles) {
+                               int64_t off_partial_map, int max_tiles, int rows_per_tile, bool wide) {
     r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
     r.indptr = plan + off_indptr;
     r.final_map = plan + off_final_map;
     r.partial_map = plan + off_partial_map;
-    reduce_kernel<<<dim3(min(max_tiles, kMaxGrid), min(r.num_heads, kMaxGrid)), kReduceThreads, 0, s>>>(r);
+    r.rows_per_tile = rows_per_tile;
+    constexpr int kWideSpan = AITER_MLA_WARP_SIZE * 4;
+    const int64_t rows = (int64_t)max_tiles * rows_per_tile * r.num_heads;
+    const int64_t blocks = wide ? rows * ((r.dv + kWideSpan - 1) / kWideSpan) : (rows + kReduceWarps - 1) / kReduceWarps;
+    const unsigned grid = (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); // grid-stride past that
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+    // the carveout of the kernels it follows (all shared memory): no reconfiguration between them
+    (void)cudaFuncSetAttribute(reduce_kernel<kReduceWarps, 1>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    (void)cudaFuncSetAttribute(reduce_kernel<1, 4>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+#endif
+    if (wide) reduce_kernel<kReduceWarps, 1><<<grid, kReduceThreads, 0, s>>>(r);
+    else reduce_kernel<1, 4><<<grid, kReduceThreads, 0, s>>>(r);
 }
 
 #ifdef AITER_MLA_HAS_MMA
@@ -2372,8 +2452,10 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
+    // few rows (small batches split over many CUs, many pieces each): a block per row and span
+    const int64_t rows = (int64_t)a->batch * info->tokens_per_tile * a->num_heads;
     launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                       info->max_reduce_tiles);
+                       info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
     AITER_MLA__LAUNCH_CHECK();
 }
 
@@ -2470,7 +2552,7 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     r.dv = a->dv;
     r.o_dtype = a->o_dtype;
     launch_plan_reduce(s, r, a->plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                       info->max_tiles);
+                       info->max_tiles, info->desc.tile_q, false);
     AITER_MLA__LAUNCH_CHECK();
 }
 
@@ -2585,6 +2667,9 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (splits > 1) {
         const hipError_t e = hipGetLastError();
         if (e != hipSuccess) return (int)e;
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+        (void)cudaFuncSetAttribute(v4_combine_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100); // as the reduce
+#endif
         v4_combine_kernel<<<grid_for(a->num_tokens * H, kSmallThreads / AITER_MLA_WARP_SIZE), kSmallThreads, 0, s>>>(
             *a, p.part_o, p.part_lse, p.v4_splits);
     }
