@@ -431,6 +431,12 @@ constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 
 constexpr int kPRowB = kN * 2 + 16; // P rows, padded the same way
 constexpr int kSRow = kN + 4;       // fp32 S rows, padded so fragment stores spread over banks
 constexpr int kStageRow = kL + 8;   // fp32 rows of o staged for the stores, padded the same way
+// How a widening loop picks the fp8 flavour: fixed by the format, or per key (V4 lists of both).
+constexpr int kFnuzNever = 0, kFnuzAlways = 1, kFnuzByKind = 2;
+template <int R>
+struct FnuzRule {
+    static constexpr int value = R;
+};
 constexpr int kSmemLimit = 227 * 1024;
 
 // Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
@@ -451,7 +457,7 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
     static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
-    static constexpr int s_rows = M == 16 ? 16 * (group_warps / 4) : 64; // S rows x k-parts
+    static constexpr int s_rows = M == 16 && SRC == kDsRow ? 16 * (group_warps / 4) : 64; // S rows x k-parts
     static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN;                   // slot, valid flags
@@ -597,6 +603,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
+    // V4: does either list hold e4m3fnuz rows (then each key's kind picks its converter)?
+    const bool v4_fnuz = is_v4(KVT) && (p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ);
     int g_base = 0; // tiles this group has streamed so far: the ring position continues across pieces
     constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     if (kFnuzLut && tid < 256)
@@ -699,27 +707,41 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const unsigned char *kt = ring + slot * S::stage;
                 if (FP8) { // widen the byte tile to bf16
                     unsigned char *wide = g_s + S::wide;
+                    // Units of 8 values: kConv per key converted from e4m3 (times MODEL1's scale),
+                    // then kCopy of 16 bytes copied (the bf16 rope of ds_mla and MODEL1). Two loops
+                    // without branches in them, so the unrolled units overlap their latencies.
+                    constexpr int kConv = KVT == kV4Model1 ? kV4Nope / 8 : is_ds_mla(KVT) ? kL / 8 : kDq / 8;
+                    constexpr int kCopy = kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
+                    auto convert = [&](auto rule) { // FnuzRule: e4m3fn, e4m3fnuz, or as the key's kind says
+                        constexpr int kRule = decltype(rule)::value;
 #pragma unroll 4
-                    for (int c = gt; c < kN * kDq / 8; c += kGT) { // unrolled: independent units overlap their latencies
-                        const int key = c / (kDq / 8), part = c - key * (kDq / 8);
-                        const unsigned char *row = kt + key * kPitch;
-                        uint4 o;
-                        if constexpr (KVT == kV4Model1) {
-                            // MODEL1: 8 nope values times their power-of-two scale (exact in bf16), or 8 rope values
-                            const int kind = valid_s[slot * kN + key];
-                            o = part >= kV4Nope / 8
-                                    ? *reinterpret_cast<const uint4 *>(row + kV4Nope + (part - kV4Nope / 8) * 16)
-                                    : e4m3x8_to_bf16x8_scaled(
-                                          *reinterpret_cast<const uint2 *>(row + part * 8), kind & kKindFnuz, lut,
-                                          ue8m0_to_bf16x2(row[kRowSrc + (kind & kKindOddScales ? 8 : 0) + (part >> 3)]));
-                        } else {
-                            // ds_mla: 8 latent values (unscaled: exact) or, past them, 8 rope values
-                            o = is_ds_mla(KVT) && part >= kL / 8
-                                    ? *reinterpret_cast<const uint4 *>(row + kL + 16 + (part - kL / 8) * 16)
-                                    : e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(row + part * 8),
-                                                       KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz, lut);
+                        for (int c = gt; c < kN * kConv; c += kGT) {
+                            const int key = c / kConv, part = c - key * kConv;
+                            const unsigned char *row = kt + key * kPitch;
+                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
+                            uint4 o;
+                            if constexpr (KVT == kV4Model1) {
+                                const int kind = valid_s[slot * kN + key];
+                                const bool fnuz = kRule == kFnuzByKind ? (kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
+                                o = e4m3x8_to_bf16x8_scaled(v8, fnuz, lut, ue8m0_to_bf16x2(row[kRowSrc + (kind & kKindOddScales ? 8 : 0) + (part >> 3)]));
+                            } else {
+                                o = e4m3x8_to_bf16x8(v8, kRule == kFnuzAlways, lut);
+                            }
+                            *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
                         }
-                        *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
+                    };
+                    if constexpr (KVT == kV4Model1) {
+                        if (v4_fnuz) convert(FnuzRule<kFnuzByKind>{});
+                        else convert(FnuzRule<kFnuzNever>{});
+                    } else if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) {
+                        convert(FnuzRule<kFnuzAlways>{});
+                    } else {
+                        convert(FnuzRule<kFnuzNever>{});
+                    }
+                    for (int c = gt; c < kN * kCopy; c += kGT) {
+                        const int key = c / (kCopy > 0 ? kCopy : 1), part = c - key * kCopy;
+                        *reinterpret_cast<uint4 *>(wide + key * kRowB + (kConv + part) * 16) =
+                            *reinterpret_cast<const uint4 *>(kt + key * kPitch + kRopeAt + part * 16);
                     }
                     group_sync();
                     kt = wide;
@@ -728,67 +750,93 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
 
                 // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
-                // warp of the group has a unit; k-parts land in separate rows of s_s
-                const int kparts = MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
-                const int units = 4 * MT * kparts, steps = kKSteps / kparts;
-                for (int u = gw; u < units; u += kGW) {
-                    const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
-                    const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
-                    const int kb = kp * steps, ke = kb + steps;
-                    int kk = kb;
-                    if constexpr (is_ds_mla(KVT)) {
-                        // ds_mla: the latent dims hold exact e4m3 values; each 128-dim group's partial
-                        // product is scaled by its key's group scale in fp32 (rope: scale 1)
-                        const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kL, *sc1 = sc0 + kPitch;
-                        float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        int g = kb >> 3;
-                        auto flush = [&]() {
-                            const float a0 = g < 4 ? *reinterpret_cast<const float *>(sc0 + 4 * g) : 1.0f;
-                            const float a1 = g < 4 ? *reinterpret_cast<const float *>(sc1 + 4 * g) : 1.0f;
-                            tot[0] += a0 * d[0];
-                            tot[1] += a1 * d[1];
-                            tot[2] += a0 * d[2];
-                            tot[3] += a1 * d[3];
+                // warp of the group has a unit; k-parts land in separate rows of s_s. The 16-row
+                // variant (ds_mla aside): warp gw takes n8-tiles 2 (gw & 1) and 2 (gw & 1) + 1 over
+                // k-part gw >> 1 of 4, so that one Q fragment serves both tiles, two independent
+                // accumulator chains.
+                constexpr bool kPairs = kM == 16 && !is_ds_mla(KVT);
+                const int kparts = kPairs ? 4 : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
+                if constexpr (kPairs) {
+                    static_assert(kGW == 8 && kKSteps % 4 == 0, "8 warps: 2 tile pairs x 4 k-parts");
+                    constexpr int kSteps = kKSteps / 4;
+                    const int npair = gw & 1, kp = gw >> 1;
+                    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    const uint32_t qa = q_addr + (lane & 15) * kRowB + (lane >> 4) * 16;
+                    const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
 #pragma unroll
-                            for (int e = 0; e < 4; e++) d[e] = 0.0f;
-                        };
-                        for (; kk < ke; kk++) {
-                            if ((kk >> 3) != g) {
-                                flush();
-                                g = kk >> 3;
+                    for (int kk = kp * kSteps; kk < (kp + 1) * kSteps; kk++) {
+                        uint32_t af[4], bf[4];
+                        ldsm_x4(qa + kk * 32, af);
+                        ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
+                        mma_bf16(d0, af, bf[0], bf[1]);
+                        mma_bf16(d1, af, bf[2], bf[3]);
+                    }
+                    const int row = kp * 16 + (lane >> 2), col = npair * 16 + (lane & 3) * 2;
+                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d0[0], d0[1]);
+                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d0[2], d0[3]);
+                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col + 8) = make_float2(d1[0], d1[1]);
+                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col + 8) = make_float2(d1[2], d1[3]);
+                } else {
+                    const int units = 4 * MT * kparts, steps = kKSteps / kparts;
+                    for (int u = gw; u < units; u += kGW) {
+                        const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
+                        const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
+                        const int kb = kp * steps, ke = kb + steps;
+                        int kk = kb;
+                        if constexpr (is_ds_mla(KVT)) {
+                            // ds_mla: the latent dims hold exact e4m3 values; each 128-dim group's partial
+                            // product is scaled by its key's group scale in fp32 (rope: scale 1)
+                            const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kL, *sc1 = sc0 + kPitch;
+                            float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            int g = kb >> 3;
+                            auto flush = [&]() {
+                                const float a0 = g < 4 ? *reinterpret_cast<const float *>(sc0 + 4 * g) : 1.0f;
+                                const float a1 = g < 4 ? *reinterpret_cast<const float *>(sc1 + 4 * g) : 1.0f;
+                                tot[0] += a0 * d[0];
+                                tot[1] += a1 * d[1];
+                                tot[2] += a0 * d[2];
+                                tot[3] += a1 * d[3];
+#pragma unroll
+                                for (int e = 0; e < 4; e++) d[e] = 0.0f;
+                            };
+                            for (; kk < ke; kk++) {
+                                if ((kk >> 3) != g) {
+                                    flush();
+                                    g = kk >> 3;
+                                }
+                                uint32_t af[4], b0, b1;
+                                ldsm_x4(qa + kk * 32, af);
+                                ldsm_x2(ka + kk * 32, b0, b1);
+                                mma_bf16(d, af, b0, b1);
                             }
+                            flush();
+#pragma unroll
+                            for (int e = 0; e < 4; e++) d[e] = tot[e];
+                        }
+#pragma unroll(kM == 16 ? 5 : 1)
+                        for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
+                            uint32_t af[4], b0, b1, af2[4], b2, b3;
+                            ldsm_x4(qa + kk * 32, af);
+                            ldsm_x2(ka + kk * 32, b0, b1);
+                            ldsm_x4(qa + kk * 32 + 32, af2);
+                            ldsm_x2(ka + kk * 32 + 32, b2, b3);
+                            mma_bf16(d, af, b0, b1);
+                            mma_bf16(d2, af2, b2, b3);
+                        }
+                        if (kk < ke) {
                             uint32_t af[4], b0, b1;
                             ldsm_x4(qa + kk * 32, af);
                             ldsm_x2(ka + kk * 32, b0, b1);
                             mma_bf16(d, af, b0, b1);
                         }
-                        flush();
 #pragma unroll
-                        for (int e = 0; e < 4; e++) d[e] = tot[e];
+                        for (int e = 0; e < 4; e++) d[e] += d2[e];
+                        const int row = kp * MT * 16 + mt * 16 + (lane >> 2), col = nt * 8 + (lane & 3) * 2;
+                        *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
+                        *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
                     }
-#pragma unroll(kM == 16 ? 5 : 1)
-                    for (; kk + 1 < ke; kk += 2) { // two accumulators: half the dependent chain
-                        uint32_t af[4], b0, b1, af2[4], b2, b3;
-                        ldsm_x4(qa + kk * 32, af);
-                        ldsm_x2(ka + kk * 32, b0, b1);
-                        ldsm_x4(qa + kk * 32 + 32, af2);
-                        ldsm_x2(ka + kk * 32 + 32, b2, b3);
-                        mma_bf16(d, af, b0, b1);
-                        mma_bf16(d2, af2, b2, b3);
-                    }
-                    if (kk < ke) {
-                        uint32_t af[4], b0, b1;
-                        ldsm_x4(qa + kk * 32, af);
-                        ldsm_x2(ka + kk * 32, b0, b1);
-                        mma_bf16(d, af, b0, b1);
-                    }
-#pragma unroll
-                    for (int e = 0; e < 4; e++) d[e] += d2[e];
-                    const int row = kp * MT * 16 + mt * 16 + (lane >> 2), col = nt * 8 + (lane & 3) * 2;
-                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
-                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
                 }
                 group_sync();
 
