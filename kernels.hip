@@ -457,7 +457,8 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
     static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
-    static constexpr int s_rows = M == 16 && SRC == kDsRow ? 16 * (group_warps / 4) : 64; // S rows x k-parts
+    // S rows x k-parts: ds_mla's units (one n8-tile each) need 32 (16 rows) or 64; paired tiles 64 or 128
+    static constexpr int s_rows = SRC == kDsRow ? (M == 16 ? 16 * (group_warps / 4) : 64) : (M == 16 ? 64 : 128);
     static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN;                   // slot, valid flags
@@ -749,33 +750,34 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const unsigned char *src_tile = ring + slot * S::stage; // ds_mla: the group scales stay here
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
 
-                // S = Q K^T: units of (m-tile, n8-tile, k-part); short passes split k so every
-                // warp of the group has a unit; k-parts land in separate rows of s_s. The 16-row
-                // variant (ds_mla aside): warp gw takes n8-tiles 2 (gw & 1) and 2 (gw & 1) + 1 over
-                // k-part gw >> 1 of 4, so that one Q fragment serves both tiles, two independent
-                // accumulator chains.
-                constexpr bool kPairs = kM == 16 && !is_ds_mla(KVT);
-                const int kparts = kPairs ? 4 : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
+                // S = Q K^T: units of (m-tile, n8-tiles, k-part); short passes split k so every
+                // warp of the group has a unit; k-parts land in separate rows of s_s. Outside
+                // ds_mla a unit is a pair of n8-tiles (one Q fragment serves both, two
+                // independent accumulator chains): MT * 2 pairs * kparts units, one per warp.
+                constexpr bool kPairs = !is_ds_mla(KVT);
+                const int kparts = kPairs ? (MT >= 3 ? 2 : 4) : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
                 if constexpr (kPairs) {
-                    static_assert(kGW == 8 && kKSteps % 4 == 0, "8 warps: 2 tile pairs x 4 k-parts");
-                    constexpr int kSteps = kKSteps / 4;
-                    const int npair = gw & 1, kp = gw >> 1;
-                    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    const uint32_t qa = q_addr + (lane & 15) * kRowB + (lane >> 4) * 16;
-                    const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
-#pragma unroll
-                    for (int kk = kp * kSteps; kk < (kp + 1) * kSteps; kk++) {
-                        uint32_t af[4], bf[4];
-                        ldsm_x4(qa + kk * 32, af);
-                        ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
-                        mma_bf16(d0, af, bf[0], bf[1]);
-                        mma_bf16(d1, af, bf[2], bf[3]);
+                    static_assert(kKSteps % 4 == 0 && kGW >= 8 && (kM == 16 || kGW == 16), "a unit per warp");
+                    const int units = MT * 2 * kparts, steps = kKSteps / kparts;
+                    if (gw < units) {
+                        const int mt = gw % MT, npair = gw / MT & 1, kp = gw / (2 * MT);
+                        float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
+                        const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
+#pragma unroll 9
+                        for (int kk = kp * steps; kk < (kp + 1) * steps; kk++) {
+                            uint32_t af[4], bf[4];
+                            ldsm_x4(qa + kk * 32, af);
+                            ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
+                            mma_bf16(d0, af, bf[0], bf[1]);
+                            mma_bf16(d1, af, bf[2], bf[3]);
+                        }
+                        const int row = (kp * MT + mt) * 16 + (lane >> 2), col = npair * 16 + (lane & 3) * 2;
+                        *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d0[0], d0[1]);
+                        *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d0[2], d0[3]);
+                        *reinterpret_cast<float2 *>(s_s + row * kSRow + col + 8) = make_float2(d1[0], d1[1]);
+                        *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col + 8) = make_float2(d1[2], d1[3]);
                     }
-                    const int row = kp * 16 + (lane >> 2), col = npair * 16 + (lane & 3) * 2;
-                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d0[0], d0[1]);
-                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d0[2], d0[3]);
-                    *reinterpret_cast<float2 *>(s_s + row * kSRow + col + 8) = make_float2(d1[0], d1[1]);
-                    *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col + 8) = make_float2(d1[2], d1[3]);
                 } else {
                     const int units = 4 * MT * kparts, steps = kKSteps / kparts;
                     for (int u = gw; u < units; u += kGW) {
