@@ -1737,8 +1737,11 @@ static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
                            aiter_mla__native_error_string(native), native);
 #endif
 }
+/* Without a GPU the launch is still compiled, but only as sizeof's unevaluated operand: its
+ * arguments (the stream among them) count as used and keep their type checks, and nothing
+ * calls, or needs a definition of, the launcher. */
 #ifdef AITER_MLA_NO_GPU
-#define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, 0)
+#define AITER_MLA__LAUNCH(op, call) ((void)sizeof(call), aiter_mla__gpu_result(op, 0))
 #else
 #define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, (call))
 #endif
@@ -1767,6 +1770,24 @@ AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t) {
 
 static int aiter_mla__is_fp8(aiter_mla_dtype t) { return t == AITER_MLA_FP8_E4M3FN || t == AITER_MLA_FP8_E4M3FNUZ; }
 static int aiter_mla__is_16bit(aiter_mla_dtype t) { return t == AITER_MLA_BF16 || t == AITER_MLA_F16; }
+/* Outputs are written as bf16, f16 or f32; `field` names the dtype field in the message. */
+static int aiter_mla__out_dtype_ok(aiter_mla_dtype t) { return aiter_mla__is_16bit(t) || t == AITER_MLA_F32; }
+static aiter_mla_status aiter_mla__check_out_dtype(const char *op, aiter_mla_dtype t, const char *field) {
+    if (aiter_mla__out_dtype_ok(t)) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not bf16, f16 or f32", op, field, aiter_mla_dtype_name(t));
+}
+/* Host indptr arrays start at >= 0 and never decrease. Start and step are separate checks so a
+ * scan that checks other fields per step keeps its order of failures; `pre` prefixes `field`. */
+static aiter_mla_status aiter_mla__indptr_start(const char *op, const int32_t *p, const char *pre, const char *field) {
+    if (p[0] >= 0) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s[0] = %d is negative", op, pre, field, p[0]);
+}
+static aiter_mla_status aiter_mla__indptr_step(const char *op, const int32_t *p, int64_t i, const char *pre,
+                                               const char *field) {
+    if (p[i + 1] >= p[i]) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s is not monotone at %lld (%d > %d)", op, pre, field,
+                           (long long)i, p[i], p[i + 1]);
+}
 static int64_t aiter_mla__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t aiter_mla__min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t aiter_mla__max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -1827,14 +1848,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_pad_q(const aiter_mla_head_pad_args *in
     aiter_mla_head_pad_args a;
     AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("pad_q", aiter_mla__launch_head_pad(&a, 0, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *in, void *stream) {
     aiter_mla_head_pad_args a;
     AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("unpad_o", aiter_mla__launch_head_pad(&a, 1, stream));
 }
 
@@ -1887,7 +1906,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_exp
     aiter_mla_expand_page_indices_args a;
     AITER_MLA__CHECK(aiter_mla__expand_resolve("expand_page_indices", in, &a));
     if (a.batch == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("expand_page_indices", aiter_mla__launch_expand_page_indices(&a, stream));
 }
 
@@ -2038,16 +2056,12 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
     if (batch > info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, batch,
                                info->desc.max_batch);
-    if (qo[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr[0] = %d is negative", op, qo[0]);
-    if (kvp[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_indptr[0] = %d is negative", op, kvp[0]);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, qo, "", "qo_indptr"));
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, kvp, "", "kv_indptr"));
     for (b = 0; b < batch; b++) {
         int64_t pages = (int64_t)kvp[b + 1] - kvp[b];
-        if (qo[b + 1] < qo[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: qo_indptr is not monotone at %d (%d > %d)", op, b,
-                                   qo[b], qo[b + 1]);
-        if (kvp[b + 1] < kvp[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_indptr is not monotone at %d (%d > %d)", op, b,
-                                   kvp[b], kvp[b + 1]);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, qo, b, "", "qo_indptr"));
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, kvp, b, "", "kv_indptr"));
         if (qo[b + 1] - qo[b] > info->desc.max_q_len)
             return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
                                    "%s: request %d has q_len = %d, more than the plan's max_q_len = %d", op, b,
@@ -2356,9 +2370,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
                                "%s: kv_dtype %s with q_dtype %s: the cache must be q's type or fp8 (fp8 q needs the same fp8 cache)",
                                op, aiter_mla_dtype_name(a->kv_dtype), aiter_mla_dtype_name(a->q_dtype));
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = aiter_mla__is_fp8(a->q_dtype) ? AITER_MLA_BF16 : a->q_dtype;
-    if (!aiter_mla__is_16bit(a->o_dtype) && a->o_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
-                               aiter_mla_dtype_name(a->o_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, "o_dtype"));
     if (a->sm_scale == 0.0f) a->sm_scale = 0.041666666666666664f; /* 1/sqrt(576) */
     if (a->q_scale == 0.0f) a->q_scale = 1.0f;
     if (a->kv_scale == 0.0f) a->kv_scale = 1.0f;
@@ -2503,7 +2515,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in,
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
     if (((uintptr_t)a.workspace & 15u) != 0)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 16-byte aligned", op);
-    (void)stream;
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_decode(&a, a.plan_info, stream));
 }
 
@@ -2520,9 +2531,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__RANGE(op, a.num_heads, 1, 65535, "num_heads");
     AITER_MLA__RANGE(op, a.empty_lse_neg_inf, 0, 1, "empty_lse_neg_inf");
     AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
-    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op,
-                               aiter_mla_dtype_name(a.o_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
     AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
     AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
@@ -2539,8 +2548,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__NEED(op, a.reduce_final_map, "reduce_final_map");
     AITER_MLA__NEED(op, a.reduce_partial_map, "reduce_partial_map");
     AITER_MLA__NEED(op, a.o, "o");
-    if (a.reduce_indptr[0] < 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr[0] = %d is negative", op, a.reduce_indptr[0]);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, a.reduce_indptr, "", "reduce_indptr"));
     for (t = 0; t < a.num_tiles; t++) { /* every index the reduce will follow, before any write */
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t],
                 qe = a.reduce_final_map[2 * t + 1], k;
@@ -2596,8 +2604,7 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a->num_heads, 1, 65536, "num_heads");
     AITER_MLA__RANGE(op, a->head_dim, 1, 65536, "head_dim");
-    if (!aiter_mla__is_16bit(a->dtype) && a->dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a->dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->dtype, "dtype"));
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->o_prefix, "o_prefix");
     AITER_MLA__NEED(op, a->lse_prefix, "lse_prefix");
@@ -2636,7 +2643,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
     aiter_mla_merge_args a;
     AITER_MLA__CHECK(aiter_mla__merge_resolve("merge_attn_states", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("merge_attn_states", aiter_mla__launch_merge_attn_states(&a, stream));
 }
 
@@ -2685,7 +2691,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache
     aiter_mla_kv_cache_write_args a;
     AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("kv_cache_write", aiter_mla__launch_kv_cache_write(&a, stream));
 }
 
@@ -2736,7 +2741,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices(const aiter_mla_
     aiter_mla_sparse_index_args a;
     AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("convert_sparse_indices", aiter_mla__launch_convert_sparse_indices(&a, stream));
 }
 
@@ -2773,7 +2777,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices(const aiter_mla_
     aiter_mla_filter_prefill_args a;
     AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("filter_prefill_indices", aiter_mla__launch_filter_prefill_indices(&a, stream));
 }
 
@@ -2849,7 +2852,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write(const aiter_mla_ds_mla_wri
     aiter_mla_ds_mla_write_args a;
     AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("ds_mla_write", aiter_mla__launch_ds_mla_write(&a, stream));
 }
 
@@ -2887,8 +2889,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.num_slots, 1, INT32_MAX, "num_slots");
     if (!aiter_mla__is_16bit(a.q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.q_dtype));
-    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.o_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
@@ -2950,7 +2951,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
     if (a.num_tokens == 0) return AITER_MLA_OK;
     if (((uintptr_t)a.kv_cache & 15u) != 0)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
-    (void)stream;
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_sparse(&a, stream));
 }
 
@@ -2975,9 +2975,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
                                a->cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
-    if (!aiter_mla__is_16bit(a->out_dtype) && a->out_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op,
-                               aiter_mla_dtype_name(a->out_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "out_dtype"));
     if (!(a->scale > 0.0f && a->scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
@@ -3016,19 +3014,30 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
     aiter_mla_gather_cache_args a;
     AITER_MLA__CHECK(aiter_mla__gather_resolve("gather_cache", in, &a));
     if (a.out_rows == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("gather_cache", aiter_mla__launch_gather_cache(&a, stream));
 }
 
 /* ---- varlen prefill attention --------------------------------------------------------------- */
 static int aiter_mla__prefill_dim_ok(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
 
+/* Host cu_seqlens_q and cu_seqlens_k start at >= 0 and never decrease (the reference and the
+ * planner check them alike). */
+static aiter_mla_status aiter_mla__cu_seqlens_check(const char *op, const int32_t *cq, const int32_t *ck, int batch) {
+    int b;
+    if (cq[0] < 0 || ck[0] < 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
+    for (b = 0; b < batch; b++) {
+        if (cq[b + 1] < cq[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
+        if (ck[b + 1] < ck[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
+    }
+    return AITER_MLA_OK;
+}
+
 /* Validate and resolve the defaults of prefill args into *out (the one place they live). */
 /* host_arrays: cu_seqlens are host memory and their contents are checked (CPU paths). */
 static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_mla_prefill_args *in,
                                                    aiter_mla_prefill_args *out, int host_arrays) {
     aiter_mla_prefill_args a;
-    int b;
     AITER_MLA__NEED(op, in, "args");
     a = *in;
     if (!a.dqk) a.dqk = 192;
@@ -3050,8 +3059,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (!aiter_mla__is_16bit(a.qkv_dtype) && !aiter_mla__is_fp8(a.qkv_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a.qkv_dtype));
-    if (!aiter_mla__is_16bit(a.o_dtype) && a.o_dtype != AITER_MLA_F32)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: o_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a.o_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f) || !(a.q_scale > 0.0f && a.q_scale < 1e30f) ||
         !(a.k_scale > 0.0f && a.k_scale < 1e30f) || !(a.v_scale > 0.0f && a.v_scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale, q_scale, k_scale and v_scale must be positive and finite", op);
@@ -3081,14 +3089,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
         *out = a;
         return AITER_MLA_OK;
     }
-    if (a.cu_seqlens_q[0] < 0 || a.cu_seqlens_k[0] < 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
-    for (b = 0; b < a.batch; b++) {
-        if (a.cu_seqlens_q[b + 1] < a.cu_seqlens_q[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
-        if (a.cu_seqlens_k[b + 1] < a.cu_seqlens_k[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
-    }
+    AITER_MLA__CHECK(aiter_mla__cu_seqlens_check(op, a.cu_seqlens_q, a.cu_seqlens_k, a.batch));
     *out = a;
     return AITER_MLA_OK;
 }
@@ -3203,7 +3204,6 @@ static aiter_mla_status aiter_mla__prefill_plan_info_check(const char *op, const
 
 static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const aiter_mla_prefill_plan_info *info,
                                                        const int32_t *cq, const int32_t *ck, int batch, int causal) {
-    int b;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_info_check(op, info));
     AITER_MLA__NEED(op, cq, "cu_seqlens_q");
     AITER_MLA__NEED(op, ck, "cu_seqlens_k");
@@ -3212,12 +3212,7 @@ static aiter_mla_status aiter_mla__prefill_plan_inputs(const char *op, const ait
     if (batch > info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, batch,
                                info->desc.max_batch);
-    if (cq[0] < 0 || ck[0] < 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
-    for (b = 0; b < batch; b++) {
-        if (cq[b + 1] < cq[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
-        if (ck[b + 1] < ck[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
-    }
+    AITER_MLA__CHECK(aiter_mla__cu_seqlens_check(op, cq, ck, batch));
     if ((int64_t)cq[batch] - cq[0] > info->desc.max_q_tokens)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: %d query rows (cu_seqlens_q) exceed the plan's max_q_tokens = %lld",
                                op, cq[batch] - cq[0], (long long)info->desc.max_q_tokens);
@@ -3417,7 +3412,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
-    (void)stream;
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
 }
 
@@ -3480,7 +3474,6 @@ static aiter_mla_status aiter_mla__v4_need(const char *op, const void *p, const 
     if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
     return AITER_MLA_OK;
 }
-static int aiter_mla__v4_out_dtype_ok(aiter_mla_dtype t) { return aiter_mla__is_16bit(t) || t == AITER_MLA_F32; }
 
 AITER_MLA_API int64_t aiter_mla_v4_page_bytes(int block_size) {
     if (block_size < 1) return 0;
@@ -3547,7 +3540,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write(const aiter_mla_v4_cache
     aiter_mla_v4_cache_write_args a;
     AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write", in, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("v4_cache_write", aiter_mla__launch_v4_cache_write(&a, stream));
 }
 
@@ -3572,8 +3564,7 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
     AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
     AITER_MLA__RANGE(op, a->offset, 0, a->out_rows, "offset");
-    if (!aiter_mla__v4_out_dtype_ok(a->out_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: out_dtype %s is not bf16, f16 or f32", op, aiter_mla_dtype_name(a->out_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "out_dtype"));
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
@@ -3585,7 +3576,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_arg
     aiter_mla_v4_gather_args a;
     AITER_MLA__CHECK(aiter_mla__v4_gather_resolve("v4_gather", in, &a));
     if (a.out_rows == a.offset) return AITER_MLA_OK; /* no row can be written */
-    (void)stream;
     return AITER_MLA__LAUNCH("v4_gather", aiter_mla__launch_v4_gather(&a, stream));
 }
 
@@ -3673,11 +3663,9 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
 /* query_start_loc monotone from >= 0, every request's seq_len >= its q_len. */
 static aiter_mla_status aiter_mla__v4_requests_check(const char *op, const int32_t *qsl, const int32_t *seq_lens, int n) {
     int b;
-    if (qsl[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: query_start_loc[0] = %d is negative", op, qsl[0]);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, qsl, "", "query_start_loc"));
     for (b = 0; b < n; b++) {
-        if (qsl[b + 1] < qsl[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: query_start_loc is not monotone at %d (%d > %d)", op, b,
-                                   qsl[b], qsl[b + 1]);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, qsl, b, "", "query_start_loc"));
         if (seq_lens[b] < qsl[b + 1] - qsl[b])
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d is less than the request's q_len = %d",
                                    op, b, seq_lens[b], qsl[b + 1] - qsl[b]);
@@ -3725,7 +3713,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_i
     aiter_mla_v4_swa_index_args a;
     AITER_MLA__CHECK(aiter_mla__v4_swa_resolve("v4_swa_indices", in, &a));
     if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK; /* a ragged output still gets indptr[0] */
-    (void)stream;
     return AITER_MLA__LAUNCH("v4_swa_indices", aiter_mla__launch_v4_swa_indices(&a, stream));
 }
 
@@ -3770,7 +3757,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk(const aiter_mla_v4_topk_
     aiter_mla_v4_topk_args a;
     AITER_MLA__CHECK(aiter_mla__v4_topk_resolve("v4_global_topk", in, &a));
     if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("v4_global_topk", aiter_mla__launch_v4_global_topk(&a, stream));
 }
 
@@ -3813,7 +3799,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices(const aiter_mla_v4_c128
     aiter_mla_v4_c128_args a;
     AITER_MLA__CHECK(aiter_mla__v4_c128_resolve("v4_c128_indices", in, &a));
     if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
-    (void)stream;
     return AITER_MLA__LAUNCH("v4_c128_indices", aiter_mla__launch_v4_c128_indices(&a, stream));
 }
 
@@ -3889,7 +3874,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *in, void *stream) {
     aiter_mla_v4_combine_args a;
     AITER_MLA__CHECK(aiter_mla__v4_combine_resolve("v4_combine", in, &a));
-    (void)stream; /* the token count is device data: always launched */
+    /* the token count is device data: always launched */
     return AITER_MLA__LAUNCH("v4_combine", aiter_mla__launch_v4_combine(&a, stream));
 }
 
@@ -3919,11 +3904,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
     aiter_mla_v4_ragged_copy_args a;
     int64_t r, out = 0, dropped = 0;
     AITER_MLA__CHECK(aiter_mla__v4_copy_resolve(op, in, &a));
-    if (a.indptr[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: indptr[0] = %d is negative", op, a.indptr[0]);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, a.indptr, "", "indptr"));
     for (r = 0; r < a.num_rows; r++) {
-        if (a.indptr[r + 1] < a.indptr[r])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: indptr is not monotone at %lld (%d > %d)", op,
-                                   (long long)r, a.indptr[r], a.indptr[r + 1]);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, a.indptr, r, "", "indptr"));
         if (!a.clamp && a.indptr[r + 1] - a.indptr[r] > a.max_entries_per_row)
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: row %lld has %d entries, more than max_entries_per_row = %d",
                                    op, (long long)r, a.indptr[r + 1] - a.indptr[r], a.max_entries_per_row);
@@ -3945,7 +3928,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
 AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *in, void *stream) {
     aiter_mla_v4_ragged_copy_args a;
     AITER_MLA__CHECK(aiter_mla__v4_copy_resolve("v4_copy_ragged", in, &a));
-    (void)stream; /* indptr_buffer[0] and num_dropped are written even for no rows */
+    /* indptr_buffer[0] and num_dropped are written even for no rows */
     return AITER_MLA__LAUNCH("v4_copy_ragged", aiter_mla__launch_v4_copy_ragged(&a, stream));
 }
 
@@ -3960,7 +3943,7 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
     if (k->rows) {
         if (k->dtype == AITER_MLA_DTYPE_DEFAULT) k->dtype = AITER_MLA_BF16;
         AITER_MLA__CHECK(aiter_mla__v4_range(op, k->num_blocks, 1, INT32_MAX, pre, "num_blocks"));
-        if (!aiter_mla__v4_out_dtype_ok(k->dtype))
+        if (!aiter_mla__out_dtype_ok(k->dtype))
             return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sdtype %s is not bf16, f16 or f32 (rows)", op, pre,
                                    aiter_mla_dtype_name(k->dtype));
     } else {
@@ -3971,12 +3954,8 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__v4_need(op, k->indices, pre, "indices"));
     if (!k->indptr) return aiter_mla__v4_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
     if (!host_arrays) return AITER_MLA_OK;
-    if (k->indptr[0] < 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sindptr[0] = %d is negative", op, pre, k->indptr[0]);
-    for (t = 0; t < num_tokens; t++)
-        if (k->indptr[t + 1] < k->indptr[t])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sindptr is not monotone at %lld (%d > %d)", op, pre,
-                                   (long long)t, k->indptr[t], k->indptr[t + 1]);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, pre, "indptr"));
+    for (t = 0; t < num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, pre, "indptr"));
     return AITER_MLA_OK;
 }
 
@@ -4002,7 +3981,7 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
     if (!aiter_mla__is_16bit(a->q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sq_dtype %s is not bf16 or f16", op, pre, aiter_mla_dtype_name(a->q_dtype));
-    if (!aiter_mla__v4_out_dtype_ok(a->o_dtype))
+    if (!aiter_mla__out_dtype_ok(a->o_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %so_dtype %s is not bf16, f16 or f32", op, pre,
                                aiter_mla_dtype_name(a->o_dtype));
     AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_splits, 0, 64, pre, "num_splits"));
@@ -4102,7 +4081,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
     const char *op = "v4_attention";
     aiter_mla_v4_attention_args a;
-    (void)stream;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0) return AITER_MLA_OK;
     if (a.num_splits > 1) {
@@ -4140,9 +4118,7 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
         AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
         AITER_MLA__RANGE(op, a->topk_stride, a->topk, AITER_MLA__MAX_STRIDE, "topk_stride");
     }
-    if (!aiter_mla__v4_out_dtype_ok(a->workspace_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: workspace_dtype %s is not bf16, f16 or f32", op,
-                               aiter_mla_dtype_name(a->workspace_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->workspace_dtype, "workspace_dtype"));
     *M = aiter_mla_v4_workspace_rows(a->max_model_len, a->compress_ratio, a->window, a->max_num_batched_tokens, N);
     if (*M * a->chunk_size > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: chunk_size x M = %d x %lld workspace rows do not fit int32",
