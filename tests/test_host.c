@@ -3617,21 +3617,28 @@ static const char *after_op_name(const char *msg) {
     const char *p = strstr(msg, ": ");
     return p ? p + 2 : msg;
 }
-/* ref_call and gpu_call on the same args. expect_gpu: the wrapper's status when the
- * reference accepts (ERR_NO_GPU in this build, or OK when there is nothing to launch). */
-#define CHECK_LIKE_REF(ref_call, gpu_call, expect_gpu, what)                                                          \
+/* ref_call and gpu_call on the same args; expect is the case's outcome. OK or ERR_NO_GPU:
+ * the reference accepts (returns OK) and the wrapper returns expect (ERR_NO_GPU in this build,
+ * OK when there is nothing to launch). Any other status: the reference refuses with exactly
+ * that status, and the wrapper with the same status and the same message after the op name. */
+#define CHECK_LIKE_REF(ref_call, gpu_call, expect, what)                                                              \
     do {                                                                                                              \
         char lr_msg_[320];                                                                                            \
-        aiter_mla_status lr_ref_ = (ref_call), lr_gpu_;                                                               \
-        snprintf(lr_msg_, sizeof lr_msg_, "%s", aiter_mla_last_error());                                             \
+        aiter_mla_status lr_exp_ = (expect), lr_ref_ = (ref_call), lr_gpu_;                                           \
+        const int lr_accept_ = lr_exp_ == AITER_MLA_OK || lr_exp_ == AITER_MLA_ERR_NO_GPU;                            \
+        snprintf(lr_msg_, sizeof lr_msg_, "%s", lr_ref_ == AITER_MLA_OK ? "" : aiter_mla_last_error());               \
         lr_gpu_ = (gpu_call);                                                                                         \
-        if (lr_ref_ != AITER_MLA_OK)                                                                                  \
-            CHECK(lr_gpu_ == lr_ref_ && !strcmp(after_op_name(lr_msg_), after_op_name(aiter_mla_last_error())),      \
-                  "%s: reference says %s \"%s\", GPU wrapper %s \"%s\"", (what), testing_status_name(lr_ref_), lr_msg_, \
-                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                             \
+        if (lr_accept_)                                                                                               \
+            CHECK(lr_ref_ == AITER_MLA_OK && lr_gpu_ == lr_exp_,                                                      \
+                  "%s: expected reference OK and GPU wrapper %s; reference says %s \"%s\", GPU wrapper %s \"%s\"",    \
+                  (what), testing_status_name(lr_exp_), testing_status_name(lr_ref_), lr_msg_,                        \
+                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                              \
         else                                                                                                          \
-            CHECK(lr_gpu_ == (expect_gpu), "%s: reference accepts, GPU wrapper says %s \"%s\"", (what),               \
-                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                             \
+            CHECK(lr_ref_ == lr_exp_ && lr_gpu_ == lr_exp_ &&                                                         \
+                      !strcmp(after_op_name(lr_msg_), after_op_name(aiter_mla_last_error())),                         \
+                  "%s: expected %s (same message) from both; reference says %s \"%s\", GPU wrapper %s \"%s\"",        \
+                  (what), testing_status_name(lr_exp_), testing_status_name(lr_ref_), lr_msg_,                        \
+                  testing_status_name(lr_gpu_), aiter_mla_last_error());                                              \
     } while (0)
 
 static void test_small_op_wrappers(void) {
@@ -3659,17 +3666,17 @@ static void test_small_op_wrappers(void) {
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.num_tokens = 0, AITER_MLA_OK);
-        SI_CASE(b.num_tokens = -1, AITER_MLA_OK);
-        SI_CASE(b.topk = 0, AITER_MLA_OK);
-        SI_CASE(b.num_requests = 0, AITER_MLA_OK);
-        SI_CASE(b.indices = NULL, AITER_MLA_OK);
-        SI_CASE(b.req_id = NULL, AITER_MLA_OK);
-        SI_CASE(b.out = NULL, AITER_MLA_OK);
-        SI_CASE(b.out_stride = 3, AITER_MLA_OK);
-        SI_CASE(b.indices_stride = (int64_t)1 << 40, AITER_MLA_OK);
-        SI_CASE(b.block_size = 5000, AITER_MLA_OK);
-        SI_CASE(b.block_table_stride = 0, AITER_MLA_OK);
-        SI_CASE((b.block_table = NULL, b.workspace_starts = NULL), AITER_MLA_OK);
+        SI_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.num_requests = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
+        SI_CASE(b.req_id = NULL, AITER_MLA_ERR_NULL_POINTER);
+        SI_CASE(b.out = NULL, AITER_MLA_ERR_NULL_POINTER);
+        SI_CASE(b.out_stride = 3, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.indices_stride = (int64_t)1 << 40, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.block_size = 5000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        SI_CASE((b.block_table = NULL, b.workspace_starts = NULL), AITER_MLA_ERR_NULL_POINTER);
         SI_CASE((b.req_id = NULL, b.num_tokens = 0), AITER_MLA_OK);
 #undef SI_CASE
         CHECK_STATUS(aiter_mla_convert_sparse_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
@@ -3695,12 +3702,12 @@ static void test_small_op_wrappers(void) {
     } while (0)
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         FP_CASE(b.num_tokens = 0, AITER_MLA_OK);
-        FP_CASE(b.topk = 0, AITER_MLA_OK);
-        FP_CASE(b.num_requests = 0, AITER_MLA_OK);
-        FP_CASE(b.ctx_lens = NULL, AITER_MLA_OK);
-        FP_CASE(b.context_out = NULL, AITER_MLA_OK);
-        FP_CASE(b.new_out = NULL, AITER_MLA_OK);
-        FP_CASE(b.indices = NULL, AITER_MLA_OK);
+        FP_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        FP_CASE(b.num_requests = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        FP_CASE(b.ctx_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
+        FP_CASE(b.context_out = NULL, AITER_MLA_ERR_NULL_POINTER);
+        FP_CASE(b.new_out = NULL, AITER_MLA_ERR_NULL_POINTER);
+        FP_CASE(b.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef FP_CASE
         CHECK_STATUS(aiter_mla_filter_prefill_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
@@ -3729,16 +3736,16 @@ static void test_small_op_wrappers(void) {
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.num_tokens = 0, AITER_MLA_OK);
-        DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_OK);
-        DS_CASE(b.fp8_max = 500.0f, AITER_MLA_OK);
-        DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_OK);
-        DS_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_OK);
-        DS_CASE(b.slot_mapping = NULL, AITER_MLA_OK);
-        DS_CASE(b.kv_cache = NULL, AITER_MLA_OK);
-        DS_CASE(b.num_blocks = 0, AITER_MLA_OK);
-        DS_CASE(b.block_size = -2, AITER_MLA_OK);
-        DS_CASE(b.kv_c_stride = 100, AITER_MLA_OK);
-        DS_CASE(b.k_pe_stride = 63, AITER_MLA_OK);
+        DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
+        DS_CASE(b.fp8_max = 500.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
+        DS_CASE(b.slot_mapping = NULL, AITER_MLA_ERR_NULL_POINTER);
+        DS_CASE(b.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+        DS_CASE(b.num_blocks = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.block_size = -2, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.kv_c_stride = 100, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.k_pe_stride = 63, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef DS_CASE
         CHECK_STATUS(aiter_mla_ds_mla_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
@@ -3767,17 +3774,17 @@ static void test_small_op_wrappers(void) {
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_OK);
-        GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_OK);
-        GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_OK);
-        GA_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
-        GA_CASE((b.cache_dtype = AITER_MLA_FP8_E4M3FN, b.scale = -1.0f), AITER_MLA_OK);
-        GA_CASE(b.batch = 0, AITER_MLA_OK);
-        GA_CASE(b.out_rows = -1, AITER_MLA_OK);
-        GA_CASE(b.block_table = NULL, AITER_MLA_OK);
-        GA_CASE(b.cu_out_rows = NULL, AITER_MLA_OK);
-        GA_CASE(b.out = NULL, AITER_MLA_OK);
-        GA_CASE(b.kv_cache = NULL, AITER_MLA_OK);
-        GA_CASE(b.block_table_stride = 0, AITER_MLA_OK);
+        GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
+        GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_UNSUPPORTED);
+        GA_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+        GA_CASE((b.cache_dtype = AITER_MLA_FP8_E4M3FN, b.scale = -1.0f), AITER_MLA_ERR_INVALID_ARGUMENT);
+        GA_CASE(b.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        GA_CASE(b.out_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        GA_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
+        GA_CASE(b.cu_out_rows = NULL, AITER_MLA_ERR_NULL_POINTER);
+        GA_CASE(b.out = NULL, AITER_MLA_ERR_NULL_POINTER);
+        GA_CASE(b.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+        GA_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef GA_CASE
         /* what only the reference can read: contents of cu_out_rows and seq_starts */
         b = a;
@@ -3818,18 +3825,18 @@ static void test_small_op_wrappers(void) {
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
         V4W_CASE(b.num_tokens = 0, AITER_MLA_OK);
         V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_OK);
-        V4W_CASE(b.num_tokens = -1, AITER_MLA_OK);
-        V4W_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_OK);
-        V4W_CASE(b.fp8_max = 500.0f, AITER_MLA_OK);
-        V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_OK);
-        V4W_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_OK);
-        V4W_CASE(b.kv = NULL, AITER_MLA_OK);
-        V4W_CASE(b.slot_mapping = NULL, AITER_MLA_OK);
-        V4W_CASE(b.kv_cache = NULL, AITER_MLA_OK);
-        V4W_CASE(b.num_blocks = 0, AITER_MLA_OK);
-        V4W_CASE(b.block_size = 2000, AITER_MLA_OK);
-        V4W_CASE(b.page_stride_bytes = 100, AITER_MLA_OK);
-        V4W_CASE(b.kv_stride = 511, AITER_MLA_OK);
+        V4W_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
+        V4W_CASE(b.fp8_max = 500.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
+        V4W_CASE(b.kv = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4W_CASE(b.slot_mapping = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4W_CASE(b.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4W_CASE(b.num_blocks = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE(b.block_size = 2000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE(b.page_stride_bytes = 100, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4W_CASE(b.kv_stride = 511, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef V4W_CASE
         CHECK_STATUS(aiter_mla_v4_cache_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
@@ -3863,19 +3870,19 @@ static void test_small_op_wrappers(void) {
         V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_OK);
         gl[0] = 2;
         gl[1] = 1;
-        V4G_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
-        V4G_CASE(b.fp8_dtype = AITER_MLA_F16, AITER_MLA_OK);
-        V4G_CASE(b.batch = 0, AITER_MLA_OK);
-        V4G_CASE(b.out_rows = -1, AITER_MLA_OK);
-        V4G_CASE(b.offset = 5, AITER_MLA_OK);
-        V4G_CASE(b.offset = -1, AITER_MLA_OK);
-        V4G_CASE(b.block_table = NULL, AITER_MLA_OK);
-        V4G_CASE(b.seq_lens = NULL, AITER_MLA_OK);
-        V4G_CASE(b.out = NULL, AITER_MLA_OK);
-        V4G_CASE(b.kv_cache = NULL, AITER_MLA_OK);
-        V4G_CASE(b.block_table_stride = 0, AITER_MLA_OK);
-        V4G_CASE(b.num_blocks = 0, AITER_MLA_OK);
-        V4G_CASE(b.page_stride_bytes = 1000, AITER_MLA_OK);
+        V4G_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+        V4G_CASE(b.fp8_dtype = AITER_MLA_F16, AITER_MLA_ERR_UNSUPPORTED);
+        V4G_CASE(b.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.out_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.offset = 5, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.offset = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4G_CASE(b.seq_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4G_CASE(b.out = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4G_CASE(b.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4G_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.num_blocks = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE(b.page_stride_bytes = 1000, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef V4G_CASE
         /* what only the reference can read: contents of seq_lens and gather_lens */
         b = a;
@@ -3923,21 +3930,21 @@ static void test_small_op_wrappers(void) {
         V4S_CASE((b.out.indices = NULL, b.out.indptr = NULL, b.token_offset = 1, b.num_tokens = 2), AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK); /* nothing to launch */
         V4S_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);                                     /* indptr[0] = 0 still */
-        V4S_CASE(b.num_reqs = 0, AITER_MLA_OK);
-        V4S_CASE(b.block_size = 2000, AITER_MLA_OK);
-        V4S_CASE(b.window = 70000, AITER_MLA_OK);
-        V4S_CASE(b.block_table_stride = 0, AITER_MLA_OK);
-        V4S_CASE(b.num_tokens = -1, AITER_MLA_OK);
-        V4S_CASE(b.token_offset = -1, AITER_MLA_OK);
-        V4S_CASE(b.token_offset = INT32_MAX, AITER_MLA_OK);
-        V4S_CASE(b.out.dense_stride = 7, AITER_MLA_OK);
-        V4S_CASE(b.out.capacity = -1, AITER_MLA_OK);
-        V4S_CASE(memset(&b.out, 0, sizeof b.out), AITER_MLA_OK);
-        V4S_CASE(b.out.indptr = NULL, AITER_MLA_OK);
-        V4S_CASE(b.out.indices = NULL, AITER_MLA_OK);
-        V4S_CASE(b.query_start_loc = NULL, AITER_MLA_OK);
-        V4S_CASE(b.seq_lens = NULL, AITER_MLA_OK);
-        V4S_CASE(b.block_table = NULL, AITER_MLA_OK);
+        V4S_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.block_size = 2000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.window = 70000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.token_offset = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.token_offset = INT32_MAX, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.out.dense_stride = 7, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(b.out.capacity = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4S_CASE(memset(&b.out, 0, sizeof b.out), AITER_MLA_ERR_NULL_POINTER);
+        V4S_CASE(b.out.indptr = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4S_CASE(b.out.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4S_CASE(b.query_start_loc = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4S_CASE(b.seq_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4S_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef V4S_CASE
         /* what only the reference can read */
         b = a;
@@ -3982,17 +3989,17 @@ static void test_small_op_wrappers(void) {
         V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
         V4K_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
-        V4K_CASE(b.topk = 0, AITER_MLA_OK);
-        V4K_CASE(b.topk_stride = 3, AITER_MLA_OK);
-        V4K_CASE(b.num_reqs = 0, AITER_MLA_OK);
-        V4K_CASE(b.block_size = -1, AITER_MLA_OK);
-        V4K_CASE(b.block_table_stride = 0, AITER_MLA_OK);
-        V4K_CASE(b.num_tokens = -1, AITER_MLA_OK);
-        V4K_CASE(b.out.dense_stride = 3, AITER_MLA_OK);
-        V4K_CASE((b.out.indices = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_OK);
-        V4K_CASE(b.topk_indices = NULL, AITER_MLA_OK);
-        V4K_CASE(b.token_to_req = NULL, AITER_MLA_OK);
-        V4K_CASE(b.block_table = NULL, AITER_MLA_OK);
+        V4K_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.topk_stride = 3, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.block_size = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE(b.out.dense_stride = 3, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4K_CASE((b.out.indices = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_ERR_NULL_POINTER);
+        V4K_CASE(b.topk_indices = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4K_CASE(b.token_to_req = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4K_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef V4K_CASE
         b = a;
         b.out.capacity = 4; /* 5 entries: only the device counts them */
@@ -4031,17 +4038,17 @@ static void test_small_op_wrappers(void) {
         V4C_CASE((b.compress_ratio = 0, b.block_size = 0, b.out.lens = NULL), AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
         V4C_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
-        V4C_CASE(b.width = 0, AITER_MLA_OK);
-        V4C_CASE(b.width = (1 << 24) + 1, AITER_MLA_OK);
-        V4C_CASE(b.compress_ratio = -1, AITER_MLA_OK);
-        V4C_CASE(b.compress_ratio = 70000, AITER_MLA_OK);
-        V4C_CASE(b.num_reqs = 0, AITER_MLA_OK);
-        V4C_CASE(b.block_size = 2000, AITER_MLA_OK);
-        V4C_CASE(b.block_table_stride = 0, AITER_MLA_OK);
-        V4C_CASE(b.num_tokens = -1, AITER_MLA_OK);
-        V4C_CASE(b.out.capacity = -2, AITER_MLA_OK);
-        V4C_CASE(b.token_to_req = NULL, AITER_MLA_OK);
-        V4C_CASE(b.positions = NULL, AITER_MLA_OK);
+        V4C_CASE(b.width = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.width = (1 << 24) + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.compress_ratio = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.compress_ratio = 70000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.block_size = 2000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.out.capacity = -2, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4C_CASE(b.token_to_req = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4C_CASE(b.positions = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef V4C_CASE
         b = a;
         b.out.capacity = 2; /* 9 entries */
@@ -4080,19 +4087,19 @@ static void test_small_op_wrappers(void) {
         V4M_CASE((b.topk = 0, b.topk_indices = NULL, b.compress_ratio = 0, b.N = 0, b.out.indptr = NULL, b.out.indices = NULL),
                  AITER_MLA_ERR_NO_GPU);
         V4M_CASE((b.query_start_loc = qsl_empty, b.topk_indices = NULL), AITER_MLA_ERR_NO_GPU); /* no token: always launched */
-        V4M_CASE(b.num_reqs = 0, AITER_MLA_OK);
-        V4M_CASE(b.topk = -1, AITER_MLA_OK);
-        V4M_CASE(b.topk_stride = 2, AITER_MLA_OK);
-        V4M_CASE(b.window = 70000, AITER_MLA_OK);
-        V4M_CASE(b.compress_ratio = 70000, AITER_MLA_OK);
-        V4M_CASE(b.M = 0, AITER_MLA_OK);
-        V4M_CASE(b.N = 14, AITER_MLA_OK);
-        V4M_CASE(b.N = -1, AITER_MLA_OK);
-        V4M_CASE(b.M = INT32_MAX, AITER_MLA_OK); /* M * num_reqs past int32 */
-        V4M_CASE(b.out.dense_stride = 11, AITER_MLA_OK);
-        V4M_CASE((b.out.indptr = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_OK);
-        V4M_CASE(b.query_start_loc = NULL, AITER_MLA_OK);
-        V4M_CASE(b.seq_lens = NULL, AITER_MLA_OK);
+        V4M_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.topk = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.topk_stride = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.window = 70000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.compress_ratio = 70000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.M = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.N = 14, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.N = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE(b.M = INT32_MAX, AITER_MLA_ERR_INVALID_ARGUMENT); /* M * num_reqs past int32 */
+        V4M_CASE(b.out.dense_stride = 11, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4M_CASE((b.out.indptr = NULL, b.out.dense = NULL, b.out.lens = NULL), AITER_MLA_ERR_NULL_POINTER);
+        V4M_CASE(b.query_start_loc = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4M_CASE(b.seq_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef V4M_CASE
         /* what only the reference can read */
         b = a;
@@ -4141,14 +4148,14 @@ static void test_small_op_wrappers(void) {
         V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
         V4R_CASE((b.num_rows = 0, b.indices = NULL), AITER_MLA_ERR_NO_GPU); /* indptr_buffer[0] and num_dropped still */
-        V4R_CASE(b.num_rows = -1, AITER_MLA_OK);
-        V4R_CASE(b.max_entries_per_row = 0, AITER_MLA_OK);
-        V4R_CASE(b.clamp = 2, AITER_MLA_OK);
-        V4R_CASE(b.indptr_buffer_capacity = 2, AITER_MLA_OK);
-        V4R_CASE(b.indices_buffer_capacity = 5, AITER_MLA_OK);
-        V4R_CASE(b.indptr = NULL, AITER_MLA_OK);
-        V4R_CASE(b.indptr_buffer = NULL, AITER_MLA_OK);
-        V4R_CASE(b.indices_buffer = NULL, AITER_MLA_OK);
+        V4R_CASE(b.num_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4R_CASE(b.max_entries_per_row = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4R_CASE(b.clamp = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4R_CASE(b.indptr_buffer_capacity = 2, AITER_MLA_ERR_BUFFER_TOO_SMALL);
+        V4R_CASE(b.indices_buffer_capacity = 5, AITER_MLA_ERR_BUFFER_TOO_SMALL);
+        V4R_CASE(b.indptr = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4R_CASE(b.indptr_buffer = NULL, AITER_MLA_ERR_NULL_POINTER);
+        V4R_CASE(b.indices_buffer = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef V4R_CASE
         /* what only the reference can read: long rows with clamp = 0 (the GPU cuts them), indptr, indices NULL */
         b = a;
@@ -4197,12 +4204,12 @@ static void test_small_op_wrappers(void) {
         MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.num_tokens = 0, AITER_MLA_OK);
-        MG_CASE(b.num_tokens = -3, AITER_MLA_OK);
-        MG_CASE(b.dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_OK);
-        MG_CASE(b.num_heads = 0, AITER_MLA_OK);
-        MG_CASE(b.head_dim = 70000, AITER_MLA_OK);
-        MG_CASE(b.lse_suffix = NULL, AITER_MLA_OK);
-        MG_CASE(b.o = NULL, AITER_MLA_OK);
+        MG_CASE(b.num_tokens = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
+        MG_CASE(b.dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+        MG_CASE(b.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+        MG_CASE(b.head_dim = 70000, AITER_MLA_ERR_INVALID_ARGUMENT);
+        MG_CASE(b.lse_suffix = NULL, AITER_MLA_ERR_NULL_POINTER);
+        MG_CASE(b.o = NULL, AITER_MLA_ERR_NULL_POINTER);
 #undef MG_CASE
         CHECK_STATUS(aiter_mla_merge_attn_states(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
@@ -4240,13 +4247,13 @@ static void test_attention_wrappers(void) {
         CHECK_LIKE_REF(aiter_mla_prefill_ref(&b), aiter_mla_prefill(&b, NULL), expect, "prefill { " #mutation " }"); \
     } while (0)
     PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.dqk = 100, AITER_MLA_ERR_NO_GPU);
-    PF_CASE((b.dqk = 128, b.dv = 192), AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.num_heads = 0, AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.q = NULL, AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.qkv_dtype = AITER_MLA_F32, AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_NO_GPU);
-    PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_NO_GPU);
+    PF_CASE(b.dqk = 100, AITER_MLA_ERR_UNSUPPORTED);
+    PF_CASE((b.dqk = 128, b.dv = 192), AITER_MLA_ERR_UNSUPPORTED);
+    PF_CASE(b.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.q = NULL, AITER_MLA_ERR_NULL_POINTER);
+    PF_CASE(b.qkv_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
+    PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef PF_CASE
     /* what only the GPU path checks; cu_seqlens contents are device data there */
     b = a;
@@ -4315,12 +4322,12 @@ static void test_attention_wrappers(void) {
     } while (0)
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
-    SP_CASE(t.num_heads = 129, AITER_MLA_ERR_NO_GPU);
-    SP_CASE(t.topk = 0, AITER_MLA_ERR_NO_GPU);
-    SP_CASE(t.indices = NULL, AITER_MLA_ERR_NO_GPU);
-    SP_CASE(t.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
-    SP_CASE((t.cache_is_ds_mla = 1, t.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_NO_GPU);
-    SP_CASE(t.sm_scale = -2.0f, AITER_MLA_ERR_NO_GPU);
+    SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
+    SP_CASE(t.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+    SP_CASE(t.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
+    SP_CASE(t.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+    SP_CASE((t.cache_is_ds_mla = 1, t.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_UNSUPPORTED);
+    SP_CASE(t.sm_scale = -2.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef SP_CASE
     t = s;
     t.num_tokens = 1 << 20;
@@ -5399,23 +5406,23 @@ static void test_v4_attention(void) {
                        "v4_attention { " #mutation " }");                                                           \
     } while (0)
             V4A_CASE((void)0, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.keys.indices = NULL, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.keys.cache = NULL, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.extra_keys.cache = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
+            V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.keys.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
+            V4A_CASE(e.keys.cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+            V4A_CASE(e.extra_keys.cache = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE(e.extra_keys.indices = NULL, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.o_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.num_heads = 129, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.num_tokens = -1, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.sm_scale = -1.0f, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.q_stride_head = -1, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.o = NULL, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+            V4A_CASE(e.o_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
+            V4A_CASE(e.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.q_stride_head = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.o = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_OK);
-            V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_NO_GPU);
-            V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef V4A_CASE
             { /* split over several blocks: the GPU needs the workspace (the reference ignores it) */
                 size_t need = 0;
