@@ -867,7 +867,8 @@ enum {
     AITER_MLA_V4_GROUP = 64,       /* nope values per scale */
     AITER_MLA_V4_WINDOW = 128,     /* default sliding window W */
     AITER_MLA_V4_COMPRESSED_PAGE_TOKENS = 256, /* logical tokens per compressed page */
-    AITER_MLA_V4_PREFILL_CHUNK = 4 /* requests per prefill chunk (vLLM's _PREFILL_CHUNK_SIZE) */
+    AITER_MLA_V4_PREFILL_CHUNK = 4, /* requests per prefill chunk (vLLM's _PREFILL_CHUNK_SIZE) */
+    AITER_MLA_V4_MAX_SPLITS = 64   /* most blocks sharing one token's keys (num_splits) */
 };
 
 /* ---- MODEL1 cache pages (584 bytes per token, SPEC 7) -----------------------------------
@@ -1101,8 +1102,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
  * on the device (none when negative); the outputs must hold that many rows. A token whose
  * request's range does not hold it (query_start_loc not monotone), or whose request has
  * seq_len < q_len, a gather_len outside [q_len + min(prefix, W - 1), seq_len] or
- * N + gather_len > M, gets length 0 (the reference refuses all of these, and a NULL
- * topk_indices with topk > 0 and tokens; the GPU leaves the top-k part of every list empty). */
+ * N + gather_len > M, gets length 0 (the reference refuses all of these). */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *a, void *stream);
 
 /* _copy_ragged_to_graph_buffers: copy a ragged list into persistent buffers of fixed
@@ -1501,7 +1501,7 @@ AITER_MLA_HD int32_t aiter_mla__v4_combine_token(const aiter_mla_v4_combine_args
     k->base = a->M * b;
     k->ncomp = seq_len / a->compress_ratio < a->N ? seq_len / a->compress_ratio : a->N;
     k->swa_row = k->base + a->N + (pos - swa_len + 1) - (seq_len - g);
-    if (a->topk > 0 && a->topk_indices) { /* NULL only where the reference has no token */
+    if (a->topk > 0) {
         const int64_t seen = aiter_mla__v4_compressed_seen(pos, a->compress_ratio);
         k->topk_len = (int32_t)(seen < a->topk ? seen : a->topk);
     }
@@ -3844,6 +3844,7 @@ static aiter_mla_status aiter_mla__v4_combine_resolve(const char *op, const aite
     AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, (int64_t)a->topk + a->window));
     AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    if (a->topk > 0) AITER_MLA__NEED(op, a->topk_indices, "topk_indices");
     return AITER_MLA_OK;
 }
 
@@ -3855,7 +3856,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
     AITER_MLA__CHECK(aiter_mla__v4_combine_resolve(op, in, &a));
     AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
     num_tokens = (int64_t)a.query_start_loc[a.num_reqs] - a.query_start_loc[0];
-    if (a.topk > 0 && num_tokens > 0) AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
     for (b = 0; b < a.num_reqs; b++) {
         const int32_t q_len = a.query_start_loc[b + 1] - a.query_start_loc[b], seq_len = a.seq_lens[b];
         const int32_t lo = aiter_mla__v4_gather_len(NULL, b, q_len, seq_len, a.window);
@@ -3984,7 +3984,7 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (!aiter_mla__out_dtype_ok(a->o_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %so_dtype %s is not bf16, f16 or f32", op, pre,
                                aiter_mla_dtype_name(a->o_dtype));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_splits, 0, 64, pre, "num_splits"));
+    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_splits, 0, AITER_MLA_V4_MAX_SPLITS, pre, "num_splits"));
     if (!a->num_splits) a->num_splits = 1;
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
@@ -4064,6 +4064,14 @@ static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a)
     return a->num_splits > 1 ? (size_t)a->num_tokens * (size_t)a->num_splits * (size_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
                              : 0u;
 }
+/* The split partials are indexed by int32 rows (token * splits + split): the size query and
+ * the launch refuse the same products. */
+static aiter_mla_status aiter_mla__v4_splits_fit(const char *op, const aiter_mla_v4_attention_args *a) {
+    if (a->num_splits > 1 && (int64_t)a->num_tokens * a->num_splits > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: num_tokens * num_splits = %lld does not fit int32", op,
+                               (long long)((int64_t)a->num_tokens * a->num_splits));
+    return AITER_MLA_OK;
+}
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter_mla_v4_attention_args *in, size_t *bytes) {
     const char *op = "v4_attention_workspace_size";
@@ -4073,7 +4081,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
     a = *in; /* the sizing fields only */
     AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
     AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a.num_splits, 0, 64, "num_splits");
+    AITER_MLA__RANGE(op, a.num_splits, 0, AITER_MLA_V4_MAX_SPLITS, "num_splits");
+    AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &a));
     *bytes = aiter_mla__v4_attn_workspace(&a);
     return AITER_MLA_OK;
 }
@@ -4083,10 +4092,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attenti
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &a));
     if (a.num_splits > 1) {
-        if (a.num_tokens * a.num_splits > INT32_MAX)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: num_tokens * num_splits = %lld does not fit int32", op,
-                                   (long long)(a.num_tokens * a.num_splits));
         AITER_MLA__NEED(op, a.workspace, "workspace");
         if (a.workspace_bytes < aiter_mla__v4_attn_workspace(&a))
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, %d splits need %llu", op,

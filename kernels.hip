@@ -606,7 +606,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     const int H = a.num_heads;
     // V4: does either list hold e4m3fnuz rows (then each key's kind picks its converter)?
     const bool v4_fnuz = is_v4(KVT) && (p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ);
-    int g_base = 0; // tiles this group has streamed so far: the ring position continues across pieces
     constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     if (kFnuzLut && tid < 256)
         lut[tid] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)tid, AITER_MLA_FP8_E4M3FNUZ));
@@ -618,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
         // Producer: every thread of the group, kTPK threads per key (thread gt takes key gt / kTPK
         // of a tile and its 16-byte chunks gt % kTPK, gt % kTPK + kTPK, ...), copies the group's
-        // i-th key tile into slot (g_base + i) % kStages with cp.async, one commit group per
+        // i-th key tile into slot i % kStages with cp.async, one commit group per
         // tile (an empty one past the last tile, so that wait_group counts tiles). Spread this
         // way a tile costs each thread a few copies; one warp issuing a bulk copy per row spent
         // most of a tile's time issuing. Absent keys are zero-filled by the copies themselves
@@ -629,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int my_key = gt / kTPK, my_part = gt % kTPK;
         auto key_of = [&](int i) { return (grp + i * kGroups) * kN + my_key; };
         auto load_tile = [&](int i, const KeyRef &k) {
-            const int slot = (g_base + i) % kStages;
+            const int slot = i % kStages;
             const uint32_t dst = smem_addr(ring + slot * S::stage + my_key * kPitch);
             constexpr int kRowChunks = kRowSrc / 16, kChunks = kRowChunks + (KVT == kV4Model1 ? 1 : 0);
             const void *any = a.q; // an address for the zero-filling copies, which read nothing
@@ -692,7 +691,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     }
                     continue;
                 }
-                const int slot = (g_base + i) % kStages;
+                const int slot = i % kStages;
                 cp_async_wait<kStages - 2>(); // this thread's copies of tile i (and Q) are done
                 // everyone's are (tile i landed); the group is done with tile i - 1
                 if (i == 0) __syncthreads();
@@ -935,7 +934,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     }
                 }
             }
-            g_base += ntiles;
 
             // Two groups: group 1 hands its O to group 0 through its own ring (free now), in
             // register order (warp gw of each group holds the same dims); its m and l stay in
@@ -1108,7 +1106,8 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         }
         const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
 
-        for (int d0 = SPLIT > 1 ? span * kSpan : 0; d0 < (SPLIT > 1 ? min(p.dv, (span + 1) * kSpan) : p.dv); d0 += kSpan) {
+        const int d_lo = SPLIT > 1 ? span * kSpan : 0, d_hi = SPLIT > 1 ? min(p.dv, d_lo + kSpan) : p.dv; // the unit's dims
+        for (int d0 = d_lo; d0 < d_hi; d0 += kSpan) {
             float4 acc[V];
 #pragma unroll
             for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -2417,11 +2416,6 @@ static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *pla
     const int64_t rows = (int64_t)max_tiles * rows_per_tile * r.num_heads;
     const int64_t blocks = wide ? rows * ((r.dv + kWideSpan - 1) / kWideSpan) : (rows + kReduceWarps - 1) / kReduceWarps;
     const unsigned grid = (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); // grid-stride past that
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
-    // the carveout of the kernels it follows (all shared memory): no reconfiguration between them
-    (void)cudaFuncSetAttribute(reduce_kernel<kReduceWarps, 1>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    (void)cudaFuncSetAttribute(reduce_kernel<1, 4>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-#endif
     if (wide) reduce_kernel<kReduceWarps, 1><<<grid, kReduceThreads, 0, s>>>(r);
     else reduce_kernel<1, 4><<<grid, kReduceThreads, 0, s>>>(r);
 }
@@ -2717,9 +2711,6 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (splits > 1) {
         const hipError_t e = hipGetLastError();
         if (e != hipSuccess) return (int)e;
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
-        (void)cudaFuncSetAttribute(v4_combine_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100); // as the reduce
-#endif
         v4_combine_kernel<<<grid_for(a->num_tokens * H, kSmallThreads / AITER_MLA_WARP_SIZE), kSmallThreads, 0, s>>>(
             *a, p.part_o, p.part_lse, p.v4_splits);
     }

@@ -742,7 +742,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     /* splits: enough blocks to fill the GPU, at least 64 keys (a tile per group) each */
     a.num_splits = num_cu / (int)(T * ((H + 63) / 64));
     if (a.num_splits > (W + K) / 64) a.num_splits = (W + K) / 64;
-    if (a.num_splits > 64) a.num_splits = 64;
+    if (a.num_splits > AITER_MLA_V4_MAX_SPLITS) a.num_splits = AITER_MLA_V4_MAX_SPLITS;
     if (a.num_splits < 1) a.num_splits = 1;
     TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;

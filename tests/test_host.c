@@ -4086,7 +4086,8 @@ static void test_small_op_wrappers(void) {
         V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4M_CASE((b.topk = 0, b.topk_indices = NULL, b.compress_ratio = 0, b.N = 0, b.out.indptr = NULL, b.out.indices = NULL),
                  AITER_MLA_ERR_NO_GPU);
-        V4M_CASE((b.query_start_loc = qsl_empty, b.topk_indices = NULL), AITER_MLA_ERR_NO_GPU); /* no token: always launched */
+        V4M_CASE((b.query_start_loc = qsl_empty, b.topk_indices = NULL), AITER_MLA_ERR_NULL_POINTER); /* topk > 0 needs it, tokens or not */
+        V4M_CASE((b.query_start_loc = qsl_empty, b.gather_lens = NULL), AITER_MLA_ERR_NO_GPU); /* no token: always launched */
         V4M_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4M_CASE(b.topk = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4M_CASE(b.topk_stride = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4115,9 +4116,9 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
         CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
         b = a;
-        b.topk_indices = NULL; /* the reference needs it once there is a token */
+        b.topk_indices = NULL; /* topk > 0 needs it: both refuse */
         CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
-        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
         b = a;
         b.out.capacity = 10;
         CHECK_STATUS(aiter_mla_v4_combine_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
