@@ -81,6 +81,9 @@ struct DecodeParams {
     // partials (part_o, part_lse at row t * v4_splits + z) for v4_combine_kernel.
     int v4, v4_splits;
     aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
+    // Decode on the warpgroup kernel: block (x, y) takes rows [64 x, 64 x + 64) of CU y's work
+    // items, so the blocks sharing a work item's keys run side by side and share them in L2.
+    int row_split;
 };
 
 // Cache row formats beyond the dtypes: fp8_ds_mla rows (656 bytes: 512 e4m3 with 4 fp32
@@ -134,6 +137,10 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     c.n = max((int64_t)0, min(c.kv_len - off - c.tok0, (int64_t)(ke - c.ks) * a.page_size));
     c.rb = 0;
     c.re = (c.qe - c.qs) * a.num_heads;
+    if (p.row_split) {
+        c.rb = blockIdx.x * 64;
+        c.re = min(c.re, c.rb + 64);
+    }
     return c;
 }
 
@@ -176,8 +183,9 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
         run(p.v4 ? v4_piece(p) : sparse_piece(p));
         return;
     }
-    const int w_end = p.work_indptr[blockIdx.x + 1];
-    for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) run(load_piece(p, w));
+    const int cu = p.row_split ? blockIdx.y : blockIdx.x;
+    const int w_end = p.work_indptr[cu + 1];
+    for (int w = p.work_indptr[cu]; w < w_end; w++) run(load_piece(p, w));
 }
 
 // A final row's o factor from the attention sink: sum e^s / (sum e^s + e^sink) = 1 / (1 +
@@ -573,6 +581,41 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A finished row of a pass, from its softmax totals (m in log2 units, l): its lse (natural
+// log; +inf for a final row that saw no key, -inf for such a partial), written with max_logits
+// (final rows) or as the partial lse when `publish`; *inv: the factor of its o (1 / l, times
+// the fp8 V scale and the sink). Returns where its o row (final) or partial row starts.
+__device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
+                                                float *inv) {
+    const aiter_mla_decode_args &a = p.a;
+    const int H = a.num_heads;
+    const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
+    const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+    *inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
+    if (pc.loc < 0) {
+        if (publish) {
+            if (a.lse) a.lse[tok * H + h] = lse;
+            store_max_logit(p, tok, (int)h, l > 0.0f, m);
+        }
+        return tok * a.o_stride_token + h * a.o_stride_head;
+    }
+    if (publish) p.part_lse[pr] = lse;
+    return pr * kL;
+}
+// Stores `rows` staged fp32 rows (stage: [rows][kStageRow], row_at: their starts) to o in its
+// dtype or to the fp32 partials, consecutive threads on consecutive dims.
+__device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const Piece &pc, const float *stage,
+                                                  const long long *row_at, int rows, int tid, int threads) {
+    if (pc.loc < 0) {
+        for (int c = tid; c < rows * kL; c += threads)
+            aiter_mla_store_f32(p.a.o, row_at[c / kL] + c % kL, p.a.o_dtype, stage[c / kL * kStageRow + c % kL]);
+    } else {
+        for (int c = tid; c < rows * kL / 4; c += threads)
+            *reinterpret_cast<float4 *>(p.part_o + row_at[c / (kL / 4)] + c % (kL / 4) * 4) =
+                *reinterpret_cast<const float4 *>(stage + c / (kL / 4) * kStageRow + c % (kL / 4) * 4);
+    }
 }
 
 template <int KVT, int M>
@@ -978,10 +1021,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             l = l * fa + l1[row] * fb;
                             m = mm;
                         }
-                        const int idx = r0 + row;
-                        const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-                        const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-                        const float inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
+                        float inv;
+                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv);
 #pragma unroll
                         for (int nt = 0; nt < kNT; nt++) {
                             const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
@@ -993,28 +1034,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             }
                             *reinterpret_cast<float2 *>(stage_o + rr * kStageRow + d) = make_float2(o0 * inv, o1 * inv);
                         }
-                        if (gw == 0 && (lane & 3) == 0) {
-                            if (pc.loc < 0) {
-                                if (a.lse) a.lse[tok * H + h] = lse;
-                                store_max_logit(p, tok, (int)h, l > 0.0f, m);
-                                row_at[rr] = tok * a.o_stride_token + h * a.o_stride_head;
-                            } else {
-                                p.part_lse[pr] = lse;
-                                row_at[rr] = pr * kL;
-                            }
-                        }
+                        if (gw == 0 && (lane & 3) == 0) row_at[rr] = at;
                     }
                 }
                 __syncthreads(); // the m-tile is staged
-                const int rows = min(16, R - mt * 16);
-                if (pc.loc < 0) {
-                    for (int c = tid; c < rows * kL; c += kThreads)
-                        aiter_mla_store_f32(a.o, row_at[c / kL] + c % kL, a.o_dtype, stage_o[c / kL * kStageRow + c % kL]);
-                } else {
-                    for (int c = tid; c < rows * kL / 4; c += kThreads)
-                        *reinterpret_cast<float4 *>(p.part_o + row_at[c / (kL / 4)] + c % (kL / 4) * 4) =
-                            *reinterpret_cast<const float4 *>(stage_o + c / (kL / 4) * kStageRow + c % (kL / 4) * 4);
-                }
+                store_staged_rows(p, pc, stage_o, row_at, min(16, R - mt * 16), tid, kThreads);
                 __syncthreads(); // the stage is refilled by the next m-tile (Q, m, l by the next pass)
             }
         }
@@ -1023,6 +1047,368 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 }
 
 } // namespace mma
+#endif
+
+// ==== dense decode: warpgroup path (NVIDIA sm_90a, wgmma) ==================================
+// The 64-row passes over bf16 rows (MLA decode with more than 16 rows per query tile, V3.2
+// sparse over a bf16 cache, V4 bf16 lists), in builds whose every NVIDIA target is sm_90a
+// (AITER_MLA_WGMMA, which the Makefile defines for ARCH=sm_90a). Same plan, pieces and output
+// conventions as the paths above. Two warpgroups, key tiles of 64 in two slots:
+//   warpgroup 0: S = Q K^T (wgmma, Q and K in shared memory), the online softmax in registers,
+//     O[:, 0:256] += P V with P from its registers; it hands P (bf16) and each row's rescale
+//     factor to warpgroup 1 through shared memory;
+//   warpgroup 1: copies Q and the key tiles (cp.async, 16 bytes, absent keys zero-filled) and
+//     computes O[:, 256:512] += P V.
+// Warpgroup 0's Q K^T of tile i + 1 overlaps warpgroup 1's P V of tile i. The accumulators
+// stay in registers (128 fp32 per thread for O), which the mma.sync path cannot afford for
+// 64 rows: it round-trips S and P through shared memory and reloads Q for every tile.
+// Shared tiles are blocks of 64 rows x 64 dims (128-byte rows), 16-byte chunk c of row r
+// stored at chunk c ^ (r & 7): the 128-byte swizzle wgmma reads without bank conflicts.
+#if defined(AITER_MLA_HAS_MMA) && defined(AITER_MLA_WGMMA)
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "AITER_MLA_WGMMA needs every NVIDIA target of the build to be sm_90a"
+#endif
+#define AITER_MLA_HAS_WGMMA 1
+namespace wg {
+using mma::cp_async16;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::fast_exp2;
+using mma::finish_row;
+using mma::kStageRow;
+using mma::pack_bf16x2;
+using mma::smem_addr;
+using mma::store_staged_rows;
+
+constexpr int kThreads = 256, kN = 64, kM = 64; // two warpgroups; keys per tile; rows per pass
+constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
+// named barriers (0 is __syncthreads): tile in its slot; P and alpha written; P read; slot read
+constexpr int kBarFull = 1, kBarPReady = 2, kBarPFree = 3, kBarEmpty = 4;
+
+template <int DQ> // q . k dims
+struct Smem {     // byte offsets from a 1024-byte aligned base
+    static constexpr int blocks = DQ / 64;
+    static constexpr int q = 0;                   // Q: [blocks] swizzled blocks of the pass's 64 rows
+    static constexpr int keys = q + blocks * kBlk; // two slots of a 64-key tile, same layout
+    static constexpr int slot = blocks * kBlk;
+    static constexpr int pbuf = keys + 2 * slot;   // P: 64 rows x 64 keys, one swizzled block
+    static constexpr int alpha = pbuf + kBlk;      // float [64]: each row's rescale factor of the tile
+    static constexpr int lim = alpha + kM * 4;     // int64 [64]: last key index each row may see
+    static constexpr int valid = lim + kM * 8;     // int8 [2][64]: each slot's key kinds (0: absent)
+    static constexpr int ml = valid + 2 * kN;      // float m [64], l [64] at the end of a pass
+    static constexpr int total = ml + 2 * kM * 4 + 1024; // + the alignment of the base
+    static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
+    static_assert(2 * slot + kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
+};
+
+// Byte offset of 16-byte chunk c of row r in swizzled blocks.
+__device__ __forceinline__ uint32_t swz(int r, int c) { return (c >> 3) * kBlk + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
+// Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K, P): sbo = 1024
+// (the next 8 rows), lbo unused. MN-major (V): lbo = kBlk (the next 64 dims), sbo = 1024 (the
+// next 8 keys).
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | 1ull << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Generic-proxy writes to shared memory (stores, cp.async) made visible to wgmma's reads.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+// Pins accumulator registers in place around wgmma (keeps the compiler from moving their
+// reads and writes across the fence and the wait).
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// D (+)= A B, m64n64k16, A and B by descriptor (both K-major); accumulate = 0 starts D afresh.
+__device__ __forceinline__ void mma_64x64_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+// D += A B, m64n256k16, A from registers (the m16n8k16 A fragment of each warp's 16 rows), B by
+// descriptor, MN-major (V: keys by rows, dims contiguous).
+__device__ __forceinline__ void mma_64x256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// D += A B, m64n256k16, A by descriptor (K-major), B by descriptor, MN-major.
+__device__ __forceinline__ void mma_64x256_ss(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(1));
+}
+
+template <int KVT>
+__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p) {
+#if defined(__CUDA_ARCH__)
+    constexpr int kDq = qk_dims(KVT), kChunks = kDq / 8, kKSteps = kDq / 16; // 16-byte chunks and k-steps of a row
+    using S = Smem<kDq>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
+    const uint32_t sb = smem_addr(base);
+    const int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, lane = tid & 31;
+    const int ra = (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
+    float *alpha_s = reinterpret_cast<float *>(base + S::alpha), *m_s = reinterpret_cast<float *>(base + S::ml), *l_s = m_s + kM;
+    long long *lim_s = reinterpret_cast<long long *>(base + S::lim);
+    signed char *valid_s = reinterpret_cast<signed char *>(base + S::valid);
+    const aiter_mla_decode_args &a = p.a;
+    const int H = a.num_heads;
+
+    for_each_piece(p, [&](const Piece &pc) {
+        const int ntiles = (int)((pc.n + kN - 1) / kN);
+        // warpgroup 1 copies: two threads per key, 16-byte chunks my_part, my_part + 2, ...
+        const int my_key = t >> 1, my_part = t & 1;
+        auto load_tile = [&](int i, const KeyRef &k) {
+            const uint32_t dst = sb + S::keys + (i & 1) * S::slot;
+            const void *any = a.q; // an address for the zero-filling copies, which read nothing
+#pragma unroll 4
+            for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
+            if (my_part == 0) valid_s[(i & 1) * kN + my_key] = (signed char)k.kind;
+        };
+
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+            const int R = min(kM, pc.re - r0);
+            float acc[128]; // this warpgroup's O: rows ra, rb; dims 256 wgi + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
+#pragma unroll
+            for (int e = 0; e < 128; e++) acc[e] = 0.0f;
+
+            if (wgi == 1) {
+                // Q (zeros past R) and each row's key limit, then tiles 0 and 1; tile 1 in flight while 0 runs
+                for (int c = t; c < kM * kChunks; c += 128) {
+                    const int r = c / kChunks, part = c - r * kChunks;
+                    const void *src = a.q;
+                    if (r < R) {
+                        const int idx = r0 + r;
+                        src = static_cast<const uint16_t *>(a.q) + (pc.qs + idx / H) * a.q_stride_token + (idx % H) * a.q_stride_head + part * 8;
+                    }
+                    cp_async16(sb + S::q + swz(r, part), src, r < R ? 16 : 0);
+                }
+                if (t < kM) lim_s[t] = pc.kv_len - pc.q_len + (pc.qs + (r0 + t) / H - pc.q_begin);
+                int32_t next = key_entry<KVT>(p, pc, my_key); // the index of the thread's key in the next tile
+                for (int i = 0; i < 2; i++) {
+                    if (i < ntiles) {
+                        const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key, next);
+                        next = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key);
+                        load_tile(i, k);
+                    }
+                    cp_async_commit();
+                }
+                cp_async_wait<1>(); // Q and tile 0
+                fence_async_shared();
+                if (ntiles > 0) bar_arrive(kBarFull);
+                for (int i = 0; i < ntiles; i++) {
+                    const int slot = i & 1;
+                    bar_sync(kBarPReady); // P and alpha of tile i are written
+                    if (i + 1 < ntiles) { // tile i + 1 (copied since tile i - 1) for warpgroup 0's next Q K^T
+                        cp_async_wait<0>();
+                        fence_async_shared();
+                        bar_arrive(kBarFull);
+                    }
+                    const float fa = alpha_s[ra], fb = alpha_s[rb];
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        acc[4 * j] *= fa;
+                        acc[4 * j + 1] *= fa;
+                        acc[4 * j + 2] *= fb;
+                        acc[4 * j + 3] *= fb;
+                    }
+                    pin(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kN / 16; kk++)
+                        mma_64x256_ss(acc, desc(sb + S::pbuf + kk * 32, 16, 1024),
+                                      desc(sb + S::keys + slot * S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
+                    wgmma_commit();
+                    wgmma_wait0();
+                    pin(acc);
+                    bar_sync(kBarEmpty); // warpgroup 0 is done with the slot too
+                    if (i + 1 < ntiles) bar_arrive(kBarPFree);
+                    if (i + 2 < ntiles) {
+                        const KeyRef k = key_ref<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key, next);
+                        next = key_entry<KVT>(p, pc, (int64_t)(i + 3) * kN + my_key);
+                        load_tile(i + 2, k);
+                    }
+                    cp_async_commit();
+                }
+                cp_async_wait<0>(); // Q's copies too when the piece had no key
+            } else {
+                float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
+                uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
+                for (int i = 0; i < ntiles; i++) {
+                    const int slot = i & 1;
+                    bar_sync(kBarFull);
+                    float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kKSteps; kk++) {
+                        const uint32_t off = (kk >> 2) * kBlk + (kk & 3) * 32;
+                        mma_64x64_ss(s, desc(sb + S::q + off, 16, 1024), desc(sb + S::keys + slot * S::slot + off, 16, 1024), kk > 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait0();
+                    pin(s);
+
+                    // online softmax in the log2 domain; a row's 64 keys lie on the 4 lanes of its quad
+                    const int64_t k0 = (int64_t)i * kN;
+                    const long long last = min((long long)kN, (long long)(pc.n - k0)) - 1; // the piece's end
+                    const int kma = (int)min(max(lim_s[ra] - pc.tok0 - k0, -1LL), last);
+                    const int kmb = (int)min(max(lim_s[rb] - pc.tok0 - k0, -1LL), last);
+                    const signed char *valid = valid_s + slot * kN;
+                    float xa = neg_inf(), xb = neg_inf();
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
+                        const bool ok = valid[c] && c <= ((j & 2) ? kmb : kma);
+                        s[j] = ok ? s[j] * p.score_scale : neg_inf();
+                        if (j & 2) xb = fmaxf(xb, s[j]);
+                        else xa = fmaxf(xa, s[j]);
+                    }
+#pragma unroll
+                    for (int o = 1; o < 4; o <<= 1) {
+                        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
+                        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
+                    }
+                    const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+                    const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
+                    const float fa = fast_exp2(ma - ua), fb = fast_exp2(mb - ub);
+                    ma = na;
+                    mb = nb;
+                    float sa = 0.0f, sbs = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        s[j] = fast_exp2(s[j] - ((j & 2) ? ub : ua));
+                        if (j & 2) sbs += s[j];
+                        else sa += s[j];
+                    }
+                    la = la * fa + sa;
+                    lb = lb * fb + sbs;
+                    // P as the A fragments of the 4 k-steps (keys 16 kk ..): the accumulator layout of two
+                    // n8-tiles is that of an m16n8k16 A fragment
+                    uint32_t pa[4][4];
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
+                        pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+                        pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+                        pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+                    }
+                    if (i > 0) bar_sync(kBarPFree); // warpgroup 1 has read the previous P
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
+                        const int w = (lane & 3);
+                        p_s[(swz(ra, 2 * kk) >> 2) + w] = pa[kk][0];
+                        p_s[(swz(rb, 2 * kk) >> 2) + w] = pa[kk][1];
+                        p_s[(swz(ra, 2 * kk + 1) >> 2) + w] = pa[kk][2];
+                        p_s[(swz(rb, 2 * kk + 1) >> 2) + w] = pa[kk][3];
+                    }
+                    if ((lane & 3) == 0) {
+                        alpha_s[ra] = fa;
+                        alpha_s[rb] = fb;
+                    }
+                    fence_async_shared();
+                    bar_arrive(kBarPReady);
+#pragma unroll
+                    for (int j = 0; j < 32; j++) {
+                        acc[4 * j] *= fa;
+                        acc[4 * j + 1] *= fa;
+                        acc[4 * j + 2] *= fb;
+                        acc[4 * j + 3] *= fb;
+                    }
+                    pin(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kN / 16; kk++)
+                        mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + slot * S::slot + kk * 2048, kBlk, 1024));
+                    wgmma_commit();
+                    wgmma_wait0();
+                    pin(acc);
+                    bar_arrive(kBarEmpty);
+                }
+                // the row sums from the quad's shares, for the epilogue
+                la += __shfl_xor_sync(0xffffffffu, la, 1);
+                la += __shfl_xor_sync(0xffffffffu, la, 2);
+                lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+                lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+                if ((lane & 3) == 0) {
+                    m_s[ra] = ma;
+                    l_s[ra] = la;
+                    m_s[rb] = mb;
+                    l_s[rb] = lb;
+                }
+            }
+            __syncthreads(); // both warpgroups are done with the slots; m and l are published
+
+            // Write: scale the rows by 1 / l (and the sink), stage them as fp32 in the key slots,
+            // then every thread stores them, consecutive threads on consecutive dims.
+            float *stage_o = reinterpret_cast<float *>(base + S::keys); // [64][kStageRow], over the slots and P
+            long long *row_at = lim_s; // lim_s is free now
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = half ? rb : ra;
+                if (row >= R) continue;
+                float inv;
+                const long long at = finish_row(p, pc, r0 + row, m_s[row], l_s[row], wgi == 0 && (lane & 3) == 0, &inv);
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    const int d = wgi * 256 + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2 *>(stage_o + row * kStageRow + d) = make_float2(acc[4 * j + 2 * half] * inv, acc[4 * j + 2 * half + 1] * inv);
+                }
+                if (wgi == 0 && (lane & 3) == 0) row_at[row] = at;
+            }
+            __syncthreads(); // the rows are staged
+            store_staged_rows(p, pc, stage_o, row_at, R, tid, kThreads);
+            __syncthreads(); // the stage is free for the next pass's copies (Q, lim, m, l too)
+        }
+    });
+#endif
+}
+
+} // namespace wg
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
@@ -2430,10 +2816,33 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
     mma::decode_mma_kernel<KVT, M><<<grid, mma::kThreads, bytes, s>>>(p);
     return hipSuccess;
 }
-// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64.
+#ifdef AITER_MLA_HAS_WGMMA
+template <int KVT>
+static hipError_t launch_wgmma(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    constexpr int bytes = wg::Smem<qk_dims(KVT)>::total;
+    const hipError_t e = cudaFuncSetAttribute(wg::decode_wgmma_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != hipSuccess) return e;
+    wg::decode_wgmma_kernel<KVT><<<grid, wg::kThreads, bytes, s>>>(p);
+    return hipSuccess;
+}
+#endif
+// Whether launch_mma takes the warpgroup kernel: bf16 rows, more than 16 rows per tile.
+static constexpr bool wgmma_rows(int kvt, int tile_rows) {
+#ifdef AITER_MLA_HAS_WGMMA
+    return tile_rows > 16 && (kvt == AITER_MLA_BF16 || kvt == kV4Bf16);
+#else
+    return (void)kvt, (void)tile_rows, false;
+#endif
+}
+// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64 (bf16
+// rows on the warpgroup path where the build has it).
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
-    return tile_rows <= 16 ? launch_mma_rows<KVT, 16>(grid, s, p) : launch_mma_rows<KVT, 64>(grid, s, p);
+    if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
+#ifdef AITER_MLA_HAS_WGMMA
+    if constexpr (wgmma_rows(KVT, 64)) return launch_wgmma<KVT>(grid, s, p);
+#endif
+    return launch_mma_rows<KVT, 64>(grid, s, p);
 }
 #endif
 
@@ -2463,8 +2872,10 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
         hipError_t e = hipSuccess;
+        p.row_split = wgmma_rows(a->kv_dtype, tile_rows);
+        const dim3 split_grid((unsigned)((tile_rows + 63) / 64), info->desc.num_cu);
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(p.row_split ? split_grid : grid, s, p, tile_rows); break;
         case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
         default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
         }
