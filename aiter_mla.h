@@ -15,7 +15,9 @@
  *   Everywhere else:                #include "aiter_mla.h"
  *   GPU kernels:                    hipcc --offload-arch=gfx942 -c kernels.hip     (AMD)
  *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
- *                                        -c kernels.hip                            (NVIDIA)
+ *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
+ *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
+ *                                   it adds the wgmma kernel for 64-row decode passes)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
  *                                   the program links without kernels.hip.
@@ -462,8 +464,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * are skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
  * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
- * elements) over a bf16 or fp8 cache takes the tensor-core kernel; everything else the
- * portable one.
+ * elements) over a bf16 or fp8 cache takes the tensor-core kernel (with kernels.hip built
+ * with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query tile has more than 16
+ * rows over a bf16 cache); everything else the portable one.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
