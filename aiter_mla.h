@@ -1728,6 +1728,7 @@ static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...
     } while (0)
 /* Strides above 2^32 elements are refused: row * stride then stays far inside int64. */
 #define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
+#define AITER_MLA__MAX_PREFILL_HEADS 65535 /* heads of a prefill plan and its reduce: the prefill kernels take heads along grid y */
 #define AITER_MLA__CHECK(expr) do { aiter_mla_status st_ = (expr); if (st_ != AITER_MLA_OK) return st_; } while (0)
 
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
@@ -2531,7 +2532,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!a.dv) a.dv = AITER_MLA_LATENT_DIM;
     if (a.o_dtype == AITER_MLA_DTYPE_DEFAULT) a.o_dtype = AITER_MLA_BF16;
     AITER_MLA__RANGE(op, a.num_tiles, 0, INT32_MAX - 1, "num_tiles");
-    AITER_MLA__RANGE(op, a.num_heads, 1, 65535, "num_heads");
+    AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA__MAX_PREFILL_HEADS, "num_heads");
     AITER_MLA__RANGE(op, a.empty_lse_neg_inf, 0, 1, "empty_lse_neg_inf");
     AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
@@ -3163,7 +3164,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
     if (!d.kv_granularity) d.kv_granularity = 128;
     AITER_MLA__RANGE(op, d.max_batch, 1, 1 << 20, "max_batch");
     AITER_MLA__RANGE(op, d.max_q_tokens, 1, 1 << 26, "max_q_tokens");
-    AITER_MLA__RANGE(op, d.num_heads, 1, 65535, "num_heads");
+    AITER_MLA__RANGE(op, d.num_heads, 1, AITER_MLA__MAX_PREFILL_HEADS, "num_heads");
     AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
     AITER_MLA__RANGE(op, d.dv, 64, 256, "dv");
     AITER_MLA__POW2(op, d.tile_q, 16, 1024, "tile_q");

@@ -188,6 +188,19 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     for (int w = p.work_indptr[cu]; w < w_end; w++) run(load_piece(p, w));
 }
 
+// Row idx (a (token, head) row of the piece's query tile): the last key index it may see
+// (causal, bottom-right aligned), and where its q row starts (in elements).
+__device__ __forceinline__ long long row_key_limit(const Piece &pc, int idx, int H) {
+    return pc.kv_len - pc.q_len + (pc.qs + idx / H - pc.q_begin);
+}
+__device__ __forceinline__ int64_t row_q_offset(const aiter_mla_decode_args &a, const Piece &pc, int idx) {
+    return (pc.qs + idx / a.num_heads) * a.q_stride_token + (int64_t)(idx % a.num_heads) * a.q_stride_head;
+}
+// The last key of tile [k0, k0 + nk) a row with limit lim may see, relative to k0 (-1: none).
+__device__ __forceinline__ int tile_key_limit(const Piece &pc, long long lim, int64_t k0, int nk) {
+    return (int)min(max(lim - pc.tok0 - k0, -1LL), (long long)nk - 1);
+}
+
 // A final row's o factor from the attention sink: sum e^s / (sum e^s + e^sink) = 1 / (1 +
 // e^(sink - lse)); 1 without a sink, 0 for a sink of +inf. Only for rows that saw a key.
 __device__ __forceinline__ float sink_factor(const float *attn_sink, int h, float lse) {
@@ -198,6 +211,27 @@ __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t t
     if (p.max_logits) p.max_logits[tok * p.a.num_heads + h] = any ? m_log2 * kLn2 : neg_inf();
 }
 
+// A finished row of a pass, from its softmax totals (m in log2 units, l): its lse (natural
+// log; +inf for a final row that saw no key, -inf for such a partial), written with max_logits
+// (final rows) or as the partial lse when `publish`; *inv: the factor of its o (1 / l, times
+// the fp8 V scale and the sink). Returns where its o row (final) or partial row starts.
+__device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
+                                                float *inv) {
+    const aiter_mla_decode_args &a = p.a;
+    const int H = a.num_heads;
+    const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
+    const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+    *inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
+    if (pc.loc < 0) {
+        if (publish) {
+            if (a.lse) a.lse[tok * H + h] = lse;
+            store_max_logit(p, tok, (int)h, l > 0.0f, m);
+        }
+        return tok * a.o_stride_token + h * a.o_stride_head;
+    }
+    if (publish) p.part_lse[pr] = lse;
+    return pr * kL;
+}
 // Key j (0-based within the piece) of a format-KVT piece, in two steps so that a producer
 // can load the index of a later key while it issues the copy of this one.
 // key_entry: the index read from memory: the page id (decode, sparse) or the V4 list entry;
@@ -281,19 +315,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, H = a.num_heads;
     for_each_piece(p, [&](const Piece &pc) {
-        const int qs = pc.qs, loc = pc.loc, q_begin = pc.q_begin, q_len = pc.q_len;
-        const int64_t kv_len = pc.kv_len, tok0 = pc.tok0, n = pc.n;
+        const int64_t n = pc.n;
 
         for (int r0 = pc.rb; r0 < pc.re; r0 += kR) {
             const int nr = min(kR, pc.re - r0);
             for (int idx = tid; idx < nr * kDq; idx += kThreads) {
                 const int r = idx / kDq, d = idx - r * kDq, row = r0 + r;
-                const int64_t tok = qs + row / H, h = row % H;
-                q_s[r][d] = aiter_mla_load_f32(a.q, tok * a.q_stride_token + h * a.q_stride_head + d, a.q_dtype);
+                q_s[r][d] = aiter_mla_load_f32(a.q, row_q_offset(a, pc, row) + d, a.q_dtype);
             }
             if (tid < kR) {
-                const int row = r0 + tid, i = qs + row / H - q_begin;
-                lim_s[tid] = kv_len - q_len + i; // last visible key of the row (causal, bottom-right)
+                lim_s[tid] = row_key_limit(pc, r0 + tid, H);
                 m_s[tid] = neg_inf();
                 l_s[tid] = 0.0f;
             }
@@ -330,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
                     for (int o = 1; o < kTpp; o <<= 1) s += aiter_mla__shfl_xor(s, o);
                     if (part == 0) {
-                        const bool ok = r < nr && c < nk && ref_s[c].row && tok0 + k0 + c <= lim_s[r];
+                        const bool ok = r < nr && c <= tile_key_limit(pc, lim_s[r], k0, nk) && ref_s[c].row;
                         s_s[r][c] = ok ? s * p.score_scale : neg_inf();
                     }
                 }
@@ -362,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
                 for (int c = 0; c < kKeys; c++)
 #pragma unroll
-                    for (int j = 0; j < kDimsPerThread; j++) v[c][j] = kv_elem<KVT>(k_s, c, tid + j * kThreads) * p.v_scale;
+                    for (int j = 0; j < kDimsPerThread; j++) v[c][j] = kv_elem<KVT>(k_s, c, tid + j * kThreads); // V's scale: in finish_row
 #pragma unroll
                 for (int r = 0; r < kR; r++)
 #pragma unroll
@@ -378,24 +409,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 #pragma unroll
             for (int r = 0; r < kR; r++) {
                 if (r < nr) {
-                    const int row = r0 + r;
-                    const int64_t tok = qs + row / H, h = row % H;
-                    const float l = l_s[r];
-                    const float lse = l > 0.0f ? (m_s[r] + log2f(l)) * kLn2 : (loc < 0 ? pos_inf() : neg_inf());
-                    if (loc < 0) {
-                        const float inv = l > 0.0f ? sink_factor(p.attn_sink, (int)h, lse) / l : 0.0f;
+                    float inv;
+                    const long long at = finish_row(p, pc, r0 + r, m_s[r], l_s[r], tid == 0, &inv);
 #pragma unroll
-                        for (int j = 0; j < kDimsPerThread; j++)
-                            aiter_mla_store_f32(a.o, tok * a.o_stride_token + h * a.o_stride_head + tid + j * kThreads,
-                                                a.o_dtype, acc[r][j] * inv);
-                        if (tid == 0 && a.lse) a.lse[tok * H + h] = lse;
-                        if (tid == 0) store_max_logit(p, tok, (int)h, l > 0.0f, m_s[r]);
-                    } else {
-                        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-                        const int64_t pr = (int64_t)(loc + tok - qs) * H + h;
-#pragma unroll
-                        for (int j = 0; j < kDimsPerThread; j++) p.part_o[pr * kL + tid + j * kThreads] = acc[r][j] * inv;
-                        if (tid == 0) p.part_lse[pr] = lse;
+                    for (int j = 0; j < kDimsPerThread; j++) {
+                        const int d = tid + j * kThreads;
+                        if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, acc[r][j] * inv);
+                        else p.part_o[at + d] = acc[r][j] * inv;
                     }
                 }
             }
@@ -583,27 +603,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A finished row of a pass, from its softmax totals (m in log2 units, l): its lse (natural
-// log; +inf for a final row that saw no key, -inf for such a partial), written with max_logits
-// (final rows) or as the partial lse when `publish`; *inv: the factor of its o (1 / l, times
-// the fp8 V scale and the sink). Returns where its o row (final) or partial row starts.
-__device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
-                                                float *inv) {
-    const aiter_mla_decode_args &a = p.a;
-    const int H = a.num_heads;
-    const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-    const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-    *inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
-    if (pc.loc < 0) {
-        if (publish) {
-            if (a.lse) a.lse[tok * H + h] = lse;
-            store_max_logit(p, tok, (int)h, l > 0.0f, m);
-        }
-        return tok * a.o_stride_token + h * a.o_stride_head;
-    }
-    if (publish) p.part_lse[pr] = lse;
-    return pr * kL;
-}
 // Stores `rows` staged fp32 rows (stage: [rows][kStageRow], row_at: their starts) to o in its
 // dtype or to the fp32 partials, consecutive threads on consecutive dims.
 __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const Piece &pc, const float *stage,
@@ -690,15 +689,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // overlaps the keys'. The first iteration's barrier is the block's, for Q, lim, m, l.
             for (int c = tid; c < MT * 16 * (kDq / 8); c += kThreads) {
                 const int r = c / (kDq / 8), part = c - r * (kDq / 8);
-                const void *src = a.q;
-                if (r < R) {
-                    const int idx = r0 + r;
-                    const int64_t tok = pc.qs + idx / H, h = idx % H;
-                    src = static_cast<const uint16_t *>(a.q) + tok * a.q_stride_token + h * a.q_stride_head + part * 8;
-                }
+                const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
                 cp_async16(smem_addr(q_s + r * kRowB + part * 16), src, r < R ? 16 : 0);
             }
-            if (tid < kM) lim_s[tid] = pc.kv_len - pc.q_len + (pc.qs + (r0 + tid) / H - pc.q_begin);
+            if (tid < kM) lim_s[tid] = row_key_limit(pc, r0 + tid, H);
             if (gt < kM) {
                 m_s[gt] = neg_inf();
                 l_s[gt] = 0.0f;
@@ -891,7 +885,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const bool active = r < MT * 16;
                     const signed char *valid = valid_s + slot * kN;
                     // last key of this tile the row may see (causal rule and the piece's end)
-                    const int kmax = active ? (int)min(max(lim_s[r] - pc.tok0 - k0, (long long)-1), (long long)nk - 1) : -1;
+                    const int kmax = active ? tile_key_limit(pc, lim_s[r], k0, nk) : -1;
                     float sv[8], mx = neg_inf();
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
@@ -1074,7 +1068,6 @@ using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::fast_exp2;
-using mma::finish_row;
 using mma::kStageRow;
 using mma::pack_bf16x2;
 using mma::smem_addr;
@@ -1082,8 +1075,10 @@ using mma::store_staged_rows;
 
 constexpr int kThreads = 256, kN = 64, kM = 64; // two warpgroups; keys per tile; rows per pass
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
-// named barriers (0 is __syncthreads): tile in its slot; P and alpha written; P read; slot read
-constexpr int kBarFull = 1, kBarPReady = 2, kBarPFree = 3, kBarEmpty = 4;
+// The warpgroups' handoffs, one mbarrier each (128 arrivals: every thread of the other
+// warpgroup releases its own writes): the tile is in its slot; P and alpha are written; P
+// is read; the slot is read.
+constexpr int kFull = 0, kPReady = 1, kPFree = 2, kEmpty = 3, kHandoffs = 4;
 
 template <int DQ> // q . k dims
 struct Smem {     // byte offsets from a 1024-byte aligned base
@@ -1096,7 +1091,8 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     static constexpr int lim = alpha + kM * 4;     // int64 [64]: last key index each row may see
     static constexpr int valid = lim + kM * 8;     // int8 [2][64]: each slot's key kinds (0: absent)
     static constexpr int ml = valid + 2 * kN;      // float m [64], l [64] at the end of a pass
-    static constexpr int total = ml + 2 * kM * 4 + 1024; // + the alignment of the base
+    static constexpr int bars = ml + 2 * kM * 4;   // uint64 [kHandoffs]: the handoff mbarriers
+    static constexpr int total = bars + kHandoffs * 8 + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
     static_assert(2 * slot + kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
 };
@@ -1114,10 +1110,33 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Generic-proxy writes to shared memory (stores, cp.async) made visible to wgmma's reads.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// This thread's arrival, releasing its earlier writes to the threads that wait on the phase.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Waits (acquiring) for the completion of the phase of parity `phase`, then flips it: each
+// side counts the phases it has waited for.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t &phase) {
+    asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(phase) : "memory");
+    phase ^= 1;
+}
 // Pins accumulator registers in place around wgmma (keeps the compiler from moving their
 // reads and writes across the fence and the wait).
+// O rows ra (factor fa) and rb (fb) of a warpgroup's accumulators times their softmax rescale.
+__device__ __forceinline__ void rescale_rows(float (&acc)[128], float fa, float fb) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        acc[4 * j] *= fa;
+        acc[4 * j + 1] *= fa;
+        acc[4 * j + 2] *= fb;
+        acc[4 * j + 3] *= fb;
+    }
+}
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N]) {
 #pragma unroll
@@ -1198,6 +1217,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     signed char *valid_s = reinterpret_cast<signed char *>(base + S::valid);
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
+    auto bar = [&](int h) { return sb + S::bars + 8 * h; };
+    if (tid < kHandoffs) mbar_init(bar(tid), 128);
+    __syncthreads(); // the mbarriers are initialised
+    uint32_t phase[2] = {0, 0}; // the parities this thread waits for next: full or p_ready, p_free or empty
 
     for_each_piece(p, [&](const Piece &pc) {
         const int ntiles = (int)((pc.n + kN - 1) / kN);
@@ -1221,14 +1244,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 // Q (zeros past R) and each row's key limit, then tiles 0 and 1; tile 1 in flight while 0 runs
                 for (int c = t; c < kM * kChunks; c += 128) {
                     const int r = c / kChunks, part = c - r * kChunks;
-                    const void *src = a.q;
-                    if (r < R) {
-                        const int idx = r0 + r;
-                        src = static_cast<const uint16_t *>(a.q) + (pc.qs + idx / H) * a.q_stride_token + (idx % H) * a.q_stride_head + part * 8;
-                    }
+                    const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
                     cp_async16(sb + S::q + swz(r, part), src, r < R ? 16 : 0);
                 }
-                if (t < kM) lim_s[t] = pc.kv_len - pc.q_len + (pc.qs + (r0 + t) / H - pc.q_begin);
+                if (t < kM) lim_s[t] = row_key_limit(pc, r0 + t, H);
                 int32_t next = key_entry<KVT>(p, pc, my_key); // the index of the thread's key in the next tile
                 for (int i = 0; i < 2; i++) {
                     if (i < ntiles) {
@@ -1240,23 +1259,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 }
                 cp_async_wait<1>(); // Q and tile 0
                 fence_async_shared();
-                if (ntiles > 0) bar_arrive(kBarFull);
+                if (ntiles > 0) mbar_arrive(bar(kFull));
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
-                    bar_sync(kBarPReady); // P and alpha of tile i are written
+                    mbar_wait(bar(kPReady), phase[0]); // P and alpha of tile i are written
                     if (i + 1 < ntiles) { // tile i + 1 (copied since tile i - 1) for warpgroup 0's next Q K^T
                         cp_async_wait<0>();
                         fence_async_shared();
-                        bar_arrive(kBarFull);
+                        mbar_arrive(bar(kFull));
                     }
-                    const float fa = alpha_s[ra], fb = alpha_s[rb];
-#pragma unroll
-                    for (int j = 0; j < 32; j++) {
-                        acc[4 * j] *= fa;
-                        acc[4 * j + 1] *= fa;
-                        acc[4 * j + 2] *= fb;
-                        acc[4 * j + 3] *= fb;
-                    }
+                    rescale_rows(acc, alpha_s[ra], alpha_s[rb]);
                     pin(acc);
                     wgmma_fence();
 #pragma unroll
@@ -1266,8 +1278,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    bar_sync(kBarEmpty); // warpgroup 0 is done with the slot too
-                    if (i + 1 < ntiles) bar_arrive(kBarPFree);
+                    mbar_wait(bar(kEmpty), phase[1]); // warpgroup 0 is done with the slot too
+                    if (i + 1 < ntiles) mbar_arrive(bar(kPFree));
                     if (i + 2 < ntiles) {
                         const KeyRef k = key_ref<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key, next);
                         next = key_entry<KVT>(p, pc, (int64_t)(i + 3) * kN + my_key);
@@ -1281,7 +1293,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
-                    bar_sync(kBarFull);
+                    mbar_wait(bar(kFull), phase[0]);
                     float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
                     wgmma_fence();
 #pragma unroll
@@ -1295,9 +1307,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 
                     // online softmax in the log2 domain; a row's 64 keys lie on the 4 lanes of its quad
                     const int64_t k0 = (int64_t)i * kN;
-                    const long long last = min((long long)kN, (long long)(pc.n - k0)) - 1; // the piece's end
-                    const int kma = (int)min(max(lim_s[ra] - pc.tok0 - k0, -1LL), last);
-                    const int kmb = (int)min(max(lim_s[rb] - pc.tok0 - k0, -1LL), last);
+                    const int nk = (int)min((int64_t)kN, pc.n - k0);
+                    const int kma = tile_key_limit(pc, lim_s[ra], k0, nk), kmb = tile_key_limit(pc, lim_s[rb], k0, nk);
                     const signed char *valid = valid_s + slot * kN;
                     float xa = neg_inf(), xb = neg_inf();
 #pragma unroll
@@ -1337,7 +1348,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
                         pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
                     }
-                    if (i > 0) bar_sync(kBarPFree); // warpgroup 1 has read the previous P
+                    if (i > 0) mbar_wait(bar(kPFree), phase[1]); // warpgroup 1 has read the previous P
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
                         const int w = (lane & 3);
@@ -1351,14 +1362,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         alpha_s[rb] = fb;
                     }
                     fence_async_shared();
-                    bar_arrive(kBarPReady);
-#pragma unroll
-                    for (int j = 0; j < 32; j++) {
-                        acc[4 * j] *= fa;
-                        acc[4 * j + 1] *= fa;
-                        acc[4 * j + 2] *= fb;
-                        acc[4 * j + 3] *= fb;
-                    }
+                    mbar_arrive(bar(kPReady));
+                    rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
 #pragma unroll
@@ -1367,7 +1372,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    bar_arrive(kBarEmpty);
+                    mbar_arrive(bar(kEmpty));
                 }
                 // the row sums from the quad's shares, for the epilogue
                 la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -2807,40 +2812,37 @@ static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *pla
 }
 
 #ifdef AITER_MLA_HAS_MMA
+// A kernel with more than 48 KB of dynamic shared memory. The limit is per device and cheap
+// to set: set it at every launch.
+template <typename P>
+static hipError_t launch_big_smem(void (*kernel)(P), dim3 grid, int threads, int bytes, hipStream_t s, const P &p) {
+    const hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != hipSuccess) return e;
+    kernel<<<grid, threads, bytes, s>>>(p);
+    return hipSuccess;
+}
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    constexpr int bytes = mma::Smem<mma::ring_pitch(KVT), M>::total;
-    // the shared-memory limit is per device and cheap to set: set it at every launch
-    const hipError_t e = cudaFuncSetAttribute(mma::decode_mma_kernel<KVT, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e != hipSuccess) return e;
-    mma::decode_mma_kernel<KVT, M><<<grid, mma::kThreads, bytes, s>>>(p);
-    return hipSuccess;
+    return launch_big_smem(mma::decode_mma_kernel<KVT, M>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M>::total, s, p);
 }
+// Formats the warpgroup kernel takes (bf16 rows), where the build has it.
+static constexpr bool wgmma_format(int kvt) {
 #ifdef AITER_MLA_HAS_WGMMA
-template <int KVT>
-static hipError_t launch_wgmma(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    constexpr int bytes = wg::Smem<qk_dims(KVT)>::total;
-    const hipError_t e = cudaFuncSetAttribute(wg::decode_wgmma_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e != hipSuccess) return e;
-    wg::decode_wgmma_kernel<KVT><<<grid, wg::kThreads, bytes, s>>>(p);
-    return hipSuccess;
-}
-#endif
-// Whether launch_mma takes the warpgroup kernel: bf16 rows, more than 16 rows per tile.
-static constexpr bool wgmma_rows(int kvt, int tile_rows) {
-#ifdef AITER_MLA_HAS_WGMMA
-    return tile_rows > 16 && (kvt == AITER_MLA_BF16 || kvt == kV4Bf16);
+    return kvt == AITER_MLA_BF16 || kvt == kV4Bf16;
 #else
-    return (void)kvt, (void)tile_rows, false;
+    return (void)kvt, false;
 #endif
 }
-// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64 (bf16
-// rows on the warpgroup path where the build has it).
+// Whether launch_mma takes the warpgroup kernel: its formats, more than 16 rows per tile.
+static constexpr bool wgmma_rows(int kvt, int tile_rows) { return tile_rows > 16 && wgmma_format(kvt); }
+// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64 (on the
+// warpgroup kernel for its formats).
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
-    if constexpr (wgmma_rows(KVT, 64)) return launch_wgmma<KVT>(grid, s, p);
+    if constexpr (wgmma_format(KVT))
+        return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, wg::Smem<qk_dims(KVT)>::total, s, p);
 #endif
     return launch_mma_rows<KVT, 64>(grid, s, p);
 }
@@ -2926,10 +2928,7 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 template <int DQK, int DV, bool F16>
 static hipError_t launch_prefill_mma(hipStream_t s, const PrefillParams &p) {
     using Sh = mma::PfShape<DQK, DV>;
-    const hipError_t e = cudaFuncSetAttribute(mma::prefill_mma_kernel<DQK, DV, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::total);
-    if (e != hipSuccess) return e;
-    mma::prefill_mma_kernel<DQK, DV, F16><<<prefill_grid(&p.a, Sh::bm), Sh::threads, Sh::total, s>>>(p);
-    return hipSuccess;
+    return launch_big_smem(mma::prefill_mma_kernel<DQK, DV, F16>, prefill_grid(&p.a, Sh::bm), Sh::threads, Sh::total, s, p);
 }
 static hipError_t launch_prefill_mma_bf16(hipStream_t s, const PrefillParams &p) { // fp8 is widened to bf16
     switch (p.a.dqk * 1000 + p.a.dv) {

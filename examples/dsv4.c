@@ -379,5 +379,8 @@ int main(void) {
            worst_rel, worst_lse, failed ? "FAIL" : "PASS");
     free(q);
     free(o);
+#ifndef AITER_MLA_NO_GPU
+    if (use_gpu) gpu_stream_destroy(g_stream);
+#endif
     return failed ? 1 : 0;
 }
