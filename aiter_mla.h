@@ -466,7 +466,7 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
  * elements) over a bf16 or fp8 cache takes the tensor-core kernel (with kernels.hip built
  * with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query tile has more than 16
- * rows over a bf16 cache); everything else the portable one.
+ * rows); everything else the portable one. fp8 keys are widened to bf16 exactly.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
@@ -769,7 +769,10 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * -inf. attn_sink NULL (or -inf entries) means no sink. Caches: bf16 rows of 576
  * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). GPU: one block per
  * (token, group of up to 64 heads) streams the token's slots through the decode kernels
- * (tensor cores on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory). */
+ * (tensor cores on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory: on
+ * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
+ * one rounding, as FlashMLA's kernels do, which moves a score by up to 2^-9 relative; the
+ * 16-row passes apply the group scales to fp32 partial sums, exactly). */
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */

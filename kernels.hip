@@ -544,17 +544,19 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { // round t
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
-// Two OCP e4m3 values (low byte first) to two bf16, exactly (NaN stays NaN).
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
+// Two OCP e4m3 values (low byte first) as floats, or as two bf16, exactly (NaN stays NaN).
+__device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
-    const float lo = __half2float(__ushort_as_half((unsigned short)(h2 & 0xffffu)));
-    const float hi = __half2float(__ushort_as_half((unsigned short)(h2 >> 16)));
-    return pack_bf16x2(lo, hi);
+    return make_float2(__half2float(__ushort_as_half((unsigned short)(h2 & 0xffffu))), __half2float(__ushort_as_half((unsigned short)(h2 >> 16))));
 #else
-    return pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
+    return make_float2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
 #endif
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
+    const float2 f = e4m3x2_to_f32x2(v);
+    return pack_bf16x2(f.x, f.y);
 }
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) { // exact for powers of two b
     uint32_t d;
@@ -578,6 +580,19 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
         for (int i = 0; i < 4; i++)
             w[i] = pack_bf16x2(aiter_mla_fp8_to_f32((uint8_t)pair(i), AITER_MLA_FP8_E4M3FNUZ),
                                aiter_mla_fp8_to_f32((uint8_t)(pair(i) >> 8), AITER_MLA_FP8_E4M3FNUZ));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// Eight e4m3 values (low byte first) times an fp32 scale, each product rounded once to bf16
+// (fp8_ds_mla's group scales), with the converters above.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8_times(uint2 v8, bool fnuz, const uint16_t *lut, float s) {
+    uint32_t w[4];
+    auto pair = [&](int i) { return (uint16_t)((i < 2 ? v8.x : v8.y) >> ((i & 1) * 16)); };
+    auto fnuz_f32 = [&](uint8_t b) { return lut ? __uint_as_float((uint32_t)lut[b] << 16) : aiter_mla_fp8_to_f32(b, AITER_MLA_FP8_E4M3FNUZ); };
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = fnuz ? make_float2(fnuz_f32((uint8_t)pair(i)), fnuz_f32((uint8_t)(pair(i) >> 8))) : e4m3x2_to_f32x2(pair(i));
+        w[i] = pack_bf16x2(f.x * s, f.y * s);
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
@@ -1044,20 +1059,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #endif
 
 // ==== dense decode: warpgroup path (NVIDIA sm_90a, wgmma) ==================================
-// The 64-row passes over bf16 rows (MLA decode with more than 16 rows per query tile, V3.2
-// sparse over a bf16 cache, V4 bf16 lists), in builds whose every NVIDIA target is sm_90a
-// (AITER_MLA_WGMMA, which the Makefile defines for ARCH=sm_90a). Same plan, pieces and output
-// conventions as the paths above. Two warpgroups, key tiles of 64 in two slots:
+// Every 64-row pass of the tensor-core decode (MLA decode with more than 16 rows per query
+// tile, V3.2 sparse attention, V4 attention; bf16, fp8, fp8_ds_mla and MODEL1 keys), in builds
+// whose every NVIDIA target is sm_90a (AITER_MLA_WGMMA, which the Makefile defines for
+// ARCH=sm_90a). Same plan, pieces and output conventions as the paths above. Three
+// warpgroups, key tiles of 64 in two slots:
 //   warpgroup 0: S = Q K^T (wgmma, Q and K in shared memory), the online softmax in registers,
 //     O[:, 0:256] += P V with P from its registers; it hands P (bf16) and each row's rescale
 //     factor to warpgroup 1 through shared memory;
-//   warpgroup 1: copies Q and the key tiles (cp.async, 16 bytes, absent keys zero-filled) and
-//     computes O[:, 256:512] += P V.
-// Warpgroup 0's Q K^T of tile i + 1 overlaps warpgroup 1's P V of tile i. The accumulators
-// stay in registers (128 fp32 per thread for O), which the mma.sync path cannot afford for
-// 64 rows: it round-trips S and P through shared memory and reloads Q for every tile.
-// Shared tiles are blocks of 64 rows x 64 dims (128-byte rows), 16-byte chunk c of row r
-// stored at chunk c ^ (r & 7): the 128-byte swizzle wgmma reads without bank conflicts.
+//   warpgroup 1: O[:, 256:512] += P V;
+//   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
+//     zero-filled), fp8 rows through registers, widened to bf16 on the way.
+// setmaxnreg moves registers from the loader to warpgroup 0. Warpgroup 0's Q K^T of tile i + 1
+// overlaps warpgroup 1's P V of tile i; the loader fills a slot as soon as both are done with
+// it. The accumulators stay in registers (128 fp32 per thread for O), which the mma.sync path
+// cannot afford for 64 rows: it round-trips S and P through shared memory and reloads Q for
+// every tile. Shared tiles are blocks of 64 rows x 64 dims (128-byte rows), 16-byte chunk c of
+// row r stored at chunk c ^ (r & 7): the 128-byte swizzle wgmma reads without bank conflicts.
 #if defined(AITER_MLA_HAS_MMA) && defined(AITER_MLA_WGMMA)
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "AITER_MLA_WGMMA needs every NVIDIA target of the build to be sm_90a"
@@ -1072,15 +1090,47 @@ using mma::kStageRow;
 using mma::pack_bf16x2;
 using mma::smem_addr;
 using mma::store_staged_rows;
+using mma::bf16x2_mul;
+using mma::e4m3x8_to_bf16x8;
+using mma::e4m3x8_to_bf16x8_times;
+using mma::kV4Nope;
+using mma::ue8m0_to_bf16x2;
 
-constexpr int kThreads = 256, kN = 64, kM = 64; // two warpgroups; keys per tile; rows per pass
+constexpr int kThreads = 384, kN = 64, kM = 64; // three warpgroups; keys per tile; rows per pass
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
-// The warpgroups' handoffs, one mbarrier each (128 arrivals: every thread of the other
-// warpgroup releases its own writes): the tile is in its slot; P and alpha are written; P
-// is read; the slot is read.
-constexpr int kFull = 0, kPReady = 1, kPFree = 2, kEmpty = 3, kHandoffs = 4;
+// Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
+// 168 at entry; the budgets redistribute exactly that (the softmax warpgroup holds S, P and half
+// of O; the second holds the other half of O; the loader holds a tile's share of fp8 bytes).
+constexpr int kRegsSoftmax = 232, kRegsPv = 160, kRegsLoad = 112;
+static_assert(kRegsSoftmax + kRegsPv + kRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
+// The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
+// writes) and the other side waits on the phase parity. kFull + s: slot s holds its tile (loader);
+// kEmpty + s: both consumers are done with slot s; kPReady: P and alpha are written (warpgroup 0);
+// kPFree: P is read (warpgroup 1); kQReady: the pass's Q is in (loader); kDone: the pass's rows
+// are stored, Q, slots and P are free (both consumers).
+constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kPFree = 5, kQReady = 6, kDone = 7, kHandoffs = 8;
+__host__ __device__ constexpr int handoff_arrivals(int h) { return h == kEmpty || h == kEmpty + 1 || h == kDone ? 256 : 128; }
 
-template <int DQ> // q . k dims
+// How the loader brings a key row into a slot. bf16 rows: cp.async. fp8 rows: loaded into
+// registers, widened to bf16 (times their scales: ds_mla's fp32 group scales, rounded once to
+// bf16; MODEL1's powers of two, exact) and stored. Two threads per key, thread `part` taking
+// the row's 16-byte chunks part, part + 2, ...: first the e4m3 chunks (16 values, two bf16
+// chunks each), then the bf16 rope chunks (one each).
+template <int KVT>
+struct Wide {
+    static constexpr bool on = KVT != AITER_MLA_BF16 && KVT != kV4Bf16;
+    static constexpr int nope = !on ? 0 : KVT == kV4Model1 ? kV4Nope / 16 : is_ds_mla(KVT) ? kL / 16 : kD / 16;
+    static constexpr int rope = on && (KVT == kV4Model1 || is_ds_mla(KVT)) ? 8 : 0;
+    static constexpr int loads = (nope + rope) / 2; // per thread
+    // byte offset in the row of the j-th chunk of thread `part`
+    __device__ static constexpr int chunk_at(int j, int part) {
+        return j < nope / 2 ? (part + 2 * j) * 16 : (KVT == kV4Model1 ? kV4Nope : kL + 16) + (part + 2 * (j - nope / 2)) * 16;
+    }
+    static constexpr bool lut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
+    static_assert(loads * 2 == nope + rope && nope % 2 == 0, "two threads per key");
+};
+
+template <int DQ, bool kLut> // q . k dims; whether the e4m3fnuz table is needed
 struct Smem {     // byte offsets from a 1024-byte aligned base
     static constexpr int blocks = DQ / 64;
     static constexpr int q = 0;                   // Q: [blocks] swizzled blocks of the pass's 64 rows
@@ -1088,10 +1138,11 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     static constexpr int slot = blocks * kBlk;
     static constexpr int pbuf = keys + 2 * slot;   // P: 64 rows x 64 keys, one swizzled block
     static constexpr int alpha = pbuf + kBlk;      // float [64]: each row's rescale factor of the tile
-    static constexpr int lim = alpha + kM * 4;     // int64 [64]: last key index each row may see
-    static constexpr int valid = lim + kM * 8;     // int8 [2][64]: each slot's key kinds (0: absent)
-    static constexpr int ml = valid + 2 * kN;      // float m [64], l [64] at the end of a pass
-    static constexpr int bars = ml + 2 * kM * 4;   // uint64 [kHandoffs]: the handoff mbarriers
+    static constexpr int row_at = alpha + kM * 4;  // int64 [64]: where each row's o (or partial) starts
+    static constexpr int valid = row_at + kM * 8;  // int8 [2][64]: each slot's key kinds (0: absent)
+    static constexpr int inv = valid + 2 * kN;     // float [64]: each row's o factor at the end of a pass
+    static constexpr int lut = inv + kM * 4;       // uint16 [256]: bf16 of each e4m3fnuz code
+    static constexpr int bars = lut + (kLut ? 512 : 0); // uint64 [kHandoffs]
     static constexpr int total = bars + kHandoffs * 8 + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
     static_assert(2 * slot + kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
@@ -1117,16 +1168,33 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
 }
-// Waits (acquiring) for the completion of the phase of parity `phase`, then flips it: each
-// side counts the phases it has waited for.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t &phase) {
+// Waits (acquiring) for the completion of the next phase of handoff h (mbarrier bars + 8 h),
+// whose parity is bit h of `phases`, then flips that bit: each thread counts the phases it has
+// waited for.
+__device__ __forceinline__ void mbar_wait(uint32_t bars, int h, uint32_t &phases) {
     asm volatile("{\n.reg .pred done;\nWAIT:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(phase) : "memory");
-    phase ^= 1;
+                 "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
+    phases ^= 1u << h;
 }
-// Pins accumulator registers in place around wgmma (keeps the compiler from moving their
-// reads and writes across the fence and the wait).
+// The two consumer warpgroups' own barrier (named barrier 1; the loader never joins it).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+// This warpgroup's register budget (sm_90a), raised or lowered to N per thread.
+template <int N>
+__device__ __forceinline__ void regs_raise() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void regs_lower() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// 16 bytes from global memory (read-only for the kernel, streamed past L1), or zeros when !ok.
+__device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "r"((int)ok), "l"(src));
+    return v;
+}
+__device__ __forceinline__ void store16_shared(uint32_t dst, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 // O rows ra (factor fa) and rb (fb) of a warpgroup's accumulators times their softmax rescale.
 __device__ __forceinline__ void rescale_rows(float (&acc)[128], float fa, float fb) {
 #pragma unroll
@@ -1137,6 +1205,8 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[128], float fa, float 
         acc[4 * j + 3] *= fb;
     }
 }
+// Pins accumulator registers in place around wgmma (keeps the compiler from moving their
+// reads and writes across the fence and the wait).
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N]) {
 #pragma unroll
@@ -1206,94 +1276,174 @@ template <int KVT>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__)
     constexpr int kDq = qk_dims(KVT), kChunks = kDq / 8, kKSteps = kDq / 16; // 16-byte chunks and k-steps of a row
-    using S = Smem<kDq>;
+    using W = Wide<KVT>;
+    using S = Smem<kDq, W::lut>;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
-    const uint32_t sb = smem_addr(base);
+    const uint32_t sb = smem_addr(base), bars = sb + S::bars;
     const int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, lane = tid & 31;
     const int ra = (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
-    float *alpha_s = reinterpret_cast<float *>(base + S::alpha), *m_s = reinterpret_cast<float *>(base + S::ml), *l_s = m_s + kM;
-    long long *lim_s = reinterpret_cast<long long *>(base + S::lim);
+    float *alpha_s = reinterpret_cast<float *>(base + S::alpha), *inv_s = reinterpret_cast<float *>(base + S::inv);
+    long long *row_at = reinterpret_cast<long long *>(base + S::row_at);
     signed char *valid_s = reinterpret_cast<signed char *>(base + S::valid);
+    uint16_t *lut = reinterpret_cast<uint16_t *>(base + S::lut);
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
-    auto bar = [&](int h) { return sb + S::bars + 8 * h; };
-    if (tid < kHandoffs) mbar_init(bar(tid), 128);
-    __syncthreads(); // the mbarriers are initialised
-    uint32_t phase[2] = {0, 0}; // the parities this thread waits for next: full or p_ready, p_free or empty
+    if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid));
+    if (W::lut)
+        for (int c = tid; c < 256; c += kThreads) lut[c] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)c, AITER_MLA_FP8_E4M3FNUZ));
+    __syncthreads(); // the mbarriers and the table are ready; from here on the warpgroups only meet at the handoffs
+    uint32_t phases = 0; // the parity of the next phase this thread waits for, one bit per handoff
+    auto wait = [&](int h) { mbar_wait(bars, h, phases); };
+    auto arrive = [&](int h) { mbar_arrive(bars + 8 * h); };
+    auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kN - 1) / kN); };
 
-    for_each_piece(p, [&](const Piece &pc) {
-        const int ntiles = (int)((pc.n + kN - 1) / kN);
-        // warpgroup 1 copies: two threads per key, 16-byte chunks my_part, my_part + 2, ...
+    // The end of a pass (both consumers), once warpgroup 0 has left each row's o factor in inv_s
+    // and its start in row_at: stage the rows as fp32 over the slots and P, store them,
+    // consecutive threads on consecutive dims, and hand Q, the slots and P back to the loader.
+    auto finish_pass = [&](const float (&acc)[128], const Piece &pc, int R) {
+        consumers_sync(); // both are done with the slots and P; inv_s and row_at are written
+        float *stage_o = reinterpret_cast<float *>(base + S::keys); // [64][kStageRow]
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = half ? rb : ra;
+            if (row >= R) continue;
+            const float inv = inv_s[row];
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int d = wgi * 256 + j * 8 + (lane & 3) * 2;
+                *reinterpret_cast<float2 *>(stage_o + row * kStageRow + d) = make_float2(acc[4 * j + 2 * half] * inv, acc[4 * j + 2 * half + 1] * inv);
+            }
+        }
+        consumers_sync(); // the rows are staged
+        store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
+        arrive(kDone);
+    };
+
+    if (wgi == 2) {
+        // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
+        // the consumers. Two threads per key (see Wide).
+        regs_lower<kRegsLoad>();
         const int my_key = t >> 1, my_part = t & 1;
-        auto load_tile = [&](int i, const KeyRef &k) {
-            const uint32_t dst = sb + S::keys + (i & 1) * S::slot;
-            const void *any = a.q; // an address for the zero-filling copies, which read nothing
+        struct Staged {
+            uint4 v[W::on ? W::loads : 1], scales;
+        };
+        // fp8: this thread's share of a key row into registers (zeros for an absent key)
+        auto fetch = [&](const KeyRef &k, Staged &st) {
+            if constexpr (W::on) {
+                const bool ok = k.row != nullptr;
+                const unsigned char *row = ok ? k.row : static_cast<const unsigned char *>(a.q); // a.q: not read
+#pragma unroll
+                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero(row + W::chunk_at(j, my_part), ok);
+                if constexpr (is_ds_mla(KVT)) st.scales = load16_or_zero(row + kL, ok); // the four fp32 group scales
+                if constexpr (KVT == kV4Model1) st.scales = load16_or_zero(ok ? k.scales : row, ok); // the even and the odd row's 8
+            }
+        };
+        // the key into slot `slot`: bf16 by cp.async (zero-filled when absent), fp8 widened from st
+        auto put = [&](int slot, const KeyRef &k, const Staged &st) {
+            const uint32_t dst = sb + S::keys + slot * S::slot;
+            if constexpr (!W::on) {
+                const void *any = a.q; // an address for the zero-filling copies, which read nothing
 #pragma unroll 4
-            for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
-            if (my_part == 0) valid_s[(i & 1) * kN + my_key] = (signed char)k.kind;
+                for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
+            } else {
+                const bool fnuz = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || (KVT == kV4Model1 && (k.kind & kKindFnuz));
+                const bool odd = (k.kind & kKindOddScales) != 0;
+#pragma unroll
+                for (int j = 0; j < W::nope / 2; j++) {
+                    const int c = my_part + 2 * j; // e4m3 chunk: dims 16 c .. 16 c + 15
+                    const uint2 v0 = make_uint2(st.v[j].x, st.v[j].y), v1 = make_uint2(st.v[j].z, st.v[j].w);
+                    uint4 lo, hi;
+                    if constexpr (is_ds_mla(KVT)) { // 128-dim groups: chunk c's is (2 j + part) >> 3 = j >> 2
+                        const uint32_t bits = (j >> 2) == 0 ? st.scales.x : (j >> 2) == 1 ? st.scales.y : (j >> 2) == 2 ? st.scales.z : st.scales.w;
+                        lo = e4m3x8_to_bf16x8_times(v0, fnuz, lut, __uint_as_float(bits));
+                        hi = e4m3x8_to_bf16x8_times(v1, fnuz, lut, __uint_as_float(bits));
+                    } else {
+                        lo = e4m3x8_to_bf16x8(v0, fnuz, lut);
+                        hi = e4m3x8_to_bf16x8(v1, fnuz, lut);
+                    }
+                    if constexpr (KVT == kV4Model1) { // 64-dim blocks: chunk c's exponent byte is c >> 2 = j >> 1
+                        const int b = j >> 1;
+                        const uint32_t word = b < 4 ? (odd ? st.scales.z : st.scales.x) : (odd ? st.scales.w : st.scales.y);
+                        const uint32_t s2 = ue8m0_to_bf16x2((uint8_t)(word >> 8 * (b & 3)));
+                        lo = make_uint4(bf16x2_mul(lo.x, s2), bf16x2_mul(lo.y, s2), bf16x2_mul(lo.z, s2), bf16x2_mul(lo.w, s2));
+                        hi = make_uint4(bf16x2_mul(hi.x, s2), bf16x2_mul(hi.y, s2), bf16x2_mul(hi.z, s2), bf16x2_mul(hi.w, s2));
+                    }
+                    store16_shared(dst + swz(my_key, 2 * c), lo);
+                    store16_shared(dst + swz(my_key, 2 * c + 1), hi);
+                }
+#pragma unroll
+                for (int j = W::nope / 2; j < W::loads; j++) // the bf16 rope, as it is
+                    store16_shared(dst + swz(my_key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
+            }
+            if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
         };
 
-        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
-            const int R = min(kM, pc.re - r0);
-            float acc[128]; // this warpgroup's O: rows ra, rb; dims 256 wgi + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
-#pragma unroll
-            for (int e = 0; e < 128; e++) acc[e] = 0.0f;
-
-            if (wgi == 1) {
-                // Q (zeros past R) and each row's key limit, then tiles 0 and 1; tile 1 in flight while 0 runs
-                for (int c = t; c < kM * kChunks; c += 128) {
-                    const int r = c / kChunks, part = c - r * kChunks;
-                    const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
-                    cp_async16(sb + S::q + swz(r, part), src, r < R ? 16 : 0);
-                }
-                if (t < kM) lim_s[t] = row_key_limit(pc, r0 + t, H);
+        bool first = true;
+        for_each_piece(p, [&](const Piece &pc) {
+            const int ntiles = tiles_of(pc);
+            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+                const int R = min(kM, pc.re - r0);
+                if (!first) wait(kDone); // the previous pass's rows are stored: Q, slots and P are free
+                first = false;
+                if (ntiles > 0) // Q, zeros past R (no consumer reads Q in a pass without keys)
+                    for (int c = t; c < kM * kChunks; c += 128) {
+                        const int r = c / kChunks, part = c - r * kChunks;
+                        const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
+                        cp_async16(sb + S::q + swz(r, part), src, r < R ? 16 : 0);
+                    }
+                // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
                 int32_t next = key_entry<KVT>(p, pc, my_key); // the index of the thread's key in the next tile
                 for (int i = 0; i < 2; i++) {
                     if (i < ntiles) {
                         const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key, next);
                         next = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key);
-                        load_tile(i, k);
+                        Staged st;
+                        fetch(k, st);
+                        put(i, k, st);
                     }
                     cp_async_commit();
                 }
                 cp_async_wait<1>(); // Q and tile 0
                 fence_async_shared();
-                if (ntiles > 0) mbar_arrive(bar(kFull));
+                arrive(kQReady);
+                if (ntiles > 0) arrive(kFull + 0);
                 for (int i = 0; i < ntiles; i++) {
-                    const int slot = i & 1;
-                    mbar_wait(bar(kPReady), phase[0]); // P and alpha of tile i are written
-                    if (i + 1 < ntiles) { // tile i + 1 (copied since tile i - 1) for warpgroup 0's next Q K^T
+                    if (i + 1 < ntiles) { // tile i + 1 (put since tile i - 1)
                         cp_async_wait<0>();
                         fence_async_shared();
-                        mbar_arrive(bar(kFull));
+                        arrive(kFull + ((i + 1) & 1));
                     }
-                    rescale_rows(acc, alpha_s[ra], alpha_s[rb]);
-                    pin(acc);
-                    wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < kN / 16; kk++)
-                        mma_64x256_ss(acc, desc(sb + S::pbuf + kk * 32, 16, 1024),
-                                      desc(sb + S::keys + slot * S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
-                    wgmma_commit();
-                    wgmma_wait0();
-                    pin(acc);
-                    mbar_wait(bar(kEmpty), phase[1]); // warpgroup 0 is done with the slot too
-                    if (i + 1 < ntiles) mbar_arrive(bar(kPFree));
-                    if (i + 2 < ntiles) {
+                    if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
                         const KeyRef k = key_ref<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key, next);
                         next = key_entry<KVT>(p, pc, (int64_t)(i + 3) * kN + my_key);
-                        load_tile(i + 2, k);
+                        Staged st;
+                        fetch(k, st); // in flight while the wait lasts
+                        wait(kEmpty + (i & 1));
+                        put(i & 1, k, st);
+                        cp_async_commit();
                     }
-                    cp_async_commit();
                 }
-                cp_async_wait<0>(); // Q's copies too when the piece had no key
-            } else {
+            }
+        });
+    } else if (wgi == 0) {
+        // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
+        // row's rescale factor handed to warpgroup 1.
+        regs_raise<kRegsSoftmax>();
+        uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
+        for_each_piece(p, [&](const Piece &pc) {
+            const int ntiles = tiles_of(pc);
+            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+                const int R = min(kM, pc.re - r0);
+                const long long lima = row_key_limit(pc, r0 + ra, H), limb = row_key_limit(pc, r0 + rb, H);
+                float acc[128]; // O rows ra, rb; dims 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
+#pragma unroll
+                for (int e = 0; e < 128; e++) acc[e] = 0.0f;
                 float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
-                uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
+                wait(kQReady);
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
-                    mbar_wait(bar(kFull), phase[0]);
+                    wait(kFull + slot);
                     float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
                     wgmma_fence();
 #pragma unroll
@@ -1308,7 +1458,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     // online softmax in the log2 domain; a row's 64 keys lie on the 4 lanes of its quad
                     const int64_t k0 = (int64_t)i * kN;
                     const int nk = (int)min((int64_t)kN, pc.n - k0);
-                    const int kma = tile_key_limit(pc, lim_s[ra], k0, nk), kmb = tile_key_limit(pc, lim_s[rb], k0, nk);
+                    const int kma = tile_key_limit(pc, lima, k0, nk), kmb = tile_key_limit(pc, limb, k0, nk);
                     const signed char *valid = valid_s + slot * kN;
                     float xa = neg_inf(), xb = neg_inf();
 #pragma unroll
@@ -1348,7 +1498,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
                         pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
                     }
-                    if (i > 0) mbar_wait(bar(kPFree), phase[1]); // warpgroup 1 has read the previous P
+                    if (i > 0) wait(kPFree); // warpgroup 1 has read the previous P
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
                         const int w = (lane & 3);
@@ -1362,7 +1512,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         alpha_s[rb] = fb;
                     }
                     fence_async_shared();
-                    mbar_arrive(bar(kPReady));
+                    arrive(kPReady);
                     rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
@@ -1372,44 +1522,54 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    mbar_arrive(bar(kEmpty));
+                    if (i + 2 < ntiles) arrive(kEmpty + slot); // the loader waits for these only
                 }
-                // the row sums from the quad's shares, for the epilogue
+                // the row sums from the quad's shares; the rows' lse (and max_logits), o factors and starts
                 la += __shfl_xor_sync(0xffffffffu, la, 1);
                 la += __shfl_xor_sync(0xffffffffu, la, 2);
                 lb += __shfl_xor_sync(0xffffffffu, lb, 1);
                 lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-                if ((lane & 3) == 0) {
-                    m_s[ra] = ma;
-                    l_s[ra] = la;
-                    m_s[rb] = mb;
-                    l_s[rb] = lb;
-                }
-            }
-            __syncthreads(); // both warpgroups are done with the slots; m and l are published
-
-            // Write: scale the rows by 1 / l (and the sink), stage them as fp32 in the key slots,
-            // then every thread stores them, consecutive threads on consecutive dims.
-            float *stage_o = reinterpret_cast<float *>(base + S::keys); // [64][kStageRow], over the slots and P
-            long long *row_at = lim_s; // lim_s is free now
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = half ? rb : ra;
-                if (row >= R) continue;
-                float inv;
-                const long long at = finish_row(p, pc, r0 + row, m_s[row], l_s[row], wgi == 0 && (lane & 3) == 0, &inv);
-#pragma unroll
-                for (int j = 0; j < 32; j++) {
-                    const int d = wgi * 256 + j * 8 + (lane & 3) * 2;
-                    *reinterpret_cast<float2 *>(stage_o + row * kStageRow + d) = make_float2(acc[4 * j + 2 * half] * inv, acc[4 * j + 2 * half + 1] * inv);
+                for (int half = 0; half < 2; half++) {
+                    const int row = half ? rb : ra;
+                    if (row >= R || (lane & 3) != 0) continue;
+                    float inv;
+                    row_at[row] = finish_row(p, pc, r0 + row, half ? mb : ma, half ? lb : la, true, &inv);
+                    inv_s[row] = inv;
                 }
-                if (wgi == 0 && (lane & 3) == 0) row_at[row] = at;
+                finish_pass(acc, pc, R);
             }
-            __syncthreads(); // the rows are staged
-            store_staged_rows(p, pc, stage_o, row_at, R, tid, kThreads);
-            __syncthreads(); // the stage is free for the next pass's copies (Q, lim, m, l too)
-        }
-    });
+        });
+    } else {
+        // O[:, 256:512] += P V with P and the rescale factors from warpgroup 0.
+        regs_lower<kRegsPv>();
+        for_each_piece(p, [&](const Piece &pc) {
+            const int ntiles = tiles_of(pc);
+            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+                const int R = min(kM, pc.re - r0);
+                float acc[128]; // O rows ra, rb; dims 256 + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
+#pragma unroll
+                for (int e = 0; e < 128; e++) acc[e] = 0.0f;
+                for (int i = 0; i < ntiles; i++) {
+                    const int slot = i & 1;
+                    wait(kPReady); // P and alpha of tile i are written (after the tile landed)
+                    rescale_rows(acc, alpha_s[ra], alpha_s[rb]);
+                    pin(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kN / 16; kk++)
+                        mma_64x256_ss(acc, desc(sb + S::pbuf + kk * 32, 16, 1024),
+                                      desc(sb + S::keys + slot * S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
+                    wgmma_commit();
+                    wgmma_wait0();
+                    pin(acc);
+                    if (i + 1 < ntiles) arrive(kPFree);
+                    if (i + 2 < ntiles) arrive(kEmpty + slot);
+                }
+                finish_pass(acc, pc, R);
+            }
+        });
+    }
 #endif
 }
 
@@ -2825,26 +2985,24 @@ template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
     return launch_big_smem(mma::decode_mma_kernel<KVT, M>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M>::total, s, p);
 }
-// Formats the warpgroup kernel takes (bf16 rows), where the build has it.
-static constexpr bool wgmma_format(int kvt) {
+// Whether launch_mma takes the warpgroup kernel (builds that have it): more than 16 rows per tile.
+static constexpr bool wgmma_rows(int tile_rows) {
 #ifdef AITER_MLA_HAS_WGMMA
-    return kvt == AITER_MLA_BF16 || kvt == kV4Bf16;
+    return tile_rows > 16;
 #else
-    return (void)kvt, false;
+    return (void)tile_rows, false;
 #endif
 }
-// Whether launch_mma takes the warpgroup kernel: its formats, more than 16 rows per tile.
-static constexpr bool wgmma_rows(int kvt, int tile_rows) { return tile_rows > 16 && wgmma_format(kvt); }
-// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64 (on the
-// warpgroup kernel for its formats).
+// 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
+// warpgroup kernel where the build has it.
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
-    if constexpr (wgmma_format(KVT))
-        return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, wg::Smem<qk_dims(KVT)>::total, s, p);
-#endif
+    return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total, s, p);
+#else
     return launch_mma_rows<KVT, 64>(grid, s, p);
+#endif
 }
 #endif
 
@@ -2874,12 +3032,12 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
         hipError_t e = hipSuccess;
-        p.row_split = wgmma_rows(a->kv_dtype, tile_rows);
-        const dim3 split_grid((unsigned)((tile_rows + 63) / 64), info->desc.num_cu);
+        p.row_split = wgmma_rows(tile_rows);
+        const dim3 mma_grid = p.row_split ? dim3((unsigned)((tile_rows + 63) / 64), info->desc.num_cu) : grid;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(p.row_split ? split_grid : grid, s, p, tile_rows); break;
-        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
-        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
+        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows); break;
+        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows); break;
         }
         if (e != hipSuccess) return (int)e;
     }

@@ -254,6 +254,11 @@ static inline void fill_random_at(void *p, int64_t base, int64_t n, aiter_mla_dt
 #define TOL_FP8_REL 3e-2
 #define TOL_FP8_COS 0.999
 #define TOL_LSE_ABS 1e-3
+/* fp8_ds_mla keys on the 64-row tensor-core path are dequantised to bf16 once (e4m3 times the
+ * fp32 group scale, rounded; FlashMLA's kernels round the scale to bf16 as well), which moves
+ * a score by up to 2^-9 of sum |q k| x sm_scale: about 1e-3 on the tests' data. Three times the
+ * bf16 bound, as for o (SPEC 8's fp8 tolerances). */
+#define TOL_DS_MLA_LSE_ABS 3e-3
 
 /* ||got - ref|| / ||ref|| over the elements where ref is finite (absolute norm when ref is 0) */
 static inline double rel_err(const float *got, const float *ref, int64_t n) {
@@ -328,8 +333,9 @@ static inline double max_abs_err(const float *got, const float *ref, int64_t n) 
         CHECK(cc_cos_ >= (cos_tol), "%s: cosine %.7f < %.5f", (what), cc_cos_, (double)(cos_tol));               \
     } while (0)
 
-/* lse: identical inf positions, no NaN, absolute error <= TOL_LSE_ABS elsewhere */
-#define CHECK_LSE(what, got, ref, n)                                                                           \
+/* lse: identical inf positions, no NaN, absolute error <= tol elsewhere */
+#define CHECK_LSE(what, got, ref, n) CHECK_LSE_TOL(what, got, ref, n, TOL_LSE_ABS)
+#define CHECK_LSE_TOL(what, got, ref, n, tol)                                                                  \
     do {                                                                                                       \
         int64_t cl_first_;                                                                                     \
         int64_t cl_bad_ = inf_nan_mismatches((got), (ref), (n), &cl_first_);                                   \
@@ -337,7 +343,7 @@ static inline double max_abs_err(const float *got, const float *ref, int64_t n) 
         CHECK(cl_bad_ == 0, "%s: %lld inf/NaN mismatches in lse (first at %lld: got %g, ref %g)", (what),     \
               (long long)cl_bad_, (long long)cl_first_, cl_first_ >= 0 ? (double)(got)[cl_first_] : 0.0,       \
               cl_first_ >= 0 ? (double)(ref)[cl_first_] : 0.0);                                               \
-        CHECK(cl_err_ <= TOL_LSE_ABS, "%s: lse max abs error %.3e > %.1e", (what), cl_err_, TOL_LSE_ABS);      \
+        CHECK(cl_err_ <= (tol), "%s: lse max abs error %.3e > %.1e", (what), cl_err_, (double)(tol));         \
     } while (0)
 
 /* ---- allocation -------------------------------------------------------------------------- */
