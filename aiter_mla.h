@@ -1268,15 +1268,24 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
 /* ======================================================================================
  * Internal helpers shared by the CPU reference and the kernels (one definition each).
  * ====================================================================================== */
+/* Block id of entry blk of a block-table row of `stride` entries, or -1 when blk lies outside
+ * the row or the id outside [0, num_blocks). */
+AITER_MLA_HD int32_t aiter_mla__block_id(const int32_t *row, int64_t stride, int64_t blk, int64_t num_blocks) {
+    int32_t id;
+    if (blk < 0 || blk >= stride) return -1;
+    id = row[blk];
+    return id >= 0 && id < num_blocks ? id : -1;
+}
 /* Slot of position t through one block-table row of `stride` blocks of k tokens: -1 for a
  * negative t, a negative block id, a block beyond the row, or int32 overflow. */
 AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, int32_t t, int k) {
-    uint32_t blk;
+    int32_t id;
     int64_t slot;
     if (t < 0) return -1;
-    blk = (uint32_t)t / (uint32_t)k; /* t >= 0: unsigned division, the cheaper one on GPUs */
-    if (blk >= stride || row[blk] < 0) return -1;
-    slot = (int64_t)row[blk] * k + (uint32_t)t % (uint32_t)k;
+    /* t >= 0: unsigned division, the cheaper one on GPUs */
+    id = aiter_mla__block_id(row, stride, (uint32_t)t / (uint32_t)k, (int64_t)INT32_MAX + 1);
+    if (id < 0) return -1;
+    slot = (int64_t)id * k + (uint32_t)t % (uint32_t)k;
     return slot > INT32_MAX ? -1 : (int32_t)slot;
 }
 
@@ -1589,13 +1598,11 @@ AITER_MLA_HD float aiter_mla__ds_mla_value(const unsigned char *row, int d, aite
  * (a row of zeros): negative position, block index beyond the table, block id outside
  * [0, num_blocks). */
 AITER_MLA_HD int64_t aiter_mla__gather_slot(const aiter_mla_gather_cache_args *a, int b, int64_t pos) {
-    int64_t blk;
     int32_t id;
     if (pos < 0) return -1;
-    blk = pos / a->block_size;
-    if (blk >= a->block_table_stride) return -1;
-    id = a->block_table[(int64_t)b * a->block_table_stride + blk];
-    return id >= 0 && id < a->num_blocks ? (int64_t)id * a->block_size + pos % a->block_size : -1;
+    id = aiter_mla__block_id(a->block_table + (int64_t)b * a->block_table_stride, a->block_table_stride, pos / a->block_size,
+                             a->num_blocks);
+    return id >= 0 ? (int64_t)id * a->block_size + pos % a->block_size : -1;
 }
 /* Value d of gathered row `dst` from cache slot `slot` (-1: zeros) into out. A 16-bit
  * cache gathered into its own dtype is copied bit for bit (NaN payloads included). */
@@ -1713,15 +1720,23 @@ static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...
     return s;
 }
 
-/* Validation shorthands: `op` names the operation, the field's name is the message's. */
-#define AITER_MLA__NEED(op, ptr, name) \
-    do { if (!(ptr)) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s is NULL", op, name); } while (0)
-#define AITER_MLA__RANGE(op, val, lo, hi, name)                                                    \
-    do {                                                                                           \
-        if ((int64_t)(val) < (int64_t)(lo) || (int64_t)(val) > (int64_t)(hi))                      \
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %lld is outside %lld..%lld", \
-                                   op, name, (long long)(val), (long long)(lo), (long long)(hi));    \
-    } while (0)
+/* Field checks: `op` names the operation; pre (a prefix: "", "keys.", "swa_", "attn.", ...)
+ * and field name the field in the message. */
+static aiter_mla_status aiter_mla__check_range(const char *op, int64_t v, int64_t lo, int64_t hi, const char *pre,
+                                               const char *field) {
+    if (v < lo || v > hi)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %lld is outside %lld..%lld", op, pre, field,
+                               (long long)v, (long long)lo, (long long)hi);
+    return AITER_MLA_OK;
+}
+static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, const char *pre, const char *field) {
+    if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
+    return AITER_MLA_OK;
+}
+/* Their shorthands for unprefixed fields, returning on failure. */
+#define AITER_MLA__NEED(op, ptr, name) AITER_MLA__CHECK(aiter_mla__check_need(op, (const void *)(ptr), "", name))
+#define AITER_MLA__RANGE(op, val, lo, hi, name) \
+    AITER_MLA__CHECK(aiter_mla__check_range(op, (int64_t)(val), (int64_t)(lo), (int64_t)(hi), "", name))
 #define AITER_MLA__POW2(op, val, lo, hi, name)                                                     \
     do {                                                                                           \
         AITER_MLA__RANGE(op, val, lo, hi, name);                                                   \
@@ -1777,11 +1792,28 @@ AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t) {
 
 static int aiter_mla__is_fp8(aiter_mla_dtype t) { return t == AITER_MLA_FP8_E4M3FN || t == AITER_MLA_FP8_E4M3FNUZ; }
 static int aiter_mla__is_16bit(aiter_mla_dtype t) { return t == AITER_MLA_BF16 || t == AITER_MLA_F16; }
-/* Outputs are written as bf16, f16 or f32; `field` names the dtype field in the message. */
-static int aiter_mla__out_dtype_ok(aiter_mla_dtype t) { return aiter_mla__is_16bit(t) || t == AITER_MLA_F32; }
-static aiter_mla_status aiter_mla__check_out_dtype(const char *op, aiter_mla_dtype t, const char *field) {
-    if (aiter_mla__out_dtype_ok(t)) return AITER_MLA_OK;
-    return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not bf16, f16 or f32", op, field, aiter_mla_dtype_name(t));
+/* Outputs (and V4 key rows, workspaces) are bf16, f16 or f32; pre and field name the dtype field in
+ * the message. */
+static aiter_mla_status aiter_mla__check_out_dtype(const char *op, aiter_mla_dtype t, const char *pre, const char *field) {
+    if (aiter_mla__is_16bit(t) || t == AITER_MLA_F32) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not bf16, f16 or f32", op, pre, field, aiter_mla_dtype_name(t));
+}
+/* A GPU pointer argument aligned to `align` bytes (a power of two). */
+static aiter_mla_status aiter_mla__check_aligned(const char *op, const void *p, unsigned align, const char *field) {
+    if (((uintptr_t)p & (align - 1u)) != 0)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned", op, field, align);
+    return AITER_MLA_OK;
+}
+/* The caller's workspace when `need` bytes of it are needed (`what` names them): present and
+ * at least that large. */
+static aiter_mla_status aiter_mla__check_workspace(const char *op, const void *ws, uint64_t bytes, uint64_t need,
+                                                   const char *what) {
+    if (need == 0) return AITER_MLA_OK;
+    AITER_MLA__NEED(op, ws, "workspace");
+    if (bytes < need)
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, %s need %llu", op,
+                               (unsigned long long)bytes, what, (unsigned long long)need);
+    return AITER_MLA_OK;
 }
 /* Host indptr arrays start at >= 0 and never decrease. Start and step are separate checks so a
  * scan that checks other fields per step keeps its order of failures; `pre` prefixes `field`. */
@@ -2377,7 +2409,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
                                "%s: kv_dtype %s with q_dtype %s: the cache must be q's type or fp8 (fp8 q needs the same fp8 cache)",
                                op, aiter_mla_dtype_name(a->kv_dtype), aiter_mla_dtype_name(a->q_dtype));
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = aiter_mla__is_fp8(a->q_dtype) ? AITER_MLA_BF16 : a->q_dtype;
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, "o_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, "", "o_dtype"));
     if (a->sm_scale == 0.0f) a->sm_scale = 0.041666666666666664f; /* 1/sqrt(576) */
     if (a->q_scale == 0.0f) a->q_scale = 1.0f;
     if (a->kv_scale == 0.0f) a->kv_scale = 1.0f;
@@ -2400,14 +2432,8 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (a->batch > a->plan_info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op,
                                a->batch, a->plan_info->desc.max_batch);
-    if (a->plan_info->workspace_bytes > 0) {
-        AITER_MLA__NEED(op, a->workspace, "workspace");
-        if (a->workspace_bytes < a->plan_info->workspace_bytes)
-            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
-                                   (unsigned long long)a->workspace_bytes,
-                                   (unsigned long long)a->plan_info->workspace_bytes);
-    }
-    return AITER_MLA_OK;
+    return aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, a->plan_info->workspace_bytes,
+                                      "the plan's partials");
 }
 
 /* Query rows [qs, qe) of request b against its keys [tok0, tok1), in double precision.
@@ -2518,10 +2544,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in,
     const char *op = "decode";
     aiter_mla_decode_args a;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
-    if (((uintptr_t)a.kv_cache & 15u) != 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
-    if (((uintptr_t)a.workspace & 15u) != 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 16-byte aligned", op);
+    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
+    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_decode(&a, a.plan_info, stream));
 }
 
@@ -2538,7 +2562,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA__MAX_PREFILL_HEADS, "num_heads");
     AITER_MLA__RANGE(op, a.empty_lse_neg_inf, 0, 1, "empty_lse_neg_inf");
     AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
     AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
     AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
@@ -2611,7 +2635,7 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a->num_heads, 1, 65536, "num_heads");
     AITER_MLA__RANGE(op, a->head_dim, 1, 65536, "head_dim");
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->dtype, "dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->dtype, "", "dtype"));
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->o_prefix, "o_prefix");
     AITER_MLA__NEED(op, a->lse_prefix, "lse_prefix");
@@ -2896,7 +2920,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.num_slots, 1, INT32_MAX, "num_slots");
     if (!aiter_mla__is_16bit(a.q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.q_dtype));
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
@@ -2956,8 +2980,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * topk = %lld exceeds 2^31 - 1 (split the batch)", op,
                                (long long)(a.num_tokens * (int64_t)a.topk));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    if (((uintptr_t)a.kv_cache & 15u) != 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", op);
+    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_sparse(&a, stream));
 }
 
@@ -2982,7 +3005,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
                                a->cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "out_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
     if (!(a->scale > 0.0f && a->scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
@@ -3066,7 +3089,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (!aiter_mla__is_16bit(a.qkv_dtype) && !aiter_mla__is_fp8(a.qkv_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a.qkv_dtype));
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "o_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f) || !(a.q_scale > 0.0f && a.q_scale < 1e30f) ||
         !(a.k_scale > 0.0f && a.k_scale < 1e30f) || !(a.v_scale > 0.0f && a.v_scale < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale, q_scale, k_scale and v_scale must be positive and finite", op);
@@ -3399,13 +3422,7 @@ static aiter_mla_status aiter_mla__prefill_plan_args(const char *op, const aiter
     if (a->batch > info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, a->batch,
                                info->desc.max_batch);
-    if (info->workspace_bytes > 0) {
-        AITER_MLA__NEED(op, a->workspace, "workspace");
-        if (a->workspace_bytes < info->workspace_bytes)
-            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the plan needs %llu", op,
-                                   (unsigned long long)a->workspace_bytes, (unsigned long long)info->workspace_bytes);
-    }
-    return AITER_MLA_OK;
+    return aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, info->workspace_bytes, "the plan's partials");
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
@@ -3414,8 +3431,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 0));
     if (a.plan) {
         AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
-        if (((uintptr_t)a.workspace & 15u) != 0)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 16-byte aligned", op);
+        AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
@@ -3469,19 +3485,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
 /* ======================================================================================
  * DeepSeek V4 sparse attention (SPEC 7): MODEL1 pages, index builders, attention
  * ====================================================================================== */
-/* Field checks whose names carry a prefix ("", "keys.", "swa_", "attn.", ...). */
-static aiter_mla_status aiter_mla__v4_range(const char *op, int64_t v, int64_t lo, int64_t hi, const char *pre,
-                                            const char *field) {
-    if (v < lo || v > hi)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %lld is outside %lld..%lld", op, pre, field,
-                               (long long)v, (long long)lo, (long long)hi);
-    return AITER_MLA_OK;
-}
-static aiter_mla_status aiter_mla__v4_need(const char *op, const void *p, const char *pre, const char *field) {
-    if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
-    return AITER_MLA_OK;
-}
-
 AITER_MLA_API int64_t aiter_mla_v4_page_bytes(int block_size) {
     if (block_size < 1) return 0;
     return aiter_mla__cdiv((int64_t)block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA_V4_ROW_BYTES) * AITER_MLA_V4_ROW_BYTES;
@@ -3494,10 +3497,10 @@ static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *
                                                     int default_bs) {
     if (!*block_size) *block_size = default_bs;
     if (*fp8 == AITER_MLA_DTYPE_DEFAULT) *fp8 = AITER_MLA_FP8_E4M3FN;
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, num_blocks, 1, INT32_MAX, pre, "num_blocks"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, *block_size, 1, 1024, pre, "block_size"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, num_blocks, 1, INT32_MAX, pre, "num_blocks"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, *block_size, 1, 1024, pre, "block_size"));
     if (!*stride) *stride = aiter_mla_v4_page_bytes(*block_size);
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
+    AITER_MLA__CHECK(aiter_mla__check_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
                                          pre, "page_stride_bytes"));
     if (!aiter_mla__is_fp8(*fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not an fp8 flavour", op, pre, dtype_field,
@@ -3571,7 +3574,7 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
     AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
     AITER_MLA__RANGE(op, a->offset, 0, a->out_rows, "offset");
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "out_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
@@ -3605,11 +3608,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather
         const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
         int32_t i;
         for (i = 0; i < g; i++) {
-            const int32_t p = s - g + i, blk = p / a.block_size;
-            const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
+            const int32_t p = s - g + i;
+            const int32_t id = aiter_mla__block_id(a.block_table + (int64_t)b * a.block_table_stride, a.block_table_stride,
+                                                   p / a.block_size, a.num_blocks);
             const int64_t dst = ((int64_t)b * a.out_rows + a.offset + i) * AITER_MLA_V4_HEAD_DIM;
-            const unsigned char *page =
-                id < 0 || id >= a.num_blocks ? NULL : (const unsigned char *)a.kv_cache + (int64_t)id * a.page_stride_bytes;
+            const unsigned char *page = id < 0 ? NULL : (const unsigned char *)a.kv_cache + (int64_t)id * a.page_stride_bytes;
             for (d = 0; d < AITER_MLA_V4_HEAD_DIM; d++) /* absent: zeros */
                 aiter_mla_store_f32(a.out, dst + d, a.out_dtype,
                                     page ? aiter_mla__v4_load(page, a.block_size, p % a.block_size, d, a.fp8_dtype) : 0.0f);
@@ -3626,8 +3629,8 @@ static aiter_mla_status aiter_mla__v4_out_check(const char *op, aiter_mla_v4_ind
     if (o->indices && !o->indptr) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: out.indptr is NULL (out.indices is set)", op);
     if (o->indptr && !o->indices) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: out.indices is NULL (out.indptr is set)", op);
     if (!o->dense_stride) o->dense_stride = width;
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, o->dense_stride, width, AITER_MLA__MAX_STRIDE, "out.", "dense_stride"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, o->capacity, 0, INT64_MAX, "out.", "capacity"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, o->dense_stride, width, AITER_MLA__MAX_STRIDE, "out.", "dense_stride"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, o->capacity, 0, INT64_MAX, "out.", "capacity"));
     return AITER_MLA_OK;
 }
 
@@ -3775,13 +3778,17 @@ static int32_t aiter_mla__v4_c128_row(const void *ctx, int64_t t, int32_t *row) 
     return n;
 }
 
+/* Entries per compressed page at a compress ratio (ratio >= 1): a page holds 256 logical
+ * tokens, and at least one entry. */
+static int aiter_mla__v4_compressed_block_size(int ratio) {
+    return ratio < AITER_MLA_V4_COMPRESSED_PAGE_TOKENS ? AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / ratio : 1;
+}
 static aiter_mla_status aiter_mla__v4_c128_resolve(const char *op, const aiter_mla_v4_c128_args *in, aiter_mla_v4_c128_args *a) {
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
     if (!a->compress_ratio) a->compress_ratio = 128;
     AITER_MLA__RANGE(op, a->compress_ratio, 1, 65536, "compress_ratio");
-    if (!a->block_size) /* a compressed page holds 256 logical tokens */
-        a->block_size = a->compress_ratio < AITER_MLA_V4_COMPRESSED_PAGE_TOKENS ? AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / a->compress_ratio : 1;
+    if (!a->block_size) a->block_size = aiter_mla__v4_compressed_block_size(a->compress_ratio);
     AITER_MLA__RANGE(op, a->width, 1, 1 << 24, "width");
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     if (a->block_table) {
@@ -3946,20 +3953,18 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
                                                    int required, int host_arrays) {
     int64_t t;
     if (!required && !k->indices) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, k->rows, 0, 1, pre, "rows"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, k->rows, 0, 1, pre, "rows"));
     if (k->rows) {
         if (k->dtype == AITER_MLA_DTYPE_DEFAULT) k->dtype = AITER_MLA_BF16;
-        AITER_MLA__CHECK(aiter_mla__v4_range(op, k->num_blocks, 1, INT32_MAX, pre, "num_blocks"));
-        if (!aiter_mla__out_dtype_ok(k->dtype))
-            return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sdtype %s is not bf16, f16 or f32 (rows)", op, pre,
-                                   aiter_mla_dtype_name(k->dtype));
+        AITER_MLA__CHECK(aiter_mla__check_range(op, k->num_blocks, 1, INT32_MAX, pre, "num_blocks"));
+        AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, k->dtype, pre, "dtype"));
     } else {
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, pre, k->num_blocks, &k->block_size, &k->page_stride_bytes, &k->dtype,
                                                      "dtype", 64));
     }
-    AITER_MLA__CHECK(aiter_mla__v4_need(op, k->cache, pre, "cache"));
-    AITER_MLA__CHECK(aiter_mla__v4_need(op, k->indices, pre, "indices"));
-    if (!k->indptr) return aiter_mla__v4_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
+    AITER_MLA__CHECK(aiter_mla__check_need(op, k->cache, pre, "cache"));
+    AITER_MLA__CHECK(aiter_mla__check_need(op, k->indices, pre, "indices"));
+    if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
     if (!host_arrays) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, pre, "indptr"));
     for (t = 0; t < num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, pre, "indptr"));
@@ -3974,12 +3979,12 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     int h;
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, pre, "num_heads"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_tokens, 0, INT32_MAX, pre, "num_tokens"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_token"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, pre, "num_heads"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_tokens, 0, INT32_MAX, pre, "num_tokens"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_token"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_V4_HEAD_DIM;
     if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
@@ -3988,10 +3993,8 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
     if (!aiter_mla__is_16bit(a->q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %sq_dtype %s is not bf16 or f16", op, pre, aiter_mla_dtype_name(a->q_dtype));
-    if (!aiter_mla__out_dtype_ok(a->o_dtype))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %so_dtype %s is not bf16, f16 or f32", op, pre,
-                               aiter_mla_dtype_name(a->o_dtype));
-    AITER_MLA__CHECK(aiter_mla__v4_range(op, a->num_splits, 0, AITER_MLA_V4_MAX_SPLITS, pre, "num_splits"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, pre, "o_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_splits, 0, AITER_MLA_V4_MAX_SPLITS, pre, "num_splits"));
     if (!a->num_splits) a->num_splits = 1;
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
@@ -4005,8 +4008,8 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
         AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, a->num_tokens, 0, host_arrays));
     }
     if (a->num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__v4_need(op, a->q, pre, "q"));
-    AITER_MLA__CHECK(aiter_mla__v4_need(op, a->o, pre, "o"));
+    AITER_MLA__CHECK(aiter_mla__check_need(op, a->q, pre, "q"));
+    AITER_MLA__CHECK(aiter_mla__check_need(op, a->o, pre, "o"));
     return AITER_MLA_OK;
 }
 
@@ -4101,13 +4104,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attenti
     if (a.num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &a));
     if (a.num_splits > 1) {
-        AITER_MLA__NEED(op, a.workspace, "workspace");
-        if (a.workspace_bytes < aiter_mla__v4_attn_workspace(&a))
-            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, %d splits need %llu", op,
-                                   (unsigned long long)a.workspace_bytes, a.num_splits,
-                                   (unsigned long long)aiter_mla__v4_attn_workspace(&a));
-        if (((uintptr_t)a.workspace & 3u) != 0)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 4-byte aligned", op);
+        AITER_MLA__CHECK(aiter_mla__check_workspace(op, a.workspace, a.workspace_bytes, aiter_mla__v4_attn_workspace(&a),
+                                                    "the splits' partials"));
+        AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 4, "workspace"));
     }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_attention(&a, stream));
 }
@@ -4132,7 +4131,7 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
         AITER_MLA__RANGE(op, a->topk, 1, 1 << 20, "topk");
         AITER_MLA__RANGE(op, a->topk_stride, a->topk, AITER_MLA__MAX_STRIDE, "topk_stride");
     }
-    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->workspace_dtype, "workspace_dtype"));
+    AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->workspace_dtype, "", "workspace_dtype"));
     *M = aiter_mla_v4_workspace_rows(a->max_model_len, a->compress_ratio, a->window, a->max_num_batched_tokens, N);
     if (*M * a->chunk_size > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: chunk_size x M = %d x %lld workspace rows do not fit int32",
@@ -4175,10 +4174,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
     AITER_MLA__NEED(op, a.swa_cache, "swa_cache");
     AITER_MLA__NEED(op, a.swa_block_table, "swa_block_table");
     if (a.compress_ratio > 1) {
-        const int bs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / a.compress_ratio;
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "compressed_", a.compressed_num_blocks, &a.compressed_block_size,
                                                      &a.compressed_page_stride_bytes, &a.compressed_fp8_dtype, "fp8_dtype",
-                                                     bs > 1 ? bs : 1));
+                                                     aiter_mla__v4_compressed_block_size(a.compress_ratio)));
         AITER_MLA__RANGE(op, a.compressed_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "compressed_block_table_stride");
         AITER_MLA__NEED(op, a.compressed_cache, "compressed_cache");
         AITER_MLA__NEED(op, a.compressed_block_table, "compressed_block_table");
@@ -4197,12 +4195,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a.attn, &at, 0, 1));
     a.attn = at;
     if (tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, a.workspace, "workspace");
-    if (a.workspace_bytes < bytes)
-        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, the prefill needs %llu", op,
-                               (unsigned long long)a.workspace_bytes, (unsigned long long)bytes);
-    if (((uintptr_t)a.workspace & 3u) != 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: workspace is not 4-byte aligned", op);
+    AITER_MLA__CHECK(aiter_mla__check_workspace(op, a.workspace, a.workspace_bytes, bytes, "the prefill's key rows and lists"));
+    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 4, "workspace"));
     glens = (int32_t *)((char *)a.workspace + (size_t)M * a.chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a.workspace_dtype));
     clens = glens + a.chunk_size;
     indptr = clens + a.chunk_size;

@@ -2644,10 +2644,11 @@ __global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_g
         const int64_t i = r % per_req;
         const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
         if (s < 0 || g < 0 || g > s || i >= g) continue;
-        const int32_t p = s - g + (int32_t)i, blk = p / a.block_size;
-        const int32_t id = blk < a.block_table_stride ? a.block_table[(int64_t)b * a.block_table_stride + blk] : -1;
+        const int32_t p = s - g + (int32_t)i;
+        const int32_t id = aiter_mla__block_id(a.block_table + (int64_t)b * a.block_table_stride, a.block_table_stride,
+                                               p / a.block_size, a.num_blocks);
         float v[8];
-        if (id < 0 || id >= a.num_blocks) { // absent: zeros
+        if (id < 0) { // absent: zeros
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = 0.0f;
         } else {
