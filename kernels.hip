@@ -2273,20 +2273,45 @@ __device__ __forceinline__ void store_words(void *p, const uint32_t (&w)[N]) {
 __device__ __forceinline__ uint8_t word_byte(const uint32_t *w, int k) { return (uint8_t)(w[k >> 2] >> (8 * (k & 3))); }
 __device__ __forceinline__ uint16_t word_half(const uint32_t *w, int k) { return (uint16_t)(w[k >> 1] >> (16 * (k & 1))); }
 
-// N values of dtype DT at element i of p as floats, through the library's converters (fp8
-// without scale). kVec: N * size bytes in 8- or 16-byte accesses (the caller checked the
-// alignment); otherwise one element at a time.
+// N values of dtype DT at element i of p as loaded: raw words, low element first (N * size a
+// multiple of 4 bytes). kVec: 8- or 16-byte accesses (the caller checked the alignment);
+// otherwise one element at a time. Kept raw, values in flight cost half (16-bit) or a
+// quarter (fp8) of the registers of floats.
+template <int DT, int N>
+using RawVals = uint32_t[N * dtype_bytes(DT) / 4];
+template <int DT, int N, bool kVec>
+__device__ __forceinline__ void load_raw(const void *p, int64_t i, RawVals<DT, N> &w) {
+    const unsigned char *b = static_cast<const unsigned char *>(p) + i * dtype_bytes(DT);
+    if constexpr (kVec) {
+        load_words(b, w);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N * dtype_bytes(DT) / 4; k++) {
+            if constexpr (dtype_bytes(DT) == 4) w[k] = reinterpret_cast<const uint32_t *>(b)[k];
+            else if constexpr (dtype_bytes(DT) == 2)
+                w[k] = reinterpret_cast<const uint16_t *>(b)[2 * k] | (uint32_t)reinterpret_cast<const uint16_t *>(b)[2 * k + 1] << 16;
+            else w[k] = b[4 * k] | (uint32_t)b[4 * k + 1] << 8 | (uint32_t)b[4 * k + 2] << 16 | (uint32_t)b[4 * k + 3] << 24;
+        }
+    }
+}
+// Raw values of dtype DT as floats, through the library's converters (fp8 without scale).
+template <int DT, int N>
+__device__ __forceinline__ void raw_to_f32(const RawVals<DT, N> &w, float (&v)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        if constexpr (DT == AITER_MLA_F32) v[k] = aiter_mla__bits_f32(w[k]);
+        else if constexpr (dtype_bytes(DT) == 2) v[k] = DT == AITER_MLA_BF16 ? aiter_mla_bf16_to_f32(word_half(w, k)) : aiter_mla_f16_to_f32(word_half(w, k));
+        else v[k] = aiter_mla_fp8_to_f32(word_byte(w, k), (aiter_mla_dtype)DT);
+    }
+}
+// N values of dtype DT at element i of p as floats: load_raw, then raw_to_f32 (kVec), or one
+// element at a time (any N).
 template <int DT, int N, bool kVec>
 __device__ __forceinline__ void load_vals(const void *p, int64_t i, float (&v)[N]) {
     if constexpr (kVec) {
-        uint32_t w[N * dtype_bytes(DT) / 4];
-        load_words(static_cast<const unsigned char *>(p) + i * dtype_bytes(DT), w);
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            if constexpr (DT == AITER_MLA_F32) v[k] = aiter_mla__bits_f32(w[k]);
-            else if constexpr (dtype_bytes(DT) == 2) v[k] = DT == AITER_MLA_BF16 ? aiter_mla_bf16_to_f32(word_half(w, k)) : aiter_mla_f16_to_f32(word_half(w, k));
-            else v[k] = aiter_mla_fp8_to_f32(word_byte(w, k), (aiter_mla_dtype)DT);
-        }
+        RawVals<DT, N> w;
+        load_raw<DT, N, true>(p, i, w);
+        raw_to_f32<DT, N>(w, v);
     } else {
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = aiter_mla_load_f32(p, i + k, (aiter_mla_dtype)DT);
@@ -2314,27 +2339,62 @@ __device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[
     }
 }
 
-// ==== sparse index conversion and filter_prefill_indices (SPEC 4) ==========================
-// One group of threads per token row (threads_per_row of its 4-column units), 16-byte loads
-// and stores of 4 indices while the rows are 16-byte aligned, one index at a time after
-// that (and everywhere when they are not). Each entry goes through the reference's own
-// helper, so the output is the reference's bit for bit.
-template <int N>
-struct Width {
-    static constexpr int value = N;
-};
-
-// Columns [0, n) of a row, visited by `lanes` threads: 4 at a time while kVec, then one at
-// a time. f(column, Width<k>) handles k columns.
-template <bool kVec, typename F>
-__device__ __forceinline__ void for_columns(int lane, int lanes, int n, F &&f) {
-    int tail = 0;
-    if constexpr (kVec) {
-        tail = n & ~3;
-        for (int c = lane * 4; c < tail; c += lanes * 4) f(c, Width<4>());
+// Four floats v[0..3] as e4m3 codes (v[0] in the low byte), aiter_mla_f32_to_fp8's codes bit for
+// bit. e4m3fn on sm_89+: the hardware converter (round to nearest even, saturating to
+// +-448), with its two differences from the header mended per byte: a value that rounds to
+// zero is code 0 (the converter keeps the sign: 0x80), and NaN is 0x7f whatever its sign.
+// Per byte m = code & 0x7f: m + 0x7f carries into bit 7 unless m is 0, m + 1 only when m is
+// 0x7f, and neither carries into the next byte. Everything else: the header's converter
+// (the writers' cost was this encoding: DSW 44 % of copy with it in software).
+__device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dtype fp8) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if (fp8 == AITER_MLA_FP8_E4M3FN) {
+        uint16_t lo, hi;
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(v[1]), "f"(v[0]));
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(v[3]), "f"(v[2]));
+        const uint32_t w = lo | (uint32_t)hi << 16, m = w & 0x7f7f7f7fu;
+        return m | (w & (m + 0x7f7f7f7fu) & ~(m + 0x01010101u) & 0x80808080u);
     }
-    for (int c = tail + lane; c < n; c += lanes) f(c, Width<1>());
+#endif
+    uint32_t w = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) w |= (uint32_t)aiter_mla_f32_to_fp8(v[k], fp8) << (8 * k);
+    return w;
 }
+
+// q[i] = x[i] / s for the values of one fp8 group, as far as fp8 can tell: the writers'
+// reference divides each value (IEEE, round to nearest), and a division costs ~10
+// instructions with its range check. For s in [2^-60, 2^100] (else: the division) this takes
+// y = RN(1/s) once, q = RN(x y), then twice q = RN(q + RN(x - q s) y): the first step leaves
+// q within an ulp, each residual is exact by FMA, and by Markstein's theorem the second step
+// gives RN(x / s) whenever no intermediate underflows, which the bounds on s ensure for
+// every |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the group's largest value). Smaller
+// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway.
+template <int N>
+__device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N]) {
+    if (s >= 0x1p-60f && s <= 0x1p100f) {
+        const float y = 1.0f / s;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            float v = x[i] * y;
+            v = fmaf(fmaf(-v, s, x[i]), y, v);
+            q[i] = fmaf(fmaf(-v, s, x[i]), y, v);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++) q[i] = x[i] / s;
+    }
+}
+
+// ==== sparse index conversion and filter_prefill_indices (SPEC 4) ==========================
+// One group of threads per token row (threads_per_row of its units, kIndexBatch units per
+// thread), 16-byte loads and stores of 4 indices while the rows are 16-byte aligned, one
+// index at a time after that (and everywhere when they are not). A thread loads all units
+// of a batch, converts them all, then stores them: the rows and the block table may alias
+// the output as far as the compiler knows, so no load moves past a store by itself. With
+// the branch-free block lookup of the header, a thread's lookups of a whole batch are in
+// flight together. Each entry goes through the reference's own helper, so the output is
+// the reference's bit for bit.
 template <int W>
 __device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
     if constexpr (W == 4) {
@@ -2349,8 +2409,66 @@ __device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
 }
 template <int W>
 __device__ __forceinline__ void store_ints(int32_t *p, const int32_t (&v)[W]) {
-    if constexpr (W == 4) *reinterpret_cast<int4 *>(p) = make_int4(v[0], v[1], v[2], v[3]);
-    else *p = v[0];
+    if constexpr (W == 4) {
+#if defined(__CUDA_ARCH__) // nvcc splits this int4 store into four 4-byte ones unless told
+        __stwb(reinterpret_cast<int4 *>(p), make_int4(v[0], v[1], v[2], v[3]));
+#else
+        *reinterpret_cast<int4 *>(p) = make_int4(v[0], v[1], v[2], v[3]);
+#endif
+    } else {
+        *p = v[0];
+    }
+}
+
+constexpr int kIndexBatch = 8;
+
+// Columns [begin, end) of `in` in steps of `step`, W indices per column, kIndexBatch columns
+// at a time: all loaded (-1 past the end), then convert(values) on each, unconditionally (no
+// stores and no branches: the loads it makes, such as block-table lookups, stay in flight
+// together), then store(column, values) on each column that exists.
+template <int W, typename C, typename S>
+__device__ __forceinline__ void index_batches(const int32_t *in, int begin, int end, int step, C &&convert, S &&store) {
+    for (int c0 = begin; c0 < end; c0 += step * kIndexBatch) {
+        int32_t v[kIndexBatch][W];
+#pragma unroll
+        for (int b = 0; b < kIndexBatch; b++) {
+            if (c0 + b * step < end) load_ints(in + c0 + b * step, v[b]);
+            else
+                for (auto &e : v[b]) e = -1;
+        }
+#pragma unroll
+        for (int b = 0; b < kIndexBatch; b++) convert(v[b]);
+#pragma unroll
+        for (int b = 0; b < kIndexBatch; b++)
+            if (c0 + b * step < end) store(c0 + b * step, v[b]);
+    }
+}
+// Columns [0, n) of the index row `in`, visited by `lanes` threads: 4 at a time while kVec,
+// then one at a time, through index_batches.
+template <bool kVec, typename C, typename S>
+__device__ __forceinline__ void for_index_columns(const int32_t *in, int lane, int lanes, int n, C &&convert, S &&store) {
+    int tail = 0;
+    if constexpr (kVec) {
+        tail = n & ~3;
+        index_batches<4>(in, lane * 4, tail, lanes * 4, convert, store);
+    }
+    index_batches<1>(in, tail + lane, n, lanes, convert, store);
+}
+
+// Columns [0, n) of a row that is only written (the V4 builders), visited by `lanes`
+// threads: 4 at a time while kVec, then one at a time. f(column, Width<k>) handles k columns.
+template <int N>
+struct Width {
+    static constexpr int value = N;
+};
+template <bool kVec, typename F>
+__device__ __forceinline__ void for_columns(int lane, int lanes, int n, F &&f) {
+    int tail = 0;
+    if constexpr (kVec) {
+        tail = n & ~3;
+        for (int c = lane * 4; c < tail; c += lanes * 4) f(c, Width<4>());
+    }
+    for (int c = tail + lane; c < n; c += lanes) f(c, Width<1>());
 }
 
 // kBlockSize: a block size known at compile time (64, vLLM's), which turns the division of
@@ -2367,19 +2485,17 @@ __global__ void __launch_bounds__(kSmallThreads) sparse_indices_kernel(aiter_mla
         int32_t valid = 0;
         if (t < p.num_tokens) {
             const int32_t req = p.req_id[t];
-            const int32_t *in = p.indices + t * p.indices_stride;
             int32_t *out = p.out + t * p.out_stride;
-            for_columns<kVec>(lane, tpr, p.topk, [&](int c, auto width) {
-                constexpr int W = decltype(width)::value;
-                int32_t v[W];
-                load_ints(in + c, v);
+            for_index_columns<kVec>(
+                p.indices + t * p.indices_stride, lane, tpr, p.topk,
+                [&](auto &v) {
 #pragma unroll
-                for (int k = 0; k < W; k++) {
-                    v[k] = aiter_mla__sparse_slot(&p, req, v[k]);
-                    valid += v[k] >= 0;
-                }
-                store_ints(out + c, v);
-            });
+                    for (auto &e : v) {
+                        e = aiter_mla__sparse_slot(&p, req, e);
+                        valid += e >= 0;
+                    }
+                },
+                [&](int c, const auto &v) { store_ints(out + c, v); });
         }
         if (p.valid_counts) { // the same for the whole block: shuffles and barriers are safe
             for (int o = seg / 2; o > 0; o >>= 1) valid += aiter_mla__shfl_xor(valid, o);
@@ -2399,66 +2515,84 @@ __global__ void __launch_bounds__(kSmallThreads) filter_prefill_kernel(aiter_mla
     for (int64_t t = (int64_t)blockIdx.x * rows + threadIdx.x / tpr; t < a.num_tokens; t += (int64_t)gridDim.x * rows) {
         const int32_t ctx = aiter_mla__filter_ctx_len(&a, a.req_id[t]);
         const int64_t base = t * a.topk;
-        for_columns<kVec>(lane, tpr, a.topk, [&](int c, auto width) {
-            constexpr int W = decltype(width)::value;
-            int32_t v[W], context[W], fresh[W];
-            load_ints(a.indices + base + c, v);
+        for_index_columns<kVec>(
+            a.indices + base, lane, tpr, a.topk, [](auto &) {},
+            [&](int c, const auto &v) {
+                constexpr int W = sizeof(v) / sizeof(v[0]);
+                int32_t context[W], fresh[W];
 #pragma unroll
-            for (int k = 0; k < W; k++) aiter_mla__filter_split(v[k], ctx, &context[k], &fresh[k]);
-            store_ints(a.context_out + base + c, context);
-            store_ints(a.new_out + base + c, fresh);
-        });
+                for (int k = 0; k < W; k++) aiter_mla__filter_split(v[k], ctx, &context[k], &fresh[k]);
+                store_ints(a.context_out + base + c, context);
+                store_ints(a.new_out + base + c, fresh);
+            });
     }
 }
 
 // ==== fp8_ds_mla writer (SPEC 6) ===========================================================
-// 64 threads per token, 4 tokens per block: thread i loads latent values 8i .. 8i + 7 (16
-// bytes), the 16 threads of a 128-value group take its amax with shuffles, and each
-// quantises its 8 values into one 8-byte store; threads 0..7 also convert 8 rope values
-// each (16-byte load and store). The scale and the quantisation are the reference's helpers
-// and the amax a max (exact in any order), so rows are bit-identical to the reference's.
-// A token's 64 threads are whole warps on both vendors (32 or 64 lanes): skipping a token
-// never splits a warp. Without 16-byte alignment the same threads use scalar accesses.
-constexpr int kDsThreads = 64, kDsTokens = kSmallThreads / kDsThreads;
+// 64 threads per token, 4 tokens per block side by side and kDsBatch after each other: a
+// thread first loads its 8 latent values (16 bytes) of every token of the batch, threads
+// 0..7 also their 8 rope values, all kept raw, so that a batch's loads are in flight at once
+// (one token at a time left DSW at 64 % of copy). Then per token: the 16 threads of a
+// 128-value group take its amax with shuffles, and each quantises its 8 values into one
+// 8-byte store; threads 0..7 convert the rope values (16-byte store). The scale and the
+// quantisation are the reference's helpers and the amax a max (exact in any order), so rows
+// are bit-identical to the reference's. A token's 64 threads are whole warps on both vendors
+// (32 or 64 lanes): skipping a token never splits a warp. Without 16-byte alignment the same
+// threads use scalar accesses.
+constexpr int kDsThreads = 64, kDsTokens = kSmallThreads / kDsThreads, kDsBatch = 4;
 
 template <int SRC, bool kVec>
 __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_ds_mla_write_args a) {
     static_assert(kDsThreads % AITER_MLA_WARP_SIZE == 0, "a token's threads must be whole warps");
     const int lane = threadIdx.x % kDsThreads;
-    const int64_t num_slots = a.num_blocks * a.block_size;
-    for (int64_t t = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t < a.num_tokens;
-         t += (int64_t)gridDim.x * kDsTokens) {
-        float x[8], r[8]; // loaded before the slot test: every load of the token in flight at once
-        load_vals<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, x);
-        if (lane < 8) load_vals<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, r);
-        const int64_t slot = a.slot_mapping[t];
-        if (slot < 0 || slot >= num_slots) continue; // padding or out of range
-        unsigned char *row = static_cast<unsigned char *>(a.kv_cache) + slot * AITER_MLA_DS_MLA_ROW_BYTES;
-        float amax = 0.0f;
+    const int64_t num_slots = a.num_blocks * a.block_size, step = (int64_t)gridDim.x * kDsTokens;
+    for (int64_t t0 = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t0 < a.num_tokens; t0 += step * kDsBatch) {
+        RawVals<SRC, 8> lat[kDsBatch], rope[kDsBatch];
+        int64_t slot[kDsBatch];
 #pragma unroll
-        for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
-        const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
-        uint32_t w[2] = {0u, 0u};
-#pragma unroll
-        for (int k = 0; k < 8; k++) w[k >> 2] |= (uint32_t)aiter_mla__ds_mla_quant(x[k], scale, a.fp8_dtype) << (8 * (k & 3));
-        if constexpr (kVec) {
-            store_words(row + lane * 8, w);
-            if (lane % 16 == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / 16)) = scale;
-        } else {
-            for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
-            if (lane % 16 == 0) memcpy(row + 512 + 4 * (lane / 16), &scale, 4);
+        for (int u = 0; u < kDsBatch; u++) {
+            const int64_t t = t0 + u * step;
+            slot[u] = -1;
+            if (t >= a.num_tokens) continue;
+            load_raw<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, lat[u]);
+            if (lane < 8) load_raw<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, rope[u]);
+            slot[u] = a.slot_mapping[t];
         }
-        if (lane < 8) {
-            uint32_t h[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
+        for (int u = 0; u < kDsBatch; u++) {
+            if (slot[u] < 0 || slot[u] >= num_slots) continue; // past the tokens, padding or out of range
+            unsigned char *row = static_cast<unsigned char *>(a.kv_cache) + slot[u] * AITER_MLA_DS_MLA_ROW_BYTES;
+            float x[8], amax = 0.0f;
+            raw_to_f32<SRC, 8>(lat[u], x);
+#pragma unroll
+            for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
+            const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
+            float q[8]; // aiter_mla__ds_mla_quant: fp8(x / scale)
+            fp8_quotients(x, scale, q);
+            uint32_t w[2];
+#pragma unroll
+            for (int k = 0; k < 2; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
             if constexpr (kVec) {
-                store_words(row + 528 + lane * 16, h);
+                store_words(row + lane * 8, w);
+                if (lane % 16 == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / 16)) = scale;
             } else {
-                for (int k = 0; k < 16; k++) row[528 + lane * 16 + k] = word_byte(h, k);
+                for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
+                if (lane % 16 == 0) memcpy(row + 512 + 4 * (lane / 16), &scale, 4);
+            }
+            if (lane < 8) {
+                float r[8];
+                raw_to_f32<SRC, 8>(rope[u], r);
+                uint32_t h[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
+                if constexpr (kVec) {
+                    store_words(row + 528 + lane * 16, h);
+                } else {
+                    for (int k = 0; k < 16; k++) row[528 + lane * 16 + k] = word_byte(h, k);
+                }
             }
         }
     }
@@ -2621,9 +2755,12 @@ __global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla
         if (lane < kV4NopeLanes) {
             const uint8_t e = aiter_mla__ue8m0_encode(amax, a.fp8_max);
             const float scale = aiter_mla__ue8m0_to_f32(e);
-            uint32_t w[2] = {0u, 0u};
+            float q[8]; // aiter_mla__v4_quant: fp8(clamp(x / scale))
+            fp8_quotients(x, scale, q);
+            for (float &v : q) v = aiter_mla__v4_clamp(v, a.fp8_max);
+            uint32_t w[2];
 #pragma unroll
-            for (int k = 0; k < 8; k++) w[k >> 2] |= (uint32_t)aiter_mla__v4_quant(x[k], scale, a.fp8_max, fp8) << (8 * (k & 3));
+            for (int k = 0; k < 2; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, fp8);
             if constexpr (kVec) store_words(row + lane * 8, w);
             else
                 for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
@@ -3338,10 +3475,13 @@ extern "C" int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_a
     AITER_MLA__LAUNCH_CHECK();
 }
 
+// Threads of an index row of `units` units: a full batch for each thread where the row has them.
+static int index_threads_per_row(int64_t units) { return threads_per_row((units + kIndexBatch - 1) / kIndexBatch); }
+
 extern "C" int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const bool vec = aligned16(a->indices) && aligned16(a->out) && a->indices_stride % 4 == 0 && a->out_stride % 4 == 0;
-    const int tpr = threads_per_row(vec ? (a->topk + 3) / 4 : a->topk);
+    const int tpr = index_threads_per_row(vec ? (a->topk + 3) / 4 : a->topk);
     const unsigned grid = grid_for(a->num_tokens, kSmallThreads / tpr);
     const bool bs64 = a->block_table && a->block_size == 64;
     if (vec && bs64) sparse_indices_kernel<true, 64><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
@@ -3354,7 +3494,7 @@ extern "C" int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_i
 extern "C" int aiter_mla__launch_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const bool vec = aligned16(a->indices) && aligned16(a->context_out) && aligned16(a->new_out) && a->topk % 4 == 0;
-    const int tpr = threads_per_row(vec ? a->topk / 4 : a->topk);
+    const int tpr = index_threads_per_row(vec ? a->topk / 4 : a->topk);
     const unsigned grid = grid_for(a->num_tokens, kSmallThreads / tpr);
     if (vec) filter_prefill_kernel<true><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
     else filter_prefill_kernel<false><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
@@ -3365,7 +3505,7 @@ extern "C" int aiter_mla__launch_ds_mla_write(const aiter_mla_ds_mla_write_args 
     hipStream_t s = (hipStream_t)stream;
     const bool vec = aligned16(a->kv_c) && aligned16(a->k_pe) && aligned16(a->kv_cache) && a->kv_c_stride % 8 == 0 &&
                      a->k_pe_stride % 8 == 0;
-    const unsigned grid = grid_for(a->num_tokens, kDsTokens);
+    const unsigned grid = grid_for(a->num_tokens, kDsTokens * kDsBatch);
     const bool bf16 = a->src_dtype == AITER_MLA_BF16;
     if (vec && bf16) ds_mla_write_kernel<AITER_MLA_BF16, true><<<grid, kSmallThreads, 0, s>>>(*a);
     else if (vec) ds_mla_write_kernel<AITER_MLA_F16, true><<<grid, kSmallThreads, 0, s>>>(*a);

@@ -29,6 +29,11 @@ void gpu_host_free_pinned(void *p);
 
 /* Timing with device events on a stream. */
 typedef struct gpu_timer gpu_timer;
+/* Keep the stream busy for about `cycles` GPU clock cycles (one thread spinning). A timer
+ * started right after starts when the spin ends, by which time the host has queued the
+ * work to be timed: the host's launch cost stays out of the measurement, as it does for
+ * work queued behind other work in a running engine. */
+void gpu_hold(void *stream, long long cycles);
 gpu_timer *gpu_timer_create(void);
 void gpu_timer_start(gpu_timer *t, void *stream);
 float gpu_timer_stop_ms(gpu_timer *t, void *stream); /* waits for the stop event */

@@ -93,6 +93,15 @@ extern "C" gpu_timer *gpu_timer_create(void) {
     CHECK(RT(EventCreate)(&t->b));
     return t;
 }
+static __global__ void hold_stream(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+extern "C" void gpu_hold(void *s, long long cycles) {
+    hold_stream<<<1, 1, 0, (stream_t)s>>>(cycles);
+    CHECK(RT(GetLastError)());
+}
 extern "C" void gpu_timer_start(gpu_timer *t, void *s) { CHECK(RT(EventRecord)(t->a, (stream_t)s)); }
 extern "C" float gpu_timer_stop_ms(gpu_timer *t, void *s) {
     float ms = 0;

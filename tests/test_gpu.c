@@ -1242,6 +1242,77 @@ static void test_ds_mla_write_gpu(test_rng *rng) {
     }
 }
 
+/* The writers' fp8 encoding against the header's, code by code: every bf16 value of
+ * magnitude up to the format's max, NaNs included, goes through the fp8_ds_mla writer with
+ * its group scale pinned to 1 (each group of 128 holds the max itself), so the cache holds
+ * fp8(x) of each. Covers rounding ties, subnormals, negatives that round to zero (code 0,
+ * not 0x80) and NaN of either sign (0x7f / 0x80): the GPU may use a hardware converter. */
+static void test_fp8_encode_gpu(test_rng *rng) {
+    int v;
+    for (v = 0; v < 4; v++) {
+        const int fnuz = v & 1, pow2 = v >> 1;
+        const aiter_mla_dtype fp8 = fnuz ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        const float fp8_max = aiter_mla_fp8_max(fp8);
+        uint16_t *codes = (uint16_t *)test_malloc(65536 * 2);
+        int64_t n = 0, T, i, k;
+        uint32_t c;
+        for (c = 0; c < 65536; c++) {
+            const float x = aiter_mla_bf16_to_f32((uint16_t)c);
+            if (x != x || fabsf(x) <= fp8_max) codes[n++] = (uint16_t)c;
+        }
+        T = (n + 4 * 127 - 1) / (4 * 127);
+        uint16_t *kvc = (uint16_t *)test_malloc((size_t)T * 512 * 2), *kpe = (uint16_t *)test_malloc((size_t)T * 64 * 2);
+        int64_t *slot = (int64_t *)test_malloc((size_t)T * 8);
+        for (i = 0, k = 0; i < T * 512; i++) /* value 0 of each group: +-max, so the scale is 1 */
+            kvc[i] = i % 128 == 0 ? aiter_mla_f32_to_bf16(rng_int(rng, 0, 1) ? fp8_max : -fp8_max)
+                                  : k < n ? codes[k++] : aiter_mla_f32_to_bf16(rng_f32(rng, -1.0f, 1.0f));
+        for (i = 0; i < T * 64; i++) kpe[i] = aiter_mla_f32_to_bf16(rng_f32(rng, -3.0f, 3.0f));
+        for (i = 0; i < T; i++) slot[i] = T - 1 - i;
+        const size_t cache_bytes = (size_t)T * 656;
+        void *d_cache;
+        unsigned char *ref = (unsigned char *)poisoned_pair(cache_bytes, 0xa5, &d_cache), *got = (unsigned char *)test_malloc(cache_bytes);
+        void *d_kvc = upload_copy(kvc, (size_t)T * 512 * 2), *d_kpe = upload_copy(kpe, (size_t)T * 64 * 2);
+        int64_t *d_slot = (int64_t *)upload_copy(slot, (size_t)T * 8);
+        aiter_mla_ds_mla_write_args w;
+        memset(&w, 0, sizeof w);
+        w.kv_c = d_kvc;
+        w.kv_c_stride = 512;
+        w.k_pe = d_kpe;
+        w.k_pe_stride = 64;
+        w.slot_mapping = d_slot;
+        w.kv_cache = d_cache;
+        w.num_blocks = T;
+        w.block_size = 1;
+        w.num_tokens = T;
+        w.src_dtype = AITER_MLA_BF16;
+        w.fp8_dtype = fp8;
+        w.pow2_scales = pow2;
+        CHECK_STATUS(aiter_mla_ds_mla_write(&w, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_cache, cache_bytes);
+        w.kv_c = kvc;
+        w.k_pe = kpe;
+        w.slot_mapping = slot;
+        w.kv_cache = ref;
+        CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+        for (i = 0; i < T * 4; i++) { /* the scales really are 1, so the codes are fp8(x) */
+            float s;
+            memcpy(&s, ref + i / 4 * 656 + 512 + i % 4 * 4, 4);
+            CHECK(s == 1.0f, "fp8 encode %s: scale %lld of row %lld is %g, not 1", aiter_mla_dtype_name(fp8), (long long)(i % 4),
+                  (long long)(i / 4), s);
+        }
+        {
+            const int64_t d = first_diff(got, ref, cache_bytes);
+            const int64_t row = d >= 0 ? d / 656 : 0, b = d >= 0 ? d % 656 : 0, src = (T - 1 - row) * 512 + b;
+            CHECK(d < 0, "fp8 encode %s%s: byte %lld of slot %lld differs: got %02x, want %02x (bf16 source %04x)",
+                  aiter_mla_dtype_name(fp8), pow2 ? " pow2" : "", (long long)b, (long long)row, d >= 0 ? got[d] : 0,
+                  d >= 0 ? ref[d] : 0, d >= 0 && b < 512 ? kvc[src] : 0);
+        }
+        gpu_free(d_kvc); gpu_free(d_kpe); gpu_free(d_slot); gpu_free(d_cache);
+        free(codes); free(kvc); free(kpe); free(slot); free(ref); free(got);
+    }
+}
+
 static void test_gather_cache_gpu(test_rng *rng) {
     /* formats: 16-bit, fp8 per tensor, and fp8_ds_mla (DEFAULT below) of both flavours */
     static const aiter_mla_dtype fmts[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FNUZ,
@@ -2812,6 +2883,7 @@ int main(int argc, char **argv) {
     RUN(test_sparse_indices_gpu);
     RUN(test_filter_prefill_gpu);
     RUN(test_ds_mla_write_gpu);
+    RUN(test_fp8_encode_gpu);
     RUN(test_gather_cache_gpu);
     RUN(test_v4_cache_write_gpu);
     RUN(test_v4_gather_gpu);
