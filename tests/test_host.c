@@ -3641,6 +3641,15 @@ static const char *after_op_name(const char *msg) {
                   testing_status_name(lr_gpu_), aiter_mla_last_error());                                              \
     } while (0)
 
+/* One validation case of op (aiter_mla_<op>_ref against aiter_mla_<op>): args = base, then
+ * `mutation` on args, then CHECK_LIKE_REF with `expect`. */
+#define LIKE_REF_CASE(op, args, base, mutation, expect)                                                         \
+    do {                                                                                                        \
+        args = base;                                                                                            \
+        mutation;                                                                                               \
+        CHECK_LIKE_REF(aiter_mla_##op##_ref(&args), aiter_mla_##op(&args, NULL), expect, #op " { " #mutation " }"); \
+    } while (0)
+
 static void test_small_op_wrappers(void) {
     { /* sparse index conversion */
         int32_t idx[8] = {0, 1, 70, -1, 5, 6, 7, 8}, req[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, out[8], counts[2], st[2] = {0, 9};
@@ -3656,13 +3665,7 @@ static void test_small_op_wrappers(void) {
         a.out = out;
         a.valid_counts = counts;
         a.workspace_starts = st;
-#define SI_CASE(mutation, expect)                                                                                    \
-    do {                                                                                                             \
-        b = a;                                                                                                       \
-        mutation;                                                                                                    \
-        CHECK_LIKE_REF(aiter_mla_convert_sparse_indices_ref(&b), aiter_mla_convert_sparse_indices(&b, NULL), expect, \
-                       "convert_sparse_indices { " #mutation " }");                                                  \
-    } while (0)
+#define SI_CASE(mutation, expect) LIKE_REF_CASE(convert_sparse_indices, b, a, mutation, expect)
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.num_tokens = 0, AITER_MLA_OK);
@@ -3693,13 +3696,7 @@ static void test_small_op_wrappers(void) {
         a.topk = 4;
         a.context_out = co;
         a.new_out = no;
-#define FP_CASE(mutation, expect)                                                                                      \
-    do {                                                                                                               \
-        b = a;                                                                                                         \
-        mutation;                                                                                                      \
-        CHECK_LIKE_REF(aiter_mla_filter_prefill_indices_ref(&b), aiter_mla_filter_prefill_indices(&b, NULL), expect, \
-                       "filter_prefill_indices { " #mutation " }");                                                    \
-    } while (0)
+#define FP_CASE(mutation, expect) LIKE_REF_CASE(filter_prefill_indices, b, a, mutation, expect)
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         FP_CASE(b.num_tokens = 0, AITER_MLA_OK);
         FP_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -3727,12 +3724,7 @@ static void test_small_op_wrappers(void) {
         a.num_blocks = 2;
         a.block_size = 2;
         a.num_tokens = 2;
-#define DS_CASE(mutation, expect)                                                                                   \
-    do {                                                                                                            \
-        b = a;                                                                                                      \
-        mutation;                                                                                                   \
-        CHECK_LIKE_REF(aiter_mla_ds_mla_write_ref(&b), aiter_mla_ds_mla_write(&b, NULL), expect, "ds_mla_write { " #mutation " }"); \
-    } while (0)
+#define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.num_tokens = 0, AITER_MLA_OK);
@@ -3765,12 +3757,7 @@ static void test_small_op_wrappers(void) {
         a.batch = 2;
         a.out = out;
         a.out_rows = 3;
-#define GA_CASE(mutation, expect)                                                                                      \
-    do {                                                                                                               \
-        b = a;                                                                                                         \
-        mutation;                                                                                                      \
-        CHECK_LIKE_REF(aiter_mla_gather_cache_ref(&b), aiter_mla_gather_cache(&b, NULL), expect, "gather_cache { " #mutation " }"); \
-    } while (0)
+#define GA_CASE(mutation, expect) LIKE_REF_CASE(gather_cache, b, a, mutation, expect)
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_OK);
@@ -3814,13 +3801,7 @@ static void test_small_op_wrappers(void) {
         a.num_blocks = 2;
         a.block_size = 2;
         a.num_tokens = 2;
-#define V4W_CASE(mutation, expect)                                                                                      \
-    do {                                                                                                                \
-        b = a;                                                                                                          \
-        mutation;                                                                                                       \
-        CHECK_LIKE_REF(aiter_mla_v4_cache_write_ref(&b), aiter_mla_v4_cache_write(&b, NULL), expect,                   \
-                       "v4_cache_write { " #mutation " }");                                                             \
-    } while (0)
+#define V4W_CASE(mutation, expect) LIKE_REF_CASE(v4_cache_write, b, a, mutation, expect)
         V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
         V4W_CASE(b.num_tokens = 0, AITER_MLA_OK);
@@ -3858,12 +3839,7 @@ static void test_small_op_wrappers(void) {
         a.out = out;
         a.out_rows = 4;
         a.offset = 1;
-#define V4G_CASE(mutation, expect)                                                                                          \
-    do {                                                                                                                    \
-        b = a;                                                                                                              \
-        mutation;                                                                                                           \
-        CHECK_LIKE_REF(aiter_mla_v4_gather_ref(&b), aiter_mla_v4_gather(&b, NULL), expect, "v4_gather { " #mutation " }"); \
-    } while (0)
+#define V4G_CASE(mutation, expect) LIKE_REF_CASE(v4_gather, b, a, mutation, expect)
         V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
                  AITER_MLA_ERR_NO_GPU);
@@ -3918,13 +3894,7 @@ static void test_small_op_wrappers(void) {
         a.out.indices = idx;
         a.out.indptr = ptr;
         a.out.capacity = 24;
-#define V4S_CASE(mutation, expect)                                                                                       \
-    do {                                                                                                                 \
-        b = a;                                                                                                           \
-        mutation;                                                                                                        \
-        CHECK_LIKE_REF(aiter_mla_v4_swa_indices_ref(&b), aiter_mla_v4_swa_indices(&b, NULL), expect,                     \
-                       "v4_swa_indices { " #mutation " }");                                                              \
-    } while (0)
+#define V4S_CASE(mutation, expect) LIKE_REF_CASE(v4_swa_indices, b, a, mutation, expect)
         V4S_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.out.dense = NULL, b.out.lens = NULL, b.block_size = 0, b.window = 0), AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.out.indices = NULL, b.out.indptr = NULL, b.token_offset = 1, b.num_tokens = 2), AITER_MLA_ERR_NO_GPU);
@@ -3978,13 +3948,7 @@ static void test_small_op_wrappers(void) {
         a.out.indices = idx;
         a.out.indptr = ptr;
         a.out.capacity = 8;
-#define V4K_CASE(mutation, expect)                                                                                       \
-    do {                                                                                                                 \
-        b = a;                                                                                                           \
-        mutation;                                                                                                        \
-        CHECK_LIKE_REF(aiter_mla_v4_global_topk_ref(&b), aiter_mla_v4_global_topk(&b, NULL), expect,                     \
-                       "v4_global_topk { " #mutation " }");                                                              \
-    } while (0)
+#define V4K_CASE(mutation, expect) LIKE_REF_CASE(v4_global_topk, b, a, mutation, expect)
         V4K_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
@@ -4026,13 +3990,7 @@ static void test_small_op_wrappers(void) {
         a.out.indices = idx;
         a.out.indptr = ptr;
         a.out.capacity = 30;
-#define V4C_CASE(mutation, expect)                                                                                       \
-    do {                                                                                                                 \
-        b = a;                                                                                                           \
-        mutation;                                                                                                        \
-        CHECK_LIKE_REF(aiter_mla_v4_c128_indices_ref(&b), aiter_mla_v4_c128_indices(&b, NULL), expect,                   \
-                       "v4_c128_indices { " #mutation " }");                                                             \
-    } while (0)
+#define V4C_CASE(mutation, expect) LIKE_REF_CASE(v4_c128_indices, b, a, mutation, expect)
         V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.compress_ratio = 0, b.block_size = 0, b.out.lens = NULL), AITER_MLA_ERR_NO_GPU);
@@ -4076,12 +4034,7 @@ static void test_small_op_wrappers(void) {
         a.out.indices = idx;
         a.out.indptr = ptr;
         a.out.capacity = 36;
-#define V4M_CASE(mutation, expect)                                                                                       \
-    do {                                                                                                                 \
-        b = a;                                                                                                           \
-        mutation;                                                                                                        \
-        CHECK_LIKE_REF(aiter_mla_v4_combine_ref(&b), aiter_mla_v4_combine(&b, NULL), expect, "v4_combine { " #mutation " }"); \
-    } while (0)
+#define V4M_CASE(mutation, expect) LIKE_REF_CASE(v4_combine, b, a, mutation, expect)
         V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4M_CASE((b.topk = 0, b.topk_indices = NULL, b.compress_ratio = 0, b.N = 0, b.out.indptr = NULL, b.out.indices = NULL),
@@ -4139,13 +4092,7 @@ static void test_small_op_wrappers(void) {
         a.indptr_buffer = pb;
         a.indptr_buffer_capacity = 3;
         a.num_dropped = &dropped;
-#define V4R_CASE(mutation, expect)                                                                                       \
-    do {                                                                                                                 \
-        b = a;                                                                                                           \
-        mutation;                                                                                                        \
-        CHECK_LIKE_REF(aiter_mla_v4_copy_ragged_ref(&b), aiter_mla_v4_copy_ragged(&b, NULL), expect,                     \
-                       "v4_copy_ragged { " #mutation " }");                                                              \
-    } while (0)
+#define V4R_CASE(mutation, expect) LIKE_REF_CASE(v4_copy_ragged, b, a, mutation, expect)
         V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
         V4R_CASE((b.num_rows = 0, b.indices = NULL), AITER_MLA_ERR_NO_GPU); /* indptr_buffer[0] and num_dropped still */
@@ -4195,13 +4142,7 @@ static void test_small_op_wrappers(void) {
         a.num_tokens = 2;
         a.num_heads = 3;
         a.head_dim = 8;
-#define MG_CASE(mutation, expect)                                                                                      \
-    do {                                                                                                               \
-        b = a;                                                                                                         \
-        mutation;                                                                                                      \
-        CHECK_LIKE_REF(aiter_mla_merge_attn_states_ref(&b), aiter_mla_merge_attn_states(&b, NULL), expect,            \
-                       "merge_attn_states { " #mutation " }");                                                         \
-    } while (0)
+#define MG_CASE(mutation, expect) LIKE_REF_CASE(merge_attn_states, b, a, mutation, expect)
         MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.num_tokens = 0, AITER_MLA_OK);
@@ -4241,12 +4182,7 @@ static void test_attention_wrappers(void) {
     a.max_seqlen_q = 3;
     a.num_heads = 2;
     a.causal = 1;
-#define PF_CASE(mutation, expect)                                                                                \
-    do {                                                                                                         \
-        b = a;                                                                                                   \
-        mutation;                                                                                                \
-        CHECK_LIKE_REF(aiter_mla_prefill_ref(&b), aiter_mla_prefill(&b, NULL), expect, "prefill { " #mutation " }"); \
-    } while (0)
+#define PF_CASE(mutation, expect) LIKE_REF_CASE(prefill, b, a, mutation, expect)
     PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     PF_CASE(b.dqk = 100, AITER_MLA_ERR_UNSUPPORTED);
     PF_CASE((b.dqk = 128, b.dv = 192), AITER_MLA_ERR_UNSUPPORTED);
@@ -4314,13 +4250,7 @@ static void test_attention_wrappers(void) {
     s.num_tokens = 2;
     s.num_heads = 4;
     s.topk = 3;
-#define SP_CASE(mutation, expect)                                                                                     \
-    do {                                                                                                              \
-        t = s;                                                                                                        \
-        mutation;                                                                                                     \
-        CHECK_LIKE_REF(aiter_mla_sparse_attention_ref(&t), aiter_mla_sparse_attention(&t, NULL), expect,               \
-                       "sparse_attention { " #mutation " }");                                                         \
-    } while (0)
+#define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
     SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5399,13 +5329,7 @@ static void test_v4_attention(void) {
             e.num_tokens = 0; /* no tokens: nothing to write */
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
             /* the GPU wrapper refuses what the reference refuses, and reads no device array */
-#define V4A_CASE(mutation, expect)                                                                                  \
-    do {                                                                                                            \
-        e = a;                                                                                                      \
-        mutation;                                                                                                   \
-        CHECK_LIKE_REF(aiter_mla_v4_attention_ref(&e), aiter_mla_v4_attention(&e, NULL), expect,                     \
-                       "v4_attention { " #mutation " }");                                                           \
-    } while (0)
+#define V4A_CASE(mutation, expect) LIKE_REF_CASE(v4_attention, e, a, mutation, expect)
             V4A_CASE((void)0, AITER_MLA_ERR_NO_GPU);
             V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
