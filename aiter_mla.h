@@ -1270,9 +1270,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
  * ====================================================================================== */
 /* Block id of entry blk of a block-table row of `stride` >= 1 entries, or -1 when blk lies
  * outside the row or the id outside [0, num_blocks). Branch-free on purpose: the row is read
- * at blk, or at 0 when blk is outside it, and the answer selected after, so that a GPU thread
- * issues the lookups of many positions back to back (behind a branch per position, each
- * lookup waited for the one before: IDX ran at 61 % of copy). */
+ * at blk, or at 0 when blk is outside it, and the answer selected after, so that a GPU
+ * thread's lookups of many positions need no branch around each. */
 AITER_MLA_HD int32_t aiter_mla__block_id(const int32_t *row, int64_t stride, int64_t blk, int64_t num_blocks) {
     const int in_row = blk >= 0 && blk < stride;
     const int32_t id = row[in_row ? blk : 0];
@@ -1286,6 +1285,14 @@ AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, i
     const int32_t id = aiter_mla__block_id(row, stride, t >= 0 ? (int64_t)((uint32_t)t / (uint32_t)k) : -1, (int64_t)INT32_MAX + 1);
     const int64_t slot = (int64_t)id * k + (uint32_t)t % (uint32_t)k;
     return id >= 0 && slot <= INT32_MAX ? (int32_t)slot : -1;
+}
+/* The same through row req of a table of num_reqs >= 1 rows of `stride` entries: -1 also for
+ * a req outside [0, num_reqs). Branch-free too: an unknown request reads row 0 and drops
+ * the answer. */
+AITER_MLA_HD int32_t aiter_mla__table_slot(const int32_t *table, int64_t stride, int64_t num_reqs, int32_t req, int32_t t, int k) {
+    const int known = req >= 0 && req < num_reqs;
+    const int32_t s = aiter_mla__expand_one(table + (known ? req : 0) * stride, stride, t, k);
+    return known ? s : -1;
 }
 
 /* Keys of request b: (pages - 1) * page_size + last page, 0 when it has no page. */
@@ -1461,9 +1468,7 @@ AITER_MLA_HD int32_t aiter_mla__v4_swa_entry(const aiter_mla_v4_swa_index_args *
 /* Top-k: entry idx >= 0 of a row of request req as a compressed cache slot. The row keeps
  * its entries >= 0 in order (none for a padding token). */
 AITER_MLA_HD int32_t aiter_mla__v4_topk_slot(const aiter_mla_v4_topk_args *a, int32_t req, int32_t idx) {
-    return req >= 0 && req < a->num_reqs
-               ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, idx, a->block_size)
-               : -1;
+    return aiter_mla__table_slot(a->block_table, a->block_table_stride, a->num_reqs, req, idx, a->block_size);
 }
 
 /* Ratio 128: token t's length; *req its request (global form). */
@@ -1477,10 +1482,7 @@ AITER_MLA_HD int32_t aiter_mla__v4_c128_token(const aiter_mla_v4_c128_args *a, i
 }
 /* Ratio 128: entry j (local form: j itself; global form: its slot through request req's row). */
 AITER_MLA_HD int32_t aiter_mla__v4_c128_entry(const aiter_mla_v4_c128_args *a, int32_t req, int32_t j) {
-    if (!a->block_table) return j;
-    return req >= 0 && req < a->num_reqs
-               ? aiter_mla__expand_one(a->block_table + (int64_t)req * a->block_table_stride, a->block_table_stride, j, a->block_size)
-               : -1;
+    return a->block_table ? aiter_mla__table_slot(a->block_table, a->block_table_stride, a->num_reqs, req, j, a->block_size) : j;
 }
 
 /* Trailing raw tokens gathered for request b of a combine (or of a prefill chunk); with
@@ -1547,16 +1549,13 @@ AITER_MLA_HD int32_t aiter_mla__v4_copy_len(const aiter_mla_v4_ragged_copy_args 
 /* Sparse index conversion of one entry (SPEC 4): request-local idx of request req to a
  * global slot, -1 for every case the struct comment lists. */
 AITER_MLA_HD int32_t aiter_mla__sparse_slot(const aiter_mla_sparse_index_args *a, int32_t req, int32_t idx) {
-    /* Branch-free like aiter_mla__block_id: an unknown request reads request 0's data (there
-     * is at least one) and drops the answer. */
+    /* Branch-free like aiter_mla__table_slot (idx < 0 gives -1 there): an unknown request
+     * reads request 0's start and drops the answer. */
     const int known = req >= 0 && req < a->num_requests;
-    const int64_t r = known ? req : 0;
     int64_t slot;
-    if (a->block_table) { /* idx < 0 gives -1 there */
-        const int32_t s = aiter_mla__expand_one(a->block_table + r * a->block_table_stride, a->block_table_stride, idx, a->block_size);
-        return known ? s : -1;
-    }
-    slot = (int64_t)a->workspace_starts[r] + idx;
+    if (a->block_table)
+        return aiter_mla__table_slot(a->block_table, a->block_table_stride, a->num_requests, req, idx, a->block_size);
+    slot = (int64_t)a->workspace_starts[known ? req : 0] + idx;
     return known && idx >= 0 && slot >= 0 && slot <= INT32_MAX ? (int32_t)slot : -1;
 }
 
