@@ -2502,32 +2502,35 @@ __global__ void __launch_bounds__(kSmallThreads) filter_prefill_kernel(aiter_mla
 }
 
 // ==== fp8_ds_mla writer (SPEC 6) ===========================================================
-// 64 threads per token, 4 tokens per block side by side and kDsBatch after each other: a
-// thread first loads its 8 latent values (16 bytes) of every token of the batch, threads
-// 0..7 also their 8 rope values, all kept raw, so that a batch's loads are in flight at once
-// (one token at a time left DSW at 64 % of copy). Then per token: the 16 threads of a
-// 128-value group take its amax with shuffles, and each quantises its 8 values into one
-// 8-byte store; threads 0..7 convert the rope values (16-byte store). The scale and the
-// quantisation are the reference's helpers and the amax a max (exact in any order), so rows
-// are bit-identical to the reference's. A token's 64 threads are whole warps on both vendors
-// (32 or 64 lanes): skipping a token never splits a warp. Without 16-byte alignment the same
-// threads use scalar accesses.
-constexpr int kDsThreads = 64, kDsTokens = kSmallThreads / kDsThreads, kDsBatch = 4;
+// One warp per token (32 lanes on NVIDIA, 64 on AMD: kDsVals = 16 or 8 latent values per
+// lane), kSmallThreads / kDsThreads tokens per block side by side and kDsBatch after each
+// other: a lane first loads its latent values of every token of the batch, lanes 0..7 also
+// their 8 rope values, all kept raw, so that a batch's loads are in flight at once (one
+// token at a time left DSW at 64 % of copy). Then per token: the lanes of a 128-value group
+// take its amax with shuffles, and each quantises its values into one store; lanes 0..7
+// convert the rope values (16-byte store). A whole warp per token also halves the per-value
+// cost of the scale (two divisions per lane and token) against 64 lanes of 8. The scale
+// and the quantisation are the reference's helpers and the amax a max (exact in any order),
+// so rows are bit-identical to the reference's. Skipping a token never splits a warp.
+// Without 16-byte alignment the same lanes use scalar accesses.
+constexpr int kDsThreads = AITER_MLA_WARP_SIZE, kDsTokens = kSmallThreads / kDsThreads, kDsBatch = 2;
+constexpr int kDsVals = kL / kDsThreads, kDsGroupLanes = 128 / kDsVals;
 
 template <int SRC, bool kVec>
 __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_ds_mla_write_args a) {
-    static_assert(kDsThreads % AITER_MLA_WARP_SIZE == 0, "a token's threads must be whole warps");
+    static_assert(kDsVals % 8 == 0 && kDsGroupLanes >= 1, "whole 8-value units per lane");
     const int lane = threadIdx.x % kDsThreads;
     const int64_t num_slots = a.num_blocks * a.block_size, step = (int64_t)gridDim.x * kDsTokens;
     for (int64_t t0 = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t0 < a.num_tokens; t0 += step * kDsBatch) {
-        RawVals<SRC, 8> lat[kDsBatch], rope[kDsBatch];
+        RawVals<SRC, kDsVals> lat[kDsBatch];
+        RawVals<SRC, 8> rope[kDsBatch];
         int64_t slot[kDsBatch];
 #pragma unroll
         for (int u = 0; u < kDsBatch; u++) {
             const int64_t t = t0 + u * step;
             slot[u] = -1;
             if (t >= a.num_tokens) continue;
-            load_raw<SRC, 8, kVec>(a.kv_c, t * a.kv_c_stride + lane * 8, lat[u]);
+            load_raw<SRC, kDsVals, kVec>(a.kv_c, t * a.kv_c_stride + lane * kDsVals, lat[u]);
             if (lane < 8) load_raw<SRC, 8, kVec>(a.k_pe, t * a.k_pe_stride + lane * 8, rope[u]);
             slot[u] = a.slot_mapping[t];
         }
@@ -2535,24 +2538,24 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
         for (int u = 0; u < kDsBatch; u++) {
             if (slot[u] < 0 || slot[u] >= num_slots) continue; // past the tokens, padding or out of range
             unsigned char *row = static_cast<unsigned char *>(a.kv_cache) + slot[u] * AITER_MLA_DS_MLA_ROW_BYTES;
-            float x[8], amax = 0.0f;
-            raw_to_f32<SRC, 8>(lat[u], x);
+            float x[kDsVals], amax = 0.0f;
+            raw_to_f32<SRC, kDsVals>(lat[u], x);
 #pragma unroll
-            for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
+            for (int k = 0; k < kDsVals; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
+            for (int o = kDsGroupLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
             const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
-            float q[8]; // aiter_mla__ds_mla_quant: fp8(x / scale)
+            float q[kDsVals]; // aiter_mla__ds_mla_quant: fp8(x / scale)
             fp8_quotients(x, scale, q);
-            uint32_t w[2];
+            uint32_t w[kDsVals / 4];
 #pragma unroll
-            for (int k = 0; k < 2; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
+            for (int k = 0; k < kDsVals / 4; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
             if constexpr (kVec) {
-                store_words(row + lane * 8, w);
-                if (lane % 16 == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / 16)) = scale;
+                store_words(row + lane * kDsVals, w);
+                if (lane % kDsGroupLanes == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / kDsGroupLanes)) = scale;
             } else {
-                for (int k = 0; k < 8; k++) row[lane * 8 + k] = word_byte(w, k);
-                if (lane % 16 == 0) memcpy(row + 512 + 4 * (lane / 16), &scale, 4);
+                for (int k = 0; k < kDsVals; k++) row[lane * kDsVals + k] = word_byte(w, k);
+                if (lane % kDsGroupLanes == 0) memcpy(row + 512 + 4 * (lane / kDsGroupLanes), &scale, 4);
             }
             if (lane < 8) {
                 float r[8];
