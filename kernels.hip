@@ -2448,11 +2448,9 @@ __device__ __forceinline__ void for_columns(int lane, int lanes, int n, F &&f) {
 // every entry into a shift; 0 reads it from the arguments.
 template <bool kVec, int kBlockSize>
 __global__ void __launch_bounds__(kSmallThreads) sparse_indices_kernel(aiter_mla_sparse_index_args a, int tpr) {
-    __shared__ int32_t counts[kSmallThreads];
     aiter_mla_sparse_index_args p = a;
     if (kBlockSize) p.block_size = kBlockSize;
-    const int tid = threadIdx.x, rows = kSmallThreads / tpr, lane = tid % tpr, r = tid / tpr;
-    const int seg = min(tpr, AITER_MLA_WARP_SIZE); // a row's lanes inside one warp
+    const int rows = kSmallThreads / tpr, lane = threadIdx.x % tpr, r = threadIdx.x / tpr;
     for (int64_t t0 = (int64_t)blockIdx.x * rows; t0 < p.num_tokens; t0 += (int64_t)gridDim.x * rows) {
         const int64_t t = t0 + r;
         int32_t valid = 0;
@@ -2470,15 +2468,10 @@ __global__ void __launch_bounds__(kSmallThreads) sparse_indices_kernel(aiter_mla
                 },
                 [&](int c, const auto &v) { store_ints(out + c, v); });
         }
-        if (p.valid_counts) { // the same for the whole block: shuffles and barriers are safe
-            for (int o = seg / 2; o > 0; o >>= 1) valid += aiter_mla__shfl_xor(valid, o);
-            if (tid < rows) counts[tid] = 0;
-            __syncthreads();
-            if (lane % seg == 0 && valid) atomicAdd(&counts[r], valid);
-            __syncthreads();
-            if (tid < rows && t0 + tid < p.num_tokens) p.valid_counts[t0 + tid] = counts[tid];
-            __syncthreads(); // counts is cleared again by the next rows
-        }
+        // a row's tpr <= kIndexRowLanes lanes lie in one warp, and every lane of the warp is here
+        // (t0 is the same for the whole block): the count is summed with shuffles alone
+        for (int o = tpr / 2; o > 0; o >>= 1) valid += aiter_mla__shfl_xor(valid, o);
+        if (p.valid_counts && lane == 0 && t < p.num_tokens) p.valid_counts[t] = valid;
     }
 }
 
@@ -3453,11 +3446,15 @@ extern "C" int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_a
 
 // Threads of an index row of `units` units: a full batch for each thread where the row has them.
 static int index_threads_per_row(int64_t units) { return threads_per_row((units + kIndexBatch - 1) / kIndexBatch); }
+// The sparse conversion's rows take at most 32 lanes, inside one warp on every target (warps
+// of 32 or 64), so that their valid counts need no shared memory and no block barrier; a
+// long row loops over its batches instead.
+constexpr int kIndexRowLanes = 32;
 
 extern "C" int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const bool vec = aligned16(a->indices) && aligned16(a->out) && a->indices_stride % 4 == 0 && a->out_stride % 4 == 0;
-    const int tpr = index_threads_per_row(vec ? (a->topk + 3) / 4 : a->topk);
+    const int tpr = min(index_threads_per_row(vec ? (a->topk + 3) / 4 : a->topk), kIndexRowLanes);
     const unsigned grid = grid_for(a->num_tokens, kSmallThreads / tpr);
     const bool bs64 = a->block_table && a->block_size == 64;
     if (vec && bs64) sparse_indices_kernel<true, 64><<<grid, kSmallThreads, 0, s>>>(*a, tpr);
