@@ -2361,13 +2361,14 @@ __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, floa
 
 // ==== sparse index conversion and filter_prefill_indices (SPEC 4) ==========================
 // One group of threads per token row (threads_per_row of its units, kIndexBatch units per
-// thread), 16-byte loads and stores of 4 indices while the rows are 16-byte aligned, one
-// index at a time after that (and everywhere when they are not). A thread loads all units
-// of a batch, converts them all, then stores them: the rows and the block table may alias
-// the output as far as the compiler knows, so no load moves past a store by itself. With
-// the branch-free block lookup of the header, a thread's lookups of a whole batch are in
-// flight together. Each entry goes through the reference's own helper, so the output is
-// the reference's bit for bit.
+// thread; the sparse conversion at most kIndexRowLanes), 16-byte loads and stores of 4
+// indices while the rows are 16-byte aligned, one index at a time after that (and
+// everywhere when they are not). A thread loads all units of a batch, converts them all,
+// then stores them: the rows and the block table may alias the output as far as the
+// compiler knows, so no load moves past a store by itself. The header's block lookup is
+// branch-free, so converting a batch takes no branch per entry (ptxas still puts each table
+// read right before its use). Each entry goes through the reference's own helper, so the
+// output is the reference's bit for bit.
 template <int W>
 __device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
     if constexpr (W == 4) {
@@ -2397,8 +2398,8 @@ constexpr int kIndexBatch = 8;
 
 // Columns [begin, end) of `in` in steps of `step`, W indices per column, kIndexBatch columns
 // at a time: all loaded (-1 past the end), then convert(values) on each, unconditionally (no
-// stores and no branches: the loads it makes, such as block-table lookups, stay in flight
-// together), then store(column, values) on each column that exists.
+// store and no branch between the loads a conversion makes, such as block-table lookups),
+// then store(column, values) on each column that exists.
 template <int W, typename C, typename S>
 __device__ __forceinline__ void index_batches(const int32_t *in, int begin, int end, int step, C &&convert, S &&store) {
     for (int c0 = begin; c0 < end; c0 += step * kIndexBatch) {
