@@ -2239,8 +2239,14 @@ __device__ __forceinline__ void store_words(void *p, const uint32_t (&w)[N]) {
         *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
     } else {
 #pragma unroll
-        for (int i = 0; i < N / 4; i++)
-            reinterpret_cast<uint4 *>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        for (int i = 0; i < N / 4; i++) {
+            const uint4 v = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+#if defined(__CUDA_ARCH__) // nvcc can split a plain 16-byte store into four 4-byte ones (it did in the index kernels)
+            __stwb(reinterpret_cast<uint4 *>(p) + i, v);
+#else
+            reinterpret_cast<uint4 *>(p)[i] = v;
+#endif
+        }
     }
 }
 __device__ __forceinline__ uint8_t word_byte(const uint32_t *w, int k) { return (uint8_t)(w[k >> 2] >> (8 * (k & 3))); }
@@ -2369,14 +2375,14 @@ __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, floa
 // branch-free, so converting a batch takes no branch per entry (ptxas still puts each table
 // read right before its use). Each entry goes through the reference's own helper, so the
 // output is the reference's bit for bit.
+// W = 4 indices (one 16-byte access through load_words / store_words) or W = 1.
 template <int W>
 __device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
     if constexpr (W == 4) {
-        const int4 x = *reinterpret_cast<const int4 *>(p);
-        v[0] = x.x;
-        v[1] = x.y;
-        v[2] = x.z;
-        v[3] = x.w;
+        uint32_t w[4];
+        load_words(p, w);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = (int32_t)w[k];
     } else {
         v[0] = *p;
     }
@@ -2384,11 +2390,8 @@ __device__ __forceinline__ void load_ints(const int32_t *p, int32_t (&v)[W]) {
 template <int W>
 __device__ __forceinline__ void store_ints(int32_t *p, const int32_t (&v)[W]) {
     if constexpr (W == 4) {
-#if defined(__CUDA_ARCH__) // nvcc splits this int4 store into four 4-byte ones unless told
-        __stwb(reinterpret_cast<int4 *>(p), make_int4(v[0], v[1], v[2], v[3]));
-#else
-        *reinterpret_cast<int4 *>(p) = make_int4(v[0], v[1], v[2], v[3]);
-#endif
+        const uint32_t w[4] = {(uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[3]};
+        store_words(p, w);
     } else {
         *p = v[0];
     }
