@@ -566,6 +566,21 @@ __device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t v) {
     return make_float2(aiter_mla_fp8_to_f32((uint8_t)v, AITER_MLA_FP8_E4M3FN), aiter_mla_fp8_to_f32((uint8_t)(v >> 8), AITER_MLA_FP8_E4M3FN));
 #endif
 }
+// Two OCP e4m3 values (low byte first) as two f16, exactly: e4m3 fits f16.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
+    return h2;
+#else
+    const float2 f = e4m3x2_to_f32x2(v);
+    return (uint32_t)__half_as_ushort(__float2half_rn(f.x)) | (uint32_t)__half_as_ushort(__float2half_rn(f.y)) << 16;
+#endif
+}
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 v8) {
+    return make_uint4(e4m3x2_to_f16x2((uint16_t)v8.x), e4m3x2_to_f16x2((uint16_t)(v8.x >> 16)), e4m3x2_to_f16x2((uint16_t)v8.y),
+                      e4m3x2_to_f16x2((uint16_t)(v8.y >> 16)));
+}
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
     const float2 f = e4m3x2_to_f32x2(v);
     return pack_bf16x2(f.x, f.y);
@@ -634,6 +649,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <bool F16>
+__device__ __forceinline__ void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if (F16) mma_f16(d, a, b0, b1);
+    else mma_bf16(d, a, b0, b1);
+}
+template <bool F16>
+__device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); }
 
 // Stores `rows` staged fp32 rows (stage: [rows][kStageRow], row_at: their starts) to o in its
 // dtype or to the fp32 partials, consecutive threads on consecutive dims.
@@ -649,10 +682,39 @@ __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const P
     }
 }
 
+// Q rows 0 .. rows of a pass (bf16, kRowB apart) to f16 in place, each times the power of two
+// 2^e that brings its largest magnitude into [2^14, 2^15): below f16's overflow, and every value
+// down to 2^-28 of the largest stays exact (those smaller add less than fp32 rounding does).
+// 2^-e goes to the row's padding (float at byte kD * 2), for the scores. Warp w of `warps`
+// takes rows w, w + warps, ...; rows of zeros, infinities or NaNs keep e = 0.
+__device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int warp, int warps, int lane) {
+    constexpr int kWords = kD / 2 / 32; // bf16 pairs per lane
+    for (int r = warp; r < rows; r += warps) {
+        uint32_t *row = reinterpret_cast<uint32_t *>(q_s + r * kRowB), w[kWords], amax = 0;
+#pragma unroll
+        for (int k = 0; k < kWords; k++) {
+            w[k] = row[lane + 32 * k];
+            amax = max(amax, max(w[k] & 0x7fffu, (w[k] >> 16) & 0x7fffu));
+        }
+        for (int o = 16; o > 0; o >>= 1) amax = max(amax, (uint32_t)__shfl_xor_sync(0xffffffffu, amax, o));
+        const int ebits = (int)(amax >> 7); // the largest magnitude's exponent field
+        const int e = amax == 0 || ebits == 255 ? 0 : ebits == 0 ? 126 : min(126, max(-126, 14 - (ebits - 127)));
+        const float f = __int_as_float((127 + e) << 23);
+#pragma unroll
+        for (int k = 0; k < kWords; k++)
+            row[lane + 32 * k] = pack_f16x2(__uint_as_float(w[k] << 16) * f, __uint_as_float(w[k] & 0xffff0000u) * f);
+        if (lane == 0) *reinterpret_cast<float *>(row + kD / 2) = __int_as_float((127 - e) << 23);
+    }
+}
+
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring widened to bf16 (fp8, ds_mla, MODEL1)
+    // Per-tensor e4m3fn keys take the products in f16 instead: e4m3 widens to f16 in one
+    // conversion per pair (to bf16 it takes four), Q rows are scaled into f16's range by
+    // q_rows_to_f16, and P is rounded to f16 (finer than bf16 on [0, 1]).
+    constexpr bool kF16 = KVT == AITER_MLA_FP8_E4M3FN;
     constexpr int kRowSrc = cache_row_bytes(KVT);    // bytes copied per key
     constexpr int kPitch = FP8 ? ring_pitch(KVT) : kRowB; // ring row bytes
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // q . k dims, their k-steps
@@ -704,11 +766,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             const int slot = i % kStages;
             const uint32_t dst = smem_addr(ring + slot * S::stage + my_key * kPitch);
             constexpr int kRowChunks = kRowSrc / 16, kChunks = kRowChunks + (KVT == kV4Model1 ? 1 : 0);
-            const void *any = a.q; // an address for the zero-filling copies, which read nothing
+            // an absent key's copies zero-fill, reading nothing: any address will do (q's)
+            const unsigned char *base = k.row ? k.row : static_cast<const unsigned char *>(a.q);
+            const int bytes = k.row ? 16 : 0;
 #pragma unroll
-            for (int c = my_part; c < kChunks; c += kTPK) {
-                const void *src = !k.row ? any : c < kRowChunks ? (const void *)(k.row + c * 16) : (const void *)k.scales;
-                cp_async16(dst + c * 16, src, k.row ? 16 : 0);
+            for (int j = 0; j < (kChunks + kTPK - 1) / kTPK; j++) { // fixed offsets from one base
+                const int c = my_part + j * kTPK;
+                if (kChunks % kTPK != 0 && c >= kChunks) break;
+                const void *src = KVT == kV4Model1 && c == kRowChunks ? (k.row ? k.scales : base) : base + c * 16;
+                cp_async16(dst + c * 16, src, bytes);
             }
             if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
         };
@@ -720,6 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // overlaps the keys'. The first iteration's barrier is the block's, for Q, lim, m, l.
             copy_q_rows<kDq>(a, pc, r0, R, MT * 16, tid, kThreads,
                              [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
+            if (kF16) cp_async_commit(); // Q in a group of its own, converted before the first tile
             if (tid < kM) lim_s[tid] = row_key_limit(pc, r0 + tid, H);
             if (gt < kM) {
                 m_s[gt] = neg_inf();
@@ -741,6 +808,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     load_tile(i, k);
                 }
                 cp_async_commit();
+            }
+            if (kF16) {
+                cp_async_wait<kStages - 1>(); // this thread's copies of Q
+                __syncthreads();
+                q_rows_to_f16(q_s, MT * 16, warp, kWarps, lane); // published by the first tile's barrier
             }
             // Both groups run the same number of iterations (a group with one tile fewer passes
             // the barriers of an empty one), so their barrier sequences pair up across the
@@ -778,21 +850,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     constexpr int kConv = KVT == kV4Model1 ? kV4Nope / 8 : is_ds_mla(KVT) ? kL / 8 : kDq / 8;
                     constexpr int kCopy = kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
                     auto convert = [&](auto rule) { // FnuzRule: e4m3fn, e4m3fnuz, or as the key's kind says
-                        constexpr int kRule = decltype(rule)::value;
-#pragma unroll 4
-                        for (int c = gt; c < kN * kConv; c += kGT) {
-                            const int key = c / kConv, part = c - key * kConv;
-                            const unsigned char *row = kt + key * kPitch;
-                            const uint2 v8 = *reinterpret_cast<const uint2 *>(row + part * 8);
+                        [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
+                        // the thread's key of the copies, units my_part, my_part + kTPK, ...: fixed
+                        // offsets, and 8 threads read (write) 64 (128) consecutive bytes of a row
+                        const unsigned char *row = kt + my_key * kPitch;
+                        unsigned char *out = wide + my_key * kRowB;
+                        [[maybe_unused]] const int kind = valid_s[slot * kN + my_key];
+                        constexpr int kUnits = (kConv + kTPK - 1) / kTPK;
+                        auto has = [&](int j) { return kConv % kTPK == 0 || my_part + j * kTPK < kConv; };
+                        uint2 raw[kUnits]; // every load first: their latencies overlap
+#pragma unroll
+                        for (int j = 0; j < kUnits; j++)
+                            if (has(j)) raw[j] = *reinterpret_cast<const uint2 *>(row + (my_part + j * kTPK) * 8);
+#pragma unroll
+                        for (int j = 0; j < kUnits; j++) {
+                            const int part = my_part + j * kTPK;
+                            if (!has(j)) break;
+                            const uint2 v8 = raw[j];
                             uint4 o;
                             if constexpr (KVT == kV4Model1) {
-                                const int kind = valid_s[slot * kN + key];
                                 const bool fnuz = kRule == kFnuzByKind ? (kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                                 o = e4m3x8_to_bf16x8_scaled(v8, fnuz, lut, ue8m0_to_bf16x2(row[kRowSrc + (kind & kKindOddScales ? 8 : 0) + (part >> 3)]));
+                            } else if constexpr (kF16) {
+                                o = e4m3x8_to_f16x8(v8);
                             } else {
                                 o = e4m3x8_to_bf16x8(v8, kRule == kFnuzAlways, lut);
                             }
-                            *reinterpret_cast<uint4 *>(wide + key * kRowB + part * 16) = o;
+                            *reinterpret_cast<uint4 *>(out + part * 16) = o;
                         }
                     };
                     if constexpr (KVT == kV4Model1) {
@@ -833,8 +917,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             uint32_t af[4], bf[4];
                             ldsm_x4(qa + kk * 32, af);
                             ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
-                            mma_bf16(d0, af, bf[0], bf[1]);
-                            mma_bf16(d1, af, bf[2], bf[3]);
+                            mma16<kF16>(d0, af, bf[0], bf[1]);
+                            mma16<kF16>(d1, af, bf[2], bf[3]);
                         }
                         const int row = (kp * MT + mt) * 16 + (lane >> 2), col = npair * 16 + (lane & 3) * 2;
                         *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d0[0], d0[1]);
@@ -875,7 +959,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                                 uint32_t af[4], b0, b1;
                                 ldsm_x4(qa + kk * 32, af);
                                 ldsm_x2(ka + kk * 32, b0, b1);
-                                mma_bf16(d, af, b0, b1);
+                                mma16<kF16>(d, af, b0, b1);
                             }
                             flush();
 #pragma unroll
@@ -888,14 +972,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             ldsm_x2(ka + kk * 32, b0, b1);
                             ldsm_x4(qa + kk * 32 + 32, af2);
                             ldsm_x2(ka + kk * 32 + 32, b2, b3);
-                            mma_bf16(d, af, b0, b1);
-                            mma_bf16(d2, af2, b2, b3);
+                            mma16<kF16>(d, af, b0, b1);
+                            mma16<kF16>(d2, af2, b2, b3);
                         }
                         if (kk < ke) {
                             uint32_t af[4], b0, b1;
                             ldsm_x4(qa + kk * 32, af);
                             ldsm_x2(ka + kk * 32, b0, b1);
-                            mma_bf16(d, af, b0, b1);
+                            mma16<kF16>(d, af, b0, b1);
                         }
 #pragma unroll
                         for (int e = 0; e < 4; e++) d[e] += d2[e];
@@ -906,26 +990,42 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 group_sync();
 
-                { // online softmax: tpr threads per row (16 for short passes), kpt keys each
-                    const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
-                    const int tpr = min(16, kGT / rows_p2), kpt = kN / tpr;
+                // online softmax: tpr threads per row, kpt keys each. 16-row passes take 4 threads
+                // per row (the group's first two warps; the others go on to the barrier): 8 keys a
+                // thread, read and written in 16-byte pieces, and two shuffle rounds, not four.
+                constexpr int kTprShort = 4;
+                const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
+                const int tpr = kM == 16 ? kTprShort : min(16, kGT / rows_p2), kpt = kN / tpr;
+                if (kM != 16 || gt < 16 * kTprShort) { // whole warps
                     const int r = gt / tpr, c0 = (gt % tpr) * kpt;
                     const bool active = r < MT * 16;
-                    const signed char *valid = valid_s + slot * kN;
+                    const signed char *valid = valid_s + slot * kN + c0;
                     // last key of this tile the row may see (causal rule and the piece's end)
-                    const int kmax = active ? tile_key_limit(pc, lim_s[r], k0, nk) : -1;
-                    float sv[8], mx = neg_inf();
+                    const int kmax = active ? tile_key_limit(pc, lim_s[r], k0, nk) - c0 : -1;
+                    // f16 products: the row's 2^-e undoes its Q scaling (exactly: a power of two)
+                    const float unscale = kF16 && active ? *reinterpret_cast<const float *>(q_s + r * kRowB + kD * 2) : 1.0f;
+                    float sv[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, mx = neg_inf();
+                    uint64_t ok = 0; // byte j: key c0 + j is present
+#pragma unroll
+                    for (int kp = 0; kp < 4; kp++) { // the k-parts' sums
+                        if (kp >= kparts) continue;
+                        const float *src = s_s + (kp * MT * 16 + r) * kSRow + c0;
+                        if (kpt == 8) {
+                            const float4 x = *reinterpret_cast<const float4 *>(src), y = *reinterpret_cast<const float4 *>(src + 4);
+                            sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w, sv[4] += y.x, sv[5] += y.y, sv[6] += y.z, sv[7] += y.w;
+                        } else {
+#pragma unroll
+                            for (int j = 0; j < 8; j++)
+                                if (j < kpt) sv[j] += src[j];
+                        }
+                    }
+                    if (kpt == 8) ok = *reinterpret_cast<const uint64_t *>(valid);
+                    else
+#pragma unroll
+                        for (int j = 0; j < 8; j++) ok |= j < kpt ? (uint64_t)(unsigned char)valid[j] << 8 * j : 0;
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        sv[j] = neg_inf();
-                        const int c = c0 + j;
-                        if (j < kpt && c <= kmax && valid[c]) {
-                            float s = 0.0f;
-#pragma unroll
-                            for (int kp = 0; kp < 4; kp++)
-                                if (kp < kparts) s += s_s[(kp * MT * 16 + r) * kSRow + c];
-                            sv[j] = s * p.score_scale;
-                        }
+                        sv[j] = j < kpt && j <= kmax && (ok >> 8 * j & 0xff) ? sv[j] * unscale * p.score_scale : neg_inf();
                         mx = fmaxf(mx, sv[j]);
                     }
                     for (int o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -933,14 +1033,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     const float m_use = m_new == neg_inf() ? 0.0f : m_new; // no key yet: every e is 0
                     const float alpha = fast_exp2(m_old - m_use);
                     float sum = 0.0f;
+                    uint32_t pw[4];
 #pragma unroll
                     for (int j = 0; j < 8; j += 2) {
-                        if (j < kpt) {
-                            const float e0 = fast_exp2(sv[j] - m_use), e1 = fast_exp2(sv[j + 1] - m_use);
-                            sum += e0 + e1;
-                            if (active) *reinterpret_cast<uint32_t *>(p_s + r * kPRowB + (c0 + j) * 2) = pack_bf16x2(e0, e1);
-                        }
+                        const float e0 = fast_exp2(sv[j] - m_use), e1 = fast_exp2(sv[j + 1] - m_use);
+                        sum += e0 + e1;
+                        pw[j / 2] = pack16x2<kF16>(e0, e1);
                     }
+                    unsigned char *prow = p_s + r * kPRowB + c0 * 2;
+                    if (active && kpt == 8) *reinterpret_cast<uint4 *>(prow) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+                    else if (active)
+#pragma unroll
+                        for (int j = 0; j < 8; j += 2)
+                            if (j < kpt) *reinterpret_cast<uint32_t *>(prow + j * 2) = pw[j / 2];
                     for (int o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                     __syncwarp(); // every lane of the row has read m_old before it is replaced
                     if (active && c0 == 0) {
@@ -992,8 +1097,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
-                                mma_bf16(acc[mt][np * 2], pa[mt], vb[0], vb[1]);
-                                mma_bf16(acc[mt][np * 2 + 1], pa[mt], vb[2], vb[3]);
+                                mma16<kF16>(acc[mt][np * 2], pa[mt], vb[0], vb[1]);
+                                mma16<kF16>(acc[mt][np * 2 + 1], pa[mt], vb[2], vb[3]);
                             }
                         }
                     }
@@ -1938,25 +2043,6 @@ struct PfShape {
     static constexpr int qrow = DQK * 2 + 16, vrow = DV * 2 + 16; // padded rows: ldmatrix hits 8 bank groups
     static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
 };
-
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    uint32_t d;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <bool F16>
-__device__ __forceinline__ void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    if (F16) mma_f16(d, a, b0, b1);
-    else mma_bf16(d, a, b0, b1);
-}
-template <bool F16>
-__device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); }
 
 // Rows [row0, row0 + valid) of a [rows, head, D] tensor (element et, head offset in elements)
 // into `rows` shared-memory rows of `pitch` bytes, 16-bit; rows past `valid` are zeros.

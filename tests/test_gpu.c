@@ -79,6 +79,7 @@ typedef struct decode_case {
     aiter_mla_dtype q_dtype, kv_dtype, o_dtype;
     const int32_t *ctx; /* [batch] keys per request (the new tokens included) */
     int with_lse, strided;
+    int q_exp; /* bf16 q rows times 2^(q_exp + [-3, 3]) each, sm_scale times 2^-q_exp (0: plain) */
 } decode_case;
 
 static void run_decode_case(const decode_case *c, test_rng *rng) {
@@ -90,9 +91,9 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     int64_t pages_total = 0, T;
     const int kv_fp8 = dtype_is_fp8(c->kv_dtype);
     const float kv_scale = kv_fp8 ? 0.05f : 1.0f, q_scale = dtype_is_fp8(c->q_dtype) ? 0.25f : 1.0f;
-    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s", H, c->q_len, P, B,
+    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d", H, c->q_len, P, B,
              c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
-             c->with_lse ? " lse" : "", c->strided ? " strided" : "");
+             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp);
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t pages = (c->ctx[b] + P - 1) / P;
@@ -122,6 +123,14 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     const int64_t q_rows = c->strided ? q_stride_token : (int64_t)H * 576, o_rows = c->strided ? o_stride_token : (int64_t)H * 512;
     void *q = test_malloc((size_t)(T * q_rows + 1) * q_e);
     fill_random(q, T * q_rows, c->q_dtype, rng, -2.0f, 2.0f, q_scale);
+    if (c->q_exp) { /* far from 1, and each row on its own scale (exact: powers of two) */
+        int64_t r, d;
+        for (r = 0; r < T * H; r++) {
+            const float f = ldexpf(1.0f, c->q_exp + rng_int(rng, -3, 3));
+            const int64_t at = r / H * q_rows + r % H * 576;
+            for (d = 0; d < 576; d++) aiter_mla_store_f32(q, at + d, c->q_dtype, aiter_mla_load_f32(q, at + d, c->q_dtype) * f);
+        }
+    }
     void *o_ref = test_malloc((size_t)(T * o_rows + 1) * o_e), *o_gpu = test_malloc((size_t)(T * o_rows + 1) * o_e);
     float *lse_ref = (float *)test_malloc((size_t)(T * H + 1) * 4), *lse_gpu = (float *)test_malloc((size_t)(T * H + 1) * 4);
 
@@ -181,7 +190,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     a.q_dtype = c->q_dtype;
     a.kv_dtype = c->kv_dtype;
     a.o_dtype = c->o_dtype;
-    a.sm_scale = 0.1f;
+    a.sm_scale = ldexpf(0.1f, -c->q_exp);
     a.q_scale = q_scale;
     a.kv_scale = kv_scale;
     CHECK_STATUS(aiter_mla_decode(&a, g_stream), AITER_MLA_OK, "");
@@ -272,15 +281,20 @@ static void test_decode_variants(test_rng *rng) {
     int32_t ctx[64];
     decode_case c;
     int k;
-    struct { int heads, q_len, page, batch, num_cu; aiter_mla_dtype q, kv, o; int lse, strided; } v[] = {
-        {16, 1, 1, 5, 3, AITER_MLA_F16, AITER_MLA_F16, AITER_MLA_F16, 1, 0},
-        {16, 2, 16, 7, 5, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_F32, 1, 1},
-        {128, 1, 64, 3, 1, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 0, 0},
-        {12, 3, 256, 9, 7, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_F32, 1, 1},
-        {48, 8, 128, 4, 11, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 1, 0},
-        {16, 1, 2, 6, 13, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0},
-        {8, 4, 32, 5, 2, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16, 1, 1},
-        {128, 2, 1, 3, 200, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 1, 0},
+    struct { int heads, q_len, page, batch, num_cu; aiter_mla_dtype q, kv, o; int lse, strided, q_exp; } v[] = {
+        {16, 1, 1, 5, 3, AITER_MLA_F16, AITER_MLA_F16, AITER_MLA_F16, 1, 0, 0},
+        {16, 2, 16, 7, 5, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_F32, 1, 1, 0},
+        {128, 1, 64, 3, 1, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 0, 0, 0},
+        {12, 3, 256, 9, 7, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_F32, 1, 1, 0},
+        {48, 8, 128, 4, 11, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 1, 0, 0},
+        {16, 1, 2, 6, 13, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
+        {8, 4, 32, 5, 2, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16, 1, 1, 0},
+        {128, 2, 1, 3, 200, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 1, 0, 0},
+        /* q far from 1 (the fp8 cache's products run in f16 with each q row scaled) */
+        {16, 1, 64, 5, 7, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 40},
+        {16, 2, 1, 4, 3, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 1, -60},
+        {64, 1, 16, 3, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, -100},
+        {16, 1, 16, 3, 5, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 1, 0, 60},
     };
     for (k = 0; k < (int)(sizeof v / sizeof v[0]); k++) {
         if (g_quick && k % 2) continue;
@@ -295,6 +309,7 @@ static void test_decode_variants(test_rng *rng) {
         c.o_dtype = v[k].o;
         c.with_lse = v[k].lse;
         c.strided = v[k].strided;
+        c.q_exp = v[k].q_exp;
         make_ctx(ctx, c.batch, c.q_len, 1200, 2500, rng);
         c.ctx = ctx;
         run_decode_case(&c, rng);
