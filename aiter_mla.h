@@ -1281,10 +1281,18 @@ AITER_MLA_HD int32_t aiter_mla__block_id(const int32_t *row, int64_t stride, int
  * a negative t, a negative block id, a block beyond the row, or int32 overflow. Branch-free
  * like aiter_mla__block_id. */
 AITER_MLA_HD int32_t aiter_mla__expand_one(const int32_t *row, int64_t stride, int32_t t, int k) {
-    /* t >= 0: unsigned division, the cheaper one on GPUs; t < 0 asks for block -1 */
-    const int32_t id = aiter_mla__block_id(row, stride, t >= 0 ? (int64_t)((uint32_t)t / (uint32_t)k) : -1, (int64_t)INT32_MAX + 1);
-    const int64_t slot = (int64_t)id * k + (uint32_t)t % (uint32_t)k;
-    return id >= 0 && slot <= INT32_MAX ? (int32_t)slot : -1;
+    /* All in 32 bits, the cheap kind on GPUs (what depends on the row or k alone a compiler
+     * hoists out of a loop over positions): for t >= 0, blk = t / k and r = t % k (unsigned
+     * division, the cheaper one); no block from 2^31 on is reachable, so the row's length
+     * counts up to that; with INT32_MAX = q k + rem, id k + r fits int32 exactly when
+     * id < q, or id == q and r <= rem (a negative id is above q as unsigned). */
+    const uint32_t u = (uint32_t)t, blk = u / (uint32_t)k, r = u % (uint32_t)k;
+    const uint32_t reach = stride < ((int64_t)1 << 31) ? (uint32_t)stride : (uint32_t)1 << 31;
+    const uint32_t q = (uint32_t)INT32_MAX / (uint32_t)k, rem = (uint32_t)INT32_MAX % (uint32_t)k;
+    const int in_row = t >= 0 && blk < reach;
+    const uint32_t id = (uint32_t)row[in_row ? blk : 0]; /* branch-free like aiter_mla__block_id */
+    const int fits = id < q || (id == q && r <= rem);
+    return in_row && fits ? (int32_t)(id * (uint32_t)k + r) : -1;
 }
 /* The same through row req of a table of num_reqs >= 1 rows of `stride` entries: -1 also for
  * a req outside [0, num_reqs). Branch-free too: an unknown request reads row 0 and drops

@@ -2792,6 +2792,37 @@ static int32_t naive_sparse_slot(int32_t idx, int32_t req, int nreq, const int32
     return (int32_t)v;
 }
 
+/* The slot arithmetic at the edge of int32 (the 32-bit form's q and rem), block sizes that
+ * divide INT32_MAX + 1 and ones that do not, against the definition in 64 bits. */
+static void test_expand_one_edges(void) {
+    static const int ks[] = {1, 2, 3, 7, 64, 100, 256, 1 << 20, 1000003, INT32_MAX};
+    int ki, ii, ri, b;
+    for (ki = 0; ki < (int)(sizeof ks / sizeof ks[0]); ki++) {
+        const int k = ks[ki];
+        const int32_t q = INT32_MAX / k, rem = INT32_MAX % k;
+        const int32_t ids[] = {0, 1, q - 1, q, q < INT32_MAX ? q + 1 : q, INT32_MAX, -1, INT32_MIN};
+        const int32_t rs[] = {0, rem, rem + 1 < k ? rem + 1 : rem, k - 1};
+        for (ii = 0; ii < 8; ii++)
+            for (ri = 0; ri < 4; ri++)
+                for (b = 0; b < 3; b++) { /* blocks 0 and 1 of a row of 2, and position -1 */
+                    const int32_t row[2] = {b == 1 ? 5 : ids[ii], b == 1 ? ids[ii] : 5};
+                    const int64_t t64 = b == 2 ? -1 : (int64_t)b * k + rs[ri];
+                    int64_t want;
+                    int32_t got;
+                    if (t64 > INT32_MAX) continue;
+                    got = aiter_mla__expand_one(row, 2, (int32_t)t64, k);
+                    want = t64 < 0 || ids[ii] < 0 ? -1 : (int64_t)ids[ii] * k + t64 % k;
+                    if (want > INT32_MAX) want = -1;
+                    CHECK(got == want, "expand_one k=%d id=%d t=%lld: %d, want %lld", k, ids[ii], (long long)t64, got, (long long)want);
+                }
+    }
+    {   /* past the row (block 2 of 2) and a row longer than any reachable block */
+        const int32_t row[3] = {4, 6, 8};
+        CHECK(aiter_mla__expand_one(row, 2, 2 * 64, 64) == -1, "block 2 of a row of 2");
+        CHECK(aiter_mla__expand_one(row, (int64_t)1 << 40, 2 * 64 + 5, 64) == 8 * 64 + 5, "a row of 2^40 entries");
+    }
+}
+
 static void test_sparse_indices(void) {
     static const int topks[] = {1, 63, 64, 2048}, bss[] = {1, 64, 100};
     test_rng r = rng_seed(0x5a5e01);
@@ -5820,6 +5851,7 @@ int main(void) {
     test_kv_cache_write();
     test_decode_validation();
     test_hardening();
+    test_expand_one_edges();
     test_sparse_indices();
     test_ds_mla_rows();
     test_sparse_attention_ref();
