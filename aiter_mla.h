@@ -466,7 +466,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
  * elements) over a bf16 or fp8 cache takes the tensor-core kernel (with kernels.hip built
  * with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query tile has more than 16
- * rows); everything else the portable one. fp8 keys are widened to bf16 exactly.
+ * rows); everything else the portable one. fp8 keys are widened exactly: to bf16, except
+ * e4m3fn keys in passes of up to 16 rows, widened to f16 with q rows scaled by powers of two
+ * into f16's range and P rounded to f16 (finer than bf16 on [0, 1]).
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {

@@ -433,9 +433,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 // 16 threads per row), O += P V. M = 64: one group of 16 warps, warp w owns latent dims
 // [32w, 32w + 32). M = 16 (the memory-bound shapes): two groups of 8 warps stream
 // alternate key tiles with their own rings and merge at the end of the pass; warp w of a
-// group owns [64w, 64w + 64). fp8 caches land in a byte ring and are widened to bf16
-// (exact: e4m3 fits bf16) by the hardware converter (e4m3fn) or a 256-entry table
-// (e4m3fnuz). Rows leave through shared memory in coalesced stores.
+// group owns [64w, 64w + 64). fp8 caches land in a byte ring and are widened exactly
+// (e4m3 fits both): per-tensor e4m3fn to f16 by the hardware converter, the products then
+// taken in f16 (see kF16); e4m3fnuz (a 256-entry table), fp8_ds_mla and MODEL1 to bf16.
+// Rows leave through shared memory in coalesced stores.
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
