@@ -2030,24 +2030,49 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(PrefillParams p) {
 // K and V tiles of 64 keys each have one buffer, loaded with 16-byte cp.async (zero-filled
 // past the end) so that V streams in during Q K^T and the next K during the softmax and
 // P V. Scores stay in registers: the accumulator layout of S is the A-operand layout of P.
-// fp8 operands are widened to bf16 on the way in (exact), with plain loads.
+// fp8 operands: Q widened on the way in with plain loads; K and V, for the common head-dim
+// pairs, copied as bytes by cp.async into staging rows (so that their latency overlaps as
+// bf16 tiles' does) and widened to f16 in shared memory before use, the products then
+// taken in f16 (exact: e4m3 fits f16; P rounded to f16); for the other pairs widened to
+// bf16 on the way in like Q.
 #ifdef AITER_MLA_HAS_MMA
 namespace mma {
 
 constexpr bool kPrefillEnabled = archs_at_least(800);
 constexpr int kPfN = 64; // keys per tile
 
-template <int DQK, int DV>
+template <int DQK, int DV, bool STAGED = false> // STAGED: fp8 K and V staged as bytes
 struct PfShape {
     static constexpr int mtw = DV <= 128 ? 2 : 1;        // m16 tiles per warp
     static constexpr int warps = 8 / mtw, threads = warps * 32, bm = warps * 16 * mtw;
     static constexpr int qrow = DQK * 2 + 16, vrow = DV * 2 + 16; // padded rows: ldmatrix hits 8 bank groups
-    static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow, total = v + kPfN * vrow;
+    static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow;
+    static constexpr int kst = v + kPfN * vrow, vst = kst + (STAGED ? kPfN * DQK : 0); // byte rows of K, V
+    static constexpr int total = vst + (STAGED ? kPfN * DV : 0);
 };
 
+// Eight e4m3 values (low byte first) to eight f16 (F16) or bf16, exactly.
+template <bool F16>
+__device__ __forceinline__ uint4 e4m3x8_to_16x8(uint2 v8, bool fnuz) {
+    if constexpr (F16) {
+        if (!fnuz) return e4m3x8_to_f16x8(v8);
+        uint32_t w[2] = {v8.x, v8.y}, o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pair = w[i >> 1] >> (i & 1) * 16;
+            o[i] = pack_f16x2(aiter_mla_fp8_to_f32((uint8_t)pair, AITER_MLA_FP8_E4M3FNUZ),
+                              aiter_mla_fp8_to_f32((uint8_t)(pair >> 8), AITER_MLA_FP8_E4M3FNUZ));
+        }
+        return make_uint4(o[0], o[1], o[2], o[3]);
+    } else {
+        return e4m3x8_to_bf16x8(v8, fnuz, nullptr);
+    }
+}
+
 // Rows [row0, row0 + valid) of a [rows, head, D] tensor (element et, head offset in elements)
-// into `rows` shared-memory rows of `pitch` bytes, 16-bit; rows past `valid` are zeros.
-template <int D, int THREADS>
+// into `rows` shared-memory rows of `pitch` bytes, 16-bit (fp8 widened to f16 when F16);
+// rows past `valid` are zeros.
+template <int D, int THREADS, bool F16 = false>
 __device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *dst, int pitch, const void *src,
                                              int64_t row_stride, int64_t head_off, int64_t row0, int valid, int rows) {
     constexpr int kChunks = D / 8; // 8 elements = 16 bytes in shared memory
@@ -2060,17 +2085,39 @@ __device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *
             cp_async16(smem_addr(d), r < valid ? g + e : g, r < valid ? 16 : 0);
         } else {
             *reinterpret_cast<uint4 *>(d) =
-                r < valid ? e4m3x8_to_bf16x8(*reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e),
-                                             et == AITER_MLA_FP8_E4M3FNUZ, nullptr)
+                r < valid ? e4m3x8_to_16x8<F16>(*reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e),
+                                                et == AITER_MLA_FP8_E4M3FNUZ)
                           : make_uint4(0u, 0u, 0u, 0u);
         }
     }
 }
+// The staged form for fp8: the same rows as bytes (D per row, packed) by cp.async, zeros
+// past `valid`; then pf_widen_rows into the 16-bit rows.
+template <int D, int THREADS>
+__device__ __forceinline__ void pf_stage_rows(unsigned char *dst, const void *src, int64_t row_stride, int64_t head_off,
+                                              int64_t row0, int valid, int rows) {
+    constexpr int kChunks = D / 16;
+    const uint8_t *g = static_cast<const uint8_t *>(src);
+    for (int c = threadIdx.x; c < rows * kChunks; c += THREADS) {
+        const int r = c / kChunks, part = c - r * kChunks;
+        cp_async16(smem_addr(dst + r * D + part * 16), r < valid ? g + (row0 + r) * row_stride + head_off + part * 16 : g,
+                   r < valid ? 16 : 0);
+    }
+}
+template <int D, int THREADS>
+__device__ __forceinline__ void pf_widen_rows(const unsigned char *src, unsigned char *dst, int pitch, int rows, bool fnuz) {
+    constexpr int kUnits = D / 8; // 8 values: 8 bytes in, 16 out
+    for (int c = threadIdx.x; c < rows * kUnits; c += THREADS) {
+        const int r = c / kUnits, part = c - r * kUnits;
+        *reinterpret_cast<uint4 *>(dst + r * pitch + part * 16) = e4m3x8_to_16x8<true>(*reinterpret_cast<const uint2 *>(src + r * D + part * 8), fnuz);
+    }
+}
 
-template <int DQK, int DV, bool F16>
+template <int DQK, int DV, bool F16, bool STAGED> // STAGED: fp8 K and V staged as bytes (F16 then)
 __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(PrefillParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    using Sh = PfShape<DQK, DV>;
+    static_assert(!STAGED || F16, "staged fp8 is widened to f16");
+    using Sh = PfShape<DQK, DV, STAGED>;
     constexpr int MTW = Sh::mtw, NT = kPfN / 8, NTV = DV / 8, T = Sh::threads;
     extern __shared__ __align__(128) unsigned char smem[];
     const aiter_mla_prefill_args &a = p.a;
@@ -2083,11 +2130,21 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
         const int wrow0 = warp * 16 * MTW; // the warp's first row in the pass
         // the least limit among the warp's real rows: tiles below it need no mask
         const int warp_lim = u.limit(u.r0 + min(wrow0, rows - 1), a.causal);
-        pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::q, Sh::qrow, a.q, a.q_stride_token, (int64_t)u.h * a.q_stride_head,
-                                 u.q0 + u.r0, rows, Sh::bm);
-        if (ntiles > 0)
-            pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, (int64_t)u.h * a.k_stride_head,
-                                     u.k0 + u.j0, min(kPfN, jend - u.j0), kPfN);
+        const bool fnuz = a.qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+        // the K or V tile of keys [kb, kb + kPfN): 16-bit rows, or (STAGED) byte rows to widen
+        auto load_k = [&](int kb) {
+            const int64_t head = (int64_t)u.h * a.k_stride_head;
+            if constexpr (STAGED) pf_stage_rows<DQK, T>(smem + Sh::kst, a.k, a.k_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            else pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+        };
+        auto load_v = [&](int kb) {
+            const int64_t head = (int64_t)u.h * a.v_stride_head;
+            if constexpr (STAGED) pf_stage_rows<DV, T>(smem + Sh::vst, a.v, a.v_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            else pf_load_rows<DV, T>(a.qkv_dtype, smem + Sh::v, Sh::vrow, a.v, a.v_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+        };
+        pf_load_rows<DQK, T, F16>(a.qkv_dtype, smem + Sh::q, Sh::qrow, a.q, a.q_stride_token, (int64_t)u.h * a.q_stride_head,
+                                  u.q0 + u.r0, rows, Sh::bm);
+        if (ntiles > 0) load_k(u.j0);
         cp_async_commit();
 
         float acc[MTW][NTV][4], m_r[MTW][2], l_r[MTW][2];
@@ -2110,9 +2167,16 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
             const int kb = u.j0 + t * kPfN;
             cp_async_wait<0>();
             __syncthreads(); // K (and Q) landed; every warp is done with the previous V
-            pf_load_rows<DV, T>(a.qkv_dtype, smem + Sh::v, Sh::vrow, a.v, a.v_stride_token, (int64_t)u.h * a.v_stride_head,
-                                    u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            if constexpr (STAGED) {
+                pf_widen_rows<DQK, T>(smem + Sh::kst, smem + Sh::k, Sh::qrow, kPfN, fnuz);
+                __syncthreads(); // K widened, its byte rows free
+            }
+            load_v(kb);
             cp_async_commit();
+            if constexpr (STAGED) { // the next K's bytes go in now, not after Q K^T
+                if (t + 1 < ntiles) load_k(kb + kPfN);
+                cp_async_commit();
+            }
 
             // S = Q K^T, [16 MTW rows, 64 keys] per warp
             float s[MTW][NT][4];
@@ -2139,11 +2203,11 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
                     }
                 }
             }
-            __syncthreads(); // every warp is done with K: the next tile may land
-            if (t + 1 < ntiles)
-                pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, (int64_t)u.h * a.k_stride_head,
-                                         u.k0 + kb + kPfN, min(kPfN, jend - kb - kPfN), kPfN);
-            cp_async_commit();
+            if constexpr (!STAGED) {
+                __syncthreads(); // every warp is done with K: the next tile may land
+                if (t + 1 < ntiles) load_k(kb + kPfN);
+                cp_async_commit();
+            }
 
             // online softmax in the log2 domain; a row lives in the 4 lanes of a quad. Scores stay
             // unscaled (the scale is positive) and enter exp2 through one fma.
@@ -2196,6 +2260,10 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 
             cp_async_wait<1>();
             __syncthreads(); // V landed (the next K may still be in flight)
+            if constexpr (STAGED) {
+                pf_widen_rows<DV, T>(smem + Sh::vst, smem + Sh::v, Sh::vrow, kPfN, fnuz);
+                __syncthreads(); // V widened
+            }
             // O += P V: P's A fragments straight from the S accumulators
 #pragma unroll
             for (int kk = 0; kk < kPfN / 16; kk++) {
@@ -3325,10 +3393,10 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 }
 
 #ifdef AITER_MLA_HAS_MMA
-template <int DQK, int DV, bool F16>
+template <int DQK, int DV, bool F16, bool STAGED = false>
 static hipError_t launch_prefill_mma(hipStream_t s, const PrefillParams &p) {
-    using Sh = mma::PfShape<DQK, DV>;
-    return launch_big_smem(mma::prefill_mma_kernel<DQK, DV, F16>, prefill_grid(&p.a, Sh::bm), Sh::threads, Sh::total, s, p);
+    using Sh = mma::PfShape<DQK, DV, STAGED>;
+    return launch_big_smem(mma::prefill_mma_kernel<DQK, DV, F16, STAGED>, prefill_grid(&p.a, Sh::bm), Sh::threads, Sh::total, s, p);
 }
 static hipError_t launch_prefill_mma_bf16(hipStream_t s, const PrefillParams &p) { // fp8 is widened to bf16
     switch (p.a.dqk * 1000 + p.a.dv) {
@@ -3370,12 +3438,17 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
                          a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
                          a->k_stride_head % unit == 0 && a->v_stride_token % unit == 0 && a->v_stride_head % unit == 0;
     if (mma::kPrefillEnabled && aligned) {
-        // f16 has tensor-core kernels for the common pairs only (compile time); others run portable
-        const bool f16 = a->qkv_dtype == AITER_MLA_F16;
+        // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
+        // other pairs run portable, fp8's widen to bf16 on the way in
+        const bool f16 = a->qkv_dtype == AITER_MLA_F16, p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
         hipError_t e = hipSuccess;
-        if (!f16) e = launch_prefill_mma_bf16(s, p), launched = true;
-        else if (a->dqk == 192 && a->dv == 128) e = launch_prefill_mma<192, 128, true>(s, p), launched = true;
-        else if (a->dqk == 128 && a->dv == 128) e = launch_prefill_mma<128, 128, true>(s, p), launched = true;
+        launched = true;
+        if (fp8 && p192) e = launch_prefill_mma<192, 128, true, true>(s, p);
+        else if (fp8 && p128) e = launch_prefill_mma<128, 128, true, true>(s, p);
+        else if (!f16) e = launch_prefill_mma_bf16(s, p);
+        else if (p192) e = launch_prefill_mma<192, 128, true>(s, p);
+        else if (p128) e = launch_prefill_mma<128, 128, true>(s, p);
+        else launched = false;
         if (e != hipSuccess) return (int)e;
     }
 #endif
