@@ -571,7 +571,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * needs max_seqlen_q; with a persistent plan (plan + plan_info + workspace, below), one
  * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
- * bytes; anything else runs a portable kernel. cu_seqlens live on the device and are
+ * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
+ * else to bf16); anything else runs a portable kernel. cu_seqlens live on the device and are
  * trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an empty request. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
