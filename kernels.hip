@@ -2092,7 +2092,9 @@ __device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *
     }
 }
 // The staged form for fp8: the same rows as bytes (D per row, packed) by cp.async, zeros
-// past `valid`; then pf_widen_rows into the 16-bit rows.
+// past `valid`; then pf_widen_rows into the 16-bit rows, where each thread widens the
+// 16-byte chunks it copied itself: after its cp.async wait they are visible to it, so the
+// widening needs no barrier before it (only one after, for the readers of the tile).
 template <int D, int THREADS>
 __device__ __forceinline__ void pf_stage_rows(unsigned char *dst, const void *src, int64_t row_stride, int64_t head_off,
                                               int64_t row0, int valid, int rows) {
@@ -2106,10 +2108,13 @@ __device__ __forceinline__ void pf_stage_rows(unsigned char *dst, const void *sr
 }
 template <int D, int THREADS>
 __device__ __forceinline__ void pf_widen_rows(const unsigned char *src, unsigned char *dst, int pitch, int rows, bool fnuz) {
-    constexpr int kUnits = D / 8; // 8 values: 8 bytes in, 16 out
-    for (int c = threadIdx.x; c < rows * kUnits; c += THREADS) {
-        const int r = c / kUnits, part = c - r * kUnits;
-        *reinterpret_cast<uint4 *>(dst + r * pitch + part * 16) = e4m3x8_to_16x8<true>(*reinterpret_cast<const uint2 *>(src + r * D + part * 8), fnuz);
+    constexpr int kChunks = D / 16; // pf_stage_rows' chunks: 16 bytes in, 32 out
+    for (int c = threadIdx.x; c < rows * kChunks; c += THREADS) {
+        const int r = c / kChunks, part = c - r * kChunks;
+        const uint4 b = *reinterpret_cast<const uint4 *>(src + r * D + part * 16);
+        uint4 *out = reinterpret_cast<uint4 *>(dst + r * pitch + part * 32);
+        out[0] = e4m3x8_to_16x8<true>(make_uint2(b.x, b.y), fnuz);
+        out[1] = e4m3x8_to_16x8<true>(make_uint2(b.z, b.w), fnuz);
     }
 }
 
@@ -2166,11 +2171,10 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
         for (int t = 0; t < ntiles; t++) {
             const int kb = u.j0 + t * kPfN;
             cp_async_wait<0>();
-            __syncthreads(); // K (and Q) landed; every warp is done with the previous V
-            if constexpr (STAGED) {
-                pf_widen_rows<DQK, T>(smem + Sh::kst, smem + Sh::k, Sh::qrow, kPfN, fnuz);
-                __syncthreads(); // K widened, its byte rows free
-            }
+            // staged: this thread's chunks of K (every warp is done with the previous K: the
+            // last barrier came after Q K^T)
+            if constexpr (STAGED) pf_widen_rows<DQK, T>(smem + Sh::kst, smem + Sh::k, Sh::qrow, kPfN, fnuz);
+            __syncthreads(); // K (and Q) landed or widened; every warp is done with the previous V
             load_v(kb);
             cp_async_commit();
             if constexpr (STAGED) { // the next K's bytes go in now, not after Q K^T
@@ -2259,11 +2263,8 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
             }
 
             cp_async_wait<1>();
-            __syncthreads(); // V landed (the next K may still be in flight)
-            if constexpr (STAGED) {
-                pf_widen_rows<DV, T>(smem + Sh::vst, smem + Sh::v, Sh::vrow, kPfN, fnuz);
-                __syncthreads(); // V widened
-            }
+            if constexpr (STAGED) pf_widen_rows<DV, T>(smem + Sh::vst, smem + Sh::v, Sh::vrow, kPfN, fnuz); // this thread's chunks
+            __syncthreads(); // V landed or widened (the next K may still be in flight)
             // O += P V: P's A fragments straight from the S accumulators
 #pragma unroll
             for (int kk = 0; kk < kPfN / 16; kk++) {
