@@ -687,7 +687,8 @@ __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const P
 // 2^e that brings its largest magnitude into [2^14, 2^15): below f16's overflow, and every value
 // down to 2^-28 of the largest stays exact (those smaller add less than fp32 rounding does).
 // 2^-e goes to the row's padding (float at byte kD * 2), for the scores. Warp w of `warps`
-// takes rows w, w + warps, ...; rows of zeros, infinities or NaNs keep e = 0.
+// takes rows w, w + warps, ...; rows of zeros, infinities or NaNs keep e = 0, and e stops at
+// +-126 (2^e and 2^-e stay normal floats; a row whose largest is a bf16 subnormal ends below 1).
 __device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int warp, int warps, int lane) {
     constexpr int kWords = kD / 2 / 32; // bf16 pairs per lane
     for (int r = warp; r < rows; r += warps) {
