@@ -557,6 +557,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { // round t
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
 // Two OCP e4m3 values (low byte first) as floats, or as two bf16, exactly (NaN stays NaN).
 __device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -611,6 +616,24 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+// Eight e4m3 values (low byte first) to eight f16 (F16: the products run in f16) or bf16,
+// exactly; fnuz and lut as for e4m3x8_to_bf16x8 (the table holds bf16, so f16 goes without).
+template <bool F16>
+__device__ __forceinline__ uint4 e4m3x8_to_16x8(uint2 v8, bool fnuz, const uint16_t *lut) {
+    if constexpr (F16) {
+        if (!fnuz) return e4m3x8_to_f16x8(v8);
+        uint32_t w[2] = {v8.x, v8.y}, o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pair = w[i >> 1] >> (i & 1) * 16;
+            o[i] = pack_f16x2(aiter_mla_fp8_to_f32((uint8_t)pair, AITER_MLA_FP8_E4M3FNUZ),
+                              aiter_mla_fp8_to_f32((uint8_t)(pair >> 8), AITER_MLA_FP8_E4M3FNUZ));
+        }
+        return make_uint4(o[0], o[1], o[2], o[3]);
+    } else {
+        return e4m3x8_to_bf16x8(v8, fnuz, lut);
+    }
+}
 // Eight e4m3 values (low byte first) times an fp32 scale, each product rounded once to bf16
 // (fp8_ds_mla's group scales), with the converters above. The same as widening, then
 // scale_bf16x2 (the same rounding), in fewer instructions: SD1 ~4 % faster measured.
@@ -649,11 +672,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    uint32_t d;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
 }
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -712,7 +730,7 @@ __device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int 
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring widened to bf16 (fp8, ds_mla, MODEL1)
+    constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring, widened (fp8, ds_mla, MODEL1)
     // Per-tensor e4m3fn keys take the products in f16 instead: e4m3 widens to f16 in one
     // conversion per pair (to bf16 it takes four), Q rows are scaled into f16's range by
     // q_rows_to_f16, and P is rounded to f16 (finer than bf16 on [0, 1]).
@@ -873,10 +891,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             if constexpr (KVT == kV4Model1) {
                                 const bool fnuz = kRule == kFnuzByKind ? (kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                                 o = e4m3x8_to_bf16x8_scaled(v8, fnuz, lut, ue8m0_to_bf16x2(row[kRowSrc + (kind & kKindOddScales ? 8 : 0) + (part >> 3)]));
-                            } else if constexpr (kF16) {
-                                o = e4m3x8_to_f16x8(v8);
                             } else {
-                                o = e4m3x8_to_bf16x8(v8, kRule == kFnuzAlways, lut);
+                                o = e4m3x8_to_16x8<kF16>(v8, kRule == kFnuzAlways, lut);
                             }
                             *reinterpret_cast<uint4 *>(out + part * 16) = o;
                         }
@@ -2052,24 +2068,6 @@ struct PfShape {
     static constexpr int total = vst + (STAGED ? kPfN * DV : 0);
 };
 
-// Eight e4m3 values (low byte first) to eight f16 (F16) or bf16, exactly.
-template <bool F16>
-__device__ __forceinline__ uint4 e4m3x8_to_16x8(uint2 v8, bool fnuz) {
-    if constexpr (F16) {
-        if (!fnuz) return e4m3x8_to_f16x8(v8);
-        uint32_t w[2] = {v8.x, v8.y}, o[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t pair = w[i >> 1] >> (i & 1) * 16;
-            o[i] = pack_f16x2(aiter_mla_fp8_to_f32((uint8_t)pair, AITER_MLA_FP8_E4M3FNUZ),
-                              aiter_mla_fp8_to_f32((uint8_t)(pair >> 8), AITER_MLA_FP8_E4M3FNUZ));
-        }
-        return make_uint4(o[0], o[1], o[2], o[3]);
-    } else {
-        return e4m3x8_to_bf16x8(v8, fnuz, nullptr);
-    }
-}
-
 // Rows [row0, row0 + valid) of a [rows, head, D] tensor (element et, head offset in elements)
 // into `rows` shared-memory rows of `pitch` bytes, 16-bit (fp8 widened to f16 when F16);
 // rows past `valid` are zeros.
@@ -2087,7 +2085,7 @@ __device__ __forceinline__ void pf_load_rows(aiter_mla_dtype et, unsigned char *
         } else {
             *reinterpret_cast<uint4 *>(d) =
                 r < valid ? e4m3x8_to_16x8<F16>(*reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(src) + e),
-                                                et == AITER_MLA_FP8_E4M3FNUZ)
+                                                et == AITER_MLA_FP8_E4M3FNUZ, nullptr)
                           : make_uint4(0u, 0u, 0u, 0u);
         }
     }
@@ -2114,8 +2112,8 @@ __device__ __forceinline__ void pf_widen_rows(const unsigned char *src, unsigned
         const int r = c / kChunks, part = c - r * kChunks;
         const uint4 b = *reinterpret_cast<const uint4 *>(src + r * D + part * 16);
         uint4 *out = reinterpret_cast<uint4 *>(dst + r * pitch + part * 32);
-        out[0] = e4m3x8_to_16x8<true>(make_uint2(b.x, b.y), fnuz);
-        out[1] = e4m3x8_to_16x8<true>(make_uint2(b.z, b.w), fnuz);
+        out[0] = e4m3x8_to_16x8<true>(make_uint2(b.x, b.y), fnuz, nullptr);
+        out[1] = e4m3x8_to_16x8<true>(make_uint2(b.z, b.w), fnuz, nullptr);
     }
 }
 
