@@ -1286,8 +1286,9 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     static_assert(2 * slot + kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
 };
 
-// Byte offset of 16-byte chunk c of row r in swizzled blocks.
-__device__ __forceinline__ uint32_t swz(int r, int c) { return (c >> 3) * kBlk + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
+// Byte offset of 16-byte chunk c of row r in swizzled blocks of ROWS rows x 64 dims.
+template <int ROWS = kM>
+__device__ __forceinline__ uint32_t swz(int r, int c) { return (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
 // Shared-memory matrix descriptor, 128-byte swizzle. K-major operands (Q, K, P): sbo = 1024
 // (the next 8 rows), lbo unused. MN-major (V): lbo = kBlk (the next 64 dims), sbo = 1024 (the
 // next 8 keys).
@@ -1338,9 +1339,10 @@ __device__ __forceinline__ void store16_shared(uint32_t dst, uint4 v) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 // O rows ra (factor fa) and rb (fb) of a warpgroup's accumulators times their softmax rescale.
-__device__ __forceinline__ void rescale_rows(float (&acc)[128], float fa, float fb) {
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb) {
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
+    for (int j = 0; j < N / 4; j++) {
         acc[4 * j] *= fa;
         acc[4 * j + 1] *= fa;
         acc[4 * j + 2] *= fb;
@@ -1360,6 +1362,8 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
 #define AITER_MLA__ACC32(d, i) AITER_MLA__ACC8(d, i), AITER_MLA__ACC8(d, i + 8), AITER_MLA__ACC8(d, i + 16), AITER_MLA__ACC8(d, i + 24)
 #define AITER_MLA__ACC128(d) AITER_MLA__ACC32(d, 0), AITER_MLA__ACC32(d, 32), AITER_MLA__ACC32(d, 64), AITER_MLA__ACC32(d, 96)
 #define AITER_MLA__REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define AITER_MLA__ACC64(d) AITER_MLA__ACC32(d, 0), AITER_MLA__ACC32(d, 32)
+#define AITER_MLA__REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define AITER_MLA__REGS128                                                                                                  \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
@@ -1385,6 +1389,31 @@ __device__ __forceinline__ void mma_64x256_ss(float (&d)[128], uint64_t da, uint
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " AITER_MLA__REGS128 ", %128, %129, p, 1, 1, 0, 1;\n}\n"
                  : AITER_MLA__ACC128(d)
                  : "l"(da), "l"(db), "r"(1));
+}
+
+// D (+)= A B, m64n128k16 over 16-bit operands (f16 when F16, else bf16), A and B by
+// descriptor, both K-major; accumulate = 0 starts D afresh.
+#define AITER_MLA__WGMMA_64x128_SS(T)                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " AITER_MLA__REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                 : AITER_MLA__ACC64(d)                                                                          \
+                 : "l"(da), "l"(db), "r"(accumulate))
+template <bool F16>
+__device__ __forceinline__ void mma_64x128_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (F16) AITER_MLA__WGMMA_64x128_SS("f16");
+    else AITER_MLA__WGMMA_64x128_SS("bf16");
+}
+// D += A B, m64n128k16, A from registers (the m16n8k16 A fragment of each warp's 16 rows), B by
+// descriptor, MN-major.
+#define AITER_MLA__WGMMA_64x128_RS(T)                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " AITER_MLA__REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+                 : AITER_MLA__ACC64(d)                                                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+template <bool F16>
+__device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (F16) AITER_MLA__WGMMA_64x128_RS("f16");
+    else AITER_MLA__WGMMA_64x128_RS("bf16");
 }
 
 template <int KVT>
@@ -2315,6 +2344,238 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 }
 
 } // namespace mma
+#endif
+
+// ==== varlen prefill: warpgroup path (NVIDIA sm_90a, wgmma) ================================
+// bf16 and f16 q/k/v with head dims 192/128 or 128/128, in builds whose every NVIDIA target is
+// sm_90a (AITER_MLA_WGMMA). 128 query rows a pass, key tiles of 128 in two slots, three
+// warpgroups:
+//   warpgroups 0 and 1 (the consumers): 64 query rows each; S = Q K^T (wgmma, Q and K in
+//     shared memory), the online softmax in registers, O += P V with P from its registers (the
+//     accumulator layout of S is the A fragment layout) and V in shared memory. O stays in
+//     registers (64 fp32 a thread), so nothing but the tiles passes through shared memory;
+//   warpgroup 2 (the loader): Q and each tile's K and V by 16-byte cp.async (zero-filled past
+//     the keys), K and V handed over separately so that S starts before V has landed.
+// The consumers only share the slots: one's softmax runs while the other's products keep the
+// tensor cores busy. Same unit walk, masks and outputs as the mma.sync path. Shared tiles are
+// blocks of 128 rows x 64 dims, swizzled as in the decode (swz<128>); a consumer's Q is rows
+// 64 w .. 64 w + 63 of Q's blocks.
+#ifdef AITER_MLA_HAS_WGMMA
+namespace wg {
+using mma::pack16x2;
+
+constexpr int kPfN = 128, kPfBm = 128;       // keys per tile; query rows per pass (64 a consumer)
+constexpr int kPfPanel = 128 * 128;          // one swizzled block: 128 rows x 64 dims
+constexpr int kPfRegsMma = 232, kPfRegsLoad = 40; // after setmaxnreg; 2 x 232 + 40 = 3 x 168
+static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
+// The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass is done with Q (both
+// consumers); kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfFree + s:
+// both consumers are done with slot s.
+constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfFree = 6, kPfHandoffs = 8;
+__host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfFree ? 256 : 128; }
+
+template <int DQK, int DV>
+struct PfSmem { // byte offsets from a 1024-byte aligned base
+    static constexpr int q = 0;                           // Q: DQK / 64 blocks
+    static constexpr int k = q + DQK / 64 * kPfPanel;      // two slots of K, DQK / 64 blocks each
+    static constexpr int kslot = DQK / 64 * kPfPanel;
+    static constexpr int v = k + 2 * kslot;               // two slots of V, DV / 64 blocks each
+    static constexpr int vslot = DV / 64 * kPfPanel;
+    static constexpr int bars = v + 2 * vslot;            // uint64 [kPfHandoffs]
+    static constexpr int total = bars + kPfHandoffs * 8 + 1024; // + the alignment of the base
+    static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
+};
+
+// Rows [0, valid) of a [rows, D] 16-bit tensor view (row stride in elements) into `rows`
+// swizzled rows at dst by the loader's 128 threads, consecutive threads on consecutive chunks;
+// rows past `valid` are zeros.
+template <int D>
+__device__ __forceinline__ void pf_copy_rows(uint32_t dst, const uint16_t *src, int64_t row_stride, int valid, int rows, int t) {
+    constexpr int kChunks = D / 8;
+    for (int c = t; c < rows * kChunks; c += 128) {
+        const int r = c / kChunks, part = c - r * kChunks;
+        cp_async16(dst + swz<kPfN>(r, part), r < valid ? src + r * row_stride + part * 8 : src, r < valid ? 16 : 0);
+    }
+}
+
+template <int DQK, int DV, bool F16>
+__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+#if defined(__CUDA_ARCH__)
+    using S = PfSmem<DQK, DV>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
+    const uint32_t sb = smem_addr(base), bars = sb + S::bars;
+    const int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, lane = tid & 31;
+    const aiter_mla_prefill_args &a = p.a;
+    if (tid < kPfHandoffs) mbar_init(bars + 8 * tid, pf_arrivals(tid));
+    __syncthreads(); // from here on the warpgroups only meet at the handoffs
+    uint32_t phases = 0; // the parity of the next phase this thread waits for, one bit per handoff
+    auto wait = [&](int h) { mbar_wait(bars, h, phases); };
+    auto arrive = [&](int h) { mbar_arrive(bars + 8 * h); };
+    // a unit's last key (exclusive) over its rows, and its tiles
+    auto tiles_of = [&](const PrefillUnit &u) {
+        const int jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+        return (jend - u.j0 + kPfN - 1) / kPfN;
+    };
+    int n = 0; // tiles so far in this block: tile n is in slot n & 1
+
+    if (wgi == 2) {
+        // Loader: a pass's Q, then its tiles, tile n into slot n & 1 once both consumers are done
+        // with tile n - 2; tile n - 1 is handed over after tile n's copies are issued.
+        regs_lower<kPfRegsLoad>();
+        bool first = true;
+        for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int) {
+            const int ntiles = tiles_of(u), jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+            if (!first) wait(kPfQFree);
+            first = false;
+            const uint16_t *k = static_cast<const uint16_t *>(a.k) + (int64_t)u.h * a.k_stride_head;
+            const uint16_t *v = static_cast<const uint16_t *>(a.v) + (int64_t)u.h * a.v_stride_head;
+            if (ntiles > 0) {
+                pf_copy_rows<DQK>(sb + S::q, static_cast<const uint16_t *>(a.q) + (u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head,
+                                  a.q_stride_token, u.r1 - u.r0, kPfBm, t);
+                cp_async_commit();
+            }
+            for (int i = 0; i < ntiles; i++, n++) {
+                const int slot = n & 1, kb = u.j0 + i * kPfN, valid = min(kPfN, jend - kb);
+                if (n >= 2) wait(kPfFree + slot);
+                pf_copy_rows<DQK>(sb + S::k + slot * S::kslot, k + (u.k0 + kb) * a.k_stride_token, a.k_stride_token, valid, kPfN, t);
+                cp_async_commit();
+                pf_copy_rows<DV>(sb + S::v + slot * S::vslot, v + (u.k0 + kb) * a.v_stride_token, a.v_stride_token, valid, kPfN, t);
+                cp_async_commit();
+                if (i == 0) { // groups: Q, K, V
+                    cp_async_wait<2>();
+                    fence_async_shared();
+                    arrive(kPfQFull);
+                } else { // groups: K, V of the previous tile, K, V of this one
+                    cp_async_wait<3>();
+                    fence_async_shared();
+                    arrive(kPfKFull + (slot ^ 1));
+                    cp_async_wait<2>();
+                    fence_async_shared();
+                    arrive(kPfVFull + (slot ^ 1));
+                }
+            }
+            if (ntiles == 0) {
+                arrive(kPfQFull); // no consumer reads Q in a pass without keys
+            } else { // the last tile
+                cp_async_wait<1>();
+                fence_async_shared();
+                arrive(kPfKFull + ((n - 1) & 1));
+                cp_async_wait<0>();
+                fence_async_shared();
+                arrive(kPfVFull + ((n - 1) & 1));
+            }
+        });
+    } else {
+        // A consumer: rows 64 wgi .. 64 wgi + 63 of each pass.
+        regs_raise<kPfRegsMma>();
+        const int ra = wgi * 64 + (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
+        for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int prow0) {
+            const int ntiles = tiles_of(u), rows = u.r1 - u.r0;
+            const int lima = u.limit(u.r0 + ra, a.causal), limb = u.limit(u.r0 + rb, a.causal);
+            // the least and the greatest limit among the warpgroup's real rows: tiles below the
+            // least need no mask, tiles from the greatest on are the loader's alone
+            const bool any_row = wgi * 64 < rows;
+            const int lim_lo = u.limit(u.r0 + min(wgi * 64, rows - 1), a.causal);
+            const int lim_hi = any_row ? u.limit(u.r0 + min(wgi * 64 + 63, rows - 1), a.causal) : u.j0;
+            float acc[DV / 2]; // O rows ra, rb; dims 8 j + 2 (lane & 3) (+1) in acc[4 j ..] (rb: + 2)
+#pragma unroll
+            for (int e = 0; e < DV / 2; e++) acc[e] = 0.0f;
+            float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
+            wait(kPfQFull);
+            for (int i = 0; i < ntiles; i++, n++) {
+                const int slot = n & 1, kb = u.j0 + i * kPfN;
+                wait(kPfKFull + slot);
+                if (kb >= lim_hi) { // no row of this warpgroup sees a key of the tile
+                    wait(kPfVFull + slot);
+                    arrive(kPfFree + slot);
+                    continue;
+                }
+                float s[64]; // S rows ra, rb; keys kb + 8 j + 2 (lane & 3) (+1) in s[4 j ..] (rb: + 2)
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < DQK / 16; kk++) {
+                    const uint32_t off = (kk >> 2) * kPfPanel + (kk & 3) * 32;
+                    mma_64x128_ss<F16>(s, desc(sb + S::q + wgi * 64 * 128 + off, 16, 1024), desc(sb + S::k + slot * S::kslot + off, 16, 1024), kk > 0);
+                }
+                wgmma_commit();
+                wgmma_wait0();
+                pin(s);
+
+                // online softmax in the log2 domain; a row's keys lie on the 4 lanes of its quad.
+                // Scores stay unscaled (the scale is positive) and enter exp2 through one fma.
+                if (kb + kPfN > lim_lo) {
+#pragma unroll
+                    for (int j = 0; j < 64; j++)
+                        if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) s[j] = neg_inf();
+                }
+                float xa = neg_inf(), xb = neg_inf();
+#pragma unroll
+                for (int j = 0; j < 64; j++) {
+                    if (j & 2) xb = fmaxf(xb, s[j]);
+                    else xa = fmaxf(xa, s[j]);
+                }
+#pragma unroll
+                for (int o = 1; o < 4; o <<= 1) {
+                    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
+                    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
+                }
+                const float na = fmaxf(ma, xa * p.score_scale), nb = fmaxf(mb, xb * p.score_scale);
+                const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
+                const float fa = fast_exp2(ma - ua), fb = fast_exp2(mb - ub);
+                ma = na;
+                mb = nb;
+                float sa = 0.0f, sbs = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 64; j++) {
+                    s[j] = fast_exp2(fmaf(s[j], p.score_scale, (j & 2) ? -ub : -ua));
+                    if (j & 2) sbs += s[j];
+                    else sa += s[j];
+                }
+                la = la * fa + sa;
+                lb = lb * fb + sbs;
+                rescale_rows(acc, fa, fb);
+                pin(acc);
+                wait(kPfVFull + slot);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kPfN / 16; kk++) { // P's k-step kk: keys 16 kk .. 16 kk + 15
+                    const uint32_t pa[4] = {pack16x2<F16>(s[8 * kk], s[8 * kk + 1]), pack16x2<F16>(s[8 * kk + 2], s[8 * kk + 3]),
+                                            pack16x2<F16>(s[8 * kk + 4], s[8 * kk + 5]), pack16x2<F16>(s[8 * kk + 6], s[8 * kk + 7])};
+                    mma_64x128_rs<F16>(acc, pa, desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
+                }
+                wgmma_commit();
+                wgmma_wait0();
+                pin(acc);
+                arrive(kPfFree + slot);
+            }
+
+            // o = acc / l; lse in natural log, -inf for a row with no key
+            la += __shfl_xor_sync(0xffffffffu, la, 1);
+            la += __shfl_xor_sync(0xffffffffu, la, 2);
+            lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+            lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = half ? rb : ra, i = u.r0 + row;
+                const float l = half ? lb : la;
+                if (row >= rows) continue;
+                const float scale = l > 0.0f ? p.v_scale / l : 0.0f;
+#pragma unroll
+                for (int j = 0; j < DV / 8; j++) {
+                    const int d = j * 8 + (lane & 3) * 2;
+                    prefill_store_o(p, u, i, prow0, d, acc[4 * j + 2 * half] * scale);
+                    prefill_store_o(p, u, i, prow0, d + 1, acc[4 * j + 2 * half + 1] * scale);
+                }
+                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, l > 0.0f ? ((half ? mb : ma) + log2f(l)) * kLn2 : neg_inf());
+            }
+            arrive(kPfQFree);
+        });
+    }
+#endif
+}
+
+} // namespace wg
 #endif
 
 // ==== small ops ============================================================================
@@ -3392,6 +3653,12 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
     return dim3((unsigned)((a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
 }
 
+#ifdef AITER_MLA_HAS_WGMMA
+template <int DQK, int DV, bool F16>
+static hipError_t launch_prefill_wgmma(hipStream_t s, const PrefillParams &p) {
+    return launch_big_smem(wg::prefill_wgmma_kernel<DQK, DV, F16>, prefill_grid(&p.a, wg::kPfBm), wg::kThreads, wg::PfSmem<DQK, DV>::total, s, p);
+}
+#endif
 #ifdef AITER_MLA_HAS_MMA
 template <int DQK, int DV, bool F16, bool STAGED = false>
 static hipError_t launch_prefill_mma(hipStream_t s, const PrefillParams &p) {
@@ -3443,6 +3710,11 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
         const bool f16 = a->qkv_dtype == AITER_MLA_F16, p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
         hipError_t e = hipSuccess;
         launched = true;
+#ifdef AITER_MLA_HAS_WGMMA
+        if (!fp8 && p192) e = f16 ? launch_prefill_wgmma<192, 128, true>(s, p) : launch_prefill_wgmma<192, 128, false>(s, p);
+        else if (!fp8 && p128) e = f16 ? launch_prefill_wgmma<128, 128, true>(s, p) : launch_prefill_wgmma<128, 128, false>(s, p);
+        else
+#endif
         if (fp8 && p192) e = launch_prefill_mma<192, 128, true, true>(s, p);
         else if (fp8 && p128) e = launch_prefill_mma<128, 128, true, true>(s, p);
         else if (!f16) e = launch_prefill_mma_bf16(s, p);
