@@ -1298,6 +1298,9 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N of this warpgroup's committed wgmma groups are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // Generic-proxy writes to shared memory (stores, cp.async) made visible to wgmma's reads.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -1355,6 +1358,12 @@ template <int N>
 __device__ __forceinline__ void pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Keeps A-operand registers alive (unmodified) until here: a wgmma in flight still reads them.
+template <int N>
+__device__ __forceinline__ void pin_regs(const uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" ::"r"(r[i][0]), "r"(r[i][1]), "r"(r[i][2]), "r"(r[i][3]) : "memory");
 }
 // The accumulator operands of a wgmma ("+f" of d[i] .. d[i + 7], of 32, of 128 registers) and
 // their places in the instruction text.
@@ -2369,10 +2378,10 @@ constexpr int kPfPanel = 128 * 128;          // one swizzled block: 128 rows x 6
 constexpr int kPfRegsMma = 232, kPfRegsLoad = 40; // after setmaxnreg; 2 x 232 + 40 = 3 x 168
 static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
 // The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass is done with Q (both
-// consumers); kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfFree + s:
-// both consumers are done with slot s.
-constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfFree = 6, kPfHandoffs = 8;
-__host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfFree ? 256 : 128; }
+// consumers); kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
+// kPfVFree + s: both consumers are done with slot s's K, V.
+constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfHandoffs = 10;
+__host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfKFree ? 256 : 128; }
 
 template <int DQK, int DV>
 struct PfSmem { // byte offsets from a 1024-byte aligned base
@@ -2405,7 +2414,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
     const uint32_t sb = smem_addr(base), bars = sb + S::bars;
-    const int tid = threadIdx.x, wgi = tid >> 7, t = tid & 127, lane = tid & 31;
+    // the warpgroup, broadcast from lane 0: ptxas then knows it is the same across the
+    // warpgroup, and branches on it (and on what derives from it) do not serialize the wgmma
+    const int tid = threadIdx.x, wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), t = tid & 127, lane = tid & 31;
     const aiter_mla_prefill_args &a = p.a;
     if (tid < kPfHandoffs) mbar_init(bars + 8 * tid, pf_arrivals(tid));
     __syncthreads(); // from here on the warpgroups only meet at the handoffs
@@ -2420,8 +2431,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     int n = 0; // tiles so far in this block: tile n is in slot n & 1
 
     if (wgi == 2) {
-        // Loader: a pass's Q, then its tiles, tile n into slot n & 1 once both consumers are done
-        // with tile n - 2; tile n - 1 is handed over after tile n's copies are issued.
+        // Loader: a pass's Q, then its tiles, tile n into slot n & 1: K once both consumers have
+        // taken S of tile n - 2, V once they are done with tile n - 2's P V (which they issue a
+        // tile later). Each hand-over comes after the next copy is issued, so one copy is always
+        // in flight.
         regs_lower<kPfRegsLoad>();
         bool first = true;
         for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int) {
@@ -2437,30 +2450,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             }
             for (int i = 0; i < ntiles; i++, n++) {
                 const int slot = n & 1, kb = u.j0 + i * kPfN, valid = min(kPfN, jend - kb);
-                if (n >= 2) wait(kPfFree + slot);
+                if (n >= 2) wait(kPfKFree + slot);
                 pf_copy_rows<DQK>(sb + S::k + slot * S::kslot, k + (u.k0 + kb) * a.k_stride_token, a.k_stride_token, valid, kPfN, t);
                 cp_async_commit();
+                cp_async_wait<1>(); // in flight: (Q or the previous V), this K
+                fence_async_shared();
+                arrive(i == 0 ? kPfQFull : kPfVFull + (slot ^ 1));
+                if (n >= 2) wait(kPfVFree + slot);
                 pf_copy_rows<DV>(sb + S::v + slot * S::vslot, v + (u.k0 + kb) * a.v_stride_token, a.v_stride_token, valid, kPfN, t);
                 cp_async_commit();
-                if (i == 0) { // groups: Q, K, V
-                    cp_async_wait<2>();
-                    fence_async_shared();
-                    arrive(kPfQFull);
-                } else { // groups: K, V of the previous tile, K, V of this one
-                    cp_async_wait<3>();
-                    fence_async_shared();
-                    arrive(kPfKFull + (slot ^ 1));
-                    cp_async_wait<2>();
-                    fence_async_shared();
-                    arrive(kPfVFull + (slot ^ 1));
-                }
+                cp_async_wait<1>(); // in flight: this K, this V
+                fence_async_shared();
+                arrive(kPfKFull + slot);
             }
             if (ntiles == 0) {
                 arrive(kPfQFull); // no consumer reads Q in a pass without keys
-            } else { // the last tile
-                cp_async_wait<1>();
-                fence_async_shared();
-                arrive(kPfKFull + ((n - 1) & 1));
+            } else { // the last V
                 cp_async_wait<0>();
                 fence_async_shared();
                 arrive(kPfVFull + ((n - 1) & 1));
@@ -2469,6 +2474,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     } else {
         // A consumer: rows 64 wgi .. 64 wgi + 63 of each pass.
         regs_raise<kPfRegsMma>();
+        // Turns: the consumers take turns to issue their products (S of a tile and P V of the
+        // one before), warpgroup 0 first, so that one's softmax runs while the other's products
+        // do rather than both at once. Named barrier 2 + w: warpgroup w's turn; every pass has
+        // the same number of turns (tiles + 1) in both.
+        auto turn_begin = [&] {
+            if (wgi == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+            else asm volatile("bar.sync 3, 256;\n" ::: "memory");
+        };
+        auto turn_end = [&] {
+            if (wgi == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+            else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+        };
+        if (wgi == 1) turn_end();
         const int ra = wgi * 64 + (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
         for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int prow0) {
             const int ntiles = tiles_of(u), rows = u.r1 - u.r0;
@@ -2482,38 +2500,47 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 #pragma unroll
             for (int e = 0; e < DV / 2; e++) acc[e] = 0.0f;
             float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
-            wait(kPfQFull);
-            for (int i = 0; i < ntiles; i++, n++) {
-                const int slot = n & 1, kb = u.j0 + i * kPfN;
-                wait(kPfKFull + slot);
-                if (kb >= lim_hi) { // no row of this warpgroup sees a key of the tile
-                    wait(kPfVFull + slot);
-                    arrive(kPfFree + slot);
-                    continue;
-                }
-                float s[64]; // S rows ra, rb; keys kb + 8 j + 2 (lane & 3) (+1) in s[4 j ..] (rb: + 2)
+            // The tiles this warpgroup computes (the rest lie past all its rows' limits), pipelined:
+            // S of tile i is issued before P V of tile i - 1, and the softmax of tile i runs while
+            // that P V does; O's rescale waits for it.
+            const int mine = lim_hi > u.j0 ? min(ntiles, (lim_hi - u.j0 + kPfN - 1) / kPfN) : 0;
+            uint32_t pa[kPfN / 16][4]; // P of the previous tile: the A fragments of its k-steps
+            auto pv = [&](int slot) { // O += P V, issued
+                wait(kPfVFull + slot);
+#pragma unroll
+                for (int kk = 0; kk < kPfN / 16; kk++) // P's k-step kk: keys 16 kk .. 16 kk + 15
+                    mma_64x128_rs<F16>(acc, pa[kk], desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
+                wgmma_commit();
+            };
+            auto pv_done = [&](int slot) {
+                wgmma_wait0();
+                pin(acc);
+                pin_regs(pa);
+                arrive(kPfVFree + slot);
+            };
+            auto issue_s = [&](float (&sc)[64], int slot) { // S = Q K^T, issued
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < DQK / 16; kk++) {
                     const uint32_t off = (kk >> 2) * kPfPanel + (kk & 3) * 32;
-                    mma_64x128_ss<F16>(s, desc(sb + S::q + wgi * 64 * 128 + off, 16, 1024), desc(sb + S::k + slot * S::kslot + off, 16, 1024), kk > 0);
+                    mma_64x128_ss<F16>(sc, desc(sb + S::q + wgi * 64 * 128 + off, 16, 1024), desc(sb + S::k + slot * S::kslot + off, 16, 1024), kk > 0);
                 }
                 wgmma_commit();
-                wgmma_wait0();
-                pin(s);
-
-                // online softmax in the log2 domain; a row's keys lie on the 4 lanes of its quad.
-                // Scores stay unscaled (the scale is positive) and enter exp2 through one fma.
+            };
+            // The online softmax of tile kb's scores in the log2 domain (a row's keys lie on the 4
+            // lanes of its quad), then P into pa; fa, fb: the rescale of the rows' O. Scores stay
+            // unscaled (the scale is positive) and enter exp2 through one fma.
+            auto softmax = [&](float (&sc)[64], int kb, float &fa, float &fb) {
                 if (kb + kPfN > lim_lo) {
 #pragma unroll
                     for (int j = 0; j < 64; j++)
-                        if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) s[j] = neg_inf();
+                        if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) sc[j] = neg_inf();
                 }
                 float xa = neg_inf(), xb = neg_inf();
 #pragma unroll
                 for (int j = 0; j < 64; j++) {
-                    if (j & 2) xb = fmaxf(xb, s[j]);
-                    else xa = fmaxf(xa, s[j]);
+                    if (j & 2) xb = fmaxf(xb, sc[j]);
+                    else xa = fmaxf(xa, sc[j]);
                 }
 #pragma unroll
                 for (int o = 1; o < 4; o <<= 1) {
@@ -2522,32 +2549,77 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
                 const float na = fmaxf(ma, xa * p.score_scale), nb = fmaxf(mb, xb * p.score_scale);
                 const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
-                const float fa = fast_exp2(ma - ua), fb = fast_exp2(mb - ub);
+                fa = fast_exp2(ma - ua);
+                fb = fast_exp2(mb - ub);
                 ma = na;
                 mb = nb;
                 float sa = 0.0f, sbs = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 64; j++) {
-                    s[j] = fast_exp2(fmaf(s[j], p.score_scale, (j & 2) ? -ub : -ua));
-                    if (j & 2) sbs += s[j];
-                    else sa += s[j];
+                    sc[j] = fast_exp2(fmaf(sc[j], p.score_scale, (j & 2) ? -ub : -ua));
+                    if (j & 2) sbs += sc[j];
+                    else sa += sc[j];
                 }
                 la = la * fa + sa;
                 lb = lb * fb + sbs;
-                rescale_rows(acc, fa, fb);
-                pin(acc);
-                wait(kPfVFull + slot);
-                wgmma_fence();
+            };
+            auto pack_p = [&](const float (&sc)[64]) {
 #pragma unroll
-                for (int kk = 0; kk < kPfN / 16; kk++) { // P's k-step kk: keys 16 kk .. 16 kk + 15
-                    const uint32_t pa[4] = {pack16x2<F16>(s[8 * kk], s[8 * kk + 1]), pack16x2<F16>(s[8 * kk + 2], s[8 * kk + 3]),
-                                            pack16x2<F16>(s[8 * kk + 4], s[8 * kk + 5]), pack16x2<F16>(s[8 * kk + 6], s[8 * kk + 7])};
-                    mma_64x128_rs<F16>(acc, pa, desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
+                for (int kk = 0; kk < kPfN / 16; kk++) {
+                    pa[kk][0] = pack16x2<F16>(sc[8 * kk], sc[8 * kk + 1]);
+                    pa[kk][1] = pack16x2<F16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+                    pa[kk][2] = pack16x2<F16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+                    pa[kk][3] = pack16x2<F16>(sc[8 * kk + 6], sc[8 * kk + 7]);
                 }
-                wgmma_commit();
-                wgmma_wait0();
-                pin(acc);
-                arrive(kPfFree + slot);
+            };
+            wait(kPfQFull);
+            if (mine > 0) {
+                // the first tile (O is zero: no rescale), then the pipelined ones, then the last P V;
+                // the control flow is the same for every thread, so ptxas keeps the wgmma pipelined
+                float s[64]; // S rows ra, rb; keys kb + 8 j + 2 (lane & 3) (+1) in s[4 j ..] (rb: + 2)
+                float fa, fb;
+                wait(kPfKFull + (n & 1));
+                turn_begin();
+                issue_s(s, n & 1);
+                turn_end();
+                wgmma_wait<0>();
+                pin(s);
+                arrive(kPfKFree + (n & 1));
+                softmax(s, u.j0, fa, fb);
+                pack_p(s);
+                n++;
+                for (int i = 1; i < mine; i++, n++) {
+                    const int slot = n & 1;
+                    wait(kPfKFull + slot);
+                    turn_begin();
+                    issue_s(s, slot);
+                    pv(slot ^ 1);
+                    turn_end();
+                    wgmma_wait<1>(); // S; P V goes on during the softmax
+                    pin(s);
+                    arrive(kPfKFree + slot);
+                    softmax(s, u.j0 + i * kPfN, fa, fb);
+                    pv_done(slot ^ 1);
+                    rescale_rows(acc, fa, fb);
+                    pack_p(s);
+                    pin(acc);
+                }
+                turn_begin();
+                wgmma_fence();
+                pv((n - 1) & 1);
+                turn_end();
+                pv_done((n - 1) & 1);
+            } else if (ntiles > 0) {
+                turn_begin();
+                turn_end();
+            }
+            for (int i = mine; i < ntiles; i++, n++) { // the loader's alone: hand the slots back
+                turn_begin();
+                turn_end();
+                wait(kPfKFull + (n & 1));
+                arrive(kPfKFree + (n & 1));
+                wait(kPfVFull + (n & 1));
+                arrive(kPfVFree + (n & 1));
             }
 
             // o = acc / l; lse in natural log, -inf for a row with no key
@@ -2571,6 +2643,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             }
             arrive(kPfQFree);
         });
+        if (wgi == 0) turn_begin(); // warpgroup 1's last turn_end
     }
 #endif
 }
