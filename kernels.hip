@@ -2396,15 +2396,17 @@ struct PfSmem { // byte offsets from a 1024-byte aligned base
 };
 
 // Rows [0, valid) of a [rows, D] 16-bit tensor view (row stride in elements) into `rows`
-// swizzled rows at dst by the loader's 128 threads, consecutive threads on consecutive chunks;
-// rows past `valid` are zeros.
+// swizzled rows at dst by the loader's 128 threads; rows past `valid` are zeros. Each thread
+// keeps one 16-byte chunk of the row and steps over rows (D / 8 threads a row, the rest idle),
+// so that the addresses advance by additions.
 template <int D>
 __device__ __forceinline__ void pf_copy_rows(uint32_t dst, const uint16_t *src, int64_t row_stride, int valid, int rows, int t) {
-    constexpr int kChunks = D / 8;
-    for (int c = t; c < rows * kChunks; c += 128) {
-        const int r = c / kChunks, part = c - r * kChunks;
-        cp_async16(dst + swz<kPfN>(r, part), r < valid ? src + r * row_stride + part * 8 : src, r < valid ? 16 : 0);
-    }
+    constexpr int kChunks = D / 8, kStep = 128 / kChunks; // rows a round
+    const int part = t % kChunks;
+    if (t >= kStep * kChunks) return;
+    const uint16_t *g = src + (t / kChunks) * row_stride + part * 8;
+    for (int r = t / kChunks; r < rows; r += kStep, g += kStep * row_stride)
+        cp_async16(dst + swz<kPfN>(r, part), r < valid ? g : src, r < valid ? 16 : 0);
 }
 
 template <int DQK, int DV, bool F16>
@@ -2431,44 +2433,63 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     int n = 0; // tiles so far in this block: tile n is in slot n & 1
 
     if (wgi == 2) {
-        // Loader: a pass's Q, then its tiles, tile n into slot n & 1: K once both consumers have
-        // taken S of tile n - 2, V once they are done with tile n - 2's P V (which they issue a
-        // tile later). Each hand-over comes after the next copy is issued, so one copy is always
-        // in flight.
+        // Loader: a pass's Q, then its tiles, tile n into slot n & 1. The consumers free slot s's
+        // K when S of its tile is done and its V when that tile's P V is (a tile later), so in
+        // step i (tile i computed) the loader copies K of tile i + 2, hands over K of tile i + 1
+        // and V of tile i (copied a step earlier), then copies V of tile i + 1. A hand-over never
+        // waits for a later slot's release: the consumers run half a tile apart, and a K that
+        // waited for the later one's P V would hold back the earlier one. Every copy commits a
+        // group (empty past the last tile), so the counts to wait for stay fixed. All slots are
+        // free at the start of a pass (its Q waits for the end of the last); the waits on them
+        // complete at once but keep each handoff's phase count.
         regs_lower<kPfRegsLoad>();
         bool first = true;
         for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int) {
             const int ntiles = tiles_of(u), jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
             if (!first) wait(kPfQFree);
             first = false;
-            const uint16_t *k = static_cast<const uint16_t *>(a.k) + (int64_t)u.h * a.k_stride_head;
-            const uint16_t *v = static_cast<const uint16_t *>(a.v) + (int64_t)u.h * a.v_stride_head;
-            if (ntiles > 0) {
-                pf_copy_rows<DQK>(sb + S::q, static_cast<const uint16_t *>(a.q) + (u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head,
-                                  a.q_stride_token, u.r1 - u.r0, kPfBm, t);
-                cp_async_commit();
-            }
-            for (int i = 0; i < ntiles; i++, n++) {
-                const int slot = n & 1, kb = u.j0 + i * kPfN, valid = min(kPfN, jend - kb);
-                if (n >= 2) wait(kPfKFree + slot);
-                pf_copy_rows<DQK>(sb + S::k + slot * S::kslot, k + (u.k0 + kb) * a.k_stride_token, a.k_stride_token, valid, kPfN, t);
-                cp_async_commit();
-                cp_async_wait<1>(); // in flight: (Q or the previous V), this K
-                fence_async_shared();
-                arrive(i == 0 ? kPfQFull : kPfVFull + (slot ^ 1));
-                if (n >= 2) wait(kPfVFree + slot);
-                pf_copy_rows<DV>(sb + S::v + slot * S::vslot, v + (u.k0 + kb) * a.v_stride_token, a.v_stride_token, valid, kPfN, t);
-                cp_async_commit();
-                cp_async_wait<1>(); // in flight: this K, this V
-                fence_async_shared();
-                arrive(kPfKFull + slot);
-            }
             if (ntiles == 0) {
                 arrive(kPfQFull); // no consumer reads Q in a pass without keys
-            } else { // the last V
-                cp_async_wait<0>();
+                return;
+            }
+            const uint16_t *k = static_cast<const uint16_t *>(a.k) + (int64_t)u.h * a.k_stride_head + u.k0 * a.k_stride_token;
+            const uint16_t *v = static_cast<const uint16_t *>(a.v) + (int64_t)u.h * a.v_stride_head + u.k0 * a.v_stride_token;
+            const int n0 = n; // the pass's first tile in the block's count
+            auto copy_k = [&](int i) { // K of the pass's tile i, if any, then commit
+                if (i < ntiles) {
+                    const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
+                    if (n0 + i >= 2) wait(kPfKFree + slot);
+                    pf_copy_rows<DQK>(sb + S::k + slot * S::kslot, k + kb * a.k_stride_token, a.k_stride_token, min(kPfN, jend - kb), kPfN, t);
+                }
+                cp_async_commit();
+            };
+            auto copy_v = [&](int i) {
+                if (i < ntiles) {
+                    const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
+                    if (n0 + i >= 2) wait(kPfVFree + slot);
+                    pf_copy_rows<DV>(sb + S::v + slot * S::vslot, v + kb * a.v_stride_token, a.v_stride_token, min(kPfN, jend - kb), kPfN, t);
+                }
+                cp_async_commit();
+            };
+            pf_copy_rows<DQK>(sb + S::q, static_cast<const uint16_t *>(a.q) + (u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head,
+                              a.q_stride_token, u.r1 - u.r0, kPfBm, t);
+            cp_async_commit();
+            copy_k(0);
+            copy_k(1);
+            copy_v(0);
+            cp_async_wait<2>(); // in flight: K of tile 1, V of tile 0
+            fence_async_shared();
+            arrive(kPfQFull);
+            arrive(kPfKFull + (n0 & 1));
+            for (int i = 0; i < ntiles; i++, n++) {
+                copy_k(i + 2);
+                cp_async_wait<2>(); // in flight: V of tile i, K of tile i + 2
                 fence_async_shared();
-                arrive(kPfVFull + ((n - 1) & 1));
+                if (i + 1 < ntiles) arrive(kPfKFull + ((n + 1) & 1));
+                cp_async_wait<1>();
+                fence_async_shared();
+                arrive(kPfVFull + (n & 1));
+                copy_v(i + 1);
             }
         });
     } else {
@@ -2613,13 +2634,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 turn_begin();
                 turn_end();
             }
-            for (int i = mine; i < ntiles; i++, n++) { // the loader's alone: hand the slots back
-                turn_begin();
-                turn_end();
+            // The rest are the loader's alone: hand the slots back, then pass the turn (the loader
+            // copies K of tile i + 2 before it hands over K of tile i + 1, and the other consumer
+            // waits for that before its turn).
+            for (int i = mine; i < ntiles; i++, n++) {
                 wait(kPfKFull + (n & 1));
                 arrive(kPfKFree + (n & 1));
                 wait(kPfVFull + (n & 1));
                 arrive(kPfVFree + (n & 1));
+                turn_begin();
+                turn_end();
             }
 
             // o = acc / l; lse in natural log, -inf for a row with no key
