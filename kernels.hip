@@ -2357,18 +2357,22 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 
 // ==== varlen prefill: warpgroup path (NVIDIA sm_90a, wgmma) ================================
 // bf16 and f16 q/k/v with head dims 192/128 or 128/128, in builds whose every NVIDIA target is
-// sm_90a (AITER_MLA_WGMMA). 128 query rows a pass, key tiles of 128 in two slots, three
-// warpgroups:
+// sm_90a (AITER_MLA_WGMMA); the other pairs, builds and e4m3 take the mma.sync path. (e4m3
+// widened to f16 by this loader through registers measured slower than that path's staging:
+// P1-fp8 3519 -> 5445 us: one loader warpgroup cannot widen a tile as fast as it is consumed.)
+// 128 query rows a pass, key tiles of 128 in two slots, three warpgroups:
 //   warpgroups 0 and 1 (the consumers): 64 query rows each; S = Q K^T (wgmma, Q and K in
-//     shared memory), the online softmax in registers, O += P V with P from its registers (the
+//     shared memory), the online softmax in registers, O += P V with P from registers (the
 //     accumulator layout of S is the A fragment layout) and V in shared memory. O stays in
-//     registers (64 fp32 a thread), so nothing but the tiles passes through shared memory;
+//     registers (64 fp32 a thread). S of tile i is issued before P V of tile i - 1, so the
+//     softmax of tile i runs while that P V does; and the two take turns to issue (named
+//     barriers), so that one's softmax overlaps the other's products rather than both idling
+//     the tensor cores at once;
 //   warpgroup 2 (the loader): Q and each tile's K and V by 16-byte cp.async (zero-filled past
-//     the keys), K and V handed over separately so that S starts before V has landed.
-// The consumers only share the slots: one's softmax runs while the other's products keep the
-// tensor cores busy. Same unit walk, masks and outputs as the mma.sync path. Shared tiles are
-// blocks of 128 rows x 64 dims, swizzled as in the decode (swz<128>); a consumer's Q is rows
-// 64 w .. 64 w + 63 of Q's blocks.
+//     the keys); K and V are handed over separately, so S starts before V has landed.
+// Same unit walk, masks and outputs as the mma.sync path. Shared tiles are blocks of 128 rows x
+// 64 dims, swizzled as in the decode (swz<128>); a consumer's Q is rows 64 w .. 64 w + 63 of Q's
+// blocks.
 #ifdef AITER_MLA_HAS_WGMMA
 namespace wg {
 using mma::pack16x2;

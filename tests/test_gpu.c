@@ -743,9 +743,12 @@ static void test_prefill(test_rng *rng) {
             c.o_dtype = AITER_MLA_BF16;
             c.with_lse = 1;
             run_prefill_case(&c, rng);
-            if (c.dqk == 128 && c.dv == 128) { /* f16 has a kernel of its own for this pair too */
+            if (c.dqk == 128 && c.dv == 128) { /* f16 and fp8 have kernels of their own for this pair too */
                 c.dtype = AITER_MLA_F16;
                 c.o_dtype = AITER_MLA_F16;
+                run_prefill_case(&c, rng);
+                c.dtype = AITER_MLA_FP8_E4M3FN;
+                c.o_dtype = AITER_MLA_BF16;
                 run_prefill_case(&c, rng);
             }
         }
