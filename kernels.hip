@@ -2532,6 +2532,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             uint32_t pa[kPfN / 16][4]; // P of the previous tile: the A fragments of its k-steps
             auto pv = [&](int slot) { // O += P V, issued
                 wait(kPfVFull + slot);
+                wgmma_fence(); // after the wait's loop, else ptxas adds one (and says so)
 #pragma unroll
                 for (int kk = 0; kk < kPfN / 16; kk++) // P's k-step kk: keys 16 kk .. 16 kk + 15
                     mma_64x128_rs<F16>(acc, pa[kk], desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
@@ -2630,7 +2631,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     pin(acc);
                 }
                 turn_begin();
-                wgmma_fence();
                 pv((n - 1) & 1);
                 turn_end();
                 pv_done((n - 1) & 1);
