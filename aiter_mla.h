@@ -17,7 +17,8 @@
  *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
  *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
  *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
- *                                   it adds the wgmma kernel for 64-row decode passes)
+ *                                   it adds the wgmma kernels for 64-row decode passes
+ *                                   and for bf16/f16 prefill, head dims 192/128, 128/128)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
  *                                   the program links without kernels.hip.
@@ -572,7 +573,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
- * else to bf16); anything else runs a portable kernel. cu_seqlens live on the device and are
+ * else to bf16); with AITER_MLA_WGMMA, bf16 and f16 on those two pairs run the wgmma
+ * kernel (128 query rows a block); anything else runs a portable kernel. cu_seqlens live on the device and are
  * trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an empty request. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
