@@ -1352,6 +1352,44 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb
         acc[4 * j + 3] *= fb;
     }
 }
+// The online softmax over a warpgroup's accumulator rows (shared by the decode and the
+// prefill): this thread's scores s[j] of row ra (j & 2 == 0) and rb (j & 2), a row's keys on
+// the 4 lanes of its quad; unscaled, masked ones -inf; scale > 0 (it includes log2 e). ma, mb:
+// the rows' running max of scale * s (-inf before any key); la, lb: this thread's share of
+// their sums. s becomes P = exp2(scale * s - m), the product rounded first so that the row's
+// largest score gets P = 1 exactly (an fma here would leave its rounding error in P: a lone
+// key's o would then miss V by an ulp); fa, fb: the factors of the rows' O.
+template <int N>
+__device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, float &ma, float &mb, float &la, float &lb, float &fa,
+                                                    float &fb) {
+    float xa = neg_inf(), xb = neg_inf();
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        s[j] *= scale;
+        if (j & 2) xb = fmaxf(xb, s[j]);
+        else xa = fmaxf(xa, s[j]);
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
+    }
+    const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+    const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
+    fa = fast_exp2(ma - ua);
+    fb = fast_exp2(mb - ub);
+    ma = na;
+    mb = nb;
+    float sa = 0.0f, sbs = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        s[j] = fast_exp2(s[j] - ((j & 2) ? ub : ua));
+        if (j & 2) sbs += s[j];
+        else sa += s[j];
+    }
+    la = la * fa + sa;
+    lb = lb * fb + sbs;
+}
 // Pins accumulator registers in place around wgmma (keeps the compiler from moving their
 // reads and writes across the fence and the wait).
 template <int N>
@@ -1617,39 +1655,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_wait0();
                     pin(s);
 
-                    // online softmax in the log2 domain; a row's 64 keys lie on the 4 lanes of its quad
+                    // the tile's mask (absent keys, each row's limit), then the online softmax
                     const int64_t k0 = (int64_t)i * kN;
                     const int nk = (int)min((int64_t)kN, pc.n - k0);
                     const int kma = tile_key_limit(pc, lima, k0, nk), kmb = tile_key_limit(pc, limb, k0, nk);
                     const signed char *valid = valid_s + slot * kN;
-                    float xa = neg_inf(), xb = neg_inf();
 #pragma unroll
                     for (int j = 0; j < 32; j++) {
                         const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
-                        const bool ok = valid[c] && c <= ((j & 2) ? kmb : kma);
-                        s[j] = ok ? s[j] * p.score_scale : neg_inf();
-                        if (j & 2) xb = fmaxf(xb, s[j]);
-                        else xa = fmaxf(xa, s[j]);
+                        if (!valid[c] || c > ((j & 2) ? kmb : kma)) s[j] = neg_inf();
                     }
-#pragma unroll
-                    for (int o = 1; o < 4; o <<= 1) {
-                        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
-                        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
-                    }
-                    const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-                    const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
-                    const float fa = fast_exp2(ma - ua), fb = fast_exp2(mb - ub);
-                    ma = na;
-                    mb = nb;
-                    float sa = 0.0f, sbs = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 32; j++) {
-                        s[j] = fast_exp2(s[j] - ((j & 2) ? ub : ua));
-                        if (j & 2) sbs += s[j];
-                        else sa += s[j];
-                    }
-                    la = la * fa + sa;
-                    lb = lb * fb + sbs;
+                    float fa, fb;
+                    online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
                     // P as the A fragments of the 4 k-steps (keys 16 kk ..): the accumulator layout of two
                     // n8-tiles is that of an m16n8k16 A fragment
                     uint32_t pa[4][4];
@@ -2430,10 +2447,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
     auto wait = [&](int h) { mbar_wait(bars, h, phases); };
     auto arrive = [&](int h) { mbar_arrive(bars + 8 * h); };
     // a unit's last key (exclusive) over its rows, and its tiles
-    auto tiles_of = [&](const PrefillUnit &u) {
-        const int jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
-        return (jend - u.j0 + kPfN - 1) / kPfN;
-    };
+    auto key_end = [&](const PrefillUnit &u) { return max(u.j0, u.limit(u.r1 - 1, a.causal)); };
+    auto tiles_of = [&](const PrefillUnit &u) { return (key_end(u) - u.j0 + kPfN - 1) / kPfN; };
     int n = 0; // tiles so far in this block: tile n is in slot n & 1
 
     if (wgi == 2) {
@@ -2449,7 +2464,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
         regs_lower<kPfRegsLoad>();
         bool first = true;
         for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int) {
-            const int ntiles = tiles_of(u), jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+            const int ntiles = tiles_of(u), jend = key_end(u);
             if (!first) wait(kPfQFree);
             first = false;
             if (ntiles == 0) {
@@ -2553,41 +2568,15 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
                 wgmma_commit();
             };
-            // The online softmax of tile kb's scores in the log2 domain (a row's keys lie on the 4
-            // lanes of its quad), then P into pa; fa, fb: the rescale of the rows' O. Scores stay
-            // unscaled (the scale is positive) and enter exp2 through one fma.
+            // Tile kb's mask (the causal limits; a tile below every row's limit needs none), then
+            // the online softmax; fa, fb: the rescale of the rows' O.
             auto softmax = [&](float (&sc)[64], int kb, float &fa, float &fb) {
                 if (kb + kPfN > lim_lo) {
 #pragma unroll
                     for (int j = 0; j < 64; j++)
                         if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) sc[j] = neg_inf();
                 }
-                float xa = neg_inf(), xb = neg_inf();
-#pragma unroll
-                for (int j = 0; j < 64; j++) {
-                    if (j & 2) xb = fmaxf(xb, sc[j]);
-                    else xa = fmaxf(xa, sc[j]);
-                }
-#pragma unroll
-                for (int o = 1; o < 4; o <<= 1) {
-                    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
-                    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
-                }
-                const float na = fmaxf(ma, xa * p.score_scale), nb = fmaxf(mb, xb * p.score_scale);
-                const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
-                fa = fast_exp2(ma - ua);
-                fb = fast_exp2(mb - ub);
-                ma = na;
-                mb = nb;
-                float sa = 0.0f, sbs = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 64; j++) {
-                    sc[j] = fast_exp2(fmaf(sc[j], p.score_scale, (j & 2) ? -ub : -ua));
-                    if (j & 2) sbs += sc[j];
-                    else sa += sc[j];
-                }
-                la = la * fa + sa;
-                lb = lb * fb + sbs;
+                online_softmax_rows(sc, p.score_scale, ma, mb, la, lb, fa, fb);
             };
             auto pack_p = [&](const float (&sc)[64]) {
 #pragma unroll
