@@ -18,7 +18,8 @@
  *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
  *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
  *                                   it adds the wgmma kernels for 64-row decode passes
- *                                   and for bf16/f16 prefill, head dims 192/128, 128/128)
+ *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
+ *                                   128/128)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
  *                                   the program links without kernels.hip.
@@ -573,9 +574,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
- * else to bf16); with AITER_MLA_WGMMA, bf16 and f16 on those two pairs run the wgmma
- * kernel (128 query rows a block); anything else runs a portable kernel. cu_seqlens live on the device and are
- * trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an empty request. */
+ * else to bf16); with AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the
+ * wgmma kernel (128 query rows a block; e4m3fn takes q K^T as e4m3 products, whose sums on
+ * Hopper keep about 14 bits: lse within 3e-3, o within SPEC 8's fp8 bounds, and P V in f16
+ * over V widened exactly); anything else runs a portable kernel. cu_seqlens live on the
+ * device and are trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an
+ * empty request. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
     const void *k;               /* [Tk, H, dqk] qkv_dtype */

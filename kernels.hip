@@ -78,7 +78,7 @@ struct DecodeParams {
     float *max_logits;          // sparse: [T, H] optional
     // V4 (SPEC 7), a sparse mode: token t's keys are list 0's entries, then list 1's; with
     // v4_splits > 1 block z of gridDim.z takes the z-th share of them and writes fp32
-    // partials (part_o, part_lse at row t * v4_splits + z) for v4_combine_kernel.
+    // partials (part_o, part_lse at row t * v4_splits + z) merged by the reduce kernel.
     int v4, v4_splits;
     aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
     // Decode on the warpgroup kernel: block (x, y) takes rows [64 x, 64 x + 64) of CU y's work
@@ -263,8 +263,16 @@ __device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c,
     if constexpr (is_v4(KVT)) {
         k.list = c.tok0 + j < c.v4_n0 ? 0 : 1;
         const aiter_mla_v4_keys L = k.list ? p.v4_keys[1] : p.v4_keys[0]; // a select, not an index (see key_entry)
-        k.at = aiter_mla__v4_key_at(&L, entry, &k.pos);
-        if (!k.at) return k;
+        const int bs = L.block_size;
+        if (!L.rows && (bs & (bs - 1)) == 0) { // aiter_mla__v4_key_at, its division by a power of two (vLLM's 64) a shift
+            const int sh = __ffs(bs) - 1;
+            if (entry < 0 || (entry >> sh) >= L.num_blocks) return k;
+            k.at = static_cast<const unsigned char *>(L.cache) + (int64_t)(entry >> sh) * L.page_stride_bytes;
+            k.pos = entry & (bs - 1);
+        } else {
+            k.at = aiter_mla__v4_key_at(&L, entry, &k.pos);
+            if (!k.at) return k;
+        }
         k.row = k.at;
         k.kind = 1;
         if (!L.rows) {
@@ -691,9 +699,21 @@ __device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? 
 // dtype or to the fp32 partials, consecutive threads on consecutive dims.
 __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const Piece &pc, const float *stage,
                                                   const long long *row_at, int rows, int tid, int threads) {
-    if (pc.loc < 0) {
+    const aiter_mla_decode_args &a = p.a;
+    const bool half = a.o_dtype == AITER_MLA_BF16 || a.o_dtype == AITER_MLA_F16;
+    if (pc.loc < 0 && half && ((uintptr_t)a.o & 15) == 0 && a.o_stride_token % 8 == 0 && a.o_stride_head % 8 == 0) {
+        // 16-bit o in 16-byte aligned rows: 8 dims per store (the same rounding as the scalar path)
+        for (int c = tid; c < rows * kL / 8; c += threads) {
+            const float *x = stage + c / (kL / 8) * kStageRow + c % (kL / 8) * 8;
+            const float4 u = *reinterpret_cast<const float4 *>(x), v = *reinterpret_cast<const float4 *>(x + 4);
+            const bool bf = a.o_dtype == AITER_MLA_BF16;
+            auto pk = [&](float lo, float hi) { return bf ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); };
+            *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(a.o) + row_at[c / (kL / 8)] + c % (kL / 8) * 8) =
+                make_uint4(pk(u.x, u.y), pk(u.z, u.w), pk(v.x, v.y), pk(v.z, v.w));
+        }
+    } else if (pc.loc < 0) {
         for (int c = tid; c < rows * kL; c += threads)
-            aiter_mla_store_f32(p.a.o, row_at[c / kL] + c % kL, p.a.o_dtype, stage[c / kL * kStageRow + c % kL]);
+            aiter_mla_store_f32(a.o, row_at[c / kL] + c % kL, a.o_dtype, stage[c / kL * kStageRow + c % kL]);
     } else {
         for (int c = tid; c < rows * kL / 4; c += threads)
             *reinterpret_cast<float4 *>(p.part_o + row_at[c / (kL / 4)] + c % (kL / 4) * 4) =
@@ -930,13 +950,41 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
                         const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
-#pragma unroll 9
-                        for (int kk = kp * steps; kk < (kp + 1) * steps; kk++) {
-                            uint32_t af[4], bf[4];
-                            ldsm_x4(qa + kk * 32, af);
-                            ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
-                            mma16<kF16>(d0, af, bf[0], bf[1]);
-                            mma16<kF16>(d1, af, bf[2], bf[3]);
+                        // Two chains per n8-tile (even and odd k-steps) halve the dependent mma
+                        // chain: D2-fp8 57.5 -> 59.9 % of copy; V4's MODEL1 keys measured ~1 % slower.
+                        if constexpr (!is_v4(KVT)) {
+                            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            int kk = kp * steps;
+#pragma unroll 4
+                            for (; kk + 1 < (kp + 1) * steps; kk += 2) {
+                                uint32_t af[4], bf[4], ag[4], bg[4];
+                                ldsm_x4(qa + kk * 32, af);
+                                ldsm_x4(ka + kk * 32, bf);
+                                ldsm_x4(qa + kk * 32 + 32, ag);
+                                ldsm_x4(ka + kk * 32 + 32, bg);
+                                mma16<kF16>(d0, af, bf[0], bf[1]);
+                                mma16<kF16>(d1, af, bf[2], bf[3]);
+                                mma16<kF16>(e0, ag, bg[0], bg[1]);
+                                mma16<kF16>(e1, ag, bg[2], bg[3]);
+                            }
+                            if (kk < (kp + 1) * steps) {
+                                uint32_t af[4], bf[4];
+                                ldsm_x4(qa + kk * 32, af);
+                                ldsm_x4(ka + kk * 32, bf);
+                                mma16<kF16>(d0, af, bf[0], bf[1]);
+                                mma16<kF16>(d1, af, bf[2], bf[3]);
+                            }
+#pragma unroll
+                            for (int e = 0; e < 4; e++) d0[e] += e0[e], d1[e] += e1[e];
+                        } else {
+#pragma unroll 8
+                            for (int kk = kp * steps; kk < (kp + 1) * steps; kk++) {
+                                uint32_t af[4], bf[4];
+                                ldsm_x4(qa + kk * 32, af);
+                                ldsm_x4(ka + kk * 32, bf); // keys of tile 2 npair (k low, high), then of the next
+                                mma16<kF16>(d0, af, bf[0], bf[1]);
+                                mma16<kF16>(d1, af, bf[2], bf[3]);
+                            }
                         }
                         const int row = (kp * MT + mt) * 16 + (lane >> 2), col = npair * 16 + (lane & 3) * 2;
                         *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d0[0], d0[1]);
@@ -1768,6 +1816,11 @@ constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WA
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
     const int32_t *indptr, *final_map, *partial_map;
+    // Without a plan (V4's splits): uniform_splits > 0 pieces per tile, tile t is token t (one
+    // query row) and its pieces the partial rows t * uniform_splits + z; uniform_tiles tiles.
+    int uniform_splits;
+    int64_t uniform_tiles;
+    const float *attn_sink;   // [H] optional: a final o times sink_factor (V4)
     const float *part_o, *part_lse;
     void *o;
     int64_t o_stride_token, o_stride_head;
@@ -1799,14 +1852,17 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
     __shared__ float2 fold_s[kReduceWarps];
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
     const int spans = SPLIT > 1 ? (p.dv + kSpan - 1) / kSpan : 1; // wide: a unit per span
-    const int64_t units = (int64_t)*p.num_tiles * R * H * spans;
+    const bool uniform = p.uniform_splits > 0;
+    const int64_t units = (uniform ? p.uniform_tiles : (int64_t)*p.num_tiles) * R * H * spans;
     for (int64_t u0 = (int64_t)blockIdx.x * kPerBlock; u0 < units; u0 += (int64_t)gridDim.x * kPerBlock) {
         const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit
         if (u >= units) continue;
         const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
         const int t = (int)(u / spans / H / R);
-        const int k0 = p.indptr[t], np = p.indptr[t + 1] - k0, qs = p.final_map[2 * t];
-        if (np < 2 || j >= p.final_map[2 * t + 1] - qs) continue; // no partials, or past the tile's rows
+        const int k0 = uniform ? t * p.uniform_splits : p.indptr[t], np = uniform ? p.uniform_splits : p.indptr[t + 1] - k0;
+        const int qs = uniform ? t : p.final_map[2 * t];
+        if (np < 2 || j >= (uniform ? 1 : p.final_map[2 * t + 1] - qs)) continue; // no partials, or past the tile's rows
+        auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; }; // piece k's first partial row
         const int64_t tok = qs + j;
         const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
 
@@ -1818,7 +1874,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         int32_t pm0 = 0;
         float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
         for (int k = me; k < np; k += C) {
-            const int32_t pm = p.partial_map[k0 + k];
+            const int32_t pm = partial_row(k);
             const float x = lse_col[(int64_t)pm * H];
             if (k == me) pm0 = pm, l0 = x;
             fold_lse(m, s, x, 1.0f);
@@ -1835,6 +1891,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
             for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, fold_s[w2].x, fold_s[w2].y);
         }
         const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
+        const float f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
 
         const int d_lo = SPLIT > 1 ? span * kSpan : 0, d_hi = SPLIT > 1 ? min(p.dv, d_lo + kSpan) : p.dv; // the unit's dims
         for (int d0 = d_lo; d0 < d_hi; d0 += kSpan) {
@@ -1845,7 +1902,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
                 int32_t pm = pm0;
                 float x = l0;
                 if (c0 > 0) {
-                    pm = c0 + me < np ? p.partial_map[k0 + c0 + me] : 0;
+                    pm = c0 + me < np ? partial_row(c0 + me) : 0;
                     x = c0 + me < np ? lse_col[(int64_t)pm * H] : neg_inf();
                 }
                 const float w = __expf(x - g); // 0 past the pieces
@@ -1902,10 +1959,10 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
                     const int d = d0 + (lane + v * W) * 4;
                     if (d < p.dv) {
                         const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d;
-                        aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x);
-                        aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y);
-                        aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z);
-                        aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w);
+                        aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x * f);
+                        aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y * f);
+                        aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z * f);
+                        aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w * f);
                     }
                 }
             }
@@ -2373,10 +2430,12 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 #endif
 
 // ==== varlen prefill: warpgroup path (NVIDIA sm_90a, wgmma) ================================
-// bf16 and f16 q/k/v with head dims 192/128 or 128/128, in builds whose every NVIDIA target is
-// sm_90a (AITER_MLA_WGMMA); the other pairs, builds and e4m3 take the mma.sync path. (e4m3
-// widened to f16 by this loader through registers measured slower than that path's staging:
-// P1-fp8 3519 -> 5445 us: one loader warpgroup cannot widen a tile as fast as it is consumed.)
+// bf16, f16 and e4m3fn q/k/v with head dims 192/128 or 128/128, in builds whose every NVIDIA
+// target is sm_90a (AITER_MLA_WGMMA); the other pairs, builds and e4m3fnuz (no wgmma takes it)
+// take the mma.sync path. e4m3fn: S from e4m3 Q and K as copied (m64n128k32), P V in f16 over
+// V that the loader widens in shared memory (copied as bytes to a staging slot, then widened).
+// Widening K too, and through registers, made the loader the bottleneck (P1-fp8 3519 -> 5445
+// us against the mma.sync path); this way 3522 -> 1572 us.
 // 128 query rows a pass, key tiles of 128 in two slots, three warpgroups:
 //   warpgroups 0 and 1 (the consumers): 64 query rows each; S = Q K^T (wgmma, Q and K in
 //     shared memory), the online softmax in registers, O += P V with P from registers (the
@@ -2396,7 +2455,9 @@ using mma::pack16x2;
 
 constexpr int kPfN = 128, kPfBm = 128;       // keys per tile; query rows per pass (64 a consumer)
 constexpr int kPfPanel = 128 * 128;          // one swizzled block: 128 rows x 64 dims
-constexpr int kPfRegsMma = 232, kPfRegsLoad = 40; // after setmaxnreg; 2 x 232 + 40 = 3 x 168
+// Registers per thread after setmaxnreg: 2 x 224 + 56 = 3 x 168, the entry allocation. (232 and
+// 40 spilled in the loader: 224 and 56 measured P1 1815 -> 1714 us, P1-fp8 1571 -> 1538.)
+constexpr int kPfRegsMma = 224, kPfRegsLoad = 56;
 static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
 // The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass is done with Q (both
 // consumers); kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
@@ -2404,36 +2465,51 @@ static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up 
 constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfHandoffs = 10;
 __host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfKFree ? 256 : 128; }
 
-template <int DQK, int DV>
+template <int DQK, int DV, bool FP8>
 struct PfSmem { // byte offsets from a 1024-byte aligned base
-    static constexpr int q = 0;                           // Q: DQK / 64 blocks
-    static constexpr int k = q + DQK / 64 * kPfPanel;      // two slots of K, DQK / 64 blocks each
-    static constexpr int kslot = DQK / 64 * kPfPanel;
-    static constexpr int v = k + 2 * kslot;               // two slots of V, DV / 64 blocks each
+    static constexpr int qk_blocks = (DQK * (FP8 ? 1 : 2) + 127) / 128; // 128-byte blocks of a Q or K row
+    static constexpr int kslot = qk_blocks * kPfPanel;
+    static constexpr int q = 0;                           // Q: qk_blocks blocks
+    static constexpr int k = q + kslot;                   // two slots of K
+    static constexpr int v = k + 2 * kslot;               // two slots of V (16-bit), DV / 64 blocks each
     static constexpr int vslot = DV / 64 * kPfPanel;
-    static constexpr int bars = v + 2 * vslot;            // uint64 [kPfHandoffs]
+    static constexpr int vstage = v + 2 * vslot;          // fp8: two slots of V's e4m3 rows as copied, [kPfN][DV]
+    static constexpr int vstage_slot = FP8 ? kPfN * DV : 0;
+    static constexpr int bars = vstage + 2 * vstage_slot; // uint64 [kPfHandoffs]
     static constexpr int total = bars + kPfHandoffs * 8 + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
 };
 
-// Rows [0, valid) of a [rows, D] 16-bit tensor view (row stride in elements) into `rows`
-// swizzled rows at dst by the loader's 128 threads; rows past `valid` are zeros. Each thread
-// keeps one 16-byte chunk of the row and steps over rows (D / 8 threads a row, the rest idle),
-// so that the addresses advance by additions.
-template <int D>
-__device__ __forceinline__ void pf_copy_rows(uint32_t dst, const uint16_t *src, int64_t row_stride, int valid, int rows, int t) {
-    constexpr int kChunks = D / 8, kStep = 128 / kChunks; // rows a round
+// Rows [0, valid) of a tensor view of kChunks 16-byte chunks a row (row stride in bytes) into
+// `rows` rows at dst, swizzled (kSwz) or packed, by the loader's 128 threads; rows past `valid`
+// are zeros. Each thread keeps one chunk of the row and steps over rows (kChunks threads a row,
+// the rest idle), so that the addresses advance by additions.
+template <int kChunks, bool kSwz = true>
+__device__ __forceinline__ void pf_copy_rows(uint32_t dst, const unsigned char *src, int64_t row_stride, int valid, int rows, int t) {
+    constexpr int kStep = 128 / kChunks; // rows a round
     const int part = t % kChunks;
     if (t >= kStep * kChunks) return;
-    const uint16_t *g = src + (t / kChunks) * row_stride + part * 8;
+    const unsigned char *g = src + (t / kChunks) * row_stride + part * 16;
     for (int r = t / kChunks; r < rows; r += kStep, g += kStep * row_stride)
-        cp_async16(dst + swz<kPfN>(r, part), r < valid ? g : src, r < valid ? 16 : 0);
+        cp_async16(dst + (kSwz ? swz<kPfN>(r, part) : (uint32_t)(r * kChunks + part) * 16), r < valid ? g : src, r < valid ? 16 : 0);
 }
 
-template <int DQK, int DV, bool F16>
+// S += Q K^T over one k-step of 32 e4m3 values: m64n128k32, both operands K-major by descriptor.
+__device__ __forceinline__ void mma_64x128_ss_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " AITER_MLA__REGS64 ", %64, %65, p, 1, 1;\n}\n"
+                 : AITER_MLA__ACC64(d)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// FP8: e4m3fn q, k, v (per-tensor scales in score_scale and v_scale): S by e4m3 products, P V
+// in f16 (F16) over V widened by the loader.
+template <int DQK, int DV, bool F16, bool FP8>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
 #if defined(__CUDA_ARCH__)
-    using S = PfSmem<DQK, DV>;
+    static_assert(!FP8 || F16, "fp8's P V runs in f16");
+    using S = PfSmem<DQK, DV, FP8>;
+    constexpr int kElt = FP8 ? 1 : 2; // bytes of a q, k, v element
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
     const uint32_t sb = smem_addr(base), bars = sb + S::bars;
@@ -2471,27 +2547,54 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 arrive(kPfQFull); // no consumer reads Q in a pass without keys
                 return;
             }
-            const uint16_t *k = static_cast<const uint16_t *>(a.k) + (int64_t)u.h * a.k_stride_head + u.k0 * a.k_stride_token;
-            const uint16_t *v = static_cast<const uint16_t *>(a.v) + (int64_t)u.h * a.v_stride_head + u.k0 * a.v_stride_token;
+            constexpr int kQkChunks = DQK * kElt / 16, kVChunks = DV * kElt / 16; // 16-byte chunks of a row
+            const int64_t ks = a.k_stride_token * kElt, vs = a.v_stride_token * kElt; // row strides in bytes
+            const unsigned char *k = static_cast<const unsigned char *>(a.k) + ((int64_t)u.h * a.k_stride_head + u.k0 * a.k_stride_token) * kElt;
+            const unsigned char *v = static_cast<const unsigned char *>(a.v) + ((int64_t)u.h * a.v_stride_head + u.k0 * a.v_stride_token) * kElt;
             const int n0 = n; // the pass's first tile in the block's count
             auto copy_k = [&](int i) { // K of the pass's tile i, if any, then commit
                 if (i < ntiles) {
                     const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
                     if (n0 + i >= 2) wait(kPfKFree + slot);
-                    pf_copy_rows<DQK>(sb + S::k + slot * S::kslot, k + kb * a.k_stride_token, a.k_stride_token, min(kPfN, jend - kb), kPfN, t);
+                    pf_copy_rows<kQkChunks>(sb + S::k + slot * S::kslot, k + kb * ks, ks, min(kPfN, jend - kb), kPfN, t);
                 }
                 cp_async_commit();
             };
+            // V of tile i: into its slot (16-bit), or (FP8) as e4m3 rows into its staging slot,
+            // which only the loader reads (widen_v)
             auto copy_v = [&](int i) {
                 if (i < ntiles) {
                     const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
-                    if (n0 + i >= 2) wait(kPfVFree + slot);
-                    pf_copy_rows<DV>(sb + S::v + slot * S::vslot, v + kb * a.v_stride_token, a.v_stride_token, min(kPfN, jend - kb), kPfN, t);
+                    if constexpr (FP8) {
+                        pf_copy_rows<kVChunks, false>(sb + S::vstage + slot * S::vstage_slot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
+                    } else {
+                        if (n0 + i >= 2) wait(kPfVFree + slot);
+                        pf_copy_rows<kVChunks>(sb + S::v + slot * S::vslot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
+                    }
                 }
                 cp_async_commit();
             };
-            pf_copy_rows<DQK>(sb + S::q, static_cast<const uint16_t *>(a.q) + (u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head,
-                              a.q_stride_token, u.r1 - u.r0, kPfBm, t);
+            // FP8: the staged V of tile i (landed, this thread's copies) widened to f16 into its
+            // slot, once the slot is free; the loader's threads meet first (each widens rows
+            // others copied) (named barrier 4).
+            auto widen_v = [&](int i) {
+                if constexpr (FP8) {
+                    const int slot = (n0 + i) & 1;
+                    if (n0 + i >= 2) wait(kPfVFree + slot);
+                    asm volatile("bar.sync 4, 128;\n" ::: "memory");
+                    const unsigned char *st = base + S::vstage + slot * S::vstage_slot;
+                    const uint32_t dst = sb + S::v + slot * S::vslot;
+                    for (int c = t; c < kPfN * kVChunks; c += 128) {
+                        const int r = c / kVChunks, part = c % kVChunks;
+                        const uint4 x = *reinterpret_cast<const uint4 *>(st + c * 16);
+                        store16_shared(dst + swz<kPfN>(r, 2 * part), mma::e4m3x8_to_f16x8(make_uint2(x.x, x.y)));
+                        store16_shared(dst + swz<kPfN>(r, 2 * part + 1), mma::e4m3x8_to_f16x8(make_uint2(x.z, x.w)));
+                    }
+                }
+            };
+            pf_copy_rows<kQkChunks>(sb + S::q,
+                                    static_cast<const unsigned char *>(a.q) + ((u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head) * kElt,
+                                    a.q_stride_token * kElt, u.r1 - u.r0, kPfBm, t);
             cp_async_commit();
             copy_k(0);
             copy_k(1);
@@ -2506,6 +2609,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 fence_async_shared();
                 if (i + 1 < ntiles) arrive(kPfKFull + ((n + 1) & 1));
                 cp_async_wait<1>();
+                widen_v(i);
                 fence_async_shared();
                 arrive(kPfVFull + (n & 1));
                 copy_v(i + 1);
@@ -2562,9 +2666,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             auto issue_s = [&](float (&sc)[64], int slot) { // S = Q K^T, issued
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < DQK / 16; kk++) {
+                for (int kk = 0; kk < DQK * kElt / 32; kk++) { // k-steps of 32 bytes: 16 dims, or 32 (FP8)
                     const uint32_t off = (kk >> 2) * kPfPanel + (kk & 3) * 32;
-                    mma_64x128_ss<F16>(sc, desc(sb + S::q + wgi * 64 * 128 + off, 16, 1024), desc(sb + S::k + slot * S::kslot + off, 16, 1024), kk > 0);
+                    const uint64_t dq = desc(sb + S::q + wgi * 64 * 128 + off, 16, 1024), dk = desc(sb + S::k + slot * S::kslot + off, 16, 1024);
+                    if constexpr (FP8) mma_64x128_ss_e4m3(sc, dq, dk, kk > 0);
+                    else mma_64x128_ss<F16>(sc, dq, dk, kk > 0);
                 }
                 wgmma_commit();
             };
@@ -3575,48 +3681,22 @@ __global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_ar
     }
 }
 
-// ==== V4 split combine ======================================================================
-// One warp per (token, head): the splits' partials (o normalised per split, lse natural log,
-// -inf for a split that saw no key) weighted by e^(lse_z - max), then the sink; o = 0 and
-// lse = +inf when no split saw a key, as the unsplit kernels write.
-__global__ void __launch_bounds__(kSmallThreads) v4_combine_kernel(aiter_mla_v4_attention_args a, const float *part_o,
-                                                                   const float *part_lse, int splits) {
-    const int lane = threadIdx.x % AITER_MLA_WARP_SIZE, warps = blockDim.x / AITER_MLA_WARP_SIZE;
-    const int64_t rows = a.num_tokens * a.num_heads;
-    for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / AITER_MLA_WARP_SIZE; r < rows; r += (int64_t)gridDim.x * warps) {
-        const int64_t t = r / a.num_heads;
-        const int h = (int)(r % a.num_heads);
-        constexpr int kPer = kL / AITER_MLA_WARP_SIZE; // dims per lane
-        float m = neg_inf(), sum = 0.0f, acc[kPer];
-        for (int z = 0; z < splits; z++) m = fmaxf(m, part_lse[(t * splits + z) * a.num_heads + h]);
-#pragma unroll
-        for (int j = 0; j < kPer; j++) acc[j] = 0.0f;
-        for (int z = 0; m != neg_inf() && z < splits; z++) { // one weight per split, its o in one pass
-            const int64_t pr = (t * splits + z) * a.num_heads + h;
-            const float w = expf(part_lse[pr] - m);
-            sum += w;
-            if (w > 0.0f)
-#pragma unroll
-                for (int j = 0; j < kPer; j++) acc[j] += w * part_o[pr * kL + lane + j * AITER_MLA_WARP_SIZE];
-        }
-        const float lse = sum > 0.0f ? m + logf(sum) : pos_inf();
-        const float f = sum > 0.0f ? sink_factor(a.attn_sink, h, lse) / sum : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kPer; j++)
-            aiter_mla_store_f32(a.o, t * a.o_stride_token + (int64_t)h * a.o_stride_head + lane + j * AITER_MLA_WARP_SIZE, a.o_dtype,
-                                acc[j] * f);
-        if (lane == 0 && a.lse) a.lse[t * a.num_heads + h] = lse;
-    }
-}
-
 } // namespace
 
 // ==== launchers ============================================================================
 extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetErrorString((hipError_t)code); }
 
+// The reduce over `rows` output rows (units of a row and a span when wide).
+// wide: the block's warps share each row (few rows, many pieces each), else a warp per row.
+static void launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
+    constexpr int kWideSpan = AITER_MLA_WARP_SIZE * 4;
+    const int64_t blocks = wide ? rows * ((r.dv + kWideSpan - 1) / kWideSpan) : (rows + kReduceWarps - 1) / kReduceWarps;
+    const unsigned grid = (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); // grid-stride past that
+    if (wide) reduce_kernel<kReduceWarps, 1><<<grid, kReduceThreads, 0, s>>>(r);
+    else reduce_kernel<1, 4><<<grid, kReduceThreads, 0, s>>>(r);
+}
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
-// wide: the block's warps share each row (few rows, many pieces each), else a warp per row.
 static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
                                int64_t off_partial_map, int max_tiles, int rows_per_tile, bool wide) {
     r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
@@ -3624,12 +3704,7 @@ static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *pla
     r.final_map = plan + off_final_map;
     r.partial_map = plan + off_partial_map;
     r.rows_per_tile = rows_per_tile;
-    constexpr int kWideSpan = AITER_MLA_WARP_SIZE * 4;
-    const int64_t rows = (int64_t)max_tiles * rows_per_tile * r.num_heads;
-    const int64_t blocks = wide ? rows * ((r.dv + kWideSpan - 1) / kWideSpan) : (rows + kReduceWarps - 1) / kReduceWarps;
-    const unsigned grid = (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); // grid-stride past that
-    if (wide) reduce_kernel<kReduceWarps, 1><<<grid, kReduceThreads, 0, s>>>(r);
-    else reduce_kernel<1, 4><<<grid, kReduceThreads, 0, s>>>(r);
+    launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
 }
 
 #ifdef AITER_MLA_HAS_MMA
@@ -3714,7 +3789,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     }
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || info->max_partials == 0) return (int)e;
-    ReduceParams r;
+    ReduceParams r{};
     r.part_o = p.part_o;
     r.part_lse = p.part_lse;
     r.o = a->o;
@@ -3744,9 +3819,10 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 }
 
 #ifdef AITER_MLA_HAS_WGMMA
-template <int DQK, int DV, bool F16>
+template <int DQK, int DV, bool F16, bool FP8 = false>
 static hipError_t launch_prefill_wgmma(hipStream_t s, const PrefillParams &p) {
-    return launch_big_smem(wg::prefill_wgmma_kernel<DQK, DV, F16>, prefill_grid(&p.a, wg::kPfBm), wg::kThreads, wg::PfSmem<DQK, DV>::total, s, p);
+    return launch_big_smem(wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>, prefill_grid(&p.a, wg::kPfBm), wg::kThreads,
+                           wg::PfSmem<DQK, DV, FP8>::total, s, p);
 }
 #endif
 #ifdef AITER_MLA_HAS_MMA
@@ -3801,8 +3877,12 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
         hipError_t e = hipSuccess;
         launched = true;
 #ifdef AITER_MLA_HAS_WGMMA
+        // e4m3fn: e4m3 products (wgmma has none for e4m3fnuz, which stays on the staged path)
+        const bool fn = a->qkv_dtype == AITER_MLA_FP8_E4M3FN;
         if (!fp8 && p192) e = f16 ? launch_prefill_wgmma<192, 128, true>(s, p) : launch_prefill_wgmma<192, 128, false>(s, p);
         else if (!fp8 && p128) e = f16 ? launch_prefill_wgmma<128, 128, true>(s, p) : launch_prefill_wgmma<128, 128, false>(s, p);
+        else if (fn && p192) e = launch_prefill_wgmma<192, 128, true, true>(s, p);
+        else if (fn && p128) e = launch_prefill_wgmma<128, 128, true, true>(s, p);
         else
 #endif
         if (fp8 && p192) e = launch_prefill_mma<192, 128, true, true>(s, p);
@@ -3826,7 +3906,7 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     }
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || !info || info->max_partials == 0) return (int)e;
-    ReduceParams r;
+    ReduceParams r{};
     r.part_o = p.part_o;
     r.part_lse = p.part_lse;
     r.o = a->o;
@@ -3956,8 +4036,24 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (splits > 1) {
         const hipError_t e = hipGetLastError();
         if (e != hipSuccess) return (int)e;
-        v4_combine_kernel<<<grid_for(a->num_tokens * H, kSmallThreads / AITER_MLA_WARP_SIZE), kSmallThreads, 0, s>>>(
-            *a, p.part_o, p.part_lse, p.v4_splits);
+        ReduceParams r{}; // the splits' partials merged by their lse, then the sink
+        r.uniform_splits = p.v4_splits;
+        r.uniform_tiles = a->num_tokens;
+        r.rows_per_tile = 1;
+        r.part_o = p.part_o;
+        r.part_lse = p.part_lse;
+        r.o = a->o;
+        r.o_stride_token = a->o_stride_token;
+        r.o_stride_head = a->o_stride_head;
+        r.lse = a->lse;
+        r.lse_stride_token = H;
+        r.lse_stride_head = 1;
+        r.empty_lse = HUGE_VALF;
+        r.attn_sink = a->attn_sink;
+        r.num_heads = H;
+        r.dv = kL;
+        r.o_dtype = a->o_dtype;
+        launch_reduce(s, r, a->num_tokens * H, false);
     }
     AITER_MLA__LAUNCH_CHECK();
 }
