@@ -2459,8 +2459,9 @@ constexpr int kPfPanel = 128 * 128;          // one swizzled block: 128 rows x 6
 // 40 spilled in the loader: 224 and 56 measured P1 1815 -> 1714 us, P1-fp8 1571 -> 1538.)
 constexpr int kPfRegsMma = 224, kPfRegsLoad = 56;
 static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
-// The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass is done with Q (both
-// consumers); kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
+// The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass reads Q no more (both
+// consumers, after their last S: the next pass's Q loads during the last P V and the stores);
+// kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
 // kPfVFree + s: both consumers are done with slot s's K, V.
 constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfHandoffs = 10;
 __host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfKFree ? 256 : 128; }
@@ -2534,9 +2535,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
         // and V of tile i (copied a step earlier), then copies V of tile i + 1. A hand-over never
         // waits for a later slot's release: the consumers run half a tile apart, and a K that
         // waited for the later one's P V would hold back the earlier one. Every copy commits a
-        // group (empty past the last tile), so the counts to wait for stay fixed. All slots are
-        // free at the start of a pass (its Q waits for the end of the last); the waits on them
-        // complete at once but keep each handoff's phase count.
+        // group (empty past the last tile), so the counts to wait for stay fixed. A pass's Q
+        // waits for the last pass's final S only; its first tiles wait for their slots like any
+        // other (the last pass's final P V may still read a V slot).
         regs_lower<kPfRegsLoad>();
         bool first = true;
         for_each_prefill_unit<kPfBm>(p, [&](const PrefillUnit &u, int) {
@@ -2725,13 +2726,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     pack_p(s);
                     pin(acc);
                 }
+                arrive(kPfQFree); // the last S is done: the loader may bring the next unit's Q meanwhile
                 turn_begin();
                 pv((n - 1) & 1);
                 turn_end();
                 pv_done((n - 1) & 1);
-            } else if (ntiles > 0) {
-                turn_begin();
-                turn_end();
+            } else {
+                arrive(kPfQFree); // no S reads Q
+                if (ntiles > 0) {
+                    turn_begin();
+                    turn_end();
+                }
             }
             // The rest are the loader's alone: hand the slots back, then pass the turn (the loader
             // copies K of tile i + 2 before it hands over K of tile i + 1, and the other consumer
@@ -2764,7 +2769,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
                 if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, l > 0.0f ? ((half ? mb : ma) + log2f(l)) * kLn2 : neg_inf());
             }
-            arrive(kPfQFree);
         });
         if (wgi == 0) turn_begin(); // warpgroup 1's last turn_end
     }
