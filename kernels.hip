@@ -1276,9 +1276,13 @@ using mma::kStageRow;
 using mma::pack_bf16x2;
 using mma::smem_addr;
 using mma::store_staged_rows;
-using mma::bf16x2_mul;
 using mma::e4m3x8_to_bf16x8;
 using mma::e4m3x8_to_bf16x8_times;
+using mma::e4m3x8_to_bf16x8_scaled;
+using mma::FnuzRule;
+using mma::kFnuzAlways;
+using mma::kFnuzByKind;
+using mma::kFnuzNever;
 using mma::kV4Nope;
 using mma::ue8m0_to_bf16x2;
 
@@ -1577,15 +1581,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 if constexpr (KVT == kV4Model1) st.scales = load16_or_zero(ok ? k.scales : row, ok); // the even and the odd row's 8
             }
         };
-        // the key into slot `slot`: bf16 by cp.async (zero-filled when absent), fp8 widened from st
-        auto put = [&](int slot, const KeyRef &k, const Staged &st) {
+        // the key into slot `slot`: bf16 by cp.async (zero-filled when absent), fp8 widened from st;
+        // rule (a FnuzRule) picks the e4m3 flavour
+        auto put_as = [&](int slot, const KeyRef &k, const Staged &st, auto rule) {
+            [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
             const uint32_t dst = sb + S::keys + slot * S::slot;
             if constexpr (!W::on) {
                 const void *any = a.q; // an address for the zero-filling copies, which read nothing
 #pragma unroll 4
                 for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
             } else {
-                const bool fnuz = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || (KVT == kV4Model1 && (k.kind & kKindFnuz));
+                const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                 const bool odd = (k.kind & kKindOddScales) != 0;
 #pragma unroll
                 for (int j = 0; j < W::nope / 2; j++) {
@@ -1596,16 +1602,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         const uint32_t bits = (j >> 2) == 0 ? st.scales.x : (j >> 2) == 1 ? st.scales.y : (j >> 2) == 2 ? st.scales.z : st.scales.w;
                         lo = e4m3x8_to_bf16x8_times(v0, fnuz, lut, __uint_as_float(bits));
                         hi = e4m3x8_to_bf16x8_times(v1, fnuz, lut, __uint_as_float(bits));
-                    } else {
-                        lo = e4m3x8_to_bf16x8(v0, fnuz, lut);
-                        hi = e4m3x8_to_bf16x8(v1, fnuz, lut);
-                    }
-                    if constexpr (KVT == kV4Model1) { // 64-dim blocks: chunk c's exponent byte is c >> 2 = j >> 1
+                    } else if constexpr (KVT == kV4Model1) { // 64-dim blocks: chunk c's exponent byte is c >> 2 = j >> 1
                         const int b = j >> 1;
                         const uint32_t word = b < 4 ? (odd ? st.scales.z : st.scales.x) : (odd ? st.scales.w : st.scales.y);
                         const uint32_t s2 = ue8m0_to_bf16x2((uint8_t)(word >> 8 * (b & 3)));
-                        lo = make_uint4(bf16x2_mul(lo.x, s2), bf16x2_mul(lo.y, s2), bf16x2_mul(lo.z, s2), bf16x2_mul(lo.w, s2));
-                        hi = make_uint4(bf16x2_mul(hi.x, s2), bf16x2_mul(hi.y, s2), bf16x2_mul(hi.z, s2), bf16x2_mul(hi.w, s2));
+                        lo = e4m3x8_to_bf16x8_scaled(v0, fnuz, lut, s2);
+                        hi = e4m3x8_to_bf16x8_scaled(v1, fnuz, lut, s2);
+                    } else {
+                        lo = e4m3x8_to_bf16x8(v0, fnuz, lut);
+                        hi = e4m3x8_to_bf16x8(v1, fnuz, lut);
                     }
                     store16_shared(dst + swz(my_key, 2 * c), lo);
                     store16_shared(dst + swz(my_key, 2 * c + 1), hi);
@@ -1615,6 +1620,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     store16_shared(dst + swz(my_key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
             }
             if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
+        };
+        // The flavour is fixed by the format, or, for V4 lists, by each key's kind only when a
+        // list is e4m3fnuz: a per-key choice puts a branch around every 8 values, which keeps
+        // their conversions from overlapping (always per key: V4P-h64 7265 us, V4D-h64-k512-b128
+        // 87.5; this way 5055 and 68.1).
+        const bool v4_fnuz = is_v4(KVT) && (p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ);
+        auto put = [&](int slot, const KeyRef &k, const Staged &st) {
+            if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) put_as(slot, k, st, FnuzRule<kFnuzAlways>{});
+            else if (v4_fnuz) put_as(slot, k, st, FnuzRule<kFnuzByKind>{});
+            else put_as(slot, k, st, FnuzRule<kFnuzNever>{});
         };
 
         // fp8_ds_mla: the loader holds one tile in flight, and V3.2's top-k rows lie scattered

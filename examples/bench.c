@@ -629,10 +629,15 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops) {
  * rotate past the L2; keys split over blocks (num_splits) while the batch leaves the GPU's
  * multiprocessors idle. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
  * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
- * 512) compressed entries; FLOPs 2 * H * keys * (512 + 512). */
+ * 512) compressed entries straight from the MODEL1 pages; FLOPs 2 * H * keys * (512 + 512).
+ * V4P-h{H}-ws: the same tokens and keys the way vLLM runs a prefill chunk (SPEC 7): each
+ * timed step gathers the requests' compressed entries and raw tokens into the bf16
+ * workspace (two aiter_mla_v4_gather), builds the per-token lists into it
+ * (aiter_mla_v4_combine, ragged) and attends over its rows; same FLOPs. */
 typedef struct v4_row {
     const char *id;
     int heads, topk, batch, q_len; /* q_len: tokens per request (1: decode) */
+    int workspace;                 /* prefill through the bf16 workspace (V4P-*-ws) */
 } v4_row;
 
 typedef struct v4_run {
@@ -640,12 +645,21 @@ typedef struct v4_run {
     void **q;
     int32_t **swa, **cmp; /* per set: the dense lists */
     int sets;
+    /* the workspace flow: the gathers and the combine before the attention */
+    aiter_mla_v4_gather_args *gather_cmp, *gather_swa;
+    aiter_mla_v4_combine_args *combine;
 } v4_run;
 static void launch_v4(void *ctx, int i) {
     v4_run *r = (v4_run *)ctx;
     r->a->q = r->q[i % r->sets];
-    r->a->keys.indices = r->swa[i % r->sets];
-    r->a->extra_keys.indices = r->cmp[i % r->sets];
+    if (r->combine) {
+        TRY(aiter_mla_v4_gather(r->gather_cmp, g_stream));
+        TRY(aiter_mla_v4_gather(r->gather_swa, g_stream));
+        TRY(aiter_mla_v4_combine(r->combine, g_stream));
+    } else {
+        r->a->keys.indices = r->swa[i % r->sets];
+        r->a->extra_keys.indices = r->cmp[i % r->sets];
+    }
     TRY(aiter_mla_v4_attention(r->a, g_stream));
 }
 
@@ -697,6 +711,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     int32_t *swa = (int32_t *)malloc((size_t)T * W * 4), *cmp = (int32_t *)malloc((size_t)T * K * 4);
     int32_t *swa_len = (int32_t *)malloc((size_t)T * 4), *cmp_len = (int32_t *)malloc((size_t)T * 4);
     int32_t *pick = (int32_t *)malloc((size_t)(8192 * 2) * 4);
+    int32_t *local = (int32_t *)malloc((size_t)T * K * 4); /* the top-k rows, request-local (workspace flow) */
     void **d_q = (void **)malloc(sizeof(void *) * sets);
     int32_t **d_swa = (int32_t **)malloc(sizeof(int32_t *) * sets), **d_cmp = (int32_t **)malloc(sizeof(int32_t *) * sets);
     for (s = 0; s < sets; s++) {
@@ -713,7 +728,9 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
                     const int m = k + (int)(frand() * (avail - k)), e = pick[m];
                     pick[m] = pick[k];
                     cmp[t * K + k] = (int32_t)(cp * BS + e);
+                    local[t * K + k] = e;
                 }
+                for (k = n_cmp; k < K; k++) local[t * K + k] = -1;
                 swa_len[t] = n_swa;
                 cmp_len[t] = n_cmp;
             }
@@ -753,9 +770,81 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.num_splits > (W + K) / 64) a.num_splits = (W + K) / 64;
     if (a.num_splits > AITER_MLA_V4_MAX_SPLITS) a.num_splits = AITER_MLA_V4_MAX_SPLITS;
     if (a.num_splits < 1) a.num_splits = 1;
+    v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL, NULL, NULL};
+    aiter_mla_v4_gather_args gc = {0}, gs = {0};
+    aiter_mla_v4_combine_args cb = {0};
+    int32_t *d_meta = NULL, *d_local = NULL, *d_list = NULL;
+    void *d_rows = NULL;
+    void *d_o_pages = NULL; /* the workspace flow's o is checked against the pages' */
+    if (r->workspace) { /* one chunk of B requests, each with Q new tokens and no prefix */
+        const int64_t swa_pp = (Q + BS - 1) / BS, cmp_pp = (Q / 4 + BS - 1) / BS; /* pages per request */
+        int64_t N, M = aiter_mla_v4_workspace_rows(Q, 4, W, Q, &N);
+        int32_t *meta = (int32_t *)malloc((size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
+        int32_t *qsl = meta, *seq = qsl + B + 1, *ncmp = seq + B, *swa_bt = ncmp + B, *cmp_bt = swa_bt + B * swa_pp;
+        for (b = 0; b <= B; b++) qsl[b] = b * Q;
+        for (b = 0; b < B; b++) {
+            seq[b] = Q;
+            ncmp[b] = Q / 4;
+            for (j = 0; j < swa_pp; j++) swa_bt[b * swa_pp + j] = (int32_t)(b * swa_pp + j);
+            for (j = 0; j < cmp_pp; j++) cmp_bt[b * cmp_pp + j] = (int32_t)(b * cmp_pp + j);
+        }
+        d_meta = (int32_t *)gpu_malloc((size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
+        gpu_upload(d_meta, meta, (size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
+        d_local = (int32_t *)gpu_malloc((size_t)T * K * 4);
+        gpu_upload(d_local, local, (size_t)T * K * 4);
+        d_list = (int32_t *)gpu_malloc((size_t)(T * (K + W) + T + 1) * 4);
+        d_rows = gpu_malloc((size_t)(B * M) * 512 * 2);
+        gc.kv_cache = cmp_cache;
+        gc.num_blocks = cmp_pages;
+        gc.block_table = d_meta + (3 * B + 1) + B * swa_pp;
+        gc.block_table_stride = cmp_pp;
+        gc.seq_lens = d_meta + (2 * B + 1);
+        gc.batch = B;
+        gc.out = d_rows;
+        gc.out_rows = M;
+        gs = gc;
+        gs.kv_cache = swa_cache;
+        gs.num_blocks = swa_pages;
+        gs.block_table = d_meta + (3 * B + 1);
+        gs.block_table_stride = swa_pp;
+        gs.seq_lens = d_meta + (B + 1);
+        gs.offset = N;
+        cb.topk_indices = d_local;
+        cb.topk = K;
+        cb.query_start_loc = d_meta;
+        cb.seq_lens = d_meta + (B + 1);
+        cb.num_reqs = B;
+        cb.window = W;
+        cb.compress_ratio = 4;
+        cb.M = M;
+        cb.N = N;
+        cb.out.indices = d_list;
+        cb.out.capacity = T * (K + W);
+        cb.out.indptr = d_list + T * (K + W);
+        d_o_pages = gpu_malloc((size_t)T * H * 512 * 2);
+        a.o = d_o_pages;
+        a.q = d_q[0];
+        a.keys.indices = d_swa[0];
+        a.extra_keys.indices = d_cmp[0];
+        TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
+        a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
+        TRY(aiter_mla_v4_attention(&a, g_stream));
+        if (a.workspace) gpu_free(a.workspace);
+        a.o = d_o;
+        memset(&a.keys, 0, sizeof a.keys);
+        memset(&a.extra_keys, 0, sizeof a.extra_keys);
+        a.keys.cache = d_rows;
+        a.keys.num_blocks = B * M;
+        a.keys.rows = 1;
+        a.keys.indices = cb.out.indices;
+        a.keys.indptr = cb.out.indptr;
+        run.gather_cmp = &gc;
+        run.gather_swa = &gs;
+        run.combine = &cb;
+        free(meta);
+    }
     TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
-    v4_run run = {&a, d_q, d_swa, d_cmp, sets};
     const double us = time_median_us(launch_v4, &run);
     const double bytes = (double)keys * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
     const double flops = 2.0 * H * (double)keys * (512 + 512);
@@ -763,6 +852,27 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     printf("| %-21s | %3d | %4d | %3d x %4d | %6d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q,
            a.num_splits, us, gbs, tfl, 100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
     fflush(stdout);
+    if (d_o_pages) { /* same keys, other order: o agrees to rounding, else the row is void */
+        const size_t n = (size_t)T * H * 512;
+        uint16_t *x = (uint16_t *)malloc(n * 2), *y = (uint16_t *)malloc(n * 2);
+        double num = 0, den = 0;
+        size_t e;
+        gpu_sync();
+        gpu_download(x, d_o, n * 2);
+        gpu_download(y, d_o_pages, n * 2);
+        for (e = 0; e < n; e++) {
+            const double u = aiter_mla_load_f32(x, (int64_t)e, AITER_MLA_BF16), v = aiter_mla_load_f32(y, (int64_t)e, AITER_MLA_BF16);
+            num += (u - v) * (u - v);
+            den += v * v;
+        }
+        if (!(num <= 1e-4 * den)) {
+            fprintf(stderr, "bench: %s: o differs from the pages' (relative %.3g)\n", r->id, den > 0 ? sqrt(num / den) : -1.0);
+            exit(1);
+        }
+        free(x);
+        free(y);
+        gpu_free(d_o_pages);
+    }
     for (s = 0; s < sets; s++) {
         gpu_free(d_q[s]);
         gpu_free(d_swa[s]);
@@ -771,6 +881,11 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     gpu_free(swa_cache); gpu_free(cmp_cache); gpu_free(d_swa_len); gpu_free(d_cmp_len); gpu_free(d_lse); gpu_free(d_sink);
     gpu_free(d_o);
     if (a.workspace) gpu_free(a.workspace);
+    if (d_meta) gpu_free(d_meta);
+    if (d_local) gpu_free(d_local);
+    if (d_list) gpu_free(d_list);
+    if (d_rows) gpu_free(d_rows);
+    free(local);
     free(d_q); free(d_swa); free(d_cmp); free(ctx); free(swa); free(cmp); free(swa_len); free(cmp_len); free(pick);
 }
 
@@ -832,13 +947,14 @@ int main(int argc, char **argv) {
         {"SP1", 4096, 128, 2048, 1, 32768, 0},               /* prefill: 4096 tokens over 32768 bf16 slots */
     };
     static const v4_row vrows[] = {
-        {"V4D-h16-k512-b4", 16, 512, 4, 1},      {"V4D-h16-k512-b4-graph", 16, 512, 4, 1},
-        {"V4D-h16-k512-b32", 16, 512, 32, 1},
-        {"V4D-h16-k512-b128", 16, 512, 128, 1},  {"V4D-h16-k512-b512", 16, 512, 512, 1},
-        {"V4D-h16-k1024-b128", 16, 1024, 128, 1}, {"V4D-h64-k512-b4", 64, 512, 4, 1},
-        {"V4D-h64-k512-b32", 64, 512, 32, 1},    {"V4D-h64-k512-b128", 64, 512, 128, 1},
-        {"V4D-h64-k512-b512", 64, 512, 512, 1},  {"V4D-h64-k1024-b128", 64, 1024, 128, 1},
-        {"V4P-h64", 64, 512, 4, 4096},           {"V4P-h128", 128, 512, 4, 4096},
+        {"V4D-h16-k512-b4", 16, 512, 4, 1, 0},       {"V4D-h16-k512-b4-graph", 16, 512, 4, 1, 0},
+        {"V4D-h16-k512-b32", 16, 512, 32, 1, 0},     {"V4D-h16-k512-b128", 16, 512, 128, 1, 0},
+        {"V4D-h16-k512-b512", 16, 512, 512, 1, 0},   {"V4D-h16-k1024-b128", 16, 1024, 128, 1, 0},
+        {"V4D-h64-k512-b4", 64, 512, 4, 1, 0},       {"V4D-h64-k512-b32", 64, 512, 32, 1, 0},
+        {"V4D-h64-k512-b128", 64, 512, 128, 1, 0},   {"V4D-h64-k512-b512", 64, 512, 512, 1, 0},
+        {"V4D-h64-k1024-b128", 64, 1024, 128, 1, 0}, {"V4P-h64", 64, 512, 4, 4096, 0},
+        {"V4P-h128", 128, 512, 4, 4096, 0},          {"V4P-h64-ws", 64, 512, 4, 4096, 1},
+        {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
     int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0;
