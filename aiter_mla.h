@@ -871,7 +871,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  * also as a _ref on host arrays); aiter_mla_v4_attention attends with keys = SWA cache,
  * extra_keys = compressed cache. A prefill can do the same per token (the SWA list and the
  * top-k list over the caches themselves: the same keys as vLLM's workspace, without the
- * gather), or follow vLLM's chunks as aiter_mla_v4_prefill_ref does. */
+ * gather), or follow vLLM's chunks as aiter_mla_v4_prefill_ref does: aiter_mla_v4_gather
+ * of the compressed entries and of the raw tokens into the bf16 workspace, aiter_mla_v4_combine,
+ * then aiter_mla_v4_attention with keys = the workspace rows (rows = 1). On the H100 the
+ * chunked way is the faster (4 requests x 4096 tokens at 64 heads: 3990 against 5055 us,
+ * gathers and combine included): each key is widened from fp8 once per chunk instead of
+ * once per token that lists it. */
 enum {
     AITER_MLA_V4_HEAD_DIM = 512,   /* 448 nope + 64 rope; also V's width */
     AITER_MLA_V4_NOPE_DIM = 448,   /* fp8 part of a cache row */
