@@ -779,7 +779,9 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (r->workspace) { /* one chunk of B requests, each with Q new tokens and no prefix */
         const int64_t swa_pp = (Q + BS - 1) / BS, cmp_pp = (Q / 4 + BS - 1) / BS; /* pages per request */
         int64_t N, M = aiter_mla_v4_workspace_rows(Q, 4, W, Q, &N);
-        int32_t *meta = (int32_t *)malloc((size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
+        /* query_start_loc [B + 1], seq_lens [B], compressed entries [B], the two block tables */
+        const size_t meta_bytes = (size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4;
+        int32_t *meta = (int32_t *)malloc(meta_bytes);
         int32_t *qsl = meta, *seq = qsl + B + 1, *ncmp = seq + B, *swa_bt = ncmp + B, *cmp_bt = swa_bt + B * swa_pp;
         for (b = 0; b <= B; b++) qsl[b] = b * Q;
         for (b = 0; b < B; b++) {
@@ -788,31 +790,32 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
             for (j = 0; j < swa_pp; j++) swa_bt[b * swa_pp + j] = (int32_t)(b * swa_pp + j);
             for (j = 0; j < cmp_pp; j++) cmp_bt[b * cmp_pp + j] = (int32_t)(b * cmp_pp + j);
         }
-        d_meta = (int32_t *)gpu_malloc((size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
-        gpu_upload(d_meta, meta, (size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4);
+        d_meta = (int32_t *)gpu_malloc(meta_bytes);
+        gpu_upload(d_meta, meta, meta_bytes);
+#define ON_DEVICE(host) (d_meta + ((host) - meta)) /* the same array in d_meta */
         d_local = (int32_t *)gpu_malloc((size_t)T * K * 4);
         gpu_upload(d_local, local, (size_t)T * K * 4);
         d_list = (int32_t *)gpu_malloc((size_t)(T * (K + W) + T + 1) * 4);
         d_rows = gpu_malloc((size_t)(B * M) * 512 * 2);
         gc.kv_cache = cmp_cache;
         gc.num_blocks = cmp_pages;
-        gc.block_table = d_meta + (3 * B + 1) + B * swa_pp;
+        gc.block_table = ON_DEVICE(cmp_bt);
         gc.block_table_stride = cmp_pp;
-        gc.seq_lens = d_meta + (2 * B + 1);
+        gc.seq_lens = ON_DEVICE(ncmp);
         gc.batch = B;
         gc.out = d_rows;
         gc.out_rows = M;
         gs = gc;
         gs.kv_cache = swa_cache;
         gs.num_blocks = swa_pages;
-        gs.block_table = d_meta + (3 * B + 1);
+        gs.block_table = ON_DEVICE(swa_bt);
         gs.block_table_stride = swa_pp;
-        gs.seq_lens = d_meta + (B + 1);
+        gs.seq_lens = ON_DEVICE(seq);
         gs.offset = N;
         cb.topk_indices = d_local;
         cb.topk = K;
-        cb.query_start_loc = d_meta;
-        cb.seq_lens = d_meta + (B + 1);
+        cb.query_start_loc = ON_DEVICE(qsl);
+        cb.seq_lens = ON_DEVICE(seq);
         cb.num_reqs = B;
         cb.window = W;
         cb.compress_ratio = 4;
@@ -841,6 +844,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
         run.gather_cmp = &gc;
         run.gather_swa = &gs;
         run.combine = &cb;
+#undef ON_DEVICE
         free(meta);
     }
     TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
