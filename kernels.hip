@@ -474,6 +474,19 @@ template <int R>
 struct FnuzRule {
     static constexpr int value = R;
 };
+// Whether a V4 launch's lists hold e4m3fnuz rows (then each key's kind picks its converter).
+__device__ __forceinline__ bool v4_lists_fnuz(const DecodeParams &p) {
+    return p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ;
+}
+// Calls widen(rule) with the FnuzRule of format KVT: e4m3fnuz formats always; V4 lists per key
+// when v4_fnuz (v4_lists_fnuz, taken once per launch: a per-key choice puts a branch around
+// every 8 values, which keeps their conversions from overlapping); never otherwise.
+template <int KVT, typename F>
+__device__ __forceinline__ void with_fnuz_rule(bool v4_fnuz, F &&widen) {
+    if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) widen(FnuzRule<kFnuzAlways>{});
+    else if (is_v4(KVT) && v4_fnuz) widen(FnuzRule<kFnuzByKind>{});
+    else widen(FnuzRule<kFnuzNever>{});
+}
 constexpr int kSmemLimit = 227 * 1024;
 
 // Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
@@ -530,6 +543,15 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Named barrier ID of N threads (a multiple of 32): wait for all of them, or arrive without
+// waiting. Not .aligned (bar.sync and bar.arrive are): the threads come to them from code
+// whose lanes diverge (per-row work, loops over a thread's share, mbarrier spins), and an
+// aligned barrier that a diverged warp reaches is undefined (compute-sanitizer's synccheck
+// reports it).
+template <int ID, int N>
+__device__ __forceinline__ void named_sync() { asm volatile("barrier.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
+template <int ID, int N>
+__device__ __forceinline__ void named_arrive() { asm volatile("barrier.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
 // Query rows r0 .. r0 + rows of a pass (bf16 rows of kDq; zeros past R) into shared memory by
 // cp.async, threads tid, tid + threads, ... taking 16-byte chunks; dst(r, chunk) is a chunk's
 // shared address.
@@ -774,14 +796,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     // a group's own barrier (named barrier 1 + group) or the block's when there is one group
     auto group_sync = [&]() {
         if (kGroups == 1) __syncthreads();
-        else if (grp == 0) asm volatile("bar.sync 1, %0;\n" ::"n"(kGT) : "memory");
-        else asm volatile("bar.sync 2, %0;\n" ::"n"(kGT) : "memory");
+        else if (grp == 0) named_sync<1, kGT>();
+        else named_sync<2, kGT>();
     };
 
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
-    // V4: does either list hold e4m3fnuz rows (then each key's kind picks its converter)?
-    const bool v4_fnuz = is_v4(KVT) && (p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ);
+    const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
     constexpr bool kFnuzLut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     if (kFnuzLut) fill_fnuz_lut(lut, tid, kThreads);
     __syncthreads(); // the table is ready
@@ -917,14 +938,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             *reinterpret_cast<uint4 *>(out + part * 16) = o;
                         }
                     };
-                    if constexpr (KVT == kV4Model1) {
-                        if (v4_fnuz) convert(FnuzRule<kFnuzByKind>{});
-                        else convert(FnuzRule<kFnuzNever>{});
-                    } else if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) {
-                        convert(FnuzRule<kFnuzAlways>{});
-                    } else {
-                        convert(FnuzRule<kFnuzNever>{});
-                    }
+                    with_fnuz_rule<KVT>(v4_fnuz, convert);
                     for (int c = gt; c < kN * kCopy; c += kGT) {
                         const int key = c / (kCopy > 0 ? kCopy : 1), part = c - key * kCopy;
                         *reinterpret_cast<uint4 *>(wide + key * kRowB + (kConv + part) * 16) =
@@ -1269,6 +1283,8 @@ namespace wg {
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
+using mma::named_arrive;
+using mma::named_sync;
 using mma::copy_q_rows;
 using mma::fill_fnuz_lut;
 using mma::fast_exp2;
@@ -1279,10 +1295,10 @@ using mma::store_staged_rows;
 using mma::e4m3x8_to_bf16x8;
 using mma::e4m3x8_to_bf16x8_times;
 using mma::e4m3x8_to_bf16x8_scaled;
-using mma::FnuzRule;
 using mma::kFnuzAlways;
 using mma::kFnuzByKind;
-using mma::kFnuzNever;
+using mma::v4_lists_fnuz;
+using mma::with_fnuz_rule;
 using mma::kV4Nope;
 using mma::ue8m0_to_bf16x2;
 
@@ -1372,7 +1388,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bars, int h, uint32_t &phases
     phases ^= 1u << h;
 }
 // The two consumer warpgroups' own barrier (named barrier 1; the loader never joins it).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void consumers_sync() { named_sync<1, 256>(); }
 // This warpgroup's register budget (sm_90a), raised or lowered to N per thread.
 template <int N>
 __device__ __forceinline__ void regs_raise() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
@@ -1592,7 +1608,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
             } else {
                 const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
-                const bool odd = (k.kind & kKindOddScales) != 0;
+                [[maybe_unused]] const bool odd = (k.kind & kKindOddScales) != 0; // MODEL1 only
 #pragma unroll
                 for (int j = 0; j < W::nope / 2; j++) {
                     const int c = my_part + 2 * j; // e4m3 chunk: dims 16 c .. 16 c + 15
@@ -1621,15 +1637,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             }
             if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
         };
-        // The flavour is fixed by the format, or, for V4 lists, by each key's kind only when a
-        // list is e4m3fnuz: a per-key choice puts a branch around every 8 values, which keeps
-        // their conversions from overlapping (always per key: V4P-h64 7265 us, V4D-h64-k512-b128
-        // 87.5; this way 5055 and 68.1).
-        const bool v4_fnuz = is_v4(KVT) && (p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ);
+        // (always per key, V4P-h64 took 7265 us and V4D-h64-k512-b128 87.5; this way 5055 and 68.1)
+        const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
         auto put = [&](int slot, const KeyRef &k, const Staged &st) {
-            if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) put_as(slot, k, st, FnuzRule<kFnuzAlways>{});
-            else if (v4_fnuz) put_as(slot, k, st, FnuzRule<kFnuzByKind>{});
-            else put_as(slot, k, st, FnuzRule<kFnuzNever>{});
+            with_fnuz_rule<KVT>(v4_fnuz, [&](auto rule) { put_as(slot, k, st, rule); });
         };
 
         // fp8_ds_mla: the loader holds one tile in flight, and V3.2's top-k rows lie scattered
@@ -2597,7 +2608,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 if constexpr (FP8) {
                     const int slot = (n0 + i) & 1;
                     if (n0 + i >= 2) wait(kPfVFree + slot);
-                    asm volatile("bar.sync 4, 128;\n" ::: "memory");
+                    named_sync<4, 128>();
                     const unsigned char *st = base + S::vstage + slot * S::vstage_slot;
                     const uint32_t dst = sb + S::v + slot * S::vslot;
                     for (int c = t; c < kPfN * kVChunks; c += 128) {
@@ -2639,12 +2650,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
         // do rather than both at once. Named barrier 2 + w: warpgroup w's turn; every pass has
         // the same number of turns (tiles + 1) in both.
         auto turn_begin = [&] {
-            if (wgi == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-            else asm volatile("bar.sync 3, 256;\n" ::: "memory");
+            if (wgi == 0) named_sync<2, 256>();
+            else named_sync<3, 256>();
         };
         auto turn_end = [&] {
-            if (wgi == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-            else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+            if (wgi == 0) named_arrive<3, 256>();
+            else named_arrive<2, 256>();
         };
         if (wgi == 1) turn_end();
         const int ra = wgi * 64 + (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
