@@ -2866,14 +2866,20 @@ static void test_merge_gpu(test_rng *rng) {
         }
 }
 
-/* Usage: test_gpu [--quick] [TEST ...]: with names (test_merge_gpu, ...), only those run. */
+/* Usage: test_gpu [--quick] [--seed N] [TEST ...]: with names (test_merge_gpu, ...), only those
+ * run; --seed N draws the inputs from another random stream (the default is fixed, so that a
+ * failure repeats). */
 static int g_argc;
 static char **g_argv;
-static unsigned char *g_matched; /* [argc]: argument i named a test that ran */
+static unsigned char *g_matched; /* [argc]: argument i named a test that ran, or is an option */
 static int wanted(const char *name) {
     int i, any = 0;
     for (i = 1; i < g_argc; i++) {
         if (!strcmp(g_argv[i], "--quick")) continue;
+        if (!strcmp(g_argv[i], "--seed")) {
+            i++;
+            continue;
+        }
         any = 1;
         if (!strcmp(g_argv[i], name)) return g_matched[i] = 1;
     }
@@ -2882,19 +2888,32 @@ static int wanted(const char *name) {
 #define RUN(test) do { if (wanted(#test)) test(&rng); } while (0)
 
 int main(int argc, char **argv) {
-    test_rng rng = rng_seed(0x5eed0001u);
+    unsigned long long seed = 0x5eed0001u;
+    test_rng rng;
     int i;
     g_argc = argc;
     g_argv = argv;
     g_matched = (unsigned char *)calloc((size_t)argc, 1);
     if (!g_matched) return 1;
-    for (i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = g_matched[i] = 1;
+        if (!strcmp(argv[i], "--seed")) {
+            char *end = NULL;
+            g_matched[i] = 1;
+            if (i + 1 < argc) seed = strtoull(argv[i + 1], &end, 0);
+            if (i + 1 >= argc || end == argv[i + 1] || *end) {
+                fprintf(stderr, "test_gpu: --seed takes a number\n");
+                return 1;
+            }
+            g_matched[++i] = 1;
+        }
+    }
+    rng = rng_seed(seed);
     if (!gpu_device_count()) {
         fprintf(stderr, "test_gpu: no GPU device\n");
         return 1;
     }
-    printf("test_gpu on %s (%d CUs)%s\n", gpu_name(), gpu_num_cu(), g_quick ? ", quick sweep" : "");
+    printf("test_gpu on %s (%d CUs), seed %#llx%s\n", gpu_name(), gpu_num_cu(), seed, g_quick ? ", quick sweep" : "");
     g_stream = gpu_stream_create();
     RUN(test_head_pad);
     RUN(test_expand_page_indices);
@@ -2918,7 +2937,7 @@ int main(int argc, char **argv) {
     RUN(test_sparse_attention);
     gpu_stream_destroy(g_stream);
     for (i = 1; i < argc; i++) /* a misspelt test name must not pass by running nothing */
-        CHECK(!strcmp(argv[i], "--quick") || g_matched[i], "no test is named %s", argv[i]);
+        CHECK(g_matched[i], "no test is named %s", argv[i]);
     free(g_matched);
     return testing_summary();
 }

@@ -260,10 +260,14 @@ static inline void fill_random_at(void *p, int64_t base, int64_t n, aiter_mla_dt
  * bf16 bound, as for o (SPEC 8's fp8 tolerances). */
 #define TOL_DS_MLA_LSE_ABS 3e-3
 /* fp8 (e4m3fn) prefill on Hopper takes q K^T as e4m3 products on the warpgroup tensor cores,
- * whose sums keep about 14 bits (the DeepSeek-V3 report, 3.3.2): a score moves by up to ~2^-14
- * of its partial sums per 32-dim step, 1.1e-3 to 2.3e-3 of lse on the tests' 192-dim rows. The
- * same three times the bf16 bound. */
-#define TOL_FP8_PREFILL_LSE_ABS 3e-3
+ * whose sums keep about 14 bits (the DeepSeek-V3 report, 3.3.2): each 32-dim step truncates its
+ * products against the largest magnitude in the sum, the same way each step, so a score's error
+ * grows with the steps (6 on 192-dim rows) instead of averaging out. Over the 112 cases of
+ * test_prefill that run these products (--seed 1 .. 7) the largest row error of a case ran
+ * 0.6e-3 .. 3.3e-3, all but one below 2.8e-3 (cases on fp32 sums: about 1e-6). Five times the
+ * bf16 bound leaves that tail room and is still well below what a wrong scale, log base or
+ * masked tile moves an lse by. */
+#define TOL_FP8_PREFILL_LSE_ABS 5e-3
 
 /* ||got - ref|| / ||ref|| over the elements where ref is finite (absolute norm when ref is 0) */
 static inline double rel_err(const float *got, const float *ref, int64_t n) {
