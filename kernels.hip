@@ -479,8 +479,10 @@ __device__ __forceinline__ bool v4_lists_fnuz(const DecodeParams &p) {
     return p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FNUZ || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FNUZ;
 }
 // Calls widen(rule) with the FnuzRule of format KVT: e4m3fnuz formats always; V4 lists per key
-// when v4_fnuz (v4_lists_fnuz, taken once per launch: a per-key choice puts a branch around
-// every 8 values, which keeps their conversions from overlapping); never otherwise.
+// when v4_fnuz (v4_lists_fnuz, taken once per launch, outside the loops: a per-key choice puts
+// a branch around every 8 values, which keeps their conversions from overlapping; always per
+// key, the 64-row loader took 7265 us on V4P-h64 and 87.5 on V4D-h64-k512-b128, this way 5055
+// and 68.1); never otherwise.
 template <int KVT, typename F>
 __device__ __forceinline__ void with_fnuz_rule(bool v4_fnuz, F &&widen) {
     if constexpr (KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz) widen(FnuzRule<kFnuzAlways>{});
@@ -1637,7 +1639,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             }
             if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
         };
-        // (always per key, V4P-h64 took 7265 us and V4D-h64-k512-b128 87.5; this way 5055 and 68.1)
         const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
         auto put = [&](int slot, const KeyRef &k, const Staged &st) {
             with_fnuz_rule<KVT>(v4_fnuz, [&](auto rule) { put_as(slot, k, st, rule); });
