@@ -801,6 +801,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         else if (grp == 0) named_sync<1, kGT>();
         else named_sync<2, kGT>();
     };
+    // The block's barrier at a pass's first tile, which a group without tiles meets at another
+    // instruction than the busy group: so not the aligned __syncthreads (undefined when reached
+    // through two instructions). Only here: every block barrier non-aligned made ptxas spill.
+    auto first_tile_sync = [&]() { named_sync<0, kThreads>(); };
 
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
@@ -886,7 +890,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     cp_async_wait<0>(); // this thread's part of Q
 #pragma unroll
                     for (int b = 0; b < (FP8 ? 4 : 3); b++) {
-                        if (b == 0 && i == 0) __syncthreads();
+                        if (b == 0 && i == 0) first_tile_sync();
                         else group_sync();
                     }
                     continue;
@@ -894,7 +898,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const int slot = i % kStages;
                 cp_async_wait<kStages - 2>(); // this thread's copies of tile i (and Q) are done
                 // everyone's are (tile i landed); the group is done with tile i - 1
-                if (i == 0) __syncthreads();
+                if (i == 0) first_tile_sync();
                 else group_sync();
                 if (i + kStages - 1 < ntiles) {
                     const KeyRef k = key_ref<KVT>(p, pc, key_of(i + kStages - 1), next);
