@@ -771,6 +771,12 @@ __device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int 
     }
 }
 
+// A byte pointer from lane `from` of the warp (every lane calls).
+__device__ __forceinline__ const unsigned char *shfl_bytes_ptr(const unsigned char *ptr, int from) {
+    return reinterpret_cast<const unsigned char *>(
+        (uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)ptr, from));
+}
+
 template <int KVT, int M>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -823,9 +829,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         // tile (an empty one past the last tile, so that wait_group counts tiles). Spread this
         // way a tile costs each thread a few copies; one warp issuing a bulk copy per row spent
         // most of a tile's time issuing. Absent keys are zero-filled by the copies themselves
-        // (MODEL1: the row, then the 16 scale bytes that hold its 8). `next` is the thread's
-        // key's index, loaded one tile earlier, so the issue never waits on memory. valid_s
-        // holds the key's kind (0: absent).
+        // (MODEL1: the row, then the 16 scale bytes that hold its 8). Where the keys lie comes
+        // from tile_key below. valid_s holds the key's kind (0: absent).
         constexpr int kTPK = kGT / kN;
         const int my_key = gt / kTPK, my_part = gt % kTPK;
         auto key_of = [&](int i) { return (grp + i * kGroups) * kN + my_key; };
@@ -867,13 +872,37 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
-            int32_t next = key_entry<KVT>(p, pc, key_of(0)); // the index of the thread's key in the next tile to issue
-            for (int i = 0; i < kStages - 1; i++) {
-                if (i < ntiles) {
-                    const KeyRef k = key_ref<KVT>(p, pc, key_of(i), next);
-                    next = key_entry<KVT>(p, pc, key_of(i + 1));
-                    load_tile(i, k);
+            // The thread's key in the group's tile t (called for t = 0, 1, ... in order, by whole
+            // warps). V4 keys (a list entry, then a page lookup: most of the issue's integer work):
+            // the kTPK threads of a key look it up for kTPK tiles at once, thread my_part for tile
+            // t0 + my_part, and hand each tile's lookup round by shuffles (V4D-h16-k1024-b128 70.3
+            // -> 67.5 us). Paged keys (a page id and a shift): each thread looks its key up itself;
+            // the shuffles measured slower there (D1-fp8 194 -> 199 us). `next` holds the entry, or
+            // the batch's entries, of the following lookup, loaded a tile (a batch) ahead, so a
+            // lookup does not wait on memory.
+            constexpr int kBatch = is_v4(KVT) ? kTPK : 1;
+            int32_t next = key_entry<KVT>(p, pc, key_of(kBatch > 1 ? my_part : 0));
+            [[maybe_unused]] KeyRef batch{};
+            auto tile_key = [&](int t) -> KeyRef {
+                if constexpr (kBatch == 1) {
+                    const KeyRef k = key_ref<KVT>(p, pc, key_of(t), next);
+                    next = key_entry<KVT>(p, pc, key_of(t + 1));
+                    return k;
+                } else {
+                    if (t % kBatch == 0) {
+                        batch = key_ref<KVT>(p, pc, key_of(t + my_part), next);
+                        next = key_entry<KVT>(p, pc, key_of(t + kBatch + my_part));
+                    }
+                    const int from = (lane & ~(kBatch - 1)) | (t % kBatch);
+                    KeyRef k{};
+                    k.row = shfl_bytes_ptr(batch.row, from);
+                    if constexpr (KVT == kV4Model1) k.scales = shfl_bytes_ptr(batch.scales, from);
+                    k.kind = __shfl_sync(0xffffffffu, batch.kind, from);
+                    return k;
                 }
+            };
+            for (int i = 0; i < kStages - 1; i++) {
+                if (i < ntiles) load_tile(i, tile_key(i));
                 cp_async_commit();
             }
             if (kF16) {
@@ -900,11 +929,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // everyone's are (tile i landed); the group is done with tile i - 1
                 if (i == 0) first_tile_sync();
                 else group_sync();
-                if (i + kStages - 1 < ntiles) {
-                    const KeyRef k = key_ref<KVT>(p, pc, key_of(i + kStages - 1), next);
-                    next = key_entry<KVT>(p, pc, key_of(i + kStages));
-                    load_tile(i + kStages - 1, k);
-                }
+                if (i + kStages - 1 < ntiles) load_tile(i + kStages - 1, tile_key(i + kStages - 1));
                 cp_async_commit();
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
