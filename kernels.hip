@@ -774,7 +774,7 @@ __device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int 
 // A byte pointer from lane `from` of the warp (every lane calls).
 __device__ __forceinline__ const unsigned char *shfl_bytes_ptr(const unsigned char *ptr, int from) {
     return reinterpret_cast<const unsigned char *>(
-        (uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)ptr, from));
+        (uintptr_t)aiter_mla__shfl((unsigned long long)(uintptr_t)ptr, from));
 }
 
 template <int KVT, int M>
@@ -897,7 +897,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     KeyRef k{};
                     k.row = shfl_bytes_ptr(batch.row, from);
                     if constexpr (KVT == kV4Model1) k.scales = shfl_bytes_ptr(batch.scales, from);
-                    k.kind = __shfl_sync(0xffffffffu, batch.kind, from);
+                    k.kind = aiter_mla__shfl(batch.kind, from);
                     return k;
                 }
             };
