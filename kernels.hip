@@ -1897,16 +1897,148 @@ __device__ __forceinline__ void fold_lse(float &m, float &s, float x, float sx) 
     m = mn;
 }
 
+// Shared memory of a reduce whose rows take SPLIT > 1 warps (none for a warp per row).
+template <int SPLIT, int V>
+struct ReduceShared {
+    float4 part[SPLIT][AITER_MLA_WARP_SIZE][V];
+    int32_t pm[kReduceThreads]; // the chunk's partial rows and weights
+    float w[kReduceThreads];
+    float2 fold[kReduceWarps];
+};
+template <int V>
+struct ReduceShared<1, V> {};
+
+// One unit of a reduce: query row j (of its tile) and head h, over the dims of span `span`
+// when SPLIT > 1 (the block's warps share it), else all dims (one warp); merged from np
+// pieces, piece k's partial rows starting at partial_row(k); the merged row goes to row tok
+// of p.o (and p.lse). Every thread of the block (SPLIT > 1) or of the warp calls it.
 // SPLIT: warps per row (1, or kReduceWarps for few rows with many pieces); V: float4s per
 // lane in one span of AITER_MLA_WARP_SIZE * 4 * V dims.
+template <int SPLIT, int V, typename PR>
+__device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int j, int h, int np, int64_t tok,
+                                           PR partial_row, ReduceShared<SPLIT, V> &sh) {
+    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V;
+    const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads;
+    const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
+    auto lse_of = [&](int32_t pm) { return lse_col[(int64_t)pm * H]; };
+
+    // weights: thread `me` folds pieces me, me + C, ... (keeping its first), then the folds meet:
+    // the warp's lanes (narrow), or the block's threads (wide: the pieces of a chunk go through
+    // shared memory, so that many pieces cost one round of loads, not one per W)
+    constexpr int C = SPLIT > 1 ? kReduceThreads : W, kB = SPLIT > 1 ? 2 * kReduceBatch : kReduceBatch;
+    const int me = SPLIT > 1 ? (int)threadIdx.x : lane;
+    int32_t pm0 = 0;
+    float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
+    for (int k = me; k < np; k += C) {
+        const int32_t pm = partial_row(k);
+        const float x = lse_of(pm);
+        if (k == me) pm0 = pm, l0 = x;
+        fold_lse(m, s, x, 1.0f);
+    }
+    for (int o = W / 2; o > 0; o >>= 1) {
+        const float mo = aiter_mla__shfl_xor(m, o), so = aiter_mla__shfl_xor(s, o);
+        fold_lse(m, s, mo, so);
+    }
+    if constexpr (SPLIT > 1) {
+        if (lane == 0) sh.fold[warp] = make_float2(m, s);
+        __syncthreads();
+        m = neg_inf();
+        s = 0.0f;
+        for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, sh.fold[w2].x, sh.fold[w2].y);
+    }
+    const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
+    const float f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
+
+    const int d_lo = SPLIT > 1 ? span * kSpan : 0, d_hi = SPLIT > 1 ? min(p.dv, d_lo + kSpan) : p.dv; // the unit's dims
+    for (int d0 = d_lo; d0 < d_hi; d0 += kSpan) {
+        float4 acc[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
+            int32_t pm = pm0;
+            float x = l0;
+            if (c0 > 0) {
+                pm = c0 + me < np ? partial_row(c0 + me) : 0;
+                x = c0 + me < np ? lse_of(pm) : neg_inf();
+            }
+            const float w = __expf(x - g); // 0 past the pieces
+            if constexpr (SPLIT > 1) {
+                __syncthreads(); // the last chunk's readers are done (and fold's)
+                sh.pm[me] = pm;
+                sh.w[me] = w;
+                __syncthreads();
+            }
+            const int cnt = min(C, np - c0);
+            for (int i = SPLIT > 1 ? warp : 0; i < cnt; i += SPLIT * kB) {
+                float4 val[kB][V];
+                float wb[kB];
+#pragma unroll
+                for (int b = 0; b < kB; b++) { // issue every load of the batch first
+                    const int q = i + b * SPLIT;
+                    int32_t pmq;
+                    if constexpr (SPLIT > 1) {
+                        pmq = sh.pm[q < C ? q : 0];
+                        wb[b] = q < cnt ? sh.w[q] : 0.0f;
+                    } else {
+                        pmq = aiter_mla__shfl(pm, q % W);
+                        wb[b] = aiter_mla__shfl(w, q % W);
+                    }
+                    const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
+#pragma unroll
+                    for (int v = 0; v < V; v++) {
+                        const int d4 = lane + v * W;
+                        val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < kB; b++)
+#pragma unroll
+                    for (int v = 0; v < V; v++) {
+                        acc[v].x += wb[b] * val[b][v].x;
+                        acc[v].y += wb[b] * val[b][v].y;
+                        acc[v].z += wb[b] * val[b][v].z;
+                        acc[v].w += wb[b] * val[b][v].w;
+                    }
+            }
+        }
+        if constexpr (SPLIT > 1) { // the block's warps meet
+#pragma unroll
+            for (int v = 0; v < V; v++) sh.part[warp][lane][v] = acc[v];
+            __syncthreads();
+            if (warp == 0)
+                for (int w2 = 1; w2 < SPLIT; w2++)
+#pragma unroll
+                    for (int v = 0; v < V; v++) {
+                        acc[v].x += sh.part[w2][lane][v].x;
+                        acc[v].y += sh.part[w2][lane][v].y;
+                        acc[v].z += sh.part[w2][lane][v].z;
+                        acc[v].w += sh.part[w2][lane][v].w;
+                    }
+        }
+        if (SPLIT == 1 || warp == 0) {
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                const int d = d0 + (lane + v * W) * 4;
+                if (d < p.dv) {
+                    const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d;
+                    aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x * f);
+                    aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y * f);
+                    aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z * f);
+                    aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w * f);
+                }
+            }
+        }
+        if constexpr (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
+    }
+    if (lane == 0 && (SPLIT == 1 || (warp == 0 && span == 0)) && p.lse)
+        p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
+}
+
 template <int SPLIT, int V>
 __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
     constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V, kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
-    __shared__ float4 part[SPLIT][W][V];
-    __shared__ int32_t pm_s[SPLIT > 1 ? kReduceThreads : 1]; // wide: the chunk's partial rows, weights
-    __shared__ float w_s[SPLIT > 1 ? kReduceThreads : 1];
-    __shared__ float2 fold_s[kReduceWarps];
-    const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
+    __shared__ ReduceShared<SPLIT, V> sh;
+    const int warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
     const int spans = SPLIT > 1 ? (p.dv + kSpan - 1) / kSpan : 1; // wide: a unit per span
     const bool uniform = p.uniform_splits > 0;
     const int64_t units = (uniform ? p.uniform_tiles : (int64_t)*p.num_tiles) * R * H * spans;
@@ -1918,114 +2050,8 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         const int k0 = uniform ? t * p.uniform_splits : p.indptr[t], np = uniform ? p.uniform_splits : p.indptr[t + 1] - k0;
         const int qs = uniform ? t : p.final_map[2 * t];
         if (np < 2 || j >= (uniform ? 1 : p.final_map[2 * t + 1] - qs)) continue; // no partials, or past the tile's rows
-        auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; }; // piece k's first partial row
-        const int64_t tok = qs + j;
-        const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
-
-        // weights: thread `me` folds pieces me, me + C, ... (keeping its first), then the folds meet:
-        // the warp's lanes (narrow), or the block's threads (wide: the pieces of a chunk go through
-        // shared memory, so that many pieces cost one round of loads, not one per W)
-        constexpr int C = SPLIT > 1 ? kReduceThreads : W, kB = SPLIT > 1 ? 2 * kReduceBatch : kReduceBatch;
-        const int me = SPLIT > 1 ? (int)threadIdx.x : lane;
-        int32_t pm0 = 0;
-        float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
-        for (int k = me; k < np; k += C) {
-            const int32_t pm = partial_row(k);
-            const float x = lse_col[(int64_t)pm * H];
-            if (k == me) pm0 = pm, l0 = x;
-            fold_lse(m, s, x, 1.0f);
-        }
-        for (int o = W / 2; o > 0; o >>= 1) {
-            const float mo = aiter_mla__shfl_xor(m, o), so = aiter_mla__shfl_xor(s, o);
-            fold_lse(m, s, mo, so);
-        }
-        if (SPLIT > 1) {
-            if (lane == 0) fold_s[warp] = make_float2(m, s);
-            __syncthreads();
-            m = neg_inf();
-            s = 0.0f;
-            for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, fold_s[w2].x, fold_s[w2].y);
-        }
-        const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
-        const float f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
-
-        const int d_lo = SPLIT > 1 ? span * kSpan : 0, d_hi = SPLIT > 1 ? min(p.dv, d_lo + kSpan) : p.dv; // the unit's dims
-        for (int d0 = d_lo; d0 < d_hi; d0 += kSpan) {
-            float4 acc[V];
-#pragma unroll
-            for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
-                int32_t pm = pm0;
-                float x = l0;
-                if (c0 > 0) {
-                    pm = c0 + me < np ? partial_row(c0 + me) : 0;
-                    x = c0 + me < np ? lse_col[(int64_t)pm * H] : neg_inf();
-                }
-                const float w = __expf(x - g); // 0 past the pieces
-                if (SPLIT > 1) {
-                    __syncthreads(); // the last chunk's readers are done (and fold_s's)
-                    pm_s[me] = pm;
-                    w_s[me] = w;
-                    __syncthreads();
-                }
-                const int cnt = min(C, np - c0);
-                for (int i = SPLIT > 1 ? warp : 0; i < cnt; i += SPLIT * kB) {
-                    float4 val[kB][V];
-                    float wb[kB];
-#pragma unroll
-                    for (int b = 0; b < kB; b++) { // issue every load of the batch first
-                        const int q = i + b * SPLIT;
-                        const int32_t pmq = SPLIT > 1 ? pm_s[q < C ? q : 0] : aiter_mla__shfl(pm, q % W);
-                        wb[b] = SPLIT > 1 ? (q < cnt ? w_s[q] : 0.0f) : aiter_mla__shfl(w, q % W);
-                        const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
-#pragma unroll
-                        for (int v = 0; v < V; v++) {
-                            const int d4 = lane + v * W;
-                            val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                        }
-                    }
-#pragma unroll
-                    for (int b = 0; b < kB; b++)
-#pragma unroll
-                        for (int v = 0; v < V; v++) {
-                            acc[v].x += wb[b] * val[b][v].x;
-                            acc[v].y += wb[b] * val[b][v].y;
-                            acc[v].z += wb[b] * val[b][v].z;
-                            acc[v].w += wb[b] * val[b][v].w;
-                        }
-                }
-            }
-            if (SPLIT > 1) { // the block's warps meet
-#pragma unroll
-                for (int v = 0; v < V; v++) part[warp][lane][v] = acc[v];
-                __syncthreads();
-                if (warp == 0)
-                    for (int w2 = 1; w2 < SPLIT; w2++)
-#pragma unroll
-                        for (int v = 0; v < V; v++) {
-                            acc[v].x += part[w2][lane][v].x;
-                            acc[v].y += part[w2][lane][v].y;
-                            acc[v].z += part[w2][lane][v].z;
-                            acc[v].w += part[w2][lane][v].w;
-                        }
-            }
-            if (SPLIT == 1 || warp == 0) {
-#pragma unroll
-                for (int v = 0; v < V; v++) {
-                    const int d = d0 + (lane + v * W) * 4;
-                    if (d < p.dv) {
-                        const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d;
-                        aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x * f);
-                        aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y * f);
-                        aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z * f);
-                        aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w * f);
-                    }
-                }
-            }
-            if (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
-        }
-        if (lane == 0 && (SPLIT == 1 || (warp == 0 && span == 0)) && p.lse)
-            p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
+        reduce_row<SPLIT, V>(
+            p, span, j, h, np, (int64_t)qs + j, [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; }, sh);
     }
 }
 

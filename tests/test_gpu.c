@@ -193,10 +193,6 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     a.sm_scale = ldexpf(0.1f, -c->q_exp);
     a.q_scale = q_scale;
     a.kv_scale = kv_scale;
-    CHECK_STATUS(aiter_mla_decode(&a, g_stream), AITER_MLA_OK, "");
-    gpu_sync();
-    gpu_download(o_gpu, d_o, (size_t)(T * o_rows) * o_e);
-    gpu_download(lse_gpu, d_lse, (size_t)(T * H) * 4);
 
     /* reference on the host copies */
     aiter_mla_decode_args r = a;
@@ -212,8 +208,20 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     r.workspace = NULL;
     ref_decode_parallel(&r, T);
 
-    /* compare the written region (strided rows: only the [H, 512] part of each row) */
-    {
+    /* two launches on one plan and workspace (as every layer of a step does): the second is as
+     * right as the first, and the plan is left as it was uploaded */
+    int run;
+    for (run = 0; run < 2; run++) {
+        if (run) {
+            gpu_memset(d_o, 0xff, (size_t)(T * o_rows + 1) * o_e);
+            gpu_memset(d_lse, 0xff, (size_t)(T * H + 1) * 4);
+        }
+        CHECK_STATUS(aiter_mla_decode(&a, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(o_gpu, d_o, (size_t)(T * o_rows) * o_e);
+        gpu_download(lse_gpu, d_lse, (size_t)(T * H) * 4);
+
+        /* compare the written region (strided rows: only the [H, 512] part of each row) */
         float *g = (float *)test_malloc((size_t)(T * H * 512 + 1) * 4), *f = (float *)test_malloc((size_t)(T * H * 512 + 1) * 4);
         int64_t t;
         int64_t unwritten = 0;
@@ -222,12 +230,18 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
             to_f32((const char *)o_ref + (size_t)(t * o_rows) * o_e, f + t * H * 512, (int64_t)H * 512, c->o_dtype);
         }
         for (i = 0; i < T * H * 512; i++) unwritten += g[i] != g[i];
-        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        CHECK(unwritten == 0, "%s (launch %d): %lld output elements unwritten or NaN", what, run + 1, (long long)unwritten);
         if (kv_fp8 || dtype_is_fp8(c->q_dtype)) CHECK_CLOSE(what, g, f, T * H * 512, TOL_FP8_REL, TOL_FP8_COS);
         else CHECK_CLOSE(what, g, f, T * H * 512, TOL_BF16_REL, TOL_BF16_COS);
         if (c->with_lse) CHECK_LSE(what, lse_gpu, lse_ref, T * H);
         free(g);
         free(f);
+    }
+    {
+        int32_t *back = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
+        gpu_download(back, d_plan, (size_t)info.plan_ints * 4);
+        CHECK(memcmp(back, plan, (size_t)info.plan_ints * 4) == 0, "%s: the plan differs after two decodes", what);
+        free(back);
     }
 
     gpu_free(d_q); gpu_free(d_kv); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_qo); gpu_free(d_kvp);
