@@ -601,6 +601,7 @@ typedef struct prefill_case {
     aiter_mla_dtype dtype, o_dtype;
     int with_lse;
     int odd_strides;   /* row strides that are not whole 16-byte units: the portable kernel */
+    int o_pad;         /* elements past H * dv in o's row stride alone (3: o stored value by value) */
 } prefill_case;
 
 static void run_prefill_case(const prefill_case *c, test_rng *rng) {
@@ -622,11 +623,12 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     }
     const int64_t Tq = cq[B], Tk = ck[B];
     const int64_t pad = c->odd_strides ? 3 : 0;
-    const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad;
+    const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad + c->o_pad;
     const size_t e = aiter_mla_dtype_size(c->dtype), oe = aiter_mla_dtype_size(c->o_dtype);
-    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s cu=%d", H, c->dqk, c->dv, B,
-             (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
-             aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->num_cu);
+    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d", H, c->dqk, c->dv,
+             B, (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
+             aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
+             c->num_cu);
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
@@ -721,8 +723,13 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
             to_f32((const char *)o_gpu + (size_t)(t * ost) * oe, g + t * H * c->dv, (int64_t)H * c->dv, c->o_dtype);
             to_f32((const char *)o_ref + (size_t)(t * ost) * oe, f + t * H * c->dv, (int64_t)H * c->dv, c->o_dtype);
         }
+        int64_t pad_written = 0;
         for (i = 0; i < n; i++) unwritten += g[i] != g[i];
         CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+        for (t = 0; t < Tq; t++) /* the stride's padding keeps its poison */
+            for (i = (int64_t)H * c->dv * (int64_t)oe; i < ost * (int64_t)oe; i++)
+                pad_written += ((const unsigned char *)o_gpu)[t * ost * (int64_t)oe + i] != 0xff;
+        CHECK(pad_written == 0, "%s: %lld bytes of o's row padding written", what, (long long)pad_written);
         if (fp8) CHECK_CLOSE(what, g, f, n, TOL_FP8_REL, TOL_FP8_COS);
         else CHECK_CLOSE(what, g, f, n, TOL_BF16_REL, TOL_BF16_COS);
         if (c->with_lse) CHECK_LSE_TOL(what, lse_gpu, lse_ref, H * Tq, fp8 ? TOL_FP8_PREFILL_LSE_ABS : TOL_LSE_ABS);
@@ -787,6 +794,26 @@ static void test_prefill(test_rng *rng) {
                     c.odd_strides = mode == 2;
                     run_prefill_case(&c, rng);
                 }
+            }
+    /* o's stride alone not in whole 16-byte units (values stored one by one), or padded by 16
+       bytes (whole 16-byte stores at a stride of its own); 16-bit o from either input type */
+    for (di = 0; di < 2; di++)
+        for (ti = 0; ti < 2; ti++)
+            for (causal = 0; causal < 2; causal++) {
+                memset(&c, 0, sizeof c);
+                c.heads = 16;
+                c.dqk = di ? 128 : 192;
+                c.dv = 128;
+                c.batch = 4;
+                c.causal = causal;
+                c.max_len = g_quick ? 150 : 400;
+                c.dtype = ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
+                c.o_dtype = causal ? AITER_MLA_F16 : AITER_MLA_BF16;
+                c.with_lse = 1;
+                c.o_pad = 3;
+                run_prefill_case(&c, rng);
+                c.o_pad = 8;
+                run_prefill_case(&c, rng);
             }
     printf("prefill: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
