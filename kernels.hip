@@ -44,6 +44,13 @@ constexpr int kL = AITER_MLA_LATENT_DIM; // 512: V and o
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Whether o's rows take whole 16-byte stores: a 16-bit dtype, a 16-byte aligned base, strides
+// in whole 16-byte units (8 elements).
+__host__ __device__ inline bool o_rows16(const void *o, aiter_mla_dtype dtype, int64_t stride_token, int64_t stride_head) {
+    return (dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16) && ((uintptr_t)o & 15) == 0 && stride_token % 8 == 0 &&
+           stride_head % 8 == 0;
+}
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 
@@ -724,8 +731,7 @@ __device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? 
 __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const Piece &pc, const float *stage,
                                                   const long long *row_at, int rows, int tid, int threads) {
     const aiter_mla_decode_args &a = p.a;
-    const bool half = a.o_dtype == AITER_MLA_BF16 || a.o_dtype == AITER_MLA_F16;
-    if (pc.loc < 0 && half && ((uintptr_t)a.o & 15) == 0 && a.o_stride_token % 8 == 0 && a.o_stride_head % 8 == 0) {
+    if (pc.loc < 0 && o_rows16(a.o, a.o_dtype, a.o_stride_token, a.o_stride_head)) {
         // 16-bit o in 16-byte aligned rows: 8 dims per store (the same rounding as the scalar path)
         for (int c = tid; c < rows * kL / 8; c += threads) {
             const float *x = stage + c / (kL / 8) * kStageRow + c % (kL / 8) * 8;
@@ -2082,7 +2088,7 @@ struct PrefillParams {
     float *part_lse;            // [max_partial_rows, H]
     float score_scale;          // sm_scale (* q_scale * k_scale for fp8) * log2(e)
     float v_scale;              // fp8: v_scale, else 1
-    bool o_rows16;              // o is bf16 or f16, 16-byte aligned, strides whole 16-byte units
+    bool o_rows16;              // o_rows16() of o: the wgmma kernel stores whole 16-byte chunks
 };
 
 struct PrefillUnit {
@@ -2558,7 +2564,6 @@ static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up 
 // consumers, after their last S: the next pass's Q loads during the last P V and the stores);
 // kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
 // kPfVFree + s: both consumers are done with slot s's K, V.
-constexpr int kPfStageWarp = 16 * 128; // a consumer warp's staging of o: its 16 rows, 64 16-bit dims at a time
 constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfHandoffs = 10;
 __host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfKFree ? 256 : 128; }
 
@@ -2573,8 +2578,9 @@ struct PfSmem { // byte offsets from a 1024-byte aligned base
     static constexpr int vstage = v + 2 * vslot;          // fp8: two slots of V's e4m3 rows as copied, [kPfN][DV]
     static constexpr int vstage_slot = FP8 ? kPfN * DV : 0;
     static constexpr int bars = vstage + 2 * vstage_slot; // uint64 [kPfHandoffs]
-    static constexpr int stage_o = (bars + kPfHandoffs * 8 + 127) / 128 * 128; // per consumer warp: 16 rows x 128 B
-    static constexpr int total = stage_o + 8 * kPfStageWarp + 1024; // + the alignment of the base
+    static constexpr int stage_warp = 16 * 128;           // a consumer warp's o: 16 rows, 64 16-bit dims at a time
+    static constexpr int stage_o = (bars + kPfHandoffs * 8 + 127) / 128 * 128; // [8 consumer warps][stage_warp]
+    static constexpr int total = stage_o + 8 * stage_warp + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
 };
 
@@ -2858,7 +2864,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 // of 128 B with their 16-byte chunks rotated by the row, so that neither side
                 // conflicts), then 16-byte stores, 8 lanes a row. Element by element, the stores
                 // took 11 us of a 4096-row block's 54 (P1) and 22 of 196 (P4).
-                const uint32_t st = sb + S::stage_o + (wgi * 4 + (t >> 5)) * kPfStageWarp;
+                static_assert(DV % 64 == 0, "o is staged 64 dims at a time");
+                const uint32_t st = sb + S::stage_o + (wgi * 4 + (t >> 5)) * S::stage_warp;
                 const bool f16_out = a.o_dtype == AITER_MLA_F16;
                 const int row0 = wgi * 64 + (t >> 5) * 16; // the warp's first row of the pass
                 unsigned char *o_row = static_cast<unsigned char *>(a.o) +
@@ -3997,8 +4004,7 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     p.v_scale = fp8 ? a->v_scale : 1.0f;
     p.work_indptr = p.work_info = nullptr;
     p.part_o = p.part_lse = nullptr;
-    p.o_rows16 = (a->o_dtype == AITER_MLA_BF16 || a->o_dtype == AITER_MLA_F16) && ((uintptr_t)a->o & 15) == 0 &&
-                 a->o_stride_token % 8 == 0 && a->o_stride_head % 8 == 0 && a->dv % 64 == 0;
+    p.o_rows16 = o_rows16(a->o, a->o_dtype, a->o_stride_token, a->o_stride_head);
     const aiter_mla_prefill_plan_info *info = a->plan ? a->plan_info : nullptr;
     if (info) {
         p.work_indptr = a->plan + info->off_work_indptr;
