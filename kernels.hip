@@ -1343,9 +1343,15 @@ constexpr int kThreads = 384, kN = 64, kM = 64; // three warpgroups; keys per ti
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
 // 168 at entry; the budgets redistribute exactly that (the softmax warpgroup holds S, P and half
-// of O; the second holds the other half of O; the loader holds a tile's share of fp8 bytes).
-constexpr int kRegsSoftmax = 232, kRegsPv = 160, kRegsLoad = 112;
-static_assert(kRegsSoftmax + kRegsPv + kRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
+// of O; the second holds the other half of O). The loader of fp8 keys holds a tile's share of
+// the bytes; that of bf16 keys only issues cp.async, and its registers go to the consumers,
+// which then need no spills (112 / 160 / 232 left the second 100 bytes of spills).
+constexpr int kRegsEntry = 168;
+template <bool kWide>
+struct Regs {
+    static constexpr int load = kWide ? 112 : 56, pv = kWide ? 160 : 192, softmax = kWide ? 232 : 256;
+    static_assert(softmax + pv + load == 3 * kRegsEntry, "the budgets must add up to the entry allocation");
+};
 // The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
 // writes) and the other side waits on the phase parity. kFull + s: slot s holds its tile (loader);
 // kEmpty + s: both consumers are done with slot s; kPReady: P and alpha are written (warpgroup 0);
@@ -1431,6 +1437,12 @@ template <int N>
 __device__ __forceinline__ void regs_raise() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
 __device__ __forceinline__ void regs_lower() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// ... to N from the entry allocation, whichever way that goes.
+template <int N>
+__device__ __forceinline__ void regs_set() {
+    if constexpr (N > kRegsEntry) regs_raise<N>();
+    else if constexpr (N < kRegsEntry) regs_lower<N>();
+}
 // 16 bytes from global memory (read-only for the kernel, streamed past L1), or zeros when !ok.
 __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -1630,7 +1642,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     if (wgi == 2) {
         // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
         // the consumers. Two threads per key (see Wide).
-        regs_lower<kRegsLoad>();
+        regs_set<Regs<W::on>::load>();
         const int my_key = t >> 1, my_part = t & 1;
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
@@ -1751,7 +1763,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     } else if (wgi == 0) {
         // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
         // row's rescale factor handed to warpgroup 1.
-        regs_raise<kRegsSoftmax>();
+        regs_set<Regs<W::on>::softmax>();
         uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
@@ -1843,7 +1855,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         });
     } else {
         // O[:, 256:512] += P V with P and the rescale factors from warpgroup 0.
-        regs_lower<kRegsPv>();
+        regs_set<Regs<W::on>::pv>();
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
