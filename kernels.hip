@@ -1346,7 +1346,7 @@ constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 
 // of O; the second holds the other half of O). The loader of fp8 keys holds a tile's share of
 // the bytes; that of bf16 keys only issues cp.async, and its registers go to the consumers,
 // which then need no spills (112 / 160 / 232 left the second 100 bytes of spills).
-constexpr int kRegsEntry = 168;
+constexpr int kRegsEntry = 65536 / kThreads / 8 * 8; // the register file over the block, in steps of 8: 168
 template <bool kWide>
 struct Regs {
     static constexpr int load = kWide ? 112 : 56, pv = kWide ? 160 : 192, softmax = kWide ? 232 : 256;
@@ -2571,7 +2571,7 @@ constexpr int kPfPanel = 128 * 128;          // one swizzled block: 128 rows x 6
 // Registers per thread after setmaxnreg: 2 x 224 + 56 = 3 x 168, the entry allocation. (232 and
 // 40 spilled in the loader: 224 and 56 measured P1 1815 -> 1714 us, P1-fp8 1571 -> 1538.)
 constexpr int kPfRegsMma = 224, kPfRegsLoad = 56;
-static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * 168, "the budgets must add up to the entry allocation");
+static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * kRegsEntry, "the budgets must add up to the entry allocation");
 // The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass reads Q no more (both
 // consumers, after their last S: the next pass's Q loads during the last P V and the stores);
 // kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
