@@ -1354,10 +1354,10 @@ struct Regs {
 };
 // The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
 // writes) and the other side waits on the phase parity. kFull + s: slot s holds its tile (loader);
-// kEmpty + s: both consumers are done with slot s; kPReady: P and alpha are written (warpgroup 0);
-// kPFree: P is read (warpgroup 1); kQReady: the pass's Q is in (loader); kDone: the pass's rows
+// kEmpty + s: both consumers are done with slot s; kPReady + s: P and alpha of slot s's tile are
+// written (warpgroup 0); kQReady: the pass's Q is in (loader); kDone: the pass's rows
 // are stored, Q, slots and P are free (both consumers).
-constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kPFree = 5, kQReady = 6, kDone = 7, kHandoffs = 8;
+constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHandoffs = 8;
 __host__ __device__ constexpr int handoff_arrivals(int h) { return h == kEmpty || h == kEmpty + 1 || h == kDone ? 256 : 128; }
 
 // How the loader brings a key row into a slot. bf16 rows: cp.async. fp8 rows: loaded into
@@ -1385,16 +1385,21 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     static constexpr int q = 0;                   // Q: [blocks] swizzled blocks of the pass's 64 rows
     static constexpr int keys = q + blocks * kBlk; // two slots of a 64-key tile, same layout
     static constexpr int slot = blocks * kBlk;
-    static constexpr int pbuf = keys + 2 * slot;   // P: 64 rows x 64 keys, one swizzled block
-    static constexpr int alpha = pbuf + kBlk;      // float [64]: each row's rescale factor of the tile
-    static constexpr int row_at = alpha + kM * 4;  // int64 [64]: where each row's o (or partial) starts
-    static constexpr int valid = row_at + kM * 8;  // int8 [2][64]: each slot's key kinds (0: absent)
-    static constexpr int inv = valid + 2 * kN;     // float [64]: each row's o factor at the end of a pass
+    // P of a slot's tile (64 rows x 64 keys, one swizzled block), which warpgroup 1 reads: with
+    // 576-dim keys it takes the tile's rope block, which only S reads (no room for two more
+    // blocks); 512-dim passes have two blocks of their own
+    static constexpr int pbufs = DQ > kL ? 0 : 2;
+    static constexpr int pbuf = keys + 2 * slot;
+    __device__ static constexpr int p_at(int s) { return pbufs ? pbuf + s * kBlk : keys + s * slot + kL / 64 * kBlk; }
+    static constexpr int alpha = pbuf + pbufs * kBlk; // float [2][64]: each row's rescale factor of a slot's tile
+    static constexpr int row_at = alpha + 2 * kM * 4; // int64 [64]: where each row's o (or partial) starts
+    static constexpr int valid = row_at + kM * 8;  // uint32 [2][4]: each slot's present keys, key c at bit 2 c (and 2 c + 1)
+    static constexpr int inv = valid + 2 * 4 * 4; // float [64]: each row's o factor at the end of a pass
     static constexpr int lut = inv + kM * 4;       // uint16 [256]: bf16 of each e4m3fnuz code
     static constexpr int bars = lut + (kLut ? 512 : 0); // uint64 [kHandoffs]
     static constexpr int total = bars + kHandoffs * 8 + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
-    static_assert(2 * slot + kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
+    static_assert(2 * slot + pbufs * kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
 };
 
 // Byte offset of 16-byte chunk c of row r in swizzled blocks of ROWS rows x 64 dims.
@@ -1605,7 +1610,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     const int ra = (t >> 5) * 16 + (lane >> 2), rb = ra + 8; // this thread's rows of the accumulators
     float *alpha_s = reinterpret_cast<float *>(base + S::alpha), *inv_s = reinterpret_cast<float *>(base + S::inv);
     long long *row_at = reinterpret_cast<long long *>(base + S::row_at);
-    signed char *valid_s = reinterpret_cast<signed char *>(base + S::valid);
+    uint32_t *valid_s = reinterpret_cast<uint32_t *>(base + S::valid);
     uint16_t *lut = reinterpret_cast<uint16_t *>(base + S::lut);
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
@@ -1696,7 +1701,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int j = W::nope / 2; j < W::loads; j++) // the bf16 rope, as it is
                     store16_shared(dst + swz(my_key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
             }
-            if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
+            // the tile's present keys: a warp's 16 keys, both threads of each, a word
+            const uint32_t present = __ballot_sync(0xffffffffu, k.kind != 0);
+            if (lane == 0) valid_s[slot * 4 + (t >> 5)] = present;
         };
         const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
         auto put = [&](int slot, const KeyRef &k, const Staged &st) {
@@ -1764,7 +1771,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
         // row's rescale factor handed to warpgroup 1.
         regs_set<Regs<W::on>::softmax>();
-        uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::pbuf);
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
@@ -1778,6 +1784,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kFull + slot);
+                    // the tile's present keys, read while S runs (after it, the read queues behind the
+                    // loader's copies into shared memory)
+                    const uint4 present = *reinterpret_cast<const uint4 *>(valid_s + slot * 4);
                     float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
                     wgmma_fence();
 #pragma unroll
@@ -1793,11 +1802,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     const int64_t k0 = (int64_t)i * kN;
                     const int nk = (int)min((int64_t)kN, pc.n - k0);
                     const int kma = tile_key_limit(pc, lima, k0, nk), kmb = tile_key_limit(pc, limb, k0, nk);
-                    const signed char *valid = valid_s + slot * kN;
+                    if ((present.x & present.y & present.z & present.w) != ~0u || min(kma, kmb) < kN - 1) {
+                        // key c of s[j] is word j / 8's bit 2 c % 32 = 16 (j / 4 % 2) + 4 (lane % 4) + 2 (j % 2)
+                        const uint32_t pw[4] = {present.x >> 4 * (lane & 3), present.y >> 4 * (lane & 3), present.z >> 4 * (lane & 3),
+                                                present.w >> 4 * (lane & 3)};
 #pragma unroll
-                    for (int j = 0; j < 32; j++) {
-                        const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
-                        if (!valid[c] || c > ((j & 2) ? kmb : kma)) s[j] = neg_inf();
+                        for (int j = 0; j < 32; j++) {
+                            const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
+                            if (!(pw[j >> 3] >> (16 * ((j >> 2) & 1) + 2 * (j & 1)) & 1u) || c > ((j & 2) ? kmb : kma)) s[j] = neg_inf();
+                        }
                     }
                     float fa, fb;
                     online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
@@ -1811,7 +1824,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
                         pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
                     }
-                    if (i > 0) wait(kPFree); // warpgroup 1 has read the previous P
+                    uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::p_at(slot)); // S, its only other reader, is done
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
                         const int w = (lane & 3);
@@ -1821,11 +1834,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         p_s[(swz(rb, 2 * kk + 1) >> 2) + w] = pa[kk][3];
                     }
                     if ((lane & 3) == 0) {
-                        alpha_s[ra] = fa;
-                        alpha_s[rb] = fb;
+                        alpha_s[slot * kM + ra] = fa;
+                        alpha_s[slot * kM + rb] = fb;
                     }
                     fence_async_shared();
-                    arrive(kPReady);
+                    arrive(kPReady + slot);
                     rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
@@ -1865,18 +1878,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int e = 0; e < 128; e++) acc[e] = 0.0f;
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
-                    wait(kPReady); // P and alpha of tile i are written (after the tile landed)
-                    rescale_rows(acc, alpha_s[ra], alpha_s[rb]);
+                    wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
+                    rescale_rows(acc, alpha_s[slot * kM + ra], alpha_s[slot * kM + rb]);
                     pin(acc);
                     wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < kN / 16; kk++)
-                        mma_64x256_ss(acc, desc(sb + S::pbuf + kk * 32, 16, 1024),
+                        mma_64x256_ss(acc, desc(sb + S::p_at(slot) + kk * 32, 16, 1024),
                                       desc(sb + S::keys + slot * S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 1 < ntiles) arrive(kPFree);
                     if (i + 2 < ntiles) arrive(kEmpty + slot);
                 }
                 finish_pass(acc, pc, R);
