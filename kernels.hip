@@ -1340,6 +1340,7 @@ using mma::kV4Nope;
 using mma::ue8m0_to_bf16x2;
 
 constexpr int kThreads = 384, kN = 64, kM = 64; // three warpgroups; keys per tile; rows per pass
+constexpr int kPresentWords = kN / 16;          // a tile's present-key words: one per loader warp (16 keys)
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
 // 168 at entry; the budgets redistribute exactly that (the softmax warpgroup holds S, P and half
@@ -1393,8 +1394,8 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     __device__ static constexpr int p_at(int s) { return pbufs ? pbuf + s * kBlk : keys + s * slot + kL / 64 * kBlk; }
     static constexpr int alpha = pbuf + pbufs * kBlk; // float [2][64]: each row's rescale factor of a slot's tile
     static constexpr int row_at = alpha + 2 * kM * 4; // int64 [64]: where each row's o (or partial) starts
-    static constexpr int valid = row_at + kM * 8;  // uint32 [2][4]: each slot's present keys, key c at bit 2 c (and 2 c + 1)
-    static constexpr int inv = valid + 2 * 4 * 4; // float [64]: each row's o factor at the end of a pass
+    static constexpr int valid = row_at + kM * 8;  // uint32 [2][kPresentWords]: each slot's present keys, key c at bits 2 c, 2 c + 1
+    static constexpr int inv = valid + 2 * kPresentWords * 4; // float [64]: each row's o factor at the end of a pass
     static constexpr int lut = inv + kM * 4;       // uint16 [256]: bf16 of each e4m3fnuz code
     static constexpr int bars = lut + (kLut ? 512 : 0); // uint64 [kHandoffs]
     static constexpr int total = bars + kHandoffs * 8 + 1024; // + the alignment of the base
@@ -1703,7 +1704,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             }
             // the tile's present keys: a warp's 16 keys, both threads of each, a word
             const uint32_t present = __ballot_sync(0xffffffffu, k.kind != 0);
-            if (lane == 0) valid_s[slot * 4 + (t >> 5)] = present;
+            if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
         };
         const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
         auto put = [&](int slot, const KeyRef &k, const Staged &st) {
@@ -1786,7 +1787,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wait(kFull + slot);
                     // the tile's present keys, read while S runs (after it, the read queues behind the
                     // loader's copies into shared memory)
-                    const uint4 present = *reinterpret_cast<const uint4 *>(valid_s + slot * 4);
+                    static_assert(kPresentWords == 4, "a tile's present keys are read as one uint4");
+                    const uint4 present = *reinterpret_cast<const uint4 *>(valid_s + slot * kPresentWords);
                     float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
                     wgmma_fence();
 #pragma unroll
