@@ -1904,13 +1904,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
-// Each output row (query row j of reduce tile t, head h) is merged by one warp, or, when
-// rows are few and pieces many (a batch-1 decode split over every CU), by the warps of a
-// block, each taking every kReduceWarps-th piece of one span of dims and meeting in shared
-// memory. A warp's lanes load the pieces' lse (a piece per lane) and fold them into the
-// weights by shuffles; then the warp streams the partial rows with 16-byte loads,
-// kReduceBatch pieces in flight. Rows are few enough dependent loads deep that thousands
-// of them finish in a few microseconds.
+// Each span of an output row (query row j of reduce tile t, head h; 128 dims, or 512 in
+// reduce_kernel<1, 4>) is merged by one warp, or, when rows are few and pieces many (a
+// batch-1 decode split over every CU), by the warps of a block, each taking every kReduceWarps-th piece and meeting in shared memory. A
+// warp's lanes load the pieces' lse (a piece per lane) and fold them into the weights by
+// shuffles; then the warp streams its span of the partial rows with 16-byte loads,
+// kReduceBatch pieces in flight, and stores 4 values a lane at once. A reduce is a chain of
+// dependent loads (plan, lse, partials) whatever its size; launch_reduce picks the span.
 constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WARP_SIZE, kReduceBatch = 4;
 
 struct ReduceParams {
@@ -1952,8 +1952,25 @@ struct ReduceShared {
 template <int V>
 struct ReduceShared<1, V> {};
 
+// Four consecutive values of o from element i on: one store where the type and the address
+// allow (16-bit types 8-byte aligned, f32 16-byte aligned), else value by value; the same
+// roundings either way.
+__device__ __forceinline__ void store4_f32(void *o, int64_t i, aiter_mla_dtype t, float4 v) {
+    if ((t == AITER_MLA_BF16 || t == AITER_MLA_F16) && ((uintptr_t)(static_cast<uint16_t *>(o) + i) & 7) == 0) {
+        auto h = [&](float x) { return (uint32_t)(t == AITER_MLA_BF16 ? aiter_mla_f32_to_bf16(x) : aiter_mla_f32_to_f16(x)); };
+        *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(o) + i) = make_uint2(h(v.x) | h(v.y) << 16, h(v.z) | h(v.w) << 16);
+    } else if (t == AITER_MLA_F32 && ((uintptr_t)(static_cast<float *>(o) + i) & 15) == 0) {
+        *reinterpret_cast<float4 *>(static_cast<float *>(o) + i) = v;
+    } else {
+        aiter_mla_store_f32(o, i, t, v.x);
+        aiter_mla_store_f32(o, i + 1, t, v.y);
+        aiter_mla_store_f32(o, i + 2, t, v.z);
+        aiter_mla_store_f32(o, i + 3, t, v.w);
+    }
+}
+
 // One unit of a reduce: query row j (of its tile) and head h, over the dims of span `span`
-// when SPLIT > 1 (the block's warps share it), else all dims (one warp); merged from np
+// (SPLIT > 1: the block's warps share it; else one warp); merged from np
 // pieces, piece k's partial rows starting at partial_row(k); the merged row goes to row tok
 // of p.o (and p.lse). Every thread of the block (SPLIT > 1) or of the warp calls it.
 // SPLIT: warps per row (1, or kReduceWarps for few rows with many pieces); V: float4s per
@@ -1993,88 +2010,82 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
     const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
     const float f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
 
-    const int d_lo = SPLIT > 1 ? span * kSpan : 0, d_hi = SPLIT > 1 ? min(p.dv, d_lo + kSpan) : p.dv; // the unit's dims
-    for (int d0 = d_lo; d0 < d_hi; d0 += kSpan) {
-        float4 acc[V];
+    const int d0 = span * kSpan; // the unit's dims
+    float4 acc[V];
 #pragma unroll
-        for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
-            int32_t pm = pm0;
-            float x = l0;
-            if (c0 > 0) {
-                pm = c0 + me < np ? partial_row(c0 + me) : 0;
-                x = c0 + me < np ? lse_of(pm) : neg_inf();
-            }
-            const float w = __expf(x - g); // 0 past the pieces
-            if constexpr (SPLIT > 1) {
-                __syncthreads(); // the last chunk's readers are done (and fold's)
-                sh.pm[me] = pm;
-                sh.w[me] = w;
-                __syncthreads();
-            }
-            const int cnt = min(C, np - c0);
-            for (int i = SPLIT > 1 ? warp : 0; i < cnt; i += SPLIT * kB) {
-                float4 val[kB][V];
-                float wb[kB];
-#pragma unroll
-                for (int b = 0; b < kB; b++) { // issue every load of the batch first
-                    const int q = i + b * SPLIT;
-                    int32_t pmq;
-                    if constexpr (SPLIT > 1) {
-                        pmq = sh.pm[q < C ? q : 0];
-                        wb[b] = q < cnt ? sh.w[q] : 0.0f;
-                    } else {
-                        pmq = aiter_mla__shfl(pm, q % W);
-                        wb[b] = aiter_mla__shfl(w, q % W);
-                    }
-                    const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
-#pragma unroll
-                    for (int v = 0; v < V; v++) {
-                        const int d4 = lane + v * W;
-                        val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    }
-                }
-#pragma unroll
-                for (int b = 0; b < kB; b++)
-#pragma unroll
-                    for (int v = 0; v < V; v++) {
-                        acc[v].x += wb[b] * val[b][v].x;
-                        acc[v].y += wb[b] * val[b][v].y;
-                        acc[v].z += wb[b] * val[b][v].z;
-                        acc[v].w += wb[b] * val[b][v].w;
-                    }
-            }
+    for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
+        int32_t pm = pm0;
+        float x = l0;
+        if (c0 > 0) {
+            pm = c0 + me < np ? partial_row(c0 + me) : 0;
+            x = c0 + me < np ? lse_of(pm) : neg_inf();
         }
-        if constexpr (SPLIT > 1) { // the block's warps meet
-#pragma unroll
-            for (int v = 0; v < V; v++) sh.part[warp][lane][v] = acc[v];
+        const float w = __expf(x - g); // 0 past the pieces
+        if constexpr (SPLIT > 1) {
+            __syncthreads(); // the last chunk's readers are done (and fold's)
+            sh.pm[me] = pm;
+            sh.w[me] = w;
             __syncthreads();
-            if (warp == 0)
-                for (int w2 = 1; w2 < SPLIT; w2++)
-#pragma unroll
-                    for (int v = 0; v < V; v++) {
-                        acc[v].x += sh.part[w2][lane][v].x;
-                        acc[v].y += sh.part[w2][lane][v].y;
-                        acc[v].z += sh.part[w2][lane][v].z;
-                        acc[v].w += sh.part[w2][lane][v].w;
-                    }
         }
-        if (SPLIT == 1 || warp == 0) {
+        const int cnt = min(C, np - c0);
+        for (int i = SPLIT > 1 ? warp : 0; i < cnt; i += SPLIT * kB) {
+            float4 val[kB][V];
+            float wb[kB];
 #pragma unroll
-            for (int v = 0; v < V; v++) {
-                const int d = d0 + (lane + v * W) * 4;
-                if (d < p.dv) {
-                    const int64_t base = tok * p.o_stride_token + h * p.o_stride_head + d;
-                    aiter_mla_store_f32(p.o, base, p.o_dtype, acc[v].x * f);
-                    aiter_mla_store_f32(p.o, base + 1, p.o_dtype, acc[v].y * f);
-                    aiter_mla_store_f32(p.o, base + 2, p.o_dtype, acc[v].z * f);
-                    aiter_mla_store_f32(p.o, base + 3, p.o_dtype, acc[v].w * f);
+            for (int b = 0; b < kB; b++) { // issue every load of the batch first
+                const int q = i + b * SPLIT;
+                int32_t pmq;
+                if constexpr (SPLIT > 1) {
+                    pmq = sh.pm[q < C ? q : 0];
+                    wb[b] = q < cnt ? sh.w[q] : 0.0f;
+                } else {
+                    pmq = aiter_mla__shfl(pm, q % W);
+                    wb[b] = aiter_mla__shfl(w, q % W);
+                }
+                const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    const int d4 = lane + v * W;
+                    val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
             }
+#pragma unroll
+            for (int b = 0; b < kB; b++)
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    acc[v].x += wb[b] * val[b][v].x;
+                    acc[v].y += wb[b] * val[b][v].y;
+                    acc[v].z += wb[b] * val[b][v].z;
+                    acc[v].w += wb[b] * val[b][v].w;
+                }
         }
-        if constexpr (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
     }
-    if (lane == 0 && (SPLIT == 1 || (warp == 0 && span == 0)) && p.lse)
+    if constexpr (SPLIT > 1) { // the block's warps meet
+#pragma unroll
+        for (int v = 0; v < V; v++) sh.part[warp][lane][v] = acc[v];
+        __syncthreads();
+        if (warp == 0)
+            for (int w2 = 1; w2 < SPLIT; w2++)
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    acc[v].x += sh.part[w2][lane][v].x;
+                    acc[v].y += sh.part[w2][lane][v].y;
+                    acc[v].z += sh.part[w2][lane][v].z;
+                    acc[v].w += sh.part[w2][lane][v].w;
+                }
+    }
+    if (SPLIT == 1 || warp == 0) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const int d = d0 + (lane + v * W) * 4;
+            if (d < p.dv)
+                store4_f32(p.o, tok * p.o_stride_token + h * p.o_stride_head + d, p.o_dtype,
+                           make_float4(acc[v].x * f, acc[v].y * f, acc[v].z * f, acc[v].w * f));
+        }
+    }
+    if constexpr (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
+    if (lane == 0 && span == 0 && (SPLIT == 1 || warp == 0) && p.lse)
         p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
 }
 
@@ -2083,11 +2094,11 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
     constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V, kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
     __shared__ ReduceShared<SPLIT, V> sh;
     const int warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
-    const int spans = SPLIT > 1 ? (p.dv + kSpan - 1) / kSpan : 1; // wide: a unit per span
+    const int spans = (p.dv + kSpan - 1) / kSpan; // a unit per span of dims
     const bool uniform = p.uniform_splits > 0;
     const int64_t units = (uniform ? p.uniform_tiles : (int64_t)*p.num_tiles) * R * H * spans;
     for (int64_t u0 = (int64_t)blockIdx.x * kPerBlock; u0 < units; u0 += (int64_t)gridDim.x * kPerBlock) {
-        const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit
+        const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit; narrow: a warp each
         if (u >= units) continue;
         const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
         const int t = (int)(u / spans / H / R);
@@ -3859,14 +3870,21 @@ __global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_ar
 // ==== launchers ============================================================================
 extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetErrorString((hipError_t)code); }
 
-// The reduce over `rows` output rows (units of a row and a span when wide).
-// wide: the block's warps share each row (few rows, many pieces each), else a warp per row.
+// The reduce over `rows` output rows, in units of a row's span of dims. wide: the block's
+// warps share each unit (few rows, many pieces each). Else a warp per unit: 128-dim spans (the
+// most warps in flight, each with the shortest chain) unless those would be many and the rows
+// are longer, when a warp takes a whole 512-dim row. Measured on H100 against a warp per row
+// for every shape: P1-ps (dv 128) 6194 -> 5463 us, V4D-h16-k512-b4 (64 rows) 20.4 -> 18.0 us;
+// D1's 2048 rows of 512 took 13.2-14.0 us of reduce in 128-dim spans, 9.8-11.1 us a row a warp.
+constexpr int64_t kSpanUnitsMax = 4096;
 static void launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
-    constexpr int kWideSpan = AITER_MLA_WARP_SIZE * 4;
-    const int64_t blocks = wide ? rows * ((r.dv + kWideSpan - 1) / kWideSpan) : (rows + kReduceWarps - 1) / kReduceWarps;
-    const unsigned grid = (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); // grid-stride past that
-    if (wide) reduce_kernel<kReduceWarps, 1><<<grid, kReduceThreads, 0, s>>>(r);
-    else reduce_kernel<1, 4><<<grid, kReduceThreads, 0, s>>>(r);
+    auto units = [&](int span) { return rows * ((r.dv + span - 1) / span); };
+    auto grid = [&](int64_t blocks) { return (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); }; // grid-stride past that
+    constexpr int kSpan = AITER_MLA_WARP_SIZE * 4, kRowSpan = kSpan * 4;
+    if (wide) reduce_kernel<kReduceWarps, 1><<<grid(units(kSpan)), kReduceThreads, 0, s>>>(r);
+    else if (r.dv > kSpan && units(kSpan) > kSpanUnitsMax)
+        reduce_kernel<1, 4><<<grid((units(kRowSpan) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
+    else reduce_kernel<1, 1><<<grid((units(kSpan) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
 }
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
