@@ -1904,14 +1904,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
-// Each span of an output row (query row j of reduce tile t, head h; 128 dims, or 512 in
-// reduce_kernel<1, 4>) is merged by one warp, or, when rows are few and pieces many (a
-// batch-1 decode split over every CU), by the warps of a block, each taking every kReduceWarps-th piece and meeting in shared memory. A
-// warp's lanes load the pieces' lse (a piece per lane) and fold them into the weights by
+// Each span of an output row (query row j of reduce tile t, head h; reduce_span(V) dims) is
+// merged by one warp, or, when rows are few and pieces many (a batch-1 decode split over
+// every CU), by the warps of a block, each taking every kReduceWarps-th piece and meeting in
+// shared memory. A warp's lanes load the pieces' lse (a piece per lane) and fold them into the weights by
 // shuffles; then the warp streams its span of the partial rows with 16-byte loads,
 // kReduceBatch pieces in flight, and stores 4 values a lane at once. A reduce is a chain of
 // dependent loads (plan, lse, partials) whatever its size; launch_reduce picks the span.
 constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WARP_SIZE, kReduceBatch = 4;
+// Dims of a span: a float4 a lane, V of them (reduce_kernel's V).
+__host__ __device__ constexpr int reduce_span(int v) { return AITER_MLA_WARP_SIZE * 4 * v; }
 
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
@@ -1978,7 +1980,7 @@ __device__ __forceinline__ void store4_f32(void *o, int64_t i, aiter_mla_dtype t
 template <int SPLIT, int V, typename PR>
 __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int j, int h, int np, int64_t tok,
                                            PR partial_row, ReduceShared<SPLIT, V> &sh) {
-    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V;
+    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = reduce_span(V);
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads;
     const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
     auto lse_of = [&](int32_t pm) { return lse_col[(int64_t)pm * H]; };
@@ -2084,14 +2086,14 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
                            make_float4(acc[v].x * f, acc[v].y * f, acc[v].z * f, acc[v].w * f));
         }
     }
-    if constexpr (SPLIT > 1) __syncthreads(); // part is refilled by the next span or unit
+    if constexpr (SPLIT > 1) __syncthreads(); // part is refilled by the next unit
     if (lane == 0 && span == 0 && (SPLIT == 1 || warp == 0) && p.lse)
         p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
 }
 
 template <int SPLIT, int V>
 __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
-    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = W * 4 * V, kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
+    constexpr int W = AITER_MLA_WARP_SIZE, kSpan = reduce_span(V), kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
     __shared__ ReduceShared<SPLIT, V> sh;
     const int warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
     const int spans = (p.dv + kSpan - 1) / kSpan; // a unit per span of dims
@@ -3880,11 +3882,10 @@ constexpr int64_t kSpanUnitsMax = 4096;
 static void launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
     auto units = [&](int span) { return rows * ((r.dv + span - 1) / span); };
     auto grid = [&](int64_t blocks) { return (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); }; // grid-stride past that
-    constexpr int kSpan = AITER_MLA_WARP_SIZE * 4, kRowSpan = kSpan * 4;
-    if (wide) reduce_kernel<kReduceWarps, 1><<<grid(units(kSpan)), kReduceThreads, 0, s>>>(r);
-    else if (r.dv > kSpan && units(kSpan) > kSpanUnitsMax)
-        reduce_kernel<1, 4><<<grid((units(kRowSpan) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
-    else reduce_kernel<1, 1><<<grid((units(kSpan) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
+    if (wide) reduce_kernel<kReduceWarps, 1><<<grid(units(reduce_span(1))), kReduceThreads, 0, s>>>(r);
+    else if (r.dv > reduce_span(1) && units(reduce_span(1)) > kSpanUnitsMax)
+        reduce_kernel<1, 4><<<grid((units(reduce_span(4)) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
+    else reduce_kernel<1, 1><<<grid((units(reduce_span(1)) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
 }
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
