@@ -2912,15 +2912,11 @@ static void test_merge_gpu(test_rng *rng) {
  * failure repeats). */
 static int g_argc;
 static char **g_argv;
-static unsigned char *g_matched; /* [argc]: argument i named a test that ran, or is an option */
+static unsigned char *g_matched; /* [argc]: argument i named a test that ran, or is an option (main marks those) */
 static int wanted(const char *name) {
     int i, any = 0;
     for (i = 1; i < g_argc; i++) {
-        if (!strcmp(g_argv[i], "--quick")) continue;
-        if (!strcmp(g_argv[i], "--seed")) {
-            i++;
-            continue;
-        }
+        if (g_matched[i] == 2) continue; /* an option or its value */
         any = 1;
         if (!strcmp(g_argv[i], name)) return g_matched[i] = 1;
     }
@@ -2937,16 +2933,19 @@ int main(int argc, char **argv) {
     g_matched = (unsigned char *)calloc((size_t)argc, 1);
     if (!g_matched) return 1;
     for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) g_quick = g_matched[i] = 1;
+        if (!strcmp(argv[i], "--quick")) {
+            g_quick = 1;
+            g_matched[i] = 2;
+        }
         if (!strcmp(argv[i], "--seed")) {
             char *end = NULL;
-            g_matched[i] = 1;
+            g_matched[i] = 2;
             if (i + 1 < argc) seed = strtoull(argv[i + 1], &end, 0);
             if (i + 1 >= argc || end == argv[i + 1] || *end) {
                 fprintf(stderr, "test_gpu: --seed takes a number\n");
                 return 1;
             }
-            g_matched[++i] = 1;
+            g_matched[++i] = 2;
         }
     }
     rng = rng_seed(seed);
