@@ -2912,13 +2912,14 @@ static void test_merge_gpu(test_rng *rng) {
  * failure repeats). */
 static int g_argc;
 static char **g_argv;
-static unsigned char *g_matched; /* [argc]: argument i named a test that ran, or is an option (main marks those) */
+enum { ARG_TEST_RAN = 1, ARG_OPTION = 2 };
+static unsigned char *g_matched; /* [argc]: 0, or what argument i turned out to be (main marks the options) */
 static int wanted(const char *name) {
     int i, any = 0;
     for (i = 1; i < g_argc; i++) {
-        if (g_matched[i] == 2) continue; /* an option or its value */
+        if (g_matched[i] == ARG_OPTION) continue; /* an option or its value */
         any = 1;
-        if (!strcmp(g_argv[i], name)) return g_matched[i] = 1;
+        if (!strcmp(g_argv[i], name)) return g_matched[i] = ARG_TEST_RAN;
     }
     return !any;
 }
@@ -2935,17 +2936,17 @@ int main(int argc, char **argv) {
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             g_quick = 1;
-            g_matched[i] = 2;
+            g_matched[i] = ARG_OPTION;
         }
         if (!strcmp(argv[i], "--seed")) {
             char *end = NULL;
-            g_matched[i] = 2;
+            g_matched[i] = ARG_OPTION;
             if (i + 1 < argc) seed = strtoull(argv[i + 1], &end, 0);
             if (i + 1 >= argc || end == argv[i + 1] || *end) {
                 fprintf(stderr, "test_gpu: --seed takes a number\n");
                 return 1;
             }
-            g_matched[++i] = 2;
+            g_matched[++i] = ARG_OPTION;
         }
     }
     rng = rng_seed(seed);
