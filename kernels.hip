@@ -1907,10 +1907,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 // Each span of an output row (query row j of reduce tile t, head h; reduce_span(V) dims) is
 // merged by one warp, or, when rows are few and pieces many (a batch-1 decode split over
 // every CU), by the warps of a block, each taking every kReduceWarps-th piece and meeting in
-// shared memory. A warp's lanes load the pieces' lse (a piece per lane) and fold them into the weights by
-// shuffles; then the warp streams its span of the partial rows with 16-byte loads,
-// kReduceBatch pieces in flight, and stores 4 values a lane at once. A reduce is a chain of
-// dependent loads (plan, lse, partials) whatever its size; launch_reduce picks the span.
+// shared memory. A warp's lanes load the pieces' lse (a piece per lane) and fold them into
+// the weights by shuffles; then the warp streams its span of the partial rows with 16-byte
+// loads, kReduceBatch pieces in flight, and stores 4 values a lane at once. A reduce is a
+// chain of dependent loads (plan, lse, partials) whatever its size; launch_reduce picks the
+// span.
 constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WARP_SIZE, kReduceBatch = 4;
 // Dims of a span: a float4 a lane, V of them (reduce_kernel's V).
 __host__ __device__ constexpr int reduce_span(int v) { return AITER_MLA_WARP_SIZE * 4 * v; }
@@ -3882,10 +3883,11 @@ constexpr int64_t kSpanUnitsMax = 4096;
 static void launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
     auto units = [&](int span) { return rows * ((r.dv + span - 1) / span); };
     auto grid = [&](int64_t blocks) { return (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); }; // grid-stride past that
+    auto warp_grid = [&](int span) { return grid((units(span) + kReduceWarps - 1) / kReduceWarps); }; // a warp per unit
     if (wide) reduce_kernel<kReduceWarps, 1><<<grid(units(reduce_span(1))), kReduceThreads, 0, s>>>(r);
     else if (r.dv > reduce_span(1) && units(reduce_span(1)) > kSpanUnitsMax)
-        reduce_kernel<1, 4><<<grid((units(reduce_span(4)) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
-    else reduce_kernel<1, 1><<<grid((units(reduce_span(1)) + kReduceWarps - 1) / kReduceWarps), kReduceThreads, 0, s>>>(r);
+        reduce_kernel<1, 4><<<warp_grid(reduce_span(4)), kReduceThreads, 0, s>>>(r);
+    else reduce_kernel<1, 1><<<warp_grid(reduce_span(1)), kReduceThreads, 0, s>>>(r);
 }
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
