@@ -1324,6 +1324,7 @@ using mma::named_arrive;
 using mma::named_sync;
 using mma::copy_q_rows;
 using mma::fill_fnuz_lut;
+using mma::shfl_bytes_ptr;
 using mma::fast_exp2;
 using mma::kStageRow;
 using mma::pack_bf16x2;
@@ -1372,6 +1373,7 @@ struct Wide {
     static constexpr int nope = !on ? 0 : KVT == kV4Model1 ? kV4Nope / 16 : is_ds_mla(KVT) ? kL / 16 : kD / 16;
     static constexpr int rope = on && (KVT == kV4Model1 || is_ds_mla(KVT)) ? 8 : 0;
     static constexpr int loads = (nope + rope) / 2; // per thread
+    static constexpr int keys = on ? 1 : 4;         // keys a loader thread brings per tile
     // byte offset in the row of the j-th chunk of thread `part`
     __device__ static constexpr int chunk_at(int j, int part) {
         return j < nope / 2 ? (part + 2 * j) * 16 : (KVT == kV4Model1 ? kV4Nope : kL + 16) + (part + 2 * (j - nope / 2)) * 16;
@@ -1647,9 +1649,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 
     if (wgi == 2) {
         // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
-        // the consumers. Two threads per key (see Wide).
+        // the consumers. fp8 keys: two threads per key (see Wide). bf16 keys: each warp brings 16
+        // keys, 8 threads a key, so that each copy instruction reads four whole 128-byte lines
+        // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 468 -> 449
+        // us, D6 322 -> 292, SP1 5894 -> 5675).
         regs_set<Regs<W::on>::load>();
-        const int my_key = t >> 1, my_part = t & 1;
+        const int my_part = t & 1;
+        auto my_key = [&](int q) { return W::on ? t >> 1 : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
         };
@@ -1666,14 +1672,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         };
         // the key into slot `slot`: bf16 by cp.async (zero-filled when absent), fp8 widened from st;
         // rule (a FnuzRule) picks the e4m3 flavour
-        auto put_as = [&](int slot, const KeyRef &k, const Staged &st, auto rule) {
+        auto put_as = [&](int slot, const KeyRef (&keys)[W::keys], const Staged &st, auto rule) {
             [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
             const uint32_t dst = sb + S::keys + slot * S::slot;
             if constexpr (!W::on) {
                 const void *any = a.q; // an address for the zero-filling copies, which read nothing
-#pragma unroll 4
-                for (int c = my_part; c < kChunks; c += 2) cp_async16(dst + swz(my_key, c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
+                uint32_t present = 0;  // the warp's 16 keys: key c at bits 2 c, 2 c + 1
+#pragma unroll
+                for (int q = 0; q < W::keys; q++) {
+                    const KeyRef &k = keys[q];
+#pragma unroll
+                    for (int c = lane & 7; c < kChunks; c += 8) cp_async16(dst + swz(my_key(q), c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
+                    const uint32_t b = __ballot_sync(0xffffffffu, k.kind != 0); // key 4 q + j at lane 8 j
+#pragma unroll
+                    for (int j = 0; j < 4; j++) present |= (b >> 8 * j & 1u) * (3u << 2 * (4 * q + j));
+                }
+                if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
             } else {
+                const KeyRef &k = keys[0];
+                const int key = my_key(0);
                 const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                 [[maybe_unused]] const bool odd = (k.kind & kKindOddScales) != 0; // MODEL1 only
 #pragma unroll
@@ -1695,20 +1712,45 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         lo = e4m3x8_to_bf16x8(v0, fnuz, lut);
                         hi = e4m3x8_to_bf16x8(v1, fnuz, lut);
                     }
-                    store16_shared(dst + swz(my_key, 2 * c), lo);
-                    store16_shared(dst + swz(my_key, 2 * c + 1), hi);
+                    store16_shared(dst + swz(key, 2 * c), lo);
+                    store16_shared(dst + swz(key, 2 * c + 1), hi);
                 }
 #pragma unroll
                 for (int j = W::nope / 2; j < W::loads; j++) // the bf16 rope, as it is
-                    store16_shared(dst + swz(my_key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
+                    store16_shared(dst + swz(key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
+                // the tile's present keys: a warp's 16 keys, both threads of each, a word
+                const uint32_t present = __ballot_sync(0xffffffffu, k.kind != 0);
+                if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
             }
-            // the tile's present keys: a warp's 16 keys, both threads of each, a word
-            const uint32_t present = __ballot_sync(0xffffffffu, k.kind != 0);
-            if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
         };
         const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
-        auto put = [&](int slot, const KeyRef &k, const Staged &st) {
-            with_fnuz_rule<KVT>(v4_fnuz, [&](auto rule) { put_as(slot, k, st, rule); });
+        auto put = [&](int slot, const KeyRef (&keys)[W::keys], const Staged &st) {
+            with_fnuz_rule<KVT>(v4_fnuz, [&](auto rule) { put_as(slot, keys, st, rule); });
+        };
+        // The thread's keys of tile i from their indices (next), which become those of tile i + 1.
+        // Paged keys: each thread looks up its 4 keys itself (a page id and a shift). V4 keys (a
+        // list entry, then a page lookup, most of the loader's integer work): the 8 threads of a
+        // key group look up one key each and share them by shuffles (looked up 4 times a thread,
+        // V4P-h64-ws measured 3660 -> 4390 us).
+        constexpr bool kShare = W::keys > 1 && is_v4(KVT);
+        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[W::keys], KeyRef (&keys)[W::keys]) {
+            if constexpr (kShare) {
+                const KeyRef mine = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(lane & 3), next[0]);
+                next[0] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(lane & 3));
+#pragma unroll
+                for (int q = 0; q < W::keys; q++) {
+                    const int from = (lane & ~7) | q;
+                    keys[q] = KeyRef{};
+                    keys[q].row = shfl_bytes_ptr(mine.row, from);
+                    keys[q].kind = aiter_mla__shfl(mine.kind, from);
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < W::keys; q++) {
+                    keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next[q]);
+                    next[q] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(q));
+                }
+            }
         };
 
         // fp8_ds_mla: the loader holds one tile in flight, and V3.2's top-k rows lie scattered
@@ -1716,9 +1758,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // the consumers needing it; each row is pulled into the L2 one tile before its loads are
         // issued, one thread per key (SD1 824 -> 702 us). For the other formats the same
         // prefetch measured slower (D3 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840).
-        auto warm = [&](const Piece &pc, int i, int32_t entry) { // tile i; entry: the thread's index in it
+        auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[W::keys]) { // tile i; entry: the thread's indices in it
             if constexpr (is_ds_mla(KVT)) {
-                const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key, entry);
+                const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
                 if (my_part == 0 && k.row) prefetch_l2(k.row, kDsRow);
             }
         };
@@ -1733,14 +1775,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
                     copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
                 // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
-                int32_t next = key_entry<KVT>(p, pc, my_key); // the index of the thread's key in the next tile
+                int32_t next[W::keys]; // the indices of the thread's keys in the next tile
+#pragma unroll
+                for (int q = 0; q < W::keys; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
                 for (int i = 0; i < 2; i++) {
                     if (i < ntiles) {
-                        const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key, next);
-                        next = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key);
+                        KeyRef keys[W::keys];
+                        look_up(pc, i, next, keys);
                         Staged st;
-                        fetch(k, st);
-                        put(i, k, st);
+                        fetch(keys[0], st);
+                        put(i, keys, st);
                     }
                     cp_async_commit();
                 }
@@ -1756,13 +1800,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         arrive(kFull + ((i + 1) & 1));
                     }
                     if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
-                        const KeyRef k = key_ref<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key, next);
-                        next = key_entry<KVT>(p, pc, (int64_t)(i + 3) * kN + my_key);
+                        KeyRef keys[W::keys];
+                        look_up(pc, i + 2, next, keys);
                         Staged st;
-                        fetch(k, st); // in flight while the wait lasts
+                        fetch(keys[0], st); // in flight while the wait lasts
                         warm(pc, i + 3, next);
                         wait(kEmpty + (i & 1));
-                        put(i & 1, k, st);
+                        put(i & 1, keys, st);
                         cp_async_commit();
                     }
                 }
