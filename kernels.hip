@@ -1651,8 +1651,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
         // the consumers. fp8 keys: two threads per key (see Wide). bf16 keys: each warp brings 16
         // keys, 8 threads a key, so that each copy instruction reads four whole 128-byte lines
-        // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 468 -> 449
-        // us, D6 322 -> 292, SP1 5894 -> 5675).
+        // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 465 -> 450
+        // us, D6 319 -> 293, SP1 5845 -> 5577).
         regs_set<Regs<W::on>::load>();
         const int my_part = t & 1;
         auto my_key = [&](int q) { return W::on ? t >> 1 : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
@@ -1733,7 +1733,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // key group look up one key each and share them by shuffles (looked up 4 times a thread,
         // V4P-h64-ws measured 3660 -> 4390 us).
         constexpr bool kShare = W::keys > 1 && is_v4(KVT);
-        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[W::keys], KeyRef (&keys)[W::keys]) {
+        constexpr int kLookups = kShare ? 1 : W::keys; // keys a thread looks up per tile
+        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys]) {
             if constexpr (kShare) {
                 const KeyRef mine = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(lane & 3), next[0]);
                 next[0] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(lane & 3));
@@ -1746,7 +1747,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 }
             } else {
 #pragma unroll
-                for (int q = 0; q < W::keys; q++) {
+                for (int q = 0; q < kLookups; q++) {
                     keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next[q]);
                     next[q] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(q));
                 }
@@ -1758,7 +1759,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // the consumers needing it; each row is pulled into the L2 one tile before its loads are
         // issued, one thread per key (SD1 824 -> 702 us). For the other formats the same
         // prefetch measured slower (D3 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840).
-        auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[W::keys]) { // tile i; entry: the thread's indices in it
+        auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[kLookups]) { // tile i; entry: the thread's indices in it
             if constexpr (is_ds_mla(KVT)) {
                 const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
                 if (my_part == 0 && k.row) prefetch_l2(k.row, kDsRow);
@@ -1775,9 +1776,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
                     copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
                 // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
-                int32_t next[W::keys]; // the indices of the thread's keys in the next tile
+                int32_t next[kLookups]; // the indices of the keys the thread looks up in the next tile
 #pragma unroll
-                for (int q = 0; q < W::keys; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
+                for (int q = 0; q < kLookups; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
                 for (int i = 0; i < 2; i++) {
                     if (i < ntiles) {
                         KeyRef keys[W::keys];
