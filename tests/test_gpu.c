@@ -1917,7 +1917,8 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     ref_v4_parallel(&r);
     {
         const int64_t n = (int64_t)T * H * 512;
-        float *g = (float *)test_malloc((size_t)n * 4), *f = (float *)test_malloc((size_t)n * 4);
+        /* calloc: every element is written below, but newer gcc (-Wmaybe-uninitialized) cannot tell */
+        float *g = (float *)test_calloc((size_t)n * 4), *f = (float *)test_calloc((size_t)n * 4);
         int64_t unwritten = 0, t;
         for (t = 0; t < (int64_t)T * H; t++) { /* the 512 values of each (token, head), padding skipped */
             int64_t d;
