@@ -2174,6 +2174,11 @@ struct PrefillParams {
     float score_scale;          // sm_scale (* q_scale * k_scale for fp8) * log2(e)
     float v_scale;              // fp8: v_scale, else 1
     bool o_rows16;              // o_rows16() of o: the wgmma kernel stores whole 16-byte chunks
+    // No plan, resident_blocks > 0 (the wgmma kernel): the launch has that many blocks, not
+    // prefill_grid's `units` (query tile, head, request), and each takes several of the grid's
+    // blocks in turn (for_each_prefill_unit). 0: a block for each grid block.
+    dim3 units;
+    int resident_blocks;
 };
 
 struct PrefillUnit {
@@ -2185,22 +2190,44 @@ struct PrefillUnit {
     __device__ int limit(int i, bool causal) const { return min(j1, causal ? sk - sq + i + 1 : sk); }
 };
 
+// The units of block (bx, by, bz) of the no-plan grid g.
+template <int BM, typename F>
+__device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx, int by, int bz, const dim3 &g, F &&run) {
+    const aiter_mla_prefill_args &a = p.a;
+    PrefillUnit u;
+    u.loc = -1;
+    for (u.h = by; u.h < a.num_heads; u.h += g.y) {
+        for (int b = bz; b < a.batch; b += g.z) {
+            u.q0 = a.cu_seqlens_q[b]; // a non-monotone request counts as empty
+            u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
+            u.k0 = a.cu_seqlens_k[b];
+            u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
+            u.j0 = 0;
+            u.j1 = u.sk;
+            // a max_seqlen_q below the truth costs time, not rows: the tiles wrap around
+            for (int t = (u.sq + BM - 1) / BM - 1 - bx; t >= 0; t -= (int)g.x) {
+                u.r0 = t * BM;
+                u.r1 = min(u.r0 + BM, u.sq);
+                run(u, 0);
+            }
+        }
+    }
+}
+
 template <int BM, typename F>
 __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     const aiter_mla_prefill_args &a = p.a;
-    PrefillUnit u;
-    auto request = [&](int b) { // a non-monotone request counts as empty
-        u.q0 = a.cu_seqlens_q[b];
-        u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
-        u.k0 = a.cu_seqlens_k[b];
-        u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
-    };
-    for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
-        if (p.work_indptr) {
+    if (p.work_indptr) {
+        PrefillUnit u;
+        for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
             const int w_end = p.work_indptr[blockIdx.x + 1];
             for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
                 const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
-                request(wi[0]);
+                const int b = wi[0];
+                u.q0 = a.cu_seqlens_q[b];
+                u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
+                u.k0 = a.cu_seqlens_k[b];
+                u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
                 u.loc = wi[1];
                 const int qs = max(wi[2] - u.q0, 0), qe = min(wi[3] - u.q0, u.sq);
                 u.j0 = max(wi[4] - u.k0, 0);
@@ -2210,19 +2237,21 @@ __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
                     run(u, u.r0 - qs);
                 }
             }
-        } else {
-            u.loc = -1;
-            for (int b = blockIdx.z; b < a.batch; b += gridDim.z) {
-                request(b);
-                u.j0 = 0;
-                u.j1 = u.sk;
-                // a max_seqlen_q below the truth costs time, not rows: the tiles wrap around
-                for (int t = (u.sq + BM - 1) / BM - 1 - (int)blockIdx.x; t >= 0; t -= gridDim.x) {
-                    u.r0 = t * BM;
-                    u.r1 = min(u.r0 + BM, u.sq);
-                    run(u, 0);
-                }
-            }
+        }
+    } else if (p.resident_blocks == 0) {
+        grid_block_units<BM>(p, blockIdx.x, blockIdx.y, blockIdx.z, gridDim, run);
+    } else {
+        // Resident blocks (G of them): round k takes the grid's blocks k G .. k G + G - 1 in their
+        // launch order (query tiles heaviest first, head after head), block c the c-th of them in
+        // even rounds and the (G - 1 - c)-th in odd ones, so that a block that drew a heavy tile
+        // draws a light one next. The next unit's Q and first keys then load while this one ends,
+        // and the blocks in flight span the same few heads as the grid's do (their keys stay in
+        // the L2).
+        const int64_t G = gridDim.x, nx = p.units.x, nxy = nx * p.units.y, total = nxy * p.units.z;
+        for (int64_t k = 0, c = blockIdx.x;; k++) {
+            const int64_t j = k * G + (k & 1 ? G - 1 - c : c);
+            if (j >= total) break;
+            grid_block_units<BM>(p, (int)(j % nx), (int)(j % nxy / nx), (int)(j / nxy), p.units, run);
         }
     }
 }
@@ -4058,10 +4087,35 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 }
 
 #ifdef AITER_MLA_HAS_WGMMA
+// Without a plan, when the grid has more blocks than fit on the device at once, the wgmma
+// prefill launches only those that fit and each takes several of the grid's blocks in turn
+// (for_each_prefill_unit), so that a unit's start (Q and its first keys, ~4 us in a fresh
+// block) overlaps the end of the one before. Only while a request has at most
+// kPfResidentTiles query tiles: a fixed order cannot even out the spread of longer causal
+// requests as the hardware's handing out of blocks does (H100: P1, P2 2-3 % faster, P4 1 %;
+// P3, 128 tiles a request, 2.5 % slower).
+constexpr int kPfResidentTiles = 64;
 template <int DQK, int DV, bool F16, bool FP8 = false>
-static hipError_t launch_prefill_wgmma(hipStream_t s, const PrefillParams &p) {
-    return launch_big_smem(wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>, prefill_grid(&p.a, wg::kPfBm), wg::kThreads,
-                           wg::PfSmem<DQK, DV, FP8>::total, s, p);
+static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
+    auto kernel = wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>;
+    constexpr int kSmem = wg::PfSmem<DQK, DV, FP8>::total;
+    dim3 grid = prefill_grid(&p.a, wg::kPfBm);
+    p.units = grid;
+    p.resident_blocks = 0;
+    if (!p.a.plan && grid.x <= (unsigned)kPfResidentTiles) {
+        int dev = 0, sms = 0, per_sm = 0;
+        hipError_t e = cudaGetDevice(&dev);
+        if (e == hipSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e == hipSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (e == hipSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, wg::kThreads, kSmem);
+        if (e != hipSuccess) return e;
+        const int64_t blocks = (int64_t)grid.x * grid.y * grid.z, resident = (int64_t)sms * per_sm;
+        if (resident > 0 && blocks > resident) {
+            p.resident_blocks = (int)resident;
+            grid = dim3((unsigned)resident, 1, 1);
+        }
+    }
+    return launch_big_smem(kernel, grid, wg::kThreads, kSmem, s, p);
 }
 #endif
 #ifdef AITER_MLA_HAS_MMA
@@ -4097,6 +4151,8 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     p.work_indptr = p.work_info = nullptr;
     p.part_o = p.part_lse = nullptr;
     p.o_rows16 = o_rows16(a->o, a->o_dtype, a->o_stride_token, a->o_stride_head);
+    p.units = dim3(0, 0, 0);
+    p.resident_blocks = 0; // launch_prefill_wgmma may set both
     const aiter_mla_prefill_plan_info *info = a->plan ? a->plan_info : nullptr;
     if (info) {
         p.work_indptr = a->plan + info->off_work_indptr;

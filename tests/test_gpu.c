@@ -602,6 +602,7 @@ typedef struct prefill_case {
     int with_lse;
     int odd_strides;   /* row strides that are not whole 16-byte units: the portable kernel */
     int o_pad;         /* elements past H * dv in o's row stride alone (3: o stored value by value) */
+    int understate;    /* max_seqlen_q a third of the truth: the grid's tiles wrap around */
 } prefill_case;
 
 static void run_prefill_case(const prefill_case *c, test_rng *rng) {
@@ -625,10 +626,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     const int64_t pad = c->odd_strides ? 3 : 0;
     const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad + c->o_pad;
     const size_t e = aiter_mla_dtype_size(c->dtype), oe = aiter_mla_dtype_size(c->o_dtype);
-    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d", H, c->dqk, c->dv,
+    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d%s", H, c->dqk, c->dv,
              B, (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
-             c->num_cu);
+             c->num_cu, c->understate ? " max_seqlen_q/3" : "");
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
@@ -666,7 +667,7 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     a.o = d_o;
     a.lse = c->with_lse ? d_lse : NULL;
     a.batch = B;
-    a.max_seqlen_q = max_sq;
+    a.max_seqlen_q = c->understate ? max_sq / 3 + 1 : max_sq;
     a.num_heads = H;
     a.dqk = c->dqk;
     a.dv = c->dv;
@@ -793,6 +794,10 @@ static void test_prefill(test_rng *rng) {
                     c.num_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
                     c.odd_strides = mode == 2;
                     run_prefill_case(&c, rng);
+                    if (mode == 0 && causal && ti != 1) { /* every head and dtype kernel, short grids */
+                        c.understate = 1;
+                        run_prefill_case(&c, rng);
+                    }
                 }
             }
     /* o's stride alone not in whole 16-byte units (values stored one by one), or padded by 16
