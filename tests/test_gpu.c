@@ -780,7 +780,9 @@ static void test_prefill(test_rng *rng) {
             for (causal = 0; causal < 2; causal++) {
                 int mode;
                 for (mode = 0; mode < 3; mode++) {
-                    if (g_quick && (hi == 2 || mode == 2)) continue;
+                    /* --quick keeps 128 heads for bf16 without a plan: more grid blocks than an
+                       H100 has SMs, so the wgmma kernel's resident blocks run under the sanitizers */
+                    if (g_quick && (mode == 2 || (hi == 2 && (ti != 0 || mode != 0)))) continue;
                     memset(&c, 0, sizeof c);
                     c.heads = heads[hi];
                     c.dqk = 192;
