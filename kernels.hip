@@ -33,6 +33,7 @@ typedef cudaError_t hipError_t;
 #endif
 
 #include <stdint.h>
+#include <atomic>
 #include "aiter_mla.h"
 
 #define AITER_MLA__LAUNCH_CHECK() return (int)hipGetLastError()
@@ -2190,6 +2191,15 @@ struct PrefillUnit {
     __device__ int limit(int i, bool causal) const { return min(j1, causal ? sk - sq + i + 1 : sk); }
 };
 
+// Request b's rows: its first query row and query rows, its first key row and keys (a
+// non-monotone request counts as empty).
+__device__ __forceinline__ void prefill_request(const aiter_mla_prefill_args &a, int b, PrefillUnit &u) {
+    u.q0 = a.cu_seqlens_q[b];
+    u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
+    u.k0 = a.cu_seqlens_k[b];
+    u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
+}
+
 // The units of block (bx, by, bz) of the no-plan grid g.
 template <int BM, typename F>
 __device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx, int by, int bz, const dim3 &g, F &&run) {
@@ -2198,10 +2208,7 @@ __device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx,
     u.loc = -1;
     for (u.h = by; u.h < a.num_heads; u.h += g.y) {
         for (int b = bz; b < a.batch; b += g.z) {
-            u.q0 = a.cu_seqlens_q[b]; // a non-monotone request counts as empty
-            u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
-            u.k0 = a.cu_seqlens_k[b];
-            u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
+            prefill_request(a, b, u);
             u.j0 = 0;
             u.j1 = u.sk;
             // a max_seqlen_q below the truth costs time, not rows: the tiles wrap around
@@ -2214,6 +2221,9 @@ __device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx,
     }
 }
 
+// Three walks, each with its own copy of the unit body: merged into one walk (one copy, or
+// one for the plan and one for both grid cases) the wgmma kernel spilled less but ran 2-5 %
+// slower on every H100 prefill row, full-grid ones included.
 template <int BM, typename F>
 __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     const aiter_mla_prefill_args &a = p.a;
@@ -2224,10 +2234,7 @@ __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
             for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
                 const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
                 const int b = wi[0];
-                u.q0 = a.cu_seqlens_q[b];
-                u.sq = max(0, a.cu_seqlens_q[b + 1] - u.q0);
-                u.k0 = a.cu_seqlens_k[b];
-                u.sk = max(0, a.cu_seqlens_k[b + 1] - u.k0);
+                prefill_request(a, b, u);
                 u.loc = wi[1];
                 const int qs = max(wi[2] - u.q0, 0), qe = min(wi[3] - u.q0, u.sq);
                 u.j0 = max(wi[4] - u.k0, 0);
@@ -3049,6 +3056,7 @@ __global__ void head_pad_kernel(const T *src, T *dst, int64_t total, int dst_hea
 // Grids of the small ops are capped (kMaxGrid blocks) and loop: HIP limits a launch to
 // 2^32 threads in all.
 constexpr int kMaxGrid = 65535;
+constexpr int kMaxDevices = 64; // devices whose launch facts are kept (resident_blocks)
 
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
     for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
@@ -4095,23 +4103,39 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 // requests as the hardware's handing out of blocks does (H100: P1, P2 2-3 % faster, P4 1 %;
 // P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
+// Blocks of `kernel` (threads, smem bytes) that fit on the current device at once, found once
+// per kernel and device (the occupancy query costs microseconds; both calls are legal under
+// stream capture). 0 when unknown.
+template <typename K>
+static hipError_t resident_blocks(K kernel, int threads, int smem, std::atomic<int> (&cache)[kMaxDevices], int *blocks) {
+    int dev = 0;
+    hipError_t e = cudaGetDevice(&dev);
+    if (e != hipSuccess) return e;
+    *blocks = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (*blocks > 0) return hipSuccess;
+    int sms = 0, per_sm = 0;
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == hipSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == hipSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+    if (e != hipSuccess) return e;
+    *blocks = sms * per_sm;
+    if (dev < kMaxDevices) cache[dev].store(*blocks, std::memory_order_relaxed);
+    return hipSuccess;
+}
 template <int DQK, int DV, bool F16, bool FP8 = false>
 static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
     auto kernel = wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>;
     constexpr int kSmem = wg::PfSmem<DQK, DV, FP8>::total;
     dim3 grid = prefill_grid(&p.a, wg::kPfBm);
+    static std::atomic<int> resident_cache[kMaxDevices]; // per instance: zero-initialised, 0 = not yet found
     p.units = grid;
     p.resident_blocks = 0;
     if (!p.a.plan && grid.x <= (unsigned)kPfResidentTiles) {
-        int dev = 0, sms = 0, per_sm = 0;
-        hipError_t e = cudaGetDevice(&dev);
-        if (e == hipSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == hipSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        if (e == hipSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, wg::kThreads, kSmem);
+        int resident = 0;
+        const hipError_t e = resident_blocks(kernel, wg::kThreads, kSmem, resident_cache, &resident);
         if (e != hipSuccess) return e;
-        const int64_t blocks = (int64_t)grid.x * grid.y * grid.z, resident = (int64_t)sms * per_sm;
-        if (resident > 0 && blocks > resident) {
-            p.resident_blocks = (int)resident;
+        if (resident > 0 && (int64_t)grid.x * grid.y * grid.z > resident) {
+            p.resident_blocks = resident;
             grid = dim3((unsigned)resident, 1, 1);
         }
     }
