@@ -3056,7 +3056,6 @@ __global__ void head_pad_kernel(const T *src, T *dst, int64_t total, int dst_hea
 // Grids of the small ops are capped (kMaxGrid blocks) and loop: HIP limits a launch to
 // 2^32 threads in all.
 constexpr int kMaxGrid = 65535;
-constexpr int kMaxDevices = 64; // devices whose launch facts are kept (resident_blocks)
 
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
     for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
@@ -4103,6 +4102,7 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 // requests as the hardware's handing out of blocks does (H100: P1, P2 2-3 % faster, P4 1 %;
 // P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
+constexpr int kMaxDevices = 64; // devices whose launch facts are kept
 // Blocks of `kernel` (threads, smem bytes) that fit on the current device at once, found once
 // per kernel and device (the occupancy query costs microseconds; both calls are legal under
 // stream capture). 0 when unknown.
