@@ -570,7 +570,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * be 0 or positive and finite).
  *
  * GPU (aiter_mla_prefill): without a plan, one block per (query tile, head, request), which
- * needs max_seqlen_q; with a persistent plan (plan + plan_info + workspace, below), one
+ * needs max_seqlen_q; given num_cu, the wgmma kernel launches only the blocks that fit at
+ * once when that grid has more (and at most 64 query tiles a request), so that a block's
+ * next tile loads while its last one ends; with a persistent plan (plan + plan_info + workspace, below), one
  * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
@@ -595,6 +597,10 @@ typedef struct aiter_mla_prefill_args {
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
                                     grid (an understated value costs time, every row is still done) */
+    int num_cu;                  /* GPU without a plan, optional: the device's multiprocessors (CUs,
+                                    SMs), >= 0. The wgmma kernel then launches at most num_cu blocks,
+                                    each taking the grid's blocks in turn (above); a wrong count
+                                    costs time, never rows. 0: a block for each grid block */
     int num_heads;               /* >= 1 */
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
@@ -3458,6 +3464,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
+        AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu");
     }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
 }

@@ -33,7 +33,6 @@ typedef cudaError_t hipError_t;
 #endif
 
 #include <stdint.h>
-#include <atomic>
 #include "aiter_mla.h"
 
 #define AITER_MLA__LAUNCH_CHECK() return (int)hipGetLastError()
@@ -4094,7 +4093,8 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 }
 
 #ifdef AITER_MLA_HAS_WGMMA
-// Without a plan, when the grid has more blocks than fit on the device at once, the wgmma
+// Without a plan and given the caller's num_cu (the library queries no device), when the
+// grid has more blocks than fit at once, the wgmma
 // prefill launches only those that fit and each takes several of the grid's blocks in turn
 // (for_each_prefill_unit), so that a unit's start (Q and its first keys, ~4 us in a fresh
 // block) overlaps the end of the one before. Only while a request has at most
@@ -4102,42 +4102,19 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 // requests as the hardware's handing out of blocks does (H100: P1, P2 2-3 % faster, P4 1 %;
 // P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
-constexpr int kMaxDevices = 64; // devices whose launch facts are kept
-// Blocks of `kernel` (threads, smem bytes) that fit on the current device at once, found once
-// per kernel and device (the occupancy query costs microseconds; both calls are legal under
-// stream capture). 0 when unknown.
-template <typename K>
-static hipError_t resident_blocks(K kernel, int threads, int smem, std::atomic<int> (&cache)[kMaxDevices], int *blocks) {
-    int dev = 0;
-    hipError_t e = cudaGetDevice(&dev);
-    if (e != hipSuccess) return e;
-    *blocks = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
-    if (*blocks > 0) return hipSuccess;
-    int sms = 0, per_sm = 0;
-    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == hipSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == hipSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-    if (e != hipSuccess) return e;
-    *blocks = sms * per_sm;
-    if (dev < kMaxDevices) cache[dev].store(*blocks, std::memory_order_relaxed);
-    return hipSuccess;
-}
 template <int DQK, int DV, bool F16, bool FP8 = false>
 static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
     auto kernel = wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>;
     constexpr int kSmem = wg::PfSmem<DQK, DV, FP8>::total;
     dim3 grid = prefill_grid(&p.a, wg::kPfBm);
-    static std::atomic<int> resident_cache[kMaxDevices]; // per instance: zero-initialised, 0 = not yet found
     p.units = grid;
     p.resident_blocks = 0;
-    if (!p.a.plan && grid.x <= (unsigned)kPfResidentTiles) {
-        int resident = 0;
-        const hipError_t e = resident_blocks(kernel, wg::kThreads, kSmem, resident_cache, &resident);
-        if (e != hipSuccess) return e;
-        if (resident > 0 && (int64_t)grid.x * grid.y * grid.z > resident) {
-            p.resident_blocks = resident;
-            grid = dim3((unsigned)resident, 1, 1);
-        }
+    // one block fits an SM (384 threads at 168 registers fill its register file): the
+    // caller's num_cu is the count that runs at once
+    const int resident = p.a.num_cu;
+    if (!p.a.plan && resident > 0 && grid.x <= (unsigned)kPfResidentTiles && (int64_t)grid.x * grid.y * grid.z > resident) {
+        p.resident_blocks = resident;
+        grid = dim3((unsigned)resident, 1, 1);
     }
     return launch_big_smem(kernel, grid, wg::kThreads, kSmem, s, p);
 }

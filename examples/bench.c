@@ -510,6 +510,7 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
     a.cu_seqlens_k = d_cu + B + 1;
     a.batch = B;
     a.max_seqlen_q = r->sq;
+    a.num_cu = num_cu; /* the grid rows' resident blocks */
     a.num_heads = H;
     a.dqk = DQK;
     a.dv = DV;

@@ -603,6 +603,7 @@ typedef struct prefill_case {
     int odd_strides;   /* row strides that are not whole 16-byte units: the portable kernel */
     int o_pad;         /* elements past H * dv in o's row stride alone (3: o stored value by value) */
     int understate;    /* max_seqlen_q a third of the truth: the grid's tiles wrap around */
+    int grid_cu;       /* no plan: args.num_cu, the wgmma kernel's resident blocks (0: the full grid) */
 } prefill_case;
 
 static void run_prefill_case(const prefill_case *c, test_rng *rng) {
@@ -626,10 +627,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     const int64_t pad = c->odd_strides ? 3 : 0;
     const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad + c->o_pad;
     const size_t e = aiter_mla_dtype_size(c->dtype), oe = aiter_mla_dtype_size(c->o_dtype);
-    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d%s", H, c->dqk, c->dv,
+    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d grid_cu=%d%s", H, c->dqk, c->dv,
              B, (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
-             c->num_cu, c->understate ? " max_seqlen_q/3" : "");
+             c->num_cu, c->grid_cu, c->understate ? " max_seqlen_q/3" : "");
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
@@ -668,6 +669,7 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     a.lse = c->with_lse ? d_lse : NULL;
     a.batch = B;
     a.max_seqlen_q = c->understate ? max_sq / 3 + 1 : max_sq;
+    a.num_cu = c->grid_cu;
     a.num_heads = H;
     a.dqk = c->dqk;
     a.dv = c->dv;
@@ -794,6 +796,8 @@ static void test_prefill(test_rng *rng) {
                     c.o_dtype = ti == 1 ? AITER_MLA_F16 : (ti == 0 && causal ? AITER_MLA_F32 : AITER_MLA_BF16);
                     c.with_lse = !(ti == 1 && causal);
                     c.num_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
+                    /* no plan: an H100's SM count, or a few blocks that each walk many grid blocks */
+                    c.grid_cu = mode == 0 ? (causal ? 132 : 1 + rng_int(rng, 0, 15)) : 0;
                     c.odd_strides = mode == 2;
                     run_prefill_case(&c, rng);
                     if (mode == 0 && causal && ti != 1) { /* every head and dtype kernel, short grids */
@@ -820,6 +824,7 @@ static void test_prefill(test_rng *rng) {
                 c.o_pad = 3;
                 run_prefill_case(&c, rng);
                 c.o_pad = 8;
+                c.grid_cu = 7; /* the 16-byte stores from resident blocks */
                 run_prefill_case(&c, rng);
             }
     printf("prefill: %s\n", testing_failed == before ? "ok" : "FAILED");

@@ -4228,6 +4228,13 @@ static void test_attention_wrappers(void) {
     b.max_seqlen_q = 0;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
     b = a;
+    b.num_cu = -1;
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    b.num_cu = 65537;
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    b.num_cu = 65536;
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    b = a;
     cq[1] = 9; /* not monotone: the reference refuses, the GPU wrapper cannot read it */
     CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_q");
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
