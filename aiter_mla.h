@@ -571,9 +571,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  *
  * GPU (aiter_mla_prefill): without a plan, one block per (query tile, head, request), which
  * needs max_seqlen_q; given num_cu, the wgmma kernel launches only the blocks that fit at
- * once when that grid has more (and at most 64 query tiles a request), so that a block's
- * next tile loads while its last one ends; with a persistent plan (plan + plan_info + workspace, below), one
- * block per (CU, head) runs that CU's work items and the reduce merges split tiles. Tensor
+ * once when that grid has more (and at most 64 query tiles a request), each taking grid
+ * blocks in turn, so that its next tile's first loads overlap the end of the one before;
+ * with a persistent plan (plan + plan_info + workspace, below), one block per (CU, head)
+ * runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
  * else to bf16); with AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the

@@ -4094,13 +4094,12 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 
 #ifdef AITER_MLA_HAS_WGMMA
 // Without a plan and given the caller's num_cu (the library queries no device), when the
-// grid has more blocks than fit at once, the wgmma
-// prefill launches only those that fit and each takes several of the grid's blocks in turn
-// (for_each_prefill_unit), so that a unit's start (Q and its first keys, ~4 us in a fresh
-// block) overlaps the end of the one before. Only while a request has at most
-// kPfResidentTiles query tiles: a fixed order cannot even out the spread of longer causal
-// requests as the hardware's handing out of blocks does (H100: P1, P2 2-3 % faster, P4 1 %;
-// P3, 128 tiles a request, 2.5 % slower).
+// grid has more blocks than fit at once, the wgmma prefill launches only those that fit and
+// each takes several of the grid's blocks in turn (for_each_prefill_unit), so that a unit's
+// start (Q and its first keys, ~4 us in a fresh block) overlaps the end of the one before.
+// Only while a request has at most kPfResidentTiles query tiles: a fixed order cannot even
+// out the spread of longer causal requests as the hardware's handing out of blocks does
+// (H100: P1, P2 2-3 % faster, P4 1 %; P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
 template <int DQK, int DV, bool F16, bool FP8 = false>
 static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
