@@ -597,7 +597,7 @@ static void ref_prefill_parallel(const aiter_mla_prefill_args *a) {
 
 typedef struct prefill_case {
     int heads, dqk, dv, batch, causal, max_len;
-    int num_cu;        /* > 0: run through a persistent plan on this many CUs */
+    int plan_cu;       /* > 0: run through a persistent plan on this many CUs */
     aiter_mla_dtype dtype, o_dtype;
     int with_lse;
     int odd_strides;   /* row strides that are not whole 16-byte units: the portable kernel */
@@ -627,10 +627,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     const int64_t pad = c->odd_strides ? 3 : 0;
     const int64_t qst = H * c->dqk + pad, kst = H * c->dqk + pad, vst = H * c->dv + pad, ost = H * c->dv + pad + c->o_pad;
     const size_t e = aiter_mla_dtype_size(c->dtype), oe = aiter_mla_dtype_size(c->o_dtype);
-    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d cu=%d grid_cu=%d%s", H, c->dqk, c->dv,
+    snprintf(what, sizeof what, "prefill H=%d %d/%d batch=%d Tq=%lld Tk=%lld %s %s o=%s%s%s o_pad=%d plan_cu=%d grid_cu=%d%s", H, c->dqk, c->dv,
              B, (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
-             c->num_cu, c->grid_cu, c->understate ? " max_seqlen_q/3" : "");
+             c->plan_cu, c->grid_cu, c->understate ? " max_seqlen_q/3" : "");
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
@@ -680,13 +680,13 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     a.v_scale = vs;
     a.qkv_dtype = c->dtype;
     a.o_dtype = c->o_dtype;
-    if (c->num_cu > 0) {
+    if (c->plan_cu > 0) {
         aiter_mla_prefill_plan_desc pd;
         memset(&pd, 0, sizeof pd);
         pd.max_batch = B;
         pd.max_q_tokens = Tq > 0 ? Tq : 1;
         pd.num_heads = H;
-        pd.num_cu = c->num_cu;
+        pd.num_cu = c->plan_cu;
         pd.dv = c->dv;
         CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &info), AITER_MLA_OK, "");
         plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
@@ -795,7 +795,7 @@ static void test_prefill(test_rng *rng) {
                     c.dtype = types[ti];
                     c.o_dtype = ti == 1 ? AITER_MLA_F16 : (ti == 0 && causal ? AITER_MLA_F32 : AITER_MLA_BF16);
                     c.with_lse = !(ti == 1 && causal);
-                    c.num_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
+                    c.plan_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
                     /* no plan: an H100's SM count, or a few blocks that each walk many grid blocks */
                     c.grid_cu = mode == 0 ? (causal ? 132 : 1 + rng_int(rng, 0, 15)) : 0;
                     c.odd_strides = mode == 2;
