@@ -766,7 +766,7 @@ typedef struct aiter_mla_ds_mla_write_args {
     aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
     float fp8_max;               /* divisor of the amax; 0 means the flavour's maximum */
-    int pow2_scales;             /* 0: amax / fp8_max; 1: the power-of-two rule */
+    int pow2_scales;             /* 0 or 1. 0: amax / fp8_max; 1: the power-of-two rule */
 } aiter_mla_ds_mla_write_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *a);
@@ -793,7 +793,7 @@ typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
     int64_t num_slots;           /* >= 1 */
-    int cache_is_ds_mla;         /* 0: bf16 rows; 1: fp8_ds_mla rows */
+    int cache_is_ds_mla;         /* 0 or 1. 0: bf16 rows; 1: fp8_ds_mla rows */
     aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
     const int32_t *indices;      /* [num_tokens, topk] global slots, -1 = none */
     const int32_t *topk_length;  /* [num_tokens], optional: entries that count per row */
@@ -833,7 +833,7 @@ typedef struct aiter_mla_gather_cache_args {
     int block_size;              /* >= 1; 0 means 1 */
     aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (per-tensor scale); DEFAULT means bf16 */
     float scale;                 /* fp8 per-tensor scale; 0 means 1 */
-    int cache_is_ds_mla;         /* 1: fp8_ds_mla rows (cache_dtype and scale unused) */
+    int cache_is_ds_mla;         /* 0 or 1. 1: fp8_ds_mla rows (cache_dtype and scale unused) */
     aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
     const int32_t *block_table;  /* [batch, block_table_stride] */
     int64_t block_table_stride;  /* >= 1 */
@@ -2140,7 +2140,9 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_last_page_lens[%d] = %d is outside 1..%d", op,
                                    b, last[b], info->desc.page_size);
         if (pages * info->desc.page_size > INT32_MAX)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: request %d has more than 2^31 keys", op, b);
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: kv_indptr gives request %d %lld pages of page_size = %d: more than 2^31 - 1 keys", op,
+                                   b, (long long)pages, info->desc.page_size);
     }
     return AITER_MLA_OK;
 }
@@ -2227,10 +2229,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                                info->off_reduce_final_map, info->off_reduce_partial_map, info->max_partials,
                                info->max_partial_rows);
     for (b = 0; b < batch; b++) {
-        int32_t q_len = qo[b + 1] - qo[b], pages = kvp[b + 1] - kvp[b], qs;
+        int32_t q_len = qo[b + 1] - qo[b], pages = kvp[b + 1] - kvp[b], qs, qe;
         int64_t kv_len = aiter_mla__kv_len(pages, last[b], ps);
-        for (qs = qo[b]; qs < qo[b + 1]; qs += tpt) {
-            int32_t qe = (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]), first = pb.nwork, page = 0;
+        for (qs = qo[b]; qs < qo[b + 1]; qs = qe) { /* qs = qe, not qs + tpt: no overflow near INT32_MAX */
+            int32_t first = pb.nwork, page = 0;
+            qe = (int32_t)aiter_mla__min64((int64_t)qs + tpt, qo[b + 1]);
             for (;;) {
                 int64_t left = aiter_mla__cdiv(pages - page, sp), take = left; /* in steps */
                 int32_t end;
@@ -2369,13 +2372,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     for (b = 0; b < batch; b++)
         for (u = unit_base[b]; u < unit_base[b + 1]; u++) {
             int32_t np = v.reduce_indptr[u + 1] - v.reduce_indptr[u];
-            int32_t qs = qo[b] + (int32_t)(u - unit_base[b]) * tpt;
+            int32_t qs = (int32_t)(qo[b] + (u - unit_base[b]) * tpt);
             if (covered[u] != kvp[b + 1] - kvp[b] || pieces[u] == 0)
                 AITER_MLA__BAD_PLAN("%s: tile %lld of request %d covers %d of %d pages", op, (long long)u, b, covered[u],
                                     kvp[b + 1] - kvp[b]);
             if (np != (pieces[u] > 1 ? pieces[u] : 0))
                 AITER_MLA__BAD_PLAN("%s: reduce tile %lld lists %d pieces, has %d", op, (long long)u, np, pieces[u]);
-            if (v.reduce_final_map[2 * u] != qs || v.reduce_final_map[2 * u + 1] != (int32_t)aiter_mla__min64(qs + tpt, qo[b + 1]))
+            if (v.reduce_final_map[2 * u] != qs || v.reduce_final_map[2 * u + 1] != (int32_t)aiter_mla__min64((int64_t)qs + tpt, qo[b + 1]))
                 AITER_MLA__BAD_PLAN("%s: reduce_final_map of tile %lld is wrong", op, (long long)u);
         }
     /* an unsplit piece with partial rows would go unreduced */
@@ -2611,11 +2614,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__NEED(op, a.reduce_partial_map, "reduce_partial_map");
     AITER_MLA__NEED(op, a.o, "o");
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, a.reduce_indptr, "", "reduce_indptr"));
+    for (t = 0; t < a.num_tiles; t++) /* monotone first: then no tile's pieces pass the map's end */
+        if (a.reduce_indptr[t + 1] < a.reduce_indptr[t])
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr decreases at %d", op, t);
     for (t = 0; t < a.num_tiles; t++) { /* every index the reduce will follow, before any write */
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t],
                 qe = a.reduce_final_map[2 * t + 1], k;
-        if (k1 < k0)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr decreases at %d", op, t);
         if (k1 - k0 < 2) continue;
         if (qs < 0 || qe < qs)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_final_map[%d] = (%d, %d) is not a row range",
@@ -2633,7 +2637,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
             for (h = 0; h < a.num_heads; h++) {
                 double m = -HUGE_VAL, sum = 0.0, g;
                 for (k = k0; k < k1; k++) {
-                    double l = a.partial_lse[(int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h];
+                    double l = a.partial_lse[((int64_t)a.reduce_partial_map[k] + row - qs) * a.num_heads + h];
                     if (l > m) m = l;
                 }
                 if (m == -HUGE_VAL) { /* every piece empty */
@@ -2642,12 +2646,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                     continue;
                 }
                 for (k = k0; k < k1; k++)
-                    sum += exp(a.partial_lse[(int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h] - m);
+                    sum += exp(a.partial_lse[((int64_t)a.reduce_partial_map[k] + row - qs) * a.num_heads + h] - m);
                 g = m + log(sum);
                 for (d = 0; d < a.dv; d++) {
                     double o = 0.0;
                     for (k = k0; k < k1; k++) {
-                        int64_t pr = (int64_t)(a.reduce_partial_map[k] + row - qs) * a.num_heads + h;
+                        int64_t pr = ((int64_t)a.reduce_partial_map[k] + row - qs) * a.num_heads + h;
                         o += exp(a.partial_lse[pr] - g) * a.partial_o[pr * a.dv + d];
                     }
                     aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, (float)o);
@@ -2865,6 +2869,7 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
     AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
+    AITER_MLA__RANGE(op, a->pow2_scales, 0, 1, "pow2_scales");
     if (!aiter_mla__is_16bit(a->src_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
     if (!aiter_mla__is_fp8(a->fp8_dtype))
@@ -2952,6 +2957,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     if (!aiter_mla__is_16bit(a.q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.q_dtype));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
+    AITER_MLA__RANGE(op, a.cache_is_ds_mla, 0, 1, "cache_is_ds_mla");
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
@@ -3031,6 +3037,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
     AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
+    AITER_MLA__RANGE(op, a->cache_is_ds_mla, 0, 1, "cache_is_ds_mla");
     if (a->cache_is_ds_mla ? !aiter_mla__is_fp8(a->ds_mla_fp8)
                            : !aiter_mla__is_16bit(a->cache_dtype) && !aiter_mla__is_fp8(a->cache_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
@@ -3121,9 +3128,15 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a.qkv_dtype));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
-    if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f) || !(a.q_scale > 0.0f && a.q_scale < 1e30f) ||
-        !(a.k_scale > 0.0f && a.k_scale < 1e30f) || !(a.v_scale > 0.0f && a.v_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale, q_scale, k_scale and v_scale must be positive and finite", op);
+    {
+        const float scales[4] = {a.sm_scale, a.q_scale, a.k_scale, a.v_scale};
+        static const char *const names[4] = {"sm_scale", "q_scale", "k_scale", "v_scale"};
+        int i;
+        for (i = 0; i < 4; i++)
+            if (!(scales[i] > 0.0f && scales[i] < 1e30f))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %g is not positive and finite", op, names[i],
+                                       scales[i]);
+    }
     AITER_MLA__RANGE(op, a.q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
     AITER_MLA__RANGE(op, a.q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
     AITER_MLA__RANGE(op, a.k_stride_token, 0, AITER_MLA__MAX_STRIDE, "k_stride_token");
@@ -3419,7 +3432,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
                 for (j = first; j < w; j++) {
                     const int32_t loc = wi[(int64_t)j * AITER_MLA_WORK_INTS + 1];
                     int32_t r;
-                    if (loc < 0 || loc + (r1 - r0) > nrows || pm[ri[u] + j - first] != loc)
+                    if (loc < 0 || (int64_t)loc + (r1 - r0) > nrows || pm[ri[u] + j - first] != loc)
                         AITER_MLA__BAD_PLAN("%s: piece %d of tile %d has partial row %d", op, j - first, u, loc);
                     for (r = loc; r < loc + (r1 - r0); r++) {
                         if (row_used[r]) AITER_MLA__BAD_PLAN("%s: partial row %d is used twice", op, r);

@@ -2767,6 +2767,77 @@ static void test_hardening(void) {
         CHECK(out[0] == -1 && out[255] == -1, "slot 16777216 * 256 must expand to -1, got %d", out[0]);
         CHECK(out[256] == 3 * 256 && out[299] == 3 * 256 + 43, "block 3 must expand normally, got %d", out[256]);
     }
+    { /* query rows at the top of the int32 range: the planner's tiles step without overflow */
+        aiter_mla_decode_plan_desc dt = d;
+        aiter_mla_decode_plan_info it;
+        int32_t qt[2] = {INT32_MAX - 1, INT32_MAX}, kt[2] = {0, 1}, lt[1] = {1}, *pt;
+        dt.max_q_len = 8; /* tiles of 4 rows at 16 heads */
+        dt.num_cu = 1;
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&dt, &it), AITER_MLA_OK, "");
+        pt = (int32_t *)test_calloc((size_t)it.plan_ints * sizeof(int32_t));
+        CHECK_STATUS(aiter_mla_decode_plan_build(&it, qt, kt, lt, 1, pt), AITER_MLA_OK, "");
+        CHECK_STATUS(aiter_mla_decode_plan_check(&it, qt, kt, lt, 1, pt), AITER_MLA_OK, "");
+        free(pt);
+        /* a request of more keys than int32 holds: the message names kv_indptr */
+        kt[1] = 1 << 24;
+        dt.page_size = 256;
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&dt, &it), AITER_MLA_OK, "");
+        pt = (int32_t *)test_calloc((size_t)it.plan_ints * sizeof(int32_t));
+        CHECK_STATUS(aiter_mla_decode_plan_build(&it, qt, kt, lt, 1, pt), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indptr");
+        free(pt);
+    }
+    { /* a prefill plan whose split piece claims partial row INT32_MAX is refused, not overflowed */
+        aiter_mla_prefill_plan_desc pd;
+        aiter_mla_prefill_plan_info pi;
+        int32_t cq[3] = {0, 20, 50}, ck[3] = {0, 40, 100}, *pp, w, corrupted = 0;
+        memset(&pd, 0, sizeof pd);
+        pd.max_batch = 2;
+        pd.max_q_tokens = 64;
+        pd.num_heads = 2;
+        pd.num_cu = 3;
+        pd.tile_q = 16;
+        pd.kv_granularity = 16;
+        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &pi), AITER_MLA_OK, "");
+        pp = (int32_t *)test_calloc((size_t)pi.plan_ints * sizeof(int32_t));
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&pi, cq, ck, 2, 1, pp), AITER_MLA_OK, "");
+        for (w = 0; w < pi.max_work && !corrupted; w++) {
+            int32_t *wi = pp + pi.off_work_info + (int64_t)w * AITER_MLA_WORK_INTS;
+            if (wi[1] >= 0) {
+                wi[1] = INT32_MAX;
+                corrupted = 1;
+            }
+        }
+        CHECK(corrupted, "the prefill plan of this shape must split a tile");
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&pi, cq, ck, 2, 1, pp), AITER_MLA_ERR_PLAN_INVALID, "");
+        free(pp);
+    }
+    { /* a non-monotone reduce_indptr is refused before any piece past the map's end is read
+         (the map is exactly reduce_indptr[num_tiles] entries, so ASan would see that read) */
+        int32_t *ri = (int32_t *)test_malloc(3 * sizeof(int32_t)), *fm = (int32_t *)test_malloc(4 * sizeof(int32_t)),
+                *pm = (int32_t *)test_malloc(4 * sizeof(int32_t));
+        float po[6 * 2 * 8] = {0}, pl[6 * 2] = {0}, lse[3 * 2];
+        uint16_t o[3 * 2 * 8];
+        aiter_mla_reduce_args ra;
+        ri[0] = 0, ri[1] = 100, ri[2] = 4;
+        fm[0] = 0, fm[1] = 1, fm[2] = 1, fm[3] = 3;
+        pm[0] = 0, pm[1] = 1, pm[2] = 2, pm[3] = 4;
+        memset(&ra, 0, sizeof ra);
+        ra.partial_o = po;
+        ra.partial_lse = pl;
+        ra.reduce_indptr = ri;
+        ra.reduce_final_map = fm;
+        ra.reduce_partial_map = pm;
+        ra.num_tiles = 2;
+        ra.num_partial_rows = 6;
+        ra.num_heads = 2;
+        ra.dv = 8;
+        ra.o = o;
+        ra.lse = lse;
+        CHECK_STATUS(aiter_mla_reduce_ref(&ra), AITER_MLA_ERR_INVALID_ARGUMENT, "reduce_indptr");
+        free(ri);
+        free(fm);
+        free(pm);
+    }
     free(plan);
 }
 
@@ -3765,6 +3836,8 @@ static void test_small_op_wrappers(void) {
         DS_CASE(b.src_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
         DS_CASE(b.slot_mapping = NULL, AITER_MLA_ERR_NULL_POINTER);
         DS_CASE(b.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER);
+        DS_CASE(b.pow2_scales = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.pow2_scales = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
         DS_CASE(b.num_blocks = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         DS_CASE(b.block_size = -2, AITER_MLA_ERR_INVALID_ARGUMENT);
         DS_CASE(b.kv_c_stride = 100, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -3798,6 +3871,7 @@ static void test_small_op_wrappers(void) {
         GA_CASE((b.cache_dtype = AITER_MLA_FP8_E4M3FN, b.scale = -1.0f), AITER_MLA_ERR_INVALID_ARGUMENT);
         GA_CASE(b.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         GA_CASE(b.out_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        GA_CASE(b.cache_is_ds_mla = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
         GA_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
         GA_CASE(b.cu_out_rows = NULL, AITER_MLA_ERR_NULL_POINTER);
         GA_CASE(b.out = NULL, AITER_MLA_ERR_NULL_POINTER);
@@ -4222,7 +4296,11 @@ static void test_attention_wrappers(void) {
     PF_CASE(b.qkv_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
     PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.v_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef PF_CASE
+    b = a; /* the message names the scale that is wrong */
+    b.k_scale = -1.0f;
+    CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "k_scale");
     /* what only the GPU path checks; cu_seqlens contents are device data there */
     b = a;
     b.max_seqlen_q = 0;
@@ -4297,6 +4375,7 @@ static void test_attention_wrappers(void) {
     SP_CASE(t.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
     SP_CASE((t.cache_is_ds_mla = 1, t.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_UNSUPPORTED);
     SP_CASE(t.sm_scale = -2.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+    SP_CASE(t.cache_is_ds_mla = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef SP_CASE
     t = s;
     t.num_tokens = 1 << 20;
