@@ -107,6 +107,8 @@
  *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
  *   zero rows or dropped writes, never an access outside the buffers the arguments
  *   describe.
+ *   Host arrays are trusted to be aligned to their element type, as any C array is (the
+ *   GPU wrappers check the alignment their kernels need).
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
