@@ -1762,6 +1762,12 @@ static aiter_mla_status aiter_mla__check_range(const char *op, int64_t v, int64_
                                (long long)v, (long long)lo, (long long)hi);
     return AITER_MLA_OK;
 }
+/* A scale or softmax factor: positive and finite (below 1e30, so that products of a few stay finite). */
+static aiter_mla_status aiter_mla__check_scale(const char *op, float v, const char *pre, const char *field) {
+    if (!(v > 0.0f && v < 1e30f))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %g is not positive and finite", op, pre, field, v);
+    return AITER_MLA_OK;
+}
 static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, const char *pre, const char *field) {
     if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
     return AITER_MLA_OK;
@@ -1770,6 +1776,7 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
 #define AITER_MLA__NEED(op, ptr, name) AITER_MLA__CHECK(aiter_mla__check_need(op, (const void *)(ptr), "", name))
 #define AITER_MLA__RANGE(op, val, lo, hi, name) \
     AITER_MLA__CHECK(aiter_mla__check_range(op, (int64_t)(val), (int64_t)(lo), (int64_t)(hi), "", name))
+#define AITER_MLA__SCALE(op, val, name) AITER_MLA__CHECK(aiter_mla__check_scale(op, val, "", name))
 #define AITER_MLA__POW2(op, val, lo, hi, name)                                                     \
     do {                                                                                           \
         AITER_MLA__RANGE(op, val, lo, hi, name);                                                   \
@@ -2449,12 +2456,9 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (a->sm_scale == 0.0f) a->sm_scale = 0.041666666666666664f; /* 1/sqrt(576) */
     if (a->q_scale == 0.0f) a->q_scale = 1.0f;
     if (a->kv_scale == 0.0f) a->kv_scale = 1.0f;
-    if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale = %g is not positive and finite", op, a->sm_scale);
-    if (!(a->q_scale > 0.0f && a->q_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: q_scale = %g is not positive and finite", op, a->q_scale);
-    if (!(a->kv_scale > 0.0f && a->kv_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_scale = %g is not positive and finite", op, a->kv_scale);
+    AITER_MLA__SCALE(op, a->sm_scale, "sm_scale");
+    AITER_MLA__SCALE(op, a->q_scale, "q_scale");
+    AITER_MLA__SCALE(op, a->kv_scale, "kv_scale");
 
     if (!need_plan) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->plan, "plan");
@@ -2735,8 +2739,7 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     if (a->cache_dtype != a->src_dtype && !aiter_mla__is_fp8(a->cache_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: cache_dtype %s is neither src_dtype %s nor fp8", op,
                                aiter_mla_dtype_name(a->cache_dtype), aiter_mla_dtype_name(a->src_dtype));
-    if (!(a->scale > 0.0f && a->scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
+    AITER_MLA__SCALE(op, a->scale, "scale");
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->kv_c, "kv_c");
     AITER_MLA__NEED(op, a->k_pe, "k_pe");
@@ -2962,8 +2965,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.cache_is_ds_mla, 0, 1, "cache_is_ds_mla");
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
-    if (!(a.sm_scale > 0.0f && a.sm_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: sm_scale = %g is not positive and finite", op, a.sm_scale);
+    AITER_MLA__SCALE(op, a.sm_scale, "sm_scale");
     if (a.num_tokens > 0) {
         AITER_MLA__NEED(op, a.q, "q");
         AITER_MLA__NEED(op, a.kv_cache, "kv_cache");
@@ -3046,8 +3048,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
                                a->cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
-    if (!(a->scale > 0.0f && a->scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: scale = %g is not positive and finite", op, a->scale);
+    AITER_MLA__SCALE(op, a->scale, "scale");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->cu_out_rows, "cu_out_rows");
@@ -3130,15 +3131,10 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a.qkv_dtype));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
-    {
-        const float scales[4] = {a.sm_scale, a.q_scale, a.k_scale, a.v_scale};
-        static const char *const names[4] = {"sm_scale", "q_scale", "k_scale", "v_scale"};
-        int i;
-        for (i = 0; i < 4; i++)
-            if (!(scales[i] > 0.0f && scales[i] < 1e30f))
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %g is not positive and finite", op, names[i],
-                                       scales[i]);
-    }
+    AITER_MLA__SCALE(op, a.sm_scale, "sm_scale");
+    AITER_MLA__SCALE(op, a.q_scale, "q_scale");
+    AITER_MLA__SCALE(op, a.k_scale, "k_scale");
+    AITER_MLA__SCALE(op, a.v_scale, "v_scale");
     AITER_MLA__RANGE(op, a.q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
     AITER_MLA__RANGE(op, a.q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
     AITER_MLA__RANGE(op, a.k_stride_token, 0, AITER_MLA__MAX_STRIDE, "k_stride_token");
@@ -4044,8 +4040,7 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_splits, 0, AITER_MLA_V4_MAX_SPLITS, pre, "num_splits"));
     if (!a->num_splits) a->num_splits = 1;
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
-    if (!(a->sm_scale > 0.0f && a->sm_scale < 1e30f))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %ssm_scale = %g is not positive and finite", op, pre, a->sm_scale);
+    AITER_MLA__CHECK(aiter_mla__check_scale(op, a->sm_scale, pre, "sm_scale"));
     if (a->attn_sink && host_arrays)
         for (h = 0; h < a->num_heads; h++)
             if (a->attn_sink[h] != a->attn_sink[h])
