@@ -3121,6 +3121,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (a.v_scale == 0.0f) a.v_scale = 1.0f;
     AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__RANGE(op, a.num_heads, 1, 65536, "num_heads");
+    AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu"); /* used only by the GPU without a plan, wrong anywhere */
     AITER_MLA__RANGE(op, a.causal, 0, 1, "causal");
     if (!aiter_mla__prefill_dim_ok(a.dqk))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dqk = %d is not 64, 128, 192 or 256", op, a.dqk);
@@ -3476,7 +3477,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
-        AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu");
     }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
 }

@@ -4297,6 +4297,8 @@ static void test_attention_wrappers(void) {
     PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.v_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.num_cu = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.num_cu = 65537, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef PF_CASE
     b = a; /* the message names the scale that is wrong */
     b.k_scale = -1.0f;
