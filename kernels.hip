@@ -1305,6 +1305,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 //   warpgroup 1: O[:, 256:512] += P V;
 //   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
 //     zero-filled), fp8 rows through registers, widened to bf16 on the way.
+// fp8_ds_mla keys in two 64-row slices (V3.2 sparse attention with 65-128 heads) run the
+// slices as a pair of blocks (a cluster of two) whose loaders each widen half of every tile
+// into both blocks' shared memory (kPair, kPairedKeys).
 // setmaxnreg moves registers from the loader to warpgroup 0. Warpgroup 0's Q K^T of tile i + 1
 // overlaps warpgroup 1's P V of tile i; the loader fills a slot as soon as both are done with
 // it. The accumulators stay in registers (128 fp32 per thread for O), which the mma.sync path
@@ -1349,9 +1352,11 @@ constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 
 // the bytes; that of bf16 keys only issues cp.async, and its registers go to the consumers,
 // which then need no spills (112 / 160 / 232 left the second 100 bytes of spills).
 constexpr int kRegsEntry = 65536 / kThreads / 8 * 8; // the register file over the block, in steps of 8: 168
-template <bool kWide>
+// A loader in a pair holds half as many bytes (88 / 168 / 248: no spills left in ds_mla e4m3fn's
+// code, where 112 / 160 / 232 left 36 bytes).
+template <bool kWide, bool kPair = false>
 struct Regs {
-    static constexpr int load = kWide ? 112 : 56, pv = kWide ? 160 : 192, softmax = kWide ? 232 : 256;
+    static constexpr int load = kPair ? 88 : kWide ? 112 : 56, pv = kPair ? 168 : kWide ? 160 : 192, softmax = kPair ? 248 : kWide ? 232 : 256;
     static_assert(softmax + pv + load == 3 * kRegsEntry, "the budgets must add up to the entry allocation");
 };
 // The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
@@ -1359,28 +1364,46 @@ struct Regs {
 // kEmpty + s: both consumers are done with slot s; kPReady + s: P and alpha of slot s's tile are
 // written (warpgroup 0); kQReady: the pass's Q is in (loader); kDone: the pass's rows
 // are stored, Q, slots and P are free (both consumers).
+// In a pair (kPair) the other block's loader also fills this block's slots and its consumers
+// also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHandoffs = 8;
-__host__ __device__ constexpr int handoff_arrivals(int h) { return h == kEmpty || h == kEmpty + 1 || h == kDone ? 256 : 128; }
+__host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
+    return (h == kEmpty || h == kEmpty + 1 || h == kDone ? 256 : 128) * (pair && h != kPReady && h != kPReady + 1 && h != kQReady ? 2 : 1);
+}
 
 // How the loader brings a key row into a slot. bf16 rows: cp.async. fp8 rows: loaded into
 // registers, widened to bf16 (times their scales: ds_mla's fp32 group scales, rounded once to
-// bf16; MODEL1's powers of two, exact) and stored. Two threads per key, thread `part` taking
-// the row's 16-byte chunks part, part + 2, ...: first the e4m3 chunks (16 values, two bf16
-// chunks each), then the bf16 rope chunks (one each).
-template <int KVT>
+// bf16; MODEL1's powers of two, exact) and stored. `parts` threads per key, thread `part`
+// taking the row's 16-byte chunks part, part + parts, ...: first the e4m3 chunks (16 values,
+// two bf16 chunks each), then the bf16 rope chunks (one each). Two threads a key bring a
+// whole tile; four, in a pair of blocks, the block's half of it.
+template <int KVT, bool kPair = false>
 struct Wide {
     static constexpr bool on = KVT != AITER_MLA_BF16 && KVT != kV4Bf16;
+    static constexpr int parts = kPair ? 4 : 2;
     static constexpr int nope = !on ? 0 : KVT == kV4Model1 ? kV4Nope / 16 : is_ds_mla(KVT) ? kL / 16 : kD / 16;
     static constexpr int rope = on && (KVT == kV4Model1 || is_ds_mla(KVT)) ? 8 : 0;
-    static constexpr int loads = (nope + rope) / 2; // per thread
-    static constexpr int keys = on ? 1 : 4;         // keys a loader thread brings per tile
+    static constexpr int loads = (nope + rope) / parts; // per thread
+    static constexpr int keys = on ? 1 : 4;             // keys a loader thread brings per tile
     // byte offset in the row of the j-th chunk of thread `part`
     __device__ static constexpr int chunk_at(int j, int part) {
-        return j < nope / 2 ? (part + 2 * j) * 16 : (KVT == kV4Model1 ? kV4Nope : kL + 16) + (part + 2 * (j - nope / 2)) * 16;
+        return j < nope / parts ? (part + parts * j) * 16
+                                : (KVT == kV4Model1 ? kV4Nope : kL + 16) + (part + parts * (j - nope / parts)) * 16;
     }
     static constexpr bool lut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
-    static_assert(loads * 2 == nope + rope && nope % 2 == 0, "two threads per key");
+    static_assert(loads * parts == nope + rope && nope % parts == 0 && 8 % parts == 0, "whole chunks per thread, scale groups of whole steps");
+    static_assert(on || !kPair, "pairs share widened tiles");
 };
+
+// The formats whose 64-row blocks run in pairs (decode_wgmma_kernel's kPair) where the grid's
+// row slices pair up: fp8_ds_mla, V3.2's top-k rows (SD1, same run against unpaired blocks:
+// H100 644-646 -> 568-569 us, H200 636-641 -> 541-543). Measured and left unpaired: per-tensor
+// e4m3 (D3-fp8, H100 606-608 -> 616-629 us; H200 605-606 -> 598-604), whose rows the loader
+// brings without the L2 prefetch, so that half the loads in flight a block cost what half
+// the widening saved; MODEL1 pages (V4P-h128, H200 9887-9912 -> 10292-10300), whose
+// power-of-two scales widen for less, in blocks of 10 tiles that pay the pair's lockstep.
+template <int KVT>
+constexpr bool kPairedKeys = is_ds_mla(KVT);
 
 template <int DQ, bool kLut> // q . k dims; whether the e4m3fnuz table is needed
 struct Smem {     // byte offsets from a 1024-byte aligned base
@@ -1432,10 +1455,17 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // Waits (acquiring) for the completion of the next phase of handoff h (mbarrier bars + 8 h),
 // whose parity is bit h of `phases`, then flips that bit: each thread counts the phases it has
 // waited for.
+// kCluster: acquiring at cluster scope, for phases the other block of a pair takes part in.
+template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bars, int h, uint32_t &phases) {
-    asm volatile("{\n.reg .pred done;\nWAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
+    if constexpr (kCluster)
+        asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                     "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
+    else
+        asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                     "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
     phases ^= 1u << h;
 }
 // The two consumer warpgroups' own barrier (named barrier 1; the loader never joins it).
@@ -1478,6 +1508,41 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
+
+// Pairs of blocks (a cluster of two, sm_90) that share their key tiles: each block widens
+// half of every tile and stores it into both blocks' shared memory (distributed shared
+// memory), the handoffs of the slots then counting both blocks' threads.
+// This block's rank in its cluster (0 or 1).
+__device__ __forceinline__ int cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+}
+// The address in block `rank`'s shared memory of this block's shared address `addr`.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t addr, int rank) {
+    uint32_t d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+    return d;
+}
+__device__ __forceinline__ void store16_cluster(uint32_t dst, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ void store2_cluster(uint32_t dst, uint16_t v) {
+    asm volatile("st.shared::cluster.u16 [%0], %1;\n" ::"r"(dst), "h"(v) : "memory");
+}
+// This thread's arrival on an mbarrier of the other block (address from peer_addr), releasing
+// its earlier writes at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Generic-proxy writes to either block's shared memory made visible to wgmma's reads.
+__device__ __forceinline__ void fence_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
+// Every thread of both blocks meets here (release / acquire at cluster scope); after the
+// mbarriers' initialisation, made visible to the other block first.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // O rows ra (factor fa) and rb (fb) of a warpgroup's accumulators times their softmax rescale.
 template <int N>
 __device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb) {
@@ -1600,11 +1665,14 @@ __device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a
     else AITER_MLA__WGMMA_64x128_RS("bf16");
 }
 
-template <int KVT>
+// kPair: launched in clusters of two blocks that take the same keys (rows side by side), each
+// widening half of every tile into both (fp8 keys; FlashMLA's "crossover"): the widening, the
+// loader's bottleneck with 64 rows, is paid once per pair instead of once per block.
+template <int KVT, bool kPair = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__)
     constexpr int kDq = qk_dims(KVT), kChunks = kDq / 8, kKSteps = kDq / 16; // 16-byte chunks and k-steps of a row
-    using W = Wide<KVT>;
+    using W = Wide<KVT, kPair>;
     using S = Smem<kDq, W::lut>;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
@@ -1617,13 +1685,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     uint16_t *lut = reinterpret_cast<uint16_t *>(base + S::lut);
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
-    if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid));
+    // in a pair: this block's rank (its half of every tile: keys 32 rank ..) and the other's base
+    const int rank = kPair ? cluster_rank() : 0;
+    const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
+    if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
-    __syncthreads(); // the mbarriers and the table are ready; from here on the warpgroups only meet at the handoffs
+    if constexpr (kPair) { // the other block's mbarriers are ready before anything arrives on them
+        fence_mbar_init();
+        cluster_sync();
+    } else {
+        __syncthreads(); // the mbarriers and the table are ready; from here on the warpgroups only meet at the handoffs
+    }
     uint32_t phases = 0; // the parity of the next phase this thread waits for, one bit per handoff
-    auto wait = [&](int h) { mbar_wait(bars, h, phases); };
+    auto wait = [&](int h) { mbar_wait<kPair>(bars, h, phases); };
     auto arrive = [&](int h) { mbar_arrive(bars + 8 * h); };
+    // handoffs both blocks of a pair take part in: this block's and the other's
+    auto arrive_both = [&](int h) {
+        mbar_arrive(bars + 8 * h);
+        if constexpr (kPair) mbar_arrive_cluster(peer_sb + S::bars + 8 * h);
+    };
     auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kN - 1) / kN); };
+    // A block's passes over a piece: 64 rows each. The blocks of a pair run in step, one pass
+    // per piece (their pieces have at most 64 rows), with no rows when a short query tile
+    // leaves the block none.
+    auto pass_end = [](const Piece &pc) { return kPair ? max(pc.re, pc.rb + 1) : pc.re; };
 
     // The end of a pass (both consumers), once warpgroup 0 has left each row's o factor in inv_s
     // and its start in row_at: stage the rows as fp32 over the slots and P, store them,
@@ -1644,7 +1729,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         }
         consumers_sync(); // the rows are staged
         store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
-        arrive(kDone);
+        arrive_both(kDone);
     };
 
     if (wgi == 2) {
@@ -1653,9 +1738,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // keys, 8 threads a key, so that each copy instruction reads four whole 128-byte lines
         // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 465 -> 450
         // us, D6 319 -> 293, SP1 5845 -> 5577).
-        regs_set<Regs<W::on>::load>();
-        const int my_part = t & 1;
-        auto my_key = [&](int q) { return W::on ? t >> 1 : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
+        regs_set<Regs<W::on, kPair>::load>();
+        const int my_part = t & (W::parts - 1);
+        // this block's writes to either block's slots made visible to wgmma (in a pair, the other's too)
+        auto fence_async = [] {
+            if constexpr (kPair) fence_async_all();
+            else fence_async_shared();
+        };
+        auto my_key = [&](int q) { return W::on ? 32 * rank + t / W::parts : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
         };
@@ -1674,8 +1764,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // rule (a FnuzRule) picks the e4m3 flavour
         auto put_as = [&](int slot, const KeyRef (&keys)[W::keys], const Staged &st, auto rule) {
             [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
-            const uint32_t dst = sb + S::keys + slot * S::slot;
             if constexpr (!W::on) {
+                const uint32_t dst = sb + S::keys + slot * S::slot;
                 const void *any = a.q; // an address for the zero-filling copies, which read nothing
                 uint32_t present = 0;  // the warp's 16 keys: key c at bits 2 c, 2 c + 1
 #pragma unroll
@@ -1693,17 +1783,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const int key = my_key(0);
                 const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                 [[maybe_unused]] const bool odd = (k.kind & kKindOddScales) != 0; // MODEL1 only
+                const uint32_t slot_off = S::keys + slot * S::slot;
+                auto store = [&](uint32_t off, uint4 v) { // into this block's slot, and the other's in a pair
+                    store16_shared(sb + slot_off + off, v);
+                    if constexpr (kPair) store16_cluster(peer_sb + slot_off + off, v);
+                };
+                constexpr int kParts = W::parts;
 #pragma unroll
-                for (int j = 0; j < W::nope / 2; j++) {
-                    const int c = my_part + 2 * j; // e4m3 chunk: dims 16 c .. 16 c + 15
+                for (int j = 0; j < W::nope / kParts; j++) {
+                    const int c = my_part + kParts * j; // e4m3 chunk: dims 16 c .. 16 c + 15
                     const uint2 v0 = make_uint2(st.v[j].x, st.v[j].y), v1 = make_uint2(st.v[j].z, st.v[j].w);
                     uint4 lo, hi;
-                    if constexpr (is_ds_mla(KVT)) { // 128-dim groups: chunk c's is (2 j + part) >> 3 = j >> 2
-                        const uint32_t bits = (j >> 2) == 0 ? st.scales.x : (j >> 2) == 1 ? st.scales.y : (j >> 2) == 2 ? st.scales.z : st.scales.w;
+                    if constexpr (is_ds_mla(KVT)) { // 128-dim groups: chunk c's is c >> 3 = (parts j) >> 3
+                        const int g = (kParts * j) >> 3;
+                        const uint32_t bits = g == 0 ? st.scales.x : g == 1 ? st.scales.y : g == 2 ? st.scales.z : st.scales.w;
                         lo = e4m3x8_to_bf16x8_times(v0, fnuz, lut, __uint_as_float(bits));
                         hi = e4m3x8_to_bf16x8_times(v1, fnuz, lut, __uint_as_float(bits));
-                    } else if constexpr (KVT == kV4Model1) { // 64-dim blocks: chunk c's exponent byte is c >> 2 = j >> 1
-                        const int b = j >> 1;
+                    } else if constexpr (KVT == kV4Model1) { // 64-dim blocks: chunk c's exponent byte is c >> 2 = (parts j) >> 2
+                        const int b = (kParts * j) >> 2;
                         const uint32_t word = b < 4 ? (odd ? st.scales.z : st.scales.x) : (odd ? st.scales.w : st.scales.y);
                         const uint32_t s2 = ue8m0_to_bf16x2((uint8_t)(word >> 8 * (b & 3)));
                         lo = e4m3x8_to_bf16x8_scaled(v0, fnuz, lut, s2);
@@ -1712,15 +1809,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         lo = e4m3x8_to_bf16x8(v0, fnuz, lut);
                         hi = e4m3x8_to_bf16x8(v1, fnuz, lut);
                     }
-                    store16_shared(dst + swz(key, 2 * c), lo);
-                    store16_shared(dst + swz(key, 2 * c + 1), hi);
+                    store(swz(key, 2 * c), lo);
+                    store(swz(key, 2 * c + 1), hi);
                 }
 #pragma unroll
-                for (int j = W::nope / 2; j < W::loads; j++) // the bf16 rope, as it is
-                    store16_shared(dst + swz(key, W::nope * 2 + my_part + 2 * (j - W::nope / 2)), st.v[j]);
-                // the tile's present keys: a warp's 16 keys, both threads of each, a word
-                const uint32_t present = __ballot_sync(0xffffffffu, k.kind != 0);
-                if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
+                for (int j = W::nope / kParts; j < W::loads; j++) // the bf16 rope, as it is
+                    store(swz(key, W::nope * 2 + my_part + kParts * (j - W::nope / kParts)), st.v[j]);
+                const uint32_t ballot = __ballot_sync(0xffffffffu, k.kind != 0);
+                if constexpr (!kPair) { // the tile's present keys: a warp's 16 keys, both threads of each, a word
+                    if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = ballot;
+                } else { // a warp's 8 keys, four threads each: half a word (key c at bits 2 c, 2 c + 1), in both blocks
+                    uint32_t half = 0;
+#pragma unroll
+                    for (int c = 0; c < 8; c++) half |= (ballot >> 4 * c & 1u) * (3u << 2 * c);
+                    const int first = 32 * rank + 8 * (t >> 5); // the warp's first key
+                    const uint32_t at = S::valid + (slot * kPresentWords + (first >> 4)) * 4 + (first & 8 ? 2 : 0);
+                    if (lane == 0) {
+                        *reinterpret_cast<uint16_t *>(base + at) = (uint16_t)half;
+                        store2_cluster(peer_sb + at, (uint16_t)half);
+                    }
+                }
             }
         };
         const bool v4_fnuz = is_v4(KVT) && v4_lists_fnuz(p);
@@ -1769,8 +1877,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         bool first = true;
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
-            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
-                const int R = min(kM, pc.re - r0);
+            for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
+                const int R = max(0, min(kM, pc.re - r0));
                 if (!first) wait(kDone); // the previous pass's rows are stored: Q, slots and P are free
                 first = false;
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
@@ -1791,14 +1899,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 }
                 warm(pc, 2, next);
                 cp_async_wait<1>(); // Q and tile 0
-                fence_async_shared();
+                fence_async();
                 arrive(kQReady);
-                if (ntiles > 0) arrive(kFull + 0);
+                if (ntiles > 0) arrive_both(kFull + 0);
                 for (int i = 0; i < ntiles; i++) {
                     if (i + 1 < ntiles) { // tile i + 1 (put since tile i - 1)
                         cp_async_wait<0>();
-                        fence_async_shared();
-                        arrive(kFull + ((i + 1) & 1));
+                        fence_async();
+                        arrive_both(kFull + ((i + 1) & 1));
                     }
                     if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
                         KeyRef keys[W::keys];
@@ -1816,11 +1924,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     } else if (wgi == 0) {
         // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
         // row's rescale factor handed to warpgroup 1.
-        regs_set<Regs<W::on>::softmax>();
+        regs_set<Regs<W::on, kPair>::softmax>();
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
-            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
-                const int R = min(kM, pc.re - r0);
+            for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
+                const int R = max(0, min(kM, pc.re - r0));
                 const long long lima = row_key_limit(pc, r0 + ra, H), limb = row_key_limit(pc, r0 + rb, H);
                 float acc[128]; // O rows ra, rb; dims 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
 #pragma unroll
@@ -1895,7 +2003,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) arrive(kEmpty + slot); // the loader waits for these only
+                    if (i + 2 < ntiles) arrive_both(kEmpty + slot); // the loader waits for these only
                 }
                 // the row sums from the quad's shares; the rows' lse (and max_logits), o factors and starts
                 la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -1915,11 +2023,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         });
     } else {
         // O[:, 256:512] += P V with P and the rescale factors from warpgroup 0.
-        regs_set<Regs<W::on>::pv>();
+        regs_set<Regs<W::on, kPair>::pv>();
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
-            for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
-                const int R = min(kM, pc.re - r0);
+            for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
+                const int R = max(0, min(kM, pc.re - r0));
                 float acc[128]; // O rows ra, rb; dims 256 + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
 #pragma unroll
                 for (int e = 0; e < 128; e++) acc[e] = 0.0f;
@@ -1936,12 +2044,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) arrive(kEmpty + slot);
+                    if (i + 2 < ntiles) arrive_both(kEmpty + slot);
                 }
                 finish_pass(acc, pc, R);
             }
         });
     }
+    if constexpr (kPair) cluster_sync(); // neither block leaves while the other may still write to it
 #endif
 }
 
@@ -3992,6 +4101,27 @@ static hipError_t launch_big_smem(void (*kernel)(P), dim3 grid, int threads, int
     kernel<<<grid, threads, bytes, s>>>(p);
     return hipSuccess;
 }
+#ifdef AITER_MLA_HAS_WGMMA
+// The same in clusters of `cluster` blocks (sm_90; every grid dimension a multiple of its own).
+template <typename P>
+static hipError_t launch_big_smem_clusters(void (*kernel)(P), dim3 grid, dim3 cluster, int threads, int bytes, hipStream_t s, const P &p) {
+    const hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != hipSuccess) return e;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
+    attr[0].val.clusterDim.z = cluster.z;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+#endif
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
     return launch_big_smem(mma::decode_mma_kernel<KVT, M>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M>::total, s, p);
@@ -4005,13 +4135,23 @@ static constexpr bool wgmma_rows(int tile_rows) {
 #endif
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
-// warpgroup kernel where the build has it.
+// warpgroup kernel where the build has it. The grid's 64-row slices of the same keys lie
+// along y (slices_on_y: sparse, V4) or x (decode); the kPairedKeys formats in an even number
+// of slices run in pairs of blocks that widen each tile once between them (kPair).
 template <int KVT>
-static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
+static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, bool slices_on_y) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
-    return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total, s, p);
+    constexpr int kBytes = wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total;
+    if constexpr (wg::kPairedKeys<KVT>) {
+        const unsigned slices = slices_on_y ? grid.y : grid.x;
+        if (slices % 2 == 0)
+            return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, slices_on_y ? dim3(1, 2, 1) : dim3(2, 1, 1),
+                                            wg::kThreads, kBytes, s, p);
+    }
+    return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, kBytes, s, p);
 #else
+    (void)slices_on_y;
     return launch_mma_rows<KVT, 64>(grid, s, p);
 #endif
 }
@@ -4046,9 +4186,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         p.row_split = wgmma_rows(tile_rows);
         const dim3 mma_grid = p.row_split ? dim3((unsigned)((tile_rows + 63) / 64), info->desc.num_cu) : grid;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
-        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows); break;
-        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows, false); break;
+        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows, false); break;
+        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows, false); break;
         }
         if (e != hipSuccess) return (int)e;
     }
@@ -4259,9 +4399,9 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
         hipError_t e;
-        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block);
-        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block);
+        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, true);
+        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, true);
+        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block, true);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }
@@ -4320,8 +4460,8 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
-        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block)
-                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block);
+        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, true)
+                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, true);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }

@@ -936,7 +936,8 @@ int main(int argc, char **argv) {
         {"D1-fp8", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN},
         {"D2", 16, 1, 128, 8192, 64, AITER_MLA_BF16},    {"D2-p1", 16, 1, 128, 8192, 1, AITER_MLA_BF16},
         {"D2-fp8", 16, 1, 128, 8192, 64, AITER_MLA_FP8_E4M3FN},
-        {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16},   {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16},
+        {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16},   {"D3-fp8", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN},
+        {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16},
         {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16},      {"D5-graph", 16, 1, 1, 8192, 64, AITER_MLA_BF16},
         {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16},
     };

@@ -308,6 +308,8 @@ static void test_decode_variants(test_rng *rng) {
         {16, 1, 64, 5, 7, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 40},
         {16, 2, 1, 4, 3, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 1, -60},
         {64, 1, 16, 3, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, -100},
+        /* 100 heads: two 64-row blocks over each fp8 key tile, the second of 36 rows */
+        {100, 2, 64, 4, 9, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
         {16, 1, 16, 3, 5, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 1, 0, 60},
     };
     for (k = 0; k < (int)(sizeof v / sizeof v[0]); k++) {
@@ -1008,6 +1010,18 @@ static void test_sparse_attention(test_rng *rng) {
                     c.holes = topks[ki] == 1 ? 30 : 10;
                     run_sparse_case(&c, rng);
                 }
+    /* 100 heads over fp8_ds_mla: blocks in pairs that share each key tile, the second of 36 rows */
+    for (cache = 1; cache <= 2; cache++) {
+        memset(&c, 0, sizeof c);
+        c.tokens = 5;
+        c.heads = 100;
+        c.topk = cache == 1 ? 2048 : 63;
+        c.cache = cache;
+        c.q_dtype = c.o_dtype = AITER_MLA_BF16;
+        c.with_length = c.with_sink = 1;
+        c.holes = 10;
+        run_sparse_case(&c, rng);
+    }
     printf("sparse attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
