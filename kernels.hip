@@ -1862,15 +1862,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             }
         };
 
-        // fp8_ds_mla: the loader holds one tile in flight, and V3.2's top-k rows lie scattered
-        // over a large cache, so a tile's HBM latency would fall between the slot freeing up and
-        // the consumers needing it; each row is pulled into the L2 one tile before its loads are
-        // issued, one thread per key (SD1 824 -> 702 us). For the other formats the same
-        // prefetch measured slower (D3 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840).
+        // Rows brought through registers (fp8_ds_mla, per-tensor e4m3): the loader holds one tile
+        // in flight, so a tile's HBM latency would fall between the slot freeing up and the
+        // consumers needing it; each row is pulled into the L2 one tile before its loads are
+        // issued, one thread per key (SD1 824 -> 702 us; D3-fp8 610-615 -> 567-580, H100, same
+        // run). For bf16 rows (cp.async) and MODEL1 pages the same prefetch measured slower (D3
+        // 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840); so did per-tensor e4m3 in
+        // pairs of blocks (D3-fp8 611-624 -> 661-663).
         auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[kLookups]) { // tile i; entry: the thread's indices in it
-            if constexpr (is_ds_mla(KVT)) {
+            if constexpr (is_ds_mla(KVT) || KVT == AITER_MLA_FP8_E4M3FN || KVT == AITER_MLA_FP8_E4M3FNUZ) {
                 const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
-                if (my_part == 0 && k.row) prefetch_l2(k.row, kDsRow);
+                if (my_part == 0 && k.row) prefetch_l2(k.row, cache_row_bytes(KVT));
             }
         };
 
