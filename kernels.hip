@@ -1535,6 +1535,11 @@ __device__ __forceinline__ void store2_cluster(uint32_t dst, uint16_t v) {
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// The same without ordering this thread's memory accesses: for a release after reads that are
+// complete (a consumer's wgmma, waited for), which a cluster-scope release would fence again.
+__device__ __forceinline__ void mbar_arrive_cluster_relaxed(uint32_t bar) {
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 // Generic-proxy writes to either block's shared memory made visible to wgmma's reads.
 __device__ __forceinline__ void fence_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
 // Every thread of both blocks meets here (release / acquire at cluster scope); after the
@@ -1703,6 +1708,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     auto arrive_both = [&](int h) {
         mbar_arrive(bars + 8 * h);
         if constexpr (kPair) mbar_arrive_cluster(peer_sb + S::bars + 8 * h);
+    };
+    // a consumer's release of slot s to both loaders, its reads of the slot done
+    auto release_slot = [&](int s) {
+        mbar_arrive(bars + 8 * (kEmpty + s));
+        if constexpr (kPair) mbar_arrive_cluster_relaxed(peer_sb + S::bars + 8 * (kEmpty + s));
     };
     auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kN - 1) / kN); };
     // A block's passes over a piece: 64 rows each. The blocks of a pair run in step, one pass
@@ -2005,7 +2015,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) arrive_both(kEmpty + slot); // the loader waits for these only
+                    if (i + 2 < ntiles) release_slot(slot); // the loader waits for these only
                 }
                 // the row sums from the quad's shares; the rows' lse (and max_logits), o factors and starts
                 la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -2046,7 +2056,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) arrive_both(kEmpty + slot);
+                    if (i + 2 < ntiles) release_slot(slot);
                 }
                 finish_pass(acc, pc, R);
             }
