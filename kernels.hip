@@ -1398,10 +1398,10 @@ struct Wide {
 // The formats whose 64-row blocks run in pairs (decode_wgmma_kernel's kPair) where the grid's
 // row slices pair up: fp8_ds_mla, V3.2's top-k rows (SD1, same run against unpaired blocks:
 // H100 644-646 -> 568-569 us, H200 636-641 -> 541-543). Measured and left unpaired: per-tensor
-// e4m3 (D3-fp8, H100 606-608 -> 616-629 us; H200 605-606 -> 598-604), whose rows the loader
-// brings without the L2 prefetch, so that half the loads in flight a block cost what half
-// the widening saved; MODEL1 pages (V4P-h128, H200 9887-9912 -> 10292-10300), whose
-// power-of-two scales widen for less, in blocks of 10 tiles that pay the pair's lockstep.
+// e4m3 (D3-fp8, H100 606-608 -> 616-629 us, H200 605-606 -> 598-604; with the L2 prefetch
+// that unpaired blocks take, H100 567-580 unpaired against 661-663 paired); MODEL1 pages
+// (V4P-h128, H200 9887-9912 -> 10292-10300), whose power-of-two scales widen for less, in
+// blocks of 10 tiles that pay the pair's lockstep.
 template <int KVT>
 constexpr bool kPairedKeys = is_ds_mla(KVT);
 
