@@ -786,13 +786,13 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
  * -inf. attn_sink NULL (or -inf entries) means no sink. Caches: bf16 rows of 576
  * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). GPU: one block per
- * (token, group of up to 64 heads) streams the token's slots through the decode kernels;
- * with 65-128 heads over fp8_ds_mla on sm_90a the two blocks of a token run as a cluster of
- * two that widen each tile once between them (tensor cores on sm_90 for bf16 q; fp8_ds_mla
- * rows widened to bf16 in shared memory: on
+ * (token, group of up to 64 heads) streams the token's slots through the decode kernels
+ * (tensor cores on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory: on
  * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
  * one rounding, as FlashMLA's kernels do, which moves a score by up to 2^-9 relative; the
- * 16-row passes apply the group scales to fp32 partial sums, exactly). */
+ * 16-row passes apply the group scales to fp32 partial sums, exactly). With 65-128 heads over
+ * fp8_ds_mla on sm_90a, a token's two blocks run as a cluster of two that widen each key
+ * tile once between them. */
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
