@@ -8,6 +8,7 @@
 
 // ---- portability: write HIP, map to CUDA under nvcc ---------------------------------------
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#include <cuda.h> // types only (CUtensorMap); the driver's encoder is looked up at run time
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 typedef cudaStream_t hipStream_t;
@@ -33,6 +34,7 @@ typedef cudaError_t hipError_t;
 #endif
 
 #include <stdint.h>
+#include <string.h>
 #include "aiter_mla.h"
 
 #define AITER_MLA__LAUNCH_CHECK() return (int)hipGetLastError()
@@ -1468,6 +1470,18 @@ __device__ __forceinline__ void mbar_wait(uint32_t bars, int h, uint32_t &phases
                      "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
     phases ^= 1u << h;
 }
+// Adds `bytes` to the transactions the current phase of mbarrier bar waits for (TMA copies
+// complete them).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: the box of tensor map `map` at coordinates (c0, c1, c2) into shared memory at dst (laid
+// out as the map's swizzle says), its bytes counted on mbarrier bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
 // The two consumer warpgroups' own barrier (named barrier 1; the loader never joins it).
 __device__ __forceinline__ void consumers_sync() { named_sync<1, 256>(); }
 // This warpgroup's register budget (sm_90a), raised or lowered to N per thread.
@@ -2787,8 +2801,10 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 //     softmax of tile i runs while that P V does; and the two take turns to issue (named
 //     barriers), so that one's softmax overlaps the other's products rather than both idling
 //     the tensor cores at once;
-//   warpgroup 2 (the loader): Q and each tile's K and V by 16-byte cp.async (zero-filled past
-//     the keys); K and V are handed over separately, so S starts before V has landed.
+//   warpgroup 2 (the loader): Q and each tile's K and V; K and V are handed over separately, so
+//     S starts before V has landed. 16-bit whole tiles (128 rows of the request) come by TMA,
+//     one copy a 64-dim panel issued by one thread (PfMaps); the rest (a request's last tile,
+//     fp8, or no maps) by 16-byte cp.async from every loader thread, zero-filled past the keys.
 // Same unit walk, masks and outputs as the mma.sync path. Shared tiles are blocks of 128 rows x
 // 64 dims, swizzled as in the decode (swz<128>); a consumer's Q is rows 64 w .. 64 w + 63 of Q's
 // blocks.
@@ -2805,9 +2821,10 @@ static_assert(2 * kPfRegsMma + kPfRegsLoad == 3 * kRegsEntry, "the budgets must 
 // The handoffs (mbarriers): kPfQFull: Q is in (loader); kPfQFree: the pass reads Q no more (both
 // consumers, after their last S: the next pass's Q loads during the last P V and the stores);
 // kPfKFull + s, kPfVFull + s: slot s holds its tile's K, V (loader); kPfKFree + s,
-// kPfVFree + s: both consumers are done with slot s's K, V.
-constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfHandoffs = 10;
-__host__ __device__ constexpr int pf_arrivals(int h) { return h == kPfQFree || h >= kPfKFree ? 256 : 128; }
+// kPfVFree + s: both consumers are done with slot s's K, V; kPfVStaged + s (fp8, within the
+// loader): V's e4m3 rows have come into staging slot s by TMA.
+constexpr int kPfQFull = 0, kPfQFree = 1, kPfKFull = 2, kPfVFull = 4, kPfKFree = 6, kPfVFree = 8, kPfVStaged = 10, kPfHandoffs = 12;
+__host__ __device__ constexpr int pf_arrivals(int h) { return h >= kPfVStaged ? 1 : h == kPfQFree || h >= kPfKFree ? 256 : 128; }
 
 template <int DQK, int DV, bool FP8>
 struct PfSmem { // byte offsets from a 1024-byte aligned base
@@ -2824,6 +2841,17 @@ struct PfSmem { // byte offsets from a 1024-byte aligned base
     static constexpr int stage_o = (bars + kPfHandoffs * 8 + 127) / 128 * 128; // [8 consumer warps][stage_warp]
     static constexpr int total = stage_o + 8 * stage_warp + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
+};
+
+// Tensor maps of q, k and v for the loader's TMA copies: dims (head dim, head, row), boxes of
+// 128 bytes x 1 head x 128 rows in the 128-byte swizzle, i.e. one shared block of the layout
+// above (fp8 K's second block of a 192-dim row takes dims 128..255, the map's zeros past 191);
+// fp8 V's box is a whole row of dv bytes, unswizzled, as its staging slot holds it. The row
+// extent is unbounded (the host knows no token count): only whole tiles within a request are
+// copied this way. on == 0: no maps (cp.async for everything).
+struct PfMaps {
+    CUtensorMap q, k, v;
+    int on;
 };
 
 // Rows [0, valid) of a tensor view of kChunks 16-byte chunks a row (row stride in bytes) into
@@ -2851,7 +2879,7 @@ __device__ __forceinline__ void mma_64x128_ss_e4m3(float (&d)[64], uint64_t da, 
 // FP8: e4m3fn q, k, v (per-tensor scales in score_scale and v_scale): S by e4m3 products, P V
 // in f16 (F16) over V widened by the loader.
 template <int DQK, int DV, bool F16, bool FP8>
-__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p) {
+__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p, const __grid_constant__ PfMaps maps) {
 #if defined(__CUDA_ARCH__)
     static_assert(!FP8 || F16, "fp8's P V runs in f16");
     using S = PfSmem<DQK, DV, FP8>;
@@ -2898,11 +2926,21 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             const unsigned char *k = static_cast<const unsigned char *>(a.k) + ((int64_t)u.h * a.k_stride_head + u.k0 * a.k_stride_token) * kElt;
             const unsigned char *v = static_cast<const unsigned char *>(a.v) + ((int64_t)u.h * a.v_stride_head + u.k0 * a.v_stride_token) * kElt;
             const int n0 = n; // the pass's first tile in the block's count
+            // 128 rows from `row` on (of the request: whole) by TMA, their bytes added to handoff
+            // h's phase, which the loader's threads then complete as for their own copies
+            auto tma_rows = [&](const CUtensorMap &m, uint32_t dst, int panels, int row, int h) {
+                if (t == 0) {
+                    mbar_expect_tx(bars + 8 * h, panels * kPfPanel);
+                    for (int pn = 0; pn < panels; pn++) tma_load_3d(dst + pn * kPfPanel, &m, pn * 128 / kElt, u.h, row, bars + 8 * h);
+                }
+            };
+            auto whole = [&](int kb) { return maps.on && kb + kPfN <= jend; }; // tile kb.. by TMA
             auto copy_k = [&](int i) { // K of the pass's tile i, if any, then commit
                 if (i < ntiles) {
                     const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
                     if (n0 + i >= 2) wait(kPfKFree + slot);
-                    pf_copy_rows<kQkChunks>(sb + S::k + slot * S::kslot, k + kb * ks, ks, min(kPfN, jend - kb), kPfN, t);
+                    if (whole(kb)) tma_rows(maps.k, sb + S::k + slot * S::kslot, S::qk_blocks, u.k0 + kb, kPfKFull + slot);
+                    else pf_copy_rows<kQkChunks>(sb + S::k + slot * S::kslot, k + kb * ks, ks, min(kPfN, jend - kb), kPfN, t);
                 }
                 cp_async_commit();
             };
@@ -2912,20 +2950,27 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 if (i < ntiles) {
                     const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
                     if constexpr (FP8) {
-                        pf_copy_rows<kVChunks, false>(sb + S::vstage + slot * S::vstage_slot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
+                        static_assert(!FP8 || DV * kPfN == kPfPanel, "fp8 V's staging slot is one box");
+                        if (whole(kb)) {
+                            tma_rows(maps.v, sb + S::vstage + slot * S::vstage_slot, 1, u.k0 + kb, kPfVStaged + slot);
+                            if (t == 0) arrive(kPfVStaged + slot);
+                        } else pf_copy_rows<kVChunks, false>(sb + S::vstage + slot * S::vstage_slot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
                     } else {
                         if (n0 + i >= 2) wait(kPfVFree + slot);
-                        pf_copy_rows<kVChunks>(sb + S::v + slot * S::vslot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
+                        if (whole(kb)) tma_rows(maps.v, sb + S::v + slot * S::vslot, DV / 64, u.k0 + kb, kPfVFull + slot);
+                        else pf_copy_rows<kVChunks>(sb + S::v + slot * S::vslot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
                     }
                 }
                 cp_async_commit();
             };
-            // FP8: the staged V of tile i (landed, this thread's copies) widened to f16 into its
-            // slot, once the slot is free; the loader's threads meet first (each widens rows
-            // others copied) (named barrier 4).
+            // FP8: the staged V of tile i (landed: this thread's copies, or TMA's) widened to f16
+            // into its slot, once the slot is free; the loader's threads meet first (named barrier
+            // 4: each widens rows others copied, and TMA's next copy into the staging slot follows
+            // everyone's reads of it).
             auto widen_v = [&](int i) {
                 if constexpr (FP8) {
                     const int slot = (n0 + i) & 1;
+                    if (whole(u.j0 + i * kPfN)) wait(kPfVStaged + slot);
                     if (n0 + i >= 2) wait(kPfVFree + slot);
                     named_sync<4, 128>();
                     const unsigned char *st = base + S::vstage + slot * S::vstage_slot;
@@ -2938,9 +2983,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     }
                 }
             };
-            pf_copy_rows<kQkChunks>(sb + S::q,
-                                    static_cast<const unsigned char *>(a.q) + ((u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head) * kElt,
-                                    a.q_stride_token * kElt, u.r1 - u.r0, kPfBm, t);
+            if (maps.on && u.r1 - u.r0 == kPfBm) tma_rows(maps.q, sb + S::q, S::qk_blocks, u.q0 + u.r0, kPfQFull);
+            else
+                pf_copy_rows<kQkChunks>(sb + S::q,
+                                        static_cast<const unsigned char *>(a.q) + ((u.q0 + u.r0) * a.q_stride_token + (int64_t)u.h * a.q_stride_head) * kElt,
+                                        a.q_stride_token * kElt, u.r1 - u.r0, kPfBm, t);
             cp_async_commit();
             copy_k(0);
             copy_k(1);
@@ -4106,11 +4153,11 @@ static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *pla
 #ifdef AITER_MLA_HAS_MMA
 // A kernel with more than 48 KB of dynamic shared memory. The limit is per device and cheap
 // to set: set it at every launch.
-template <typename P>
-static hipError_t launch_big_smem(void (*kernel)(P), dim3 grid, int threads, int bytes, hipStream_t s, const P &p) {
+template <typename... P, typename... A>
+static hipError_t launch_big_smem(void (*kernel)(P...), dim3 grid, int threads, int bytes, hipStream_t s, const A &...args) {
     const hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != hipSuccess) return e;
-    kernel<<<grid, threads, bytes, s>>>(p);
+    kernel<<<grid, threads, bytes, s>>>(args...);
     return hipSuccess;
 }
 #ifdef AITER_MLA_HAS_WGMMA
@@ -4254,6 +4301,51 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 // out the spread of longer causal requests as the hardware's handing out of blocks does
 // (H100: P1, P2 2-3 % faster, P4 1 %; P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
+
+// The driver's tensor-map encoder, looked up once through the runtime (no link to the driver
+// library); NULL where the driver has none.
+typedef CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                         const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                         CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static TensorMapEncodeTiled tensor_map_encoder() {
+    static const TensorMapEncodeTiled fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        return reinterpret_cast<TensorMapEncodeTiled>(f);
+    }();
+    return fn;
+}
+// The map of a [rows, heads, cols] tensor of `elt`-byte elements (strides in elements) with
+// boxes of `box_cols` x 1 x wg::kPfN (wg::PfMaps).
+static bool encode_pf_map(CUtensorMap *m, TensorMapEncodeTiled encode, const void *base, CUtensorMapDataType type, int elt, int cols,
+                          int heads, int64_t stride_head, int64_t stride_token, int box_cols, CUtensorMapSwizzle swizzle) {
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, 0x7fffffffu};
+    const cuuint64_t strides[2] = {(cuuint64_t)(stride_head * elt), (cuuint64_t)(stride_token * elt)};
+    const cuuint32_t box[3] = {(cuuint32_t)box_cols, 1, (cuuint32_t)wg::kPfN}, steps[3] = {1, 1, 1};
+    return encode(m, type, 3, const_cast<void *>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// q, k and v's maps for the wgmma prefill; on = 0 (the loader copies by cp.async) where the
+// driver has no encoder or refuses a layout.
+static wg::PfMaps prefill_maps(const aiter_mla_prefill_args &a, bool fp8) {
+    wg::PfMaps m;
+    memset(&m, 0, sizeof m);
+    const TensorMapEncodeTiled encode = tensor_map_encoder();
+    const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                     : a.qkv_dtype == AITER_MLA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                    : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const int elt = fp8 ? 1 : 2, box = 128 / elt; // one 128-byte swizzled block of a row
+    const CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B;
+    m.on = encode && encode_pf_map(&m.q, encode, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token, box, sw) &&
+           encode_pf_map(&m.k, encode, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token, box, sw) &&
+           encode_pf_map(&m.v, encode, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, fp8 ? a.dv : box,
+                         fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE : sw);
+    return m;
+}
+
 template <int DQK, int DV, bool F16, bool FP8 = false>
 static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
     auto kernel = wg::prefill_wgmma_kernel<DQK, DV, F16, FP8>;
@@ -4268,7 +4360,7 @@ static hipError_t launch_prefill_wgmma(hipStream_t s, PrefillParams p) {
         p.resident_blocks = resident;
         grid = dim3((unsigned)resident, 1, 1);
     }
-    return launch_big_smem(kernel, grid, wg::kThreads, kSmem, s, p);
+    return launch_big_smem(kernel, grid, wg::kThreads, kSmem, s, p, prefill_maps(p.a, FP8));
 }
 #endif
 #ifdef AITER_MLA_HAS_MMA
