@@ -19,7 +19,9 @@
  *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
  *                                   it adds the wgmma kernels for 64-row decode passes
  *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
- *                                   128/128)
+ *                                   128/128; their loaders copy whole tiles by TMA, with
+ *                                   tensor maps encoded at launch through the runtime's
+ *                                   driver entry point, and fall back to cp.async)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
  *                                   the program links without kernels.hip.

@@ -1306,7 +1306,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 //     factor to warpgroup 1 through shared memory;
 //   warpgroup 1: O[:, 256:512] += P V;
 //   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
-//     zero-filled), fp8 rows through registers, widened to bf16 on the way.
+//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (CacheMap, kTma); fp8
+//     rows through registers, widened to bf16 on the way.
 // fp8_ds_mla keys in two 64-row slices (V3.2 sparse attention with 65-128 heads) run the
 // slices as a pair of blocks (a cluster of two) whose loaders each widen half of every tile
 // into both blocks' shared memory (kPair, kPairedKeys).
