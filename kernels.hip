@@ -1370,8 +1370,12 @@ struct Regs {
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHandoffs = 8;
+// The threads that arrive on a phase of handoff h: both consumer warpgroups (256) or one
+// warpgroup (128); in a pair, twice that for all but the handoffs within a block.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
-    return (h == kEmpty || h == kEmpty + 1 || h == kDone ? 256 : 128) * (pair && h != kPReady && h != kPReady + 1 && h != kQReady ? 2 : 1);
+    const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone;
+    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady; // P and Q stay within a block
+    return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1);
 }
 
 // How the loader brings a key row into a slot. bf16 rows: cp.async. fp8 rows: loaded into
@@ -1459,18 +1463,18 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // whose parity is bit h of `phases`, then flips that bit: each thread counts the phases it has
 // waited for.
 // kCluster: acquiring at cluster scope, for phases the other block of a pair takes part in.
+// (one loop text for both: the qualifier `sem` is the only difference)
+#define AITER_MLA__MBAR_WAIT(sem, bar, parity)                                                                             \
+    asm volatile("{\n.reg .pred done;\nWAIT:\n"                                                                          \
+                 "mbarrier.try_wait.parity" sem ".shared::cta.b64 done, [%0], %1;\n"                                    \
+                 "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory")
 template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bars, int h, uint32_t &phases) {
-    if constexpr (kCluster)
-        asm volatile("{\n.reg .pred done;\nWAIT:\n"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-                     "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
-    else
-        asm volatile("{\n.reg .pred done;\nWAIT:\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                     "@!done bra WAIT;\n}\n" ::"r"(bars + 8 * h), "r"((phases >> h) & 1) : "memory");
+    if constexpr (kCluster) AITER_MLA__MBAR_WAIT(".acquire.cluster", bars + 8 * h, (phases >> h) & 1);
+    else AITER_MLA__MBAR_WAIT("", bars + 8 * h, (phases >> h) & 1);
     phases ^= 1u << h;
 }
+#undef AITER_MLA__MBAR_WAIT
 // Adds `bytes` to the transactions the current phase of mbarrier bar waits for (TMA copies
 // complete them).
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
@@ -1735,15 +1739,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     uint32_t phases = 0; // the parity of the next phase this thread waits for, one bit per handoff
     auto wait = [&](int h) { mbar_wait<kPair>(bars, h, phases); };
     auto arrive = [&](int h) { mbar_arrive(bars + 8 * h); };
-    // handoffs both blocks of a pair take part in: this block's and the other's
-    auto arrive_both = [&](int h) {
+    // handoffs both blocks of a pair take part in: this block's and the other's. relaxed: the
+    // arrival on the other block's orders none of this thread's accesses (a consumer's release
+    // of a slot, whose wgmma reads are complete)
+    auto arrive_both = [&](int h, bool relaxed = false) {
         mbar_arrive(bars + 8 * h);
-        if constexpr (kPair) mbar_arrive_cluster(peer_sb + S::bars + 8 * h);
-    };
-    // a consumer's release of slot s to both loaders, its reads of the slot done
-    auto release_slot = [&](int s) {
-        mbar_arrive(bars + 8 * (kEmpty + s));
-        if constexpr (kPair) mbar_arrive_cluster_relaxed(peer_sb + S::bars + 8 * (kEmpty + s));
+        if constexpr (kPair) {
+            if (relaxed) mbar_arrive_cluster_relaxed(peer_sb + S::bars + 8 * h);
+            else mbar_arrive_cluster(peer_sb + S::bars + 8 * h);
+        }
     };
     auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kN - 1) / kN); };
     // A block's passes over a piece: 64 rows each. The blocks of a pair run in step, one pass
@@ -2061,7 +2065,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) release_slot(slot); // the loader waits for these only
+                    if (i + 2 < ntiles) arrive_both(kEmpty + slot, true); // the loader waits for these only
                 }
                 // the row sums from the quad's shares; the rows' lse (and max_logits), o factors and starts
                 la += __shfl_xor_sync(0xffffffffu, la, 1);
@@ -2102,7 +2106,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) release_slot(slot);
+                    if (i + 2 < ntiles) arrive_both(kEmpty + slot, true);
                 }
                 finish_pass(acc, pc, R);
             }
@@ -4264,11 +4268,11 @@ static constexpr bool wgmma_rows(int tile_rows) {
 #endif
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
-// warpgroup kernel where the build has it. The grid's 64-row slices of the same keys lie
-// along y (slices_on_y: sparse, V4) or x (decode); the kPairedKeys formats in an even number
-// of slices run in pairs of blocks that widen each tile once between them (kPair).
+// warpgroup kernel where the build has it. The kPairedKeys formats (sparse attention only)
+// with an even number of 64-row slices of the same keys (along y) run in pairs of blocks that
+// widen each tile once between them (kPair).
 template <int KVT>
-static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, bool slices_on_y) {
+static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     constexpr int kBytes = wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total;
@@ -4277,15 +4281,11 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     else memset(&map, 0, sizeof map);
     if constexpr (KVT == AITER_MLA_BF16)
         if (map.on) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
-    if constexpr (wg::kPairedKeys<KVT>) {
-        const unsigned slices = slices_on_y ? grid.y : grid.x;
-        if (slices % 2 == 0)
-            return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, slices_on_y ? dim3(1, 2, 1) : dim3(2, 1, 1),
-                                            wg::kThreads, kBytes, s, p, map);
-    }
+    if constexpr (wg::kPairedKeys<KVT>)
+        if (p.sparse && grid.y % 2 == 0)
+            return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, dim3(1, 2, 1), wg::kThreads, kBytes, s, p, map);
     return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, kBytes, s, p, map);
 #else
-    (void)slices_on_y;
     return launch_mma_rows<KVT, 64>(grid, s, p);
 #endif
 }
@@ -4320,9 +4320,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         p.row_split = wgmma_rows(tile_rows);
         const dim3 mma_grid = p.row_split ? dim3((unsigned)((tile_rows + 63) / 64), info->desc.num_cu) : grid;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows, false); break;
-        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows, false); break;
-        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows, false); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
+        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows); break;
+        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows); break;
         }
         if (e != hipSuccess) return (int)e;
     }
@@ -4562,9 +4562,9 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
         hipError_t e;
-        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, true);
-        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, true);
-        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block, true);
+        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block);
+        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }
@@ -4623,8 +4623,8 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
-        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, true)
-                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, true);
+        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block)
+                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }
