@@ -333,9 +333,9 @@ static void test_decode_variants(test_rng *rng) {
 }
 
 /* Graph capture: capture decode (+ reduce) once, then change q, the cache and even the
- * lengths and plan contents in place, replay, and compare again. */
-static void test_decode_graph(test_rng *rng) {
-    const int B = 6, H = 16, P = 16, maxctx = 3000, max_pages = (maxctx + P - 1) / P;
+ * lengths and plan contents in place, replay, and compare again. H heads, pages of P. */
+static void run_decode_graph(test_rng *rng, int H, int P) {
+    const int B = 6, maxctx = 3000, max_pages = (maxctx + P - 1) / P;
     const int64_t num_pages = (int64_t)B * max_pages, kv_elems = num_pages * P * 576;
     int32_t qo[7], kvp[7], last[6], *idx = (int32_t *)test_malloc((size_t)num_pages * 4);
     uint16_t *q = (uint16_t *)test_malloc((size_t)B * H * 576 * 2), *kv = (uint16_t *)test_malloc((size_t)kv_elems * 2);
@@ -435,6 +435,11 @@ static void test_decode_graph(test_rng *rng) {
     gpu_free(d_plan); gpu_free(d_ws);
     gpu_host_free_pinned(plan);
     free(idx); free(q); free(kv); free(o); free(o_ref); free(lse); free(lse_ref);
+}
+
+static void test_decode_graph(test_rng *rng) {
+    run_decode_graph(rng, 16, 16); /* the 16-row kernel */
+    run_decode_graph(rng, 64, 64); /* sm_90a: the warpgroup kernel, whole key tiles by TMA */
 }
 
 /* ---- small ops -------------------------------------------------------------------------- */
