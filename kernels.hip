@@ -34,7 +34,6 @@ typedef cudaError_t hipError_t;
 #endif
 
 #include <stdint.h>
-#include <string.h>
 #include "aiter_mla.h"
 
 #define AITER_MLA__LAUNCH_CHECK() return (int)hipGetLastError()
@@ -1306,7 +1305,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 //     factor to warpgroup 1 through shared memory;
 //   warpgroup 1: O[:, 256:512] += P V;
 //   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
-//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (CacheMap, kTma); fp8
+//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (cache_map, kTma); fp8
 //     rows through registers, widened to bf16 on the way.
 // fp8_ds_mla keys in two 64-row slices (V3.2 sparse attention with 65-128 heads) run the
 // slices as a pair of blocks (a cluster of two) whose loaders each widen half of every tile
@@ -1697,18 +1696,13 @@ __device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a
 // kPair: launched in clusters of two blocks that take the same keys (rows side by side), each
 // widening half of every tile into both (fp8 keys; FlashMLA's "crossover"): the widening, the
 // loader's bottleneck with 64 rows, is paid once per pair instead of once per block.
-// The bf16 paged cache as a tensor map for TMA copies of whole key tiles (decode with pages of
-// 64 keys or more, where a tile is 64 consecutive rows of one page): dims (576, cache row),
-// boxes of 64 dims x 64 rows in the 128-byte swizzle, one shared block of a slot. Only the
-// kTma instance reads it (its own instance: the test alone, in the loader of sparse bf16 rows,
-// measured SP1 5575 -> 5788 us on an H200).
-struct CacheMap {
-    CUtensorMap map;
-    int on;
-};
-
+// cache_map: the bf16 paged cache as a tensor map for TMA copies of whole key tiles (decode with
+// pages of 64 keys or more, where a tile is 64 consecutive rows of one page): dims (576, cache
+// row), boxes of 64 dims x 64 rows in the 128-byte swizzle, one shared block of a slot. Only
+// the kTma instance reads it (its own instance: the test alone, in the loader of sparse bf16
+// rows, measured SP1 5575 -> 5788 us on an H200).
 template <int KVT, bool kPair = false, bool kTma = false>
-__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ CacheMap cache) {
+__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ CUtensorMap cache_map) {
 #if defined(__CUDA_ARCH__)
     static_assert(!kTma || (KVT == AITER_MLA_BF16 && !kPair), "the cache map is bf16 rows, a block's own");
     constexpr int kDq = qk_dims(KVT), kChunks = kDq / 8, kKSteps = kDq / 16; // 16-byte chunks and k-steps of a row
@@ -1825,7 +1819,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     const int row = (int)((keys[0].row - static_cast<const unsigned char *>(a.kv_cache)) / cache_row_bytes(KVT));
                     mbar_expect_tx(bars + 8 * (kFull + slot), S::blocks * kBlk);
 #pragma unroll
-                    for (int b = 0; b < S::blocks; b++) tma_load_2d(dst + b * kBlk, &cache.map, 64 * b, row, bars + 8 * (kFull + slot));
+                    for (int b = 0; b < S::blocks; b++) tma_load_2d(dst + b * kBlk, &cache_map, 64 * b, row, bars + 8 * (kFull + slot));
                 }
 #pragma unroll
                 for (int q = 0; q < W::keys; q++) {
@@ -4238,21 +4232,24 @@ static TensorMapEncodeTiled tensor_map_encoder() {
     }();
     return fn;
 }
-// The bf16 paged cache's map (wg::CacheMap) for a dense decode with pages of 64 keys or more.
-static wg::CacheMap decode_cache_map(const DecodeParams &p) {
-    wg::CacheMap m;
-    memset(&m, 0, sizeof m);
-    const aiter_mla_decode_args &a = p.a;
+// A tiled tensor map of `rank` dims (sizes in elements, strides of dims 1.. in bytes) with
+// boxes of `box` elements; false where the driver has no encoder or refuses the layout.
+static bool encode_tensor_map(CUtensorMap *m, CUtensorMapDataType type, cuuint32_t rank, const void *base, const cuuint64_t *dims,
+                              const cuuint64_t *strides, const cuuint32_t *box, CUtensorMapSwizzle swizzle) {
     const TensorMapEncodeTiled encode = tensor_map_encoder();
+    const cuuint32_t steps[3] = {1, 1, 1};
+    return encode && encode(m, type, rank, const_cast<void *>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// The bf16 paged cache's map (decode_wgmma_kernel's cache_map) for a dense decode with pages of
+// 64 keys or more; false: no map (the launch takes the cp.async instance).
+static bool decode_cache_map(const DecodeParams &p, CUtensorMap *m) {
+    const aiter_mla_decode_args &a = p.a;
     const int64_t rows = (int64_t)a.num_pages * a.page_size;
-    if (!encode || p.sparse || a.kv_dtype != AITER_MLA_BF16 || a.page_size < wg::kN || rows >= INT32_MAX || ((uintptr_t)a.kv_cache & 15))
-        return m;
+    if (p.sparse || a.kv_dtype != AITER_MLA_BF16 || a.page_size < wg::kN || rows >= INT32_MAX || ((uintptr_t)a.kv_cache & 15)) return false;
     const cuuint64_t dims[2] = {(cuuint64_t)kD, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)kD * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)wg::kN}, steps[2] = {1, 1};
-    m.on = encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(a.kv_cache), dims, strides, box, steps,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-    return m;
+    const cuuint32_t box[2] = {64, (cuuint32_t)wg::kN};
+    return encode_tensor_map(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.kv_cache, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 #endif
 template <int KVT, int M>
@@ -4276,11 +4273,9 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     constexpr int kBytes = wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total;
-    wg::CacheMap map;
-    if (KVT == AITER_MLA_BF16) map = decode_cache_map(p);
-    else memset(&map, 0, sizeof map);
+    CUtensorMap map{}; // zeros where no instance reads it
     if constexpr (KVT == AITER_MLA_BF16)
-        if (map.on) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
+        if (decode_cache_map(p, &map)) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
     if constexpr (wg::kPairedKeys<KVT>)
         if (p.sparse && grid.y % 2 == 0)
             return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, dim3(1, 2, 1), wg::kThreads, kBytes, s, p, map);
@@ -4379,28 +4374,25 @@ constexpr int kPfResidentTiles = 64;
 
 // The map of a [rows, heads, cols] tensor of `elt`-byte elements (strides in elements) with
 // boxes of `box_cols` x 1 x wg::kPfN (wg::PfMaps).
-static bool encode_pf_map(CUtensorMap *m, TensorMapEncodeTiled encode, const void *base, CUtensorMapDataType type, int elt, int cols,
-                          int heads, int64_t stride_head, int64_t stride_token, int box_cols, CUtensorMapSwizzle swizzle) {
+static bool encode_pf_map(CUtensorMap *m, const void *base, CUtensorMapDataType type, int elt, int cols, int heads, int64_t stride_head,
+                          int64_t stride_token, int box_cols, CUtensorMapSwizzle swizzle) {
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, 0x7fffffffu};
     const cuuint64_t strides[2] = {(cuuint64_t)(stride_head * elt), (cuuint64_t)(stride_token * elt)};
-    const cuuint32_t box[3] = {(cuuint32_t)box_cols, 1, (cuuint32_t)wg::kPfN}, steps[3] = {1, 1, 1};
-    return encode(m, type, 3, const_cast<void *>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const cuuint32_t box[3] = {(cuuint32_t)box_cols, 1, (cuuint32_t)wg::kPfN};
+    return encode_tensor_map(m, type, 3, base, dims, strides, box, swizzle);
 }
 // q, k and v's maps for the wgmma prefill; on = 0 (the loader copies by cp.async) where the
 // driver has no encoder or refuses a layout.
 static wg::PfMaps prefill_maps(const aiter_mla_prefill_args &a, bool fp8) {
-    wg::PfMaps m;
-    memset(&m, 0, sizeof m);
-    const TensorMapEncodeTiled encode = tensor_map_encoder();
+    wg::PfMaps m{};
     const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                      : a.qkv_dtype == AITER_MLA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                     : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     const int elt = fp8 ? 1 : 2, box = 128 / elt; // one 128-byte swizzled block of a row
     const CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B;
-    m.on = encode && encode_pf_map(&m.q, encode, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token, box, sw) &&
-           encode_pf_map(&m.k, encode, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token, box, sw) &&
-           encode_pf_map(&m.v, encode, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, fp8 ? a.dv : box,
+    m.on = encode_pf_map(&m.q, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token, box, sw) &&
+           encode_pf_map(&m.k, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token, box, sw) &&
+           encode_pf_map(&m.v, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, fp8 ? a.dv : box,
                          fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE : sw);
     return m;
 }
