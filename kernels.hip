@@ -55,6 +55,23 @@ __host__ __device__ inline bool o_rows16(const void *o, aiter_mla_dtype dtype, i
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 
+// Programmatic dependent launch (NVIDIA sm_90): a kernel whose partials a reduce merges lets
+// that reduce launch while it still runs (release_dependents, at its start), so the reduce's
+// launch and its plan reads overlap the producer's last blocks instead of following them.
+// The reduce waits (wait_for_producer) for the producer's completion, its memory visible,
+// before it reads any partial. Both are no-ops elsewhere, and where the reduce was launched
+// plainly (launch_dependent).
+__device__ __forceinline__ void release_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_producer() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ==== dense decode: portable path ==========================================================
 // One block per CU runs that CU's work items of the plan. A work item is a query tile of one
 // request (up to 128 (token, head) rows) against a range of its keys. Rows go in groups of
@@ -187,6 +204,7 @@ __device__ __forceinline__ Piece v4_piece(const DecodeParams &p) {
 // The pieces of this block: its CU's work items (decode), or its token (sparse, V4).
 template <typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
+    release_dependents(); // the reduce (if any) may launch now
     if (p.sparse) {
         run(p.v4 ? v4_piece(p) : sparse_piece(p));
         return;
@@ -2185,12 +2203,13 @@ __device__ __forceinline__ void store4_f32(void *o, int64_t i, aiter_mla_dtype t
 // One unit of a reduce: query row j (of its tile) and head h, over the dims of span `span`
 // (SPLIT > 1: the block's warps share it; else one warp); merged from np
 // pieces, piece k's partial rows starting at partial_row(k); the merged row goes to row tok
-// of p.o (and p.lse). Every thread of the block (SPLIT > 1) or of the warp calls it.
+// of p.o (and p.lse). Every thread of the block (SPLIT > 1) or of the warp calls it, pm_me
+// being partial_row(me) of its first piece me (read before the wait for the producer).
 // SPLIT: warps per row (1, or kReduceWarps for few rows with many pieces); V: float4s per
 // lane in one span of AITER_MLA_WARP_SIZE * 4 * V dims.
 template <int SPLIT, int V, typename PR>
 __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int j, int h, int np, int64_t tok,
-                                           PR partial_row, ReduceShared<SPLIT, V> &sh) {
+                                           PR partial_row, int32_t pm_me, ReduceShared<SPLIT, V> &sh) {
     constexpr int W = AITER_MLA_WARP_SIZE, kSpan = reduce_span(V);
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads;
     const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
@@ -2204,7 +2223,7 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
     int32_t pm0 = 0;
     float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
     for (int k = me; k < np; k += C) {
-        const int32_t pm = partial_row(k);
+        const int32_t pm = k == me ? pm_me : partial_row(k);
         const float x = lse_of(pm);
         if (k == me) pm0 = pm, l0 = x;
         fold_lse(m, s, x, 1.0f);
@@ -2310,6 +2329,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
     const int spans = (p.dv + kSpan - 1) / kSpan; // a unit per span of dims
     const bool uniform = p.uniform_splits > 0;
     const int64_t units = (uniform ? p.uniform_tiles : (int64_t)*p.num_tiles) * R * H * spans;
+    bool waited = false; // the plan is the caller's; partials are the producer's (wait_for_producer)
     for (int64_t u0 = (int64_t)blockIdx.x * kPerBlock; u0 < units; u0 += (int64_t)gridDim.x * kPerBlock) {
         const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit; narrow: a warp each
         if (u >= units) continue;
@@ -2318,9 +2338,14 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         const int k0 = uniform ? t * p.uniform_splits : p.indptr[t], np = uniform ? p.uniform_splits : p.indptr[t + 1] - k0;
         const int qs = uniform ? t : p.final_map[2 * t];
         if (np < 2 || j >= (uniform ? 1 : p.final_map[2 * t + 1] - qs)) continue; // no partials, or past the tile's rows
-        reduce_row<SPLIT, V>(
-            p, span, j, h, np, (int64_t)qs + j, [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; }, sh);
+        auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; };
+        const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
+        const int32_t pm_me = me < np ? partial_row(me) : 0;
+        if (!waited) wait_for_producer();
+        waited = true;
+        reduce_row<SPLIT, V>(p, span, j, h, np, (int64_t)qs + j, partial_row, pm_me, sh);
     }
+    if (!waited) wait_for_producer(); // a thread with no unit still ends after the producer (the stream's order)
 }
 
 // ==== varlen prefill (SPEC 2, 2c) ==========================================================
@@ -2392,6 +2417,7 @@ __device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx,
 template <int BM, typename F>
 __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     const aiter_mla_prefill_args &a = p.a;
+    release_dependents(); // the plan's reduce may launch now
     if (p.work_indptr) {
         PrefillUnit u;
         for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
@@ -4159,25 +4185,63 @@ extern "C" const char *aiter_mla__native_error_string(int code) { return hipGetE
 // for every shape: P1-ps (dv 128) 6194 -> 5463 us, V4D-h16-k512-b4 (64 rows) 20.4 -> 18.0 us;
 // D1's 2048 rows of 512 took 13.2-14.0 us of reduce in 128-dim spans, 9.8-11.1 us a row a warp.
 constexpr int64_t kSpanUnitsMax = 4096;
-static void launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
+// The wide reduce (a block per unit, few units) reserves 120 KB, more than half of an SM's
+// 228 KB (sm_90, sm_100): one block an SM. H100, D5: 20.4-21.0 us with none, 19.3-20.1 with
+// 60 KB, 18.8-19.3 with 100 KB, 18.4-18.9 with 120 KB.
+constexpr int kReduceWideSpread = 120 * 1024;
+// A kernel that follows the stream's previous kernel as its programmatic dependent where every
+// NVIDIA target of the build has sm_90 (release_dependents), reserving `spread_smem` bytes of
+// shared memory it does not use (0: none); a plain launch elsewhere. Launched early, a small
+// grid's blocks would crowd onto the few SMs the producer leaves idle (up to 8 blocks each)
+// and stream their loads through those SMs alone; the reservation caps the blocks an SM takes.
+template <typename... P, typename... A>
+static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int threads, int spread_smem, hipStream_t s,
+                                   const A &...args) {
+#ifdef AITER_MLA_HAS_MMA
+    if constexpr (mma::archs_at_least(900)) {
+        // a device with less shared memory (sm_120: 99 KB a block) refuses the limit: no reservation
+        if (spread_smem > 48 * 1024 &&
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem) != hipSuccess) {
+            (void)hipGetLastError();
+            spread_smem = 0;
+        }
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3((unsigned)threads);
+        cfg.dynamicSmemBytes = (size_t)spread_smem;
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, kernel, args...);
+    }
+#endif
+    (void)spread_smem;
+    kernel<<<grid, threads, 0, s>>>(args...);
+    return hipGetLastError();
+}
+static hipError_t launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
     auto units = [&](int span) { return rows * ((r.dv + span - 1) / span); };
     auto grid = [&](int64_t blocks) { return (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); }; // grid-stride past that
     auto warp_grid = [&](int span) { return grid((units(span) + kReduceWarps - 1) / kReduceWarps); }; // a warp per unit
-    if (wide) reduce_kernel<kReduceWarps, 1><<<grid(units(reduce_span(1))), kReduceThreads, 0, s>>>(r);
-    else if (r.dv > reduce_span(1) && units(reduce_span(1)) > kSpanUnitsMax)
-        reduce_kernel<1, 4><<<warp_grid(reduce_span(4)), kReduceThreads, 0, s>>>(r);
-    else reduce_kernel<1, 1><<<warp_grid(reduce_span(1)), kReduceThreads, 0, s>>>(r);
+    if (wide)
+        return launch_dependent(reduce_kernel<kReduceWarps, 1>, grid(units(reduce_span(1))), kReduceThreads, kReduceWideSpread, s, r);
+    if (r.dv > reduce_span(1) && units(reduce_span(1)) > kSpanUnitsMax)
+        return launch_dependent(reduce_kernel<1, 4>, warp_grid(reduce_span(4)), kReduceThreads, 0, s, r);
+    return launch_dependent(reduce_kernel<1, 1>, warp_grid(reduce_span(1)), kReduceThreads, 0, s, r);
 }
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
-static void launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
-                               int64_t off_partial_map, int max_tiles, int rows_per_tile, bool wide) {
+static hipError_t launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
+                                     int64_t off_partial_map, int max_tiles, int rows_per_tile, bool wide) {
     r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
     r.indptr = plan + off_indptr;
     r.final_map = plan + off_final_map;
     r.partial_map = plan + off_partial_map;
     r.rows_per_tile = rows_per_tile;
-    launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
+    return launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
 }
 
 #ifdef AITER_MLA_HAS_MMA
@@ -4349,9 +4413,8 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.o_dtype = a->o_dtype;
     // few rows (small batches split over many CUs, many pieces each): a block per row and span
     const int64_t rows = (int64_t)a->batch * info->tokens_per_tile * a->num_heads;
-    launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                       info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
-    AITER_MLA__LAUNCH_CHECK();
+    return (int)launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
+                                   info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
 }
 
 // Prefill: the persistent plan's grid is (CU, head); without a plan (query tile, head,
@@ -4512,9 +4575,8 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
     r.num_heads = a->num_heads;
     r.dv = a->dv;
     r.o_dtype = a->o_dtype;
-    launch_plan_reduce(s, r, a->plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                       info->max_tiles, info->desc.tile_q, false);
-    AITER_MLA__LAUNCH_CHECK();
+    return (int)launch_plan_reduce(s, r, a->plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
+                                   info->max_tiles, info->desc.tile_q, false);
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -4645,7 +4707,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
         r.num_heads = H;
         r.dv = kL;
         r.o_dtype = a->o_dtype;
-        launch_reduce(s, r, a->num_tokens * H, false);
+        return (int)launch_reduce(s, r, a->num_tokens * H, false);
     }
     AITER_MLA__LAUNCH_CHECK();
 }
