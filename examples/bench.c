@@ -15,7 +15,8 @@
  * V4 rows (V4D-*, V4P-*): described above their code.
  * Every run is timed behind a spin on the stream (timer_start_held), so the host's launch
  * cost is not in the times; rows named *-graph replay captured graphs (see launch_graph).
- * The host planner's cost (batch 256) is timed on the CPU.
+ * The host planner's cost (batch 256) is timed on the CPU. The launch floor (one and two
+ * empty kernels, timed as the rows are) is what any row's time includes at the least.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
@@ -923,6 +924,20 @@ static void bench_planner(int num_cu) {
     free(plan);
 }
 
+/* ---- launch floor ---------------------------------------------------------------------- */
+/* What timing itself and a kernel's launch on the device cost, timed as the rows are: one
+ * empty kernel, then two in a row (a decode with its reduce is two launches). */
+static void launch_empty(void *ctx, int run) {
+    int i, n = *(const int *)ctx;
+    (void)run;
+    for (i = 0; i < n; i++) gpu_hold(g_stream, 0);
+}
+static void bench_floor(void) {
+    int one = 1, two = 2;
+    double t1 = time_median_us(launch_empty, &one), t2 = time_median_us(launch_empty, &two);
+    printf("launch floor: one empty kernel %.1f us, two in a row %.1f us (timed as the rows are)\n", t1, t2);
+}
+
 /* Arguments, if any, pick rows by id. */
 static int wanted(int argc, char **argv, const char *id) {
     int j, w = argc < 2;
@@ -976,6 +991,7 @@ int main(int argc, char **argv) {
     printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s%s\n",
            kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
     bench_planner(gpu_num_cu());
+    bench_floor();
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {
