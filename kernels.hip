@@ -4189,6 +4189,14 @@ constexpr int64_t kSpanUnitsMax = 4096;
 // 228 KB (sm_90, sm_100): one block an SM. H100, D5: 20.4-21.0 us with none, 19.3-20.1 with
 // 60 KB, 18.8-19.3 with 100 KB, 18.4-18.9 with 120 KB.
 constexpr int kReduceWideSpread = 120 * 1024;
+#ifdef AITER_MLA_HAS_MMA
+// A runtime call's error, taken off the runtime's last-error slot: returned once, and not seen
+// again by the next launch's hipGetLastError.
+static hipError_t taken(hipError_t e) {
+    if (e != hipSuccess) (void)hipGetLastError();
+    return e;
+}
+#endif
 // A kernel that follows the stream's previous kernel as its programmatic dependent where every
 // NVIDIA target of the build has sm_90 (release_dependents), reserving `spread_smem` bytes of
 // shared memory it does not use (0: none); a plain launch elsewhere. Launched early, a small
@@ -4201,8 +4209,7 @@ static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int thre
     if constexpr (mma::archs_at_least(900)) {
         // a device with less shared memory (sm_120: 99 KB a block) refuses the limit: no reservation
         if (spread_smem > 48 * 1024 &&
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem) != hipSuccess) {
-            (void)hipGetLastError();
+            taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem)) != hipSuccess) {
             spread_smem = 0;
         }
         cudaLaunchAttribute attr[1];
@@ -4215,7 +4222,7 @@ static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int thre
         cfg.stream = s;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        return cudaLaunchKernelEx(&cfg, kernel, args...);
+        return taken(cudaLaunchKernelEx(&cfg, kernel, args...));
     }
 #endif
     (void)spread_smem;
@@ -4249,7 +4256,7 @@ static hipError_t launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_
 // to set: set it at every launch.
 template <typename... P, typename... A>
 static hipError_t launch_big_smem(void (*kernel)(P...), dim3 grid, int threads, int bytes, hipStream_t s, const A &...args) {
-    const hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const hipError_t e = taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     if (e != hipSuccess) return e;
     kernel<<<grid, threads, bytes, s>>>(args...);
     return hipSuccess;
@@ -4259,7 +4266,7 @@ static hipError_t launch_big_smem(void (*kernel)(P...), dim3 grid, int threads, 
 template <typename... P, typename... A>
 static hipError_t launch_big_smem_clusters(void (*kernel)(P...), dim3 grid, dim3 cluster, int threads, int bytes, hipStream_t s,
                                            const A &...args) {
-    const hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const hipError_t e = taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     if (e != hipSuccess) return e;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -4273,7 +4280,7 @@ static hipError_t launch_big_smem_clusters(void (*kernel)(P...), dim3 grid, dim3
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    return taken(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 // The driver's tensor-map encoder, looked up once through the runtime (no link to the driver
