@@ -4196,6 +4196,20 @@ static hipError_t taken(hipError_t e) {
     if (e != hipSuccess) (void)hipGetLastError();
     return e;
 }
+// A launch with one launch attribute (cudaLaunchKernelEx), `bytes` of dynamic shared memory.
+template <typename... P, typename... A>
+static hipError_t launch_ex(void (*kernel)(P...), dim3 grid, int threads, int bytes, hipStream_t s, const cudaLaunchAttribute &attr,
+                            const A &...args) {
+    cudaLaunchAttribute attrs[1] = {attr};
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = s;
+    cfg.attrs = attrs;
+    cfg.numAttrs = 1;
+    return taken(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
 #endif
 // A kernel that follows the stream's previous kernel as its programmatic dependent where every
 // NVIDIA target of the build has sm_90 (release_dependents), reserving `spread_smem` bytes of
@@ -4212,17 +4226,10 @@ static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int thre
             taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem)) != hipSuccess) {
             spread_smem = 0;
         }
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3((unsigned)threads);
-        cfg.dynamicSmemBytes = (size_t)spread_smem;
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        return taken(cudaLaunchKernelEx(&cfg, kernel, args...));
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        return launch_ex(kernel, dim3(grid), threads, spread_smem, s, attr, args...);
     }
 #endif
     (void)spread_smem;
@@ -4268,19 +4275,12 @@ static hipError_t launch_big_smem_clusters(void (*kernel)(P...), dim3 grid, dim3
                                            const A &...args) {
     const hipError_t e = taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     if (e != hipSuccess) return e;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster.x;
-    attr[0].val.clusterDim.y = cluster.y;
-    attr[0].val.clusterDim.z = cluster.z;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = (size_t)bytes;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return taken(cudaLaunchKernelEx(&cfg, kernel, args...));
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster.x;
+    attr.val.clusterDim.y = cluster.y;
+    attr.val.clusterDim.z = cluster.z;
+    return launch_ex(kernel, grid, threads, bytes, s, attr, args...);
 }
 
 // The driver's tensor-map encoder, looked up once through the runtime (no link to the driver
