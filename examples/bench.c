@@ -17,6 +17,7 @@
  * cost is not in the times; rows named *-graph replay captured graphs (see launch_graph).
  * The host planner's cost (batch 256) is timed on the CPU. The launch floor (one and two
  * empty kernels, timed as the rows are) is what any row's time includes at the least.
+ * The last lines give each row's host cost: the CPU time of the library calls of one run.
  * Usage: bench [ROW ...]   (no argument: every row) */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
@@ -141,12 +142,21 @@ static void launch_graph(bench_launch launch, void *ctx, int run) {
     gpu_graph_launch(g_graphs[run % GRAPH_SETS], g_stream);
 }
 
+/* The host's cost of each row: the median CPU time of the calls that enqueue one timed run
+ * (validation, plan checks, tensor-map encoding, the launches; for -graph rows the graph's
+ * launch), while the stream is held, so nothing waits on the device. Printed at the end. */
+enum { MAX_HOST_ROWS = 64 };
+static const char *g_row; /* the row being timed */
+static const char *g_host_ids[MAX_HOST_ROWS];
+static double g_host_us[MAX_HOST_ROWS];
+static int g_host_rows;
+
 /* Median device-event time in microseconds of one run: three warm-up runs, then as many
  * timed runs as fill about half a second (10 to 200). */
 static double time_median_us(bench_launch launch, void *ctx) {
     int it, iters;
     double t0, per;
-    float *t;
+    float *t, *th;
     if (g_graph) /* capture every set's graph before timing */
         for (it = 0; it < GRAPH_SETS; it++) launch_graph(launch, ctx, it);
     t0 = host_us();
@@ -157,14 +167,22 @@ static double time_median_us(bench_launch launch, void *ctx) {
     if (iters < 10) iters = 10;
     if (iters > 200) iters = 200;
     t = (float *)malloc(sizeof(float) * iters);
+    th = (float *)malloc(sizeof(float) * iters);
     for (it = 0; it < iters; it++) {
         timer_start_held();
+        t0 = host_us();
         launch_graph(launch, ctx, it);
+        th[it] = (float)(host_us() - t0);
         t[it] = gpu_timer_stop_ms(g_timer, g_stream);
     }
     gpu_sync();
     per = median(t, iters) * 1e3;
+    if (g_row && g_host_rows < MAX_HOST_ROWS) {
+        g_host_ids[g_host_rows] = g_row;
+        g_host_us[g_host_rows++] = median(th, iters);
+    }
     free(t);
+    free(th);
     for (it = 0; it < GRAPH_SETS; it++)
         if (g_graphs[it]) {
             gpu_graph_destroy(g_graphs[it]);
@@ -1000,6 +1018,7 @@ int main(int argc, char **argv) {
             decode_header = 1;
         }
         g_graph = strstr(rows[i].id, "-graph") != NULL;
+        g_row = rows[i].id;
         bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
         g_graph = 0; /* the other rows launch directly */
     }
@@ -1010,6 +1029,7 @@ int main(int argc, char **argv) {
             printf("|------|----------------------------------------------------------------|-----------|---------|---------|\n");
             sparse_header = 1;
         }
+        g_row = srows[i].id;
         bench_sparse(&srows[i], gemm);
     }
     for (i = 0; i < (int)(sizeof vrows / sizeof vrows[0]); i++) {
@@ -1020,6 +1040,7 @@ int main(int argc, char **argv) {
             v4_header = 1;
         }
         g_graph = strstr(vrows[i].id, "-graph") != NULL;
+        g_row = vrows[i].id;
         bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes(), gpu_num_cu());
         g_graph = 0;
     }
@@ -1027,9 +1048,9 @@ int main(int argc, char **argv) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");
         printf("|-------|------------------------------------------------------|-----------|---------|---------|\n");
     }
-    if (wanted(argc, argv, "IDX")) bench_idx(copy, gpu_l2_bytes());
-    if (wanted(argc, argv, "DSW")) bench_dsw(copy, gpu_l2_bytes());
-    if (wanted(argc, argv, "GATH")) bench_gath(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "IDX")) g_row = "IDX", bench_idx(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "DSW")) g_row = "DSW", bench_dsw(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "GATH")) g_row = "GATH", bench_gath(copy, gpu_l2_bytes());
     for (i = 0; i < (int)(sizeof prows / sizeof prows[0]); i++) {
         if (!wanted(argc, argv, prows[i].id)) continue;
         if (!prefill_header) {
@@ -1037,7 +1058,13 @@ int main(int argc, char **argv) {
             printf("|-----------|-----|-------------------|--------|------|------------|-----------|---------|---------|\n");
             prefill_header = 1;
         }
+        g_row = prows[i].id;
         bench_prefill(&prows[i], gemm, gpu_num_cu());
+    }
+    if (g_host_rows) {
+        printf("\nhost cost per run (median CPU us of the calls that enqueue one timed run, stream held):");
+        for (i = 0; i < g_host_rows; i++) printf("%s %s %.1f", i % 8 ? "," : "\n ", g_host_ids[i], g_host_us[i]);
+        printf("\n");
     }
     gpu_timer_destroy(g_timer);
     gpu_stream_destroy(g_stream);
