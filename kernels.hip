@@ -2141,6 +2141,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 // chain of dependent loads (plan, lse, partials) whatever its size; launch_reduce picks the
 // span.
 constexpr int kReduceThreads = 256, kReduceWarps = kReduceThreads / AITER_MLA_WARP_SIZE, kReduceBatch = 4;
+// A block's unit with at most kReduceWarps * kReduceOneRound pieces (a batch-1 decode split over
+// every CU: D5's 128) loads every piece's lse and its warps' share of partial rows at once, so
+// it waits on memory once after its producer, not three times (the lse, then two batches of
+// rows): the weights then apply to rows already in registers.
+constexpr int kReduceOneRound = 24;
 // Dims of a span: a float4 a lane, V of them (reduce_kernel's V).
 __host__ __device__ constexpr int reduce_span(int v) { return AITER_MLA_WARP_SIZE * 4 * v; }
 
@@ -2220,32 +2225,78 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
     // shared memory, so that many pieces cost one round of loads, not one per W)
     constexpr int C = SPLIT > 1 ? kReduceThreads : W, kB = SPLIT > 1 ? 2 * kReduceBatch : kReduceBatch;
     const int me = SPLIT > 1 ? (int)threadIdx.x : lane;
+    const int d0 = span * kSpan; // the unit's dims
+    // span `d0` of the partial row of piece pm (row j, head h), zeros where `in` is false
+    auto load_span = [&](int32_t pm, bool in, float4 (&val)[V]) {
+        const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pm + j) * H + h) * p.dv + d0);
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const int d4 = lane + v * W;
+            val[v] = in && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    };
+    // (m, s) of the pieces folded by every thread: over the warp, then over the block (wide)
+    auto fold_all = [&](float &m, float &s) {
+        for (int o = W / 2; o > 0; o >>= 1) {
+            const float mo = aiter_mla__shfl_xor(m, o), so = aiter_mla__shfl_xor(s, o);
+            fold_lse(m, s, mo, so);
+        }
+        if constexpr (SPLIT > 1) {
+            if (lane == 0) sh.fold[warp] = make_float2(m, s);
+            __syncthreads();
+            m = neg_inf();
+            s = 0.0f;
+            for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, sh.fold[w2].x, sh.fold[w2].y);
+        }
+    };
+    float4 acc[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float m = neg_inf(), s = 0.0f, g = 0.0f, f = 1.0f;
+    auto finish_weights = [&]() {
+        g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
+        f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
+    };
+    if constexpr (SPLIT > 1) {
+        if (np <= SPLIT * kReduceOneRound) { // one round of loads (kReduceOneRound)
+            sh.pm[me] = me < np ? pm_me : 0;
+            __syncthreads();
+            const float x = me < np ? lse_of(pm_me) : neg_inf();
+            float4 val[kReduceOneRound][V];
+#pragma unroll
+            for (int b = 0; b < kReduceOneRound; b++) load_span(sh.pm[warp + b * SPLIT], warp + b * SPLIT < np, val[b]);
+            m = x;
+            s = x == neg_inf() ? 0.0f : 1.0f;
+            fold_all(m, s);
+            finish_weights();
+            sh.w[me] = me < np && m != neg_inf() ? __expf(x - g) : 0.0f;
+            __syncthreads();
+#pragma unroll
+            for (int b = 0; b < kReduceOneRound; b++) {
+                const float wb = sh.w[warp + b * SPLIT];
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    acc[v].x += wb * val[b][v].x;
+                    acc[v].y += wb * val[b][v].y;
+                    acc[v].z += wb * val[b][v].z;
+                    acc[v].w += wb * val[b][v].w;
+                }
+            }
+            np = 0; // done: the loop below has nothing left
+        }
+    }
     int32_t pm0 = 0;
-    float l0 = neg_inf(), m = neg_inf(), s = 0.0f;
+    float l0 = neg_inf();
     for (int k = me; k < np; k += C) {
         const int32_t pm = k == me ? pm_me : partial_row(k);
         const float x = lse_of(pm);
         if (k == me) pm0 = pm, l0 = x;
         fold_lse(m, s, x, 1.0f);
     }
-    for (int o = W / 2; o > 0; o >>= 1) {
-        const float mo = aiter_mla__shfl_xor(m, o), so = aiter_mla__shfl_xor(s, o);
-        fold_lse(m, s, mo, so);
+    if (np > 0) {
+        fold_all(m, s);
+        finish_weights();
     }
-    if constexpr (SPLIT > 1) {
-        if (lane == 0) sh.fold[warp] = make_float2(m, s);
-        __syncthreads();
-        m = neg_inf();
-        s = 0.0f;
-        for (int w2 = 0; w2 < kReduceWarps; w2++) fold_lse(m, s, sh.fold[w2].x, sh.fold[w2].y);
-    }
-    const float g = m != neg_inf() ? m + __logf(s) : p.empty_lse;
-    const float f = m != neg_inf() ? sink_factor(p.attn_sink, h, g) : 1.0f; // the weights sum to 1
-
-    const int d0 = span * kSpan; // the unit's dims
-    float4 acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++) acc[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int c0 = 0; c0 < np && m != neg_inf(); c0 += C) { // C pieces at a time, one per thread
         int32_t pm = pm0;
         float x = l0;
@@ -2275,12 +2326,7 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
                     pmq = aiter_mla__shfl(pm, q % W);
                     wb[b] = aiter_mla__shfl(w, q % W);
                 }
-                const float4 *row = reinterpret_cast<const float4 *>(p.part_o + (((int64_t)pmq + j) * H + h) * p.dv + d0);
-#pragma unroll
-                for (int v = 0; v < V; v++) {
-                    const int d4 = lane + v * W;
-                    val[b][v] = q < cnt && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                }
+                load_span(pmq, q < cnt, val[b]);
             }
 #pragma unroll
             for (int b = 0; b < kB; b++)
