@@ -76,6 +76,10 @@
  *        if (aiter_mla_decode(&a, stream) != AITER_MLA_OK)
  *            fprintf(stderr, "%s\n", aiter_mla_last_error());
  *
+ *      A call costs the host about one kernel launch per kernel it enqueues (here two:
+ *      the decode and its reduce; 10-12 us on an H100 server's host). Capture the step in
+ *      a graph to pay one graph launch instead (make bench prints each row's host cost).
+ *
  *      The same struct with host copies of q, the cache and the four metadata arrays is
  *      the CPU reference: aiter_mla_decode_ref(&a) (plan and workspace unused), or
  *      aiter_mla_decode_ref_scheduled(&a) with plan_h and a host workspace, which replays
