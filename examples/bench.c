@@ -323,6 +323,8 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
  *      requests of 64 tokens with 32768-token contexts (block size 64, block table
  *      [64, 512], block ids shuffled), 3 % of the entries -1, valid counts written.
  *      Bytes: indices read + slots written + the block table.
+ * IDX-L the same with 16384 tokens (256 a request): a prefill chunk's lists, four times the
+ *      bytes, so the launch and the ramp weigh a quarter as much.
  * DSW  fp8_ds_mla writer (SPEC 6): 65536 tokens, bf16 kv_c [T, 512] and k_pe [T, 64] into
  *      656-byte rows of a cache of 65536 slots (shuffled slot_mapping), e4m3fn.
  *      Bytes: the bf16 input + 656 per token.
@@ -346,8 +348,9 @@ static void launch_idx(void *ctx, int i) {
     TRY(aiter_mla_convert_sparse_indices(r->a, g_stream));
 }
 
-static void bench_idx(double copy_gbs, size_t l2) {
-    enum { T = 4096, TOPK = 2048, REQS = 64, CTX = 32768, BS = 64, WIDTH = CTX / BS };
+static void bench_idx(const char *id, int T, double copy_gbs, size_t l2) {
+    enum { TOPK = 2048, REQS = 64, CTX = 32768, BS = 64, WIDTH = CTX / BS };
+    char shape[64];
     const size_t bytes = (size_t)T * TOPK * 4;
     const int sets = rotation_sets(2 * bytes, l2);
     int32_t *idx = (int32_t *)malloc(bytes), *req = (int32_t *)malloc(T * 4), *bt = shuffled_ids((int64_t)REQS * WIDTH);
@@ -376,7 +379,8 @@ static void bench_idx(double copy_gbs, size_t l2) {
     a.valid_counts = d_counts;
     idx_run run = {&a, d_in, d_out, sets};
     const double us = time_median_us(launch_idx, &run);
-    print_op_row("IDX", "4096 tok x topk 2048, 64 req x ctx 32768, bs 64", us, 2.0 * bytes + (double)REQS * WIDTH * 4, copy_gbs);
+    snprintf(shape, sizeof shape, "%d tok x topk 2048, 64 req x ctx 32768, bs 64", T);
+    print_op_row(id, shape, us, 2.0 * bytes + (double)REQS * WIDTH * 4, copy_gbs);
     for (s = 0; s < sets; s++) {
         gpu_free(d_in[s]);
         gpu_free(d_out[s]);
@@ -1044,11 +1048,12 @@ int main(int argc, char **argv) {
         bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes(), gpu_num_cu());
         g_graph = 0;
     }
-    if (wanted(argc, argv, "IDX") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
+    if (wanted(argc, argv, "IDX") || wanted(argc, argv, "IDX-L") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");
         printf("|-------|------------------------------------------------------|-----------|---------|---------|\n");
     }
-    if (wanted(argc, argv, "IDX")) g_row = "IDX", bench_idx(copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "IDX")) g_row = "IDX", bench_idx("IDX", 4096, copy, gpu_l2_bytes());
+    if (wanted(argc, argv, "IDX-L")) g_row = "IDX-L", bench_idx("IDX-L", 16384, copy, gpu_l2_bytes());
     if (wanted(argc, argv, "DSW")) g_row = "DSW", bench_dsw(copy, gpu_l2_bytes());
     if (wanted(argc, argv, "GATH")) g_row = "GATH", bench_gath(copy, gpu_l2_bytes());
     for (i = 0; i < (int)(sizeof prows / sizeof prows[0]); i++) {
