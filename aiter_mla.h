@@ -1892,7 +1892,7 @@ static aiter_mla__divisor aiter_mla__divisor_of(int64_t d) {
     return r;
 }
 static int64_t aiter_mla__cdiv_by(int64_t a, aiter_mla__divisor d) {
-    return d.shift >= 0 ? (a + d.d - 1) >> d.shift : (a + d.d - 1) / d.d;
+    return d.shift >= 0 ? (a + d.d - 1) >> d.shift : aiter_mla__cdiv(a, d.d);
 }
 static int64_t aiter_mla__min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t aiter_mla__max64(int64_t a, int64_t b) { return a > b ? a : b; }
