@@ -566,7 +566,8 @@ struct Smem { // byte offsets into the dynamic shared memory
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-// 16-byte asynchronous copies (sm_80) into shared memory, completing per thread by commit group.
+// 16-byte asynchronous copies (sm_80) into shared memory, completing per thread by commit group
+// (cp_async_wait) or on an mbarrier (wg::cp_async_arrive).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
@@ -1364,6 +1365,10 @@ using mma::kV4Nope;
 using mma::ue8m0_to_bf16x2;
 
 constexpr int kThreads = 384, kN = 64, kM = 64; // three warpgroups; keys per tile; rows per pass
+template <int N>
+struct Const { // a compile-time int argument of a generic lambda
+    static constexpr int value = N;
+};
 constexpr int kPresentWords = kN / 16;          // a tile's present-key words: one per loader warp (16 keys)
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
@@ -1374,9 +1379,12 @@ constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 
 constexpr int kRegsEntry = 65536 / kThreads / 8 * 8; // the register file over the block, in steps of 8: 168
 // A loader in a pair holds half as many bytes (88 / 168 / 248: no spills left in ds_mla e4m3fn's
 // code, where 112 / 160 / 232 left 36 bytes).
-template <bool kWide, bool kPair = false>
+// In the split scheme (kSplit, below) both consumers hold an S beside their half of O and need
+// as many registers.
+template <bool kWide, bool kPair = false, bool kSplit = false>
 struct Regs {
-    static constexpr int load = kPair ? 88 : kWide ? 112 : 56, pv = kPair ? 168 : kWide ? 160 : 192, softmax = kPair ? 248 : kWide ? 232 : 256;
+    static constexpr int load = kPair ? 88 : kWide ? 112 : 56;
+    static constexpr int pv = kPair ? 168 : kWide ? 160 : kSplit ? 224 : 192, softmax = kPair ? 248 : kWide ? 232 : kSplit ? 224 : 256;
     static_assert(softmax + pv + load == 3 * kRegsEntry, "the budgets must add up to the entry allocation");
 };
 // The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
@@ -1386,7 +1394,11 @@ struct Regs {
 // are stored, Q, slots and P are free (both consumers).
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
-constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHandoffs = 8;
+// The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
+// of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest; the loader's threads, each once
+// its own copies have landed); kHalfFree + 2 s + f: the one consumer that reads that half last
+// is done with it.
+constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12, kHandoffs = 16;
 // The threads that arrive on a phase of handoff h: both consumer warpgroups (256) or one
 // warpgroup (128); in a pair, twice that for all but the handoffs within a block.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
@@ -1429,19 +1441,25 @@ struct Wide {
 template <int KVT>
 constexpr bool kPairedKeys = is_ds_mla(KVT);
 
-template <int DQ, bool kLut> // q . k dims; whether the e4m3fnuz table is needed
+template <int DQ, bool kLut, bool kSplit = false> // q . k dims; whether the e4m3fnuz table is needed; the split scheme
 struct Smem {     // byte offsets from a 1024-byte aligned base
     static constexpr int blocks = DQ / 64;
     static constexpr int q = 0;                   // Q: [blocks] swizzled blocks of the pass's 64 rows
     static constexpr int keys = q + blocks * kBlk; // two slots of a 64-key tile, same layout
     static constexpr int slot = blocks * kBlk;
-    // P of a slot's tile (64 rows x 64 keys, one swizzled block), which warpgroup 1 reads: with
-    // 576-dim keys it takes the tile's rope block, which only S reads (no room for two more
-    // blocks); 512-dim passes have two blocks of their own
-    static constexpr int pbufs = DQ > kL ? 0 : 2;
+    // P of a slot's tile (64 rows x 64 keys, one swizzled block), which the other consumer reads:
+    // with 576-dim keys slot 0's P takes the tile's rope block, which only S reads (no room for
+    // two more blocks); so does slot 1's, but in the split scheme that block goes back to the
+    // loader while P is still read, and slot 1's P has a block of its own; 512-dim passes have
+    // two blocks of their own
+    static constexpr int pbufs = DQ > kL ? (kSplit ? 1 : 0) : 2;
     static constexpr int pbuf = keys + 2 * slot;
-    __device__ static constexpr int p_at(int s) { return pbufs ? pbuf + s * kBlk : keys + s * slot + kL / 64 * kBlk; }
-    static constexpr int alpha = pbuf + pbufs * kBlk; // float [2][64]: each row's rescale factor of a slot's tile
+    __device__ static constexpr int p_at(int s) {
+        return DQ > kL && (s == 0 || !kSplit) ? keys + s * slot + kL / 64 * kBlk : pbuf + (pbufs - 1) * s * kBlk;
+    }
+    // float [2][64]: each row's rescale factor of a slot's tile; split scheme: [0] each row's
+    // running max passed between the consumers, [1] warpgroup 1's row sums at a pass's end
+    static constexpr int alpha = pbuf + pbufs * kBlk;
     static constexpr int row_at = alpha + 2 * kM * 4; // int64 [64]: where each row's o (or partial) starts
     static constexpr int valid = row_at + kM * 8;  // uint32 [2][kPresentWords]: each slot's present keys, key c at bits 2 c, 2 c + 1
     static constexpr int inv = valid + 2 * kPresentWords * 4; // float [64]: each row's o factor at the end of a pass
@@ -1451,6 +1469,8 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
     static_assert(2 * slot + pbufs * kBlk >= kM * kStageRow * 4, "the staged o rows reuse the key slots and P");
 };
+template <int KVT, bool kSplit = false>
+using SmemOf = Smem<qk_dims(KVT), Wide<KVT>::lut, kSplit>;
 
 // Byte offset of 16-byte chunk c of row r in swizzled blocks of ROWS rows x 64 dims.
 template <int ROWS = kM>
@@ -1475,6 +1495,12 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 // This thread's arrival, releasing its earlier writes to the threads that wait on the phase.
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// An arrival on mbarrier bar that comes when this thread's cp.async copies issued so far have
+// landed; it raises the phase's pending count by one first, so the thread's plain arrival
+// (mbar_arrive) must follow for the phase to complete.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits (acquiring) for the completion of the next phase of handoff h (mbarrier bars + 8 h),
 // whose parity is bit h of `phases`, then flips that bit: each thread counts the phases it has
@@ -1719,13 +1745,16 @@ __device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a
 // row), boxes of 64 dims x 64 rows in the 128-byte swizzle, one shared block of a slot. Only
 // the kTma instance reads it (its own instance: the test alone, in the loader of sparse bf16
 // rows, measured SP1 5575 -> 5788 us on an H200).
-template <int KVT, bool kPair = false, bool kTma = false>
+// kSplit: the split scheme (below) for bf16 rows that mostly come from the L2 (top-k lists of
+// a sparse or V4 pass).
+template <int KVT, bool kPair = false, bool kTma = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ CUtensorMap cache_map) {
 #if defined(__CUDA_ARCH__)
     static_assert(!kTma || (KVT == AITER_MLA_BF16 && !kPair), "the cache map is bf16 rows, a block's own");
-    constexpr int kDq = qk_dims(KVT), kChunks = kDq / 8, kKSteps = kDq / 16; // 16-byte chunks and k-steps of a row
+    static_assert(!kSplit || (!Wide<KVT>::on && !kPair && !kTma), "the split scheme takes bf16 rows by cp.async");
+    constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // k-steps of a row
     using W = Wide<KVT, kPair>;
-    using S = Smem<kDq, W::lut>;
+    using S = SmemOf<KVT, kSplit>;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
     const uint32_t sb = smem_addr(base), bars = sb + S::bars;
@@ -1789,13 +1818,82 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         arrive_both(kDone);
     };
 
+    // A row's sum from the shares of its quad's 4 threads.
+    auto quad_sum = [](float &l) {
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+    };
+    // Warpgroup 0 at a pass's end, from its rows' totals (m in log2 units, l): the rows' lse (and
+    // max_logits), o factors and starts.
+    auto publish_rows = [&](const Piece &pc, int r0, int R, float ma, float mb, float la, float lb) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = half ? rb : ra;
+            if (row >= R || (lane & 3) != 0) continue;
+            float inv;
+            row_at[row] = finish_row(p, pc, r0 + row, half ? mb : ma, half ? lb : la, true, &inv);
+            inv_s[row] = inv;
+        }
+    };
+    // A consumer's view of tile i in slot `slot`: its present keys (the loader's bits), the mask
+    // of S (absent keys, each row's key limit), P as wgmma A fragments, P into its block.
+    auto present_of = [&](int slot) {
+        static_assert(kPresentWords == 4, "a tile's present keys are read as one uint4");
+        return *reinterpret_cast<const uint4 *>(valid_s + slot * kPresentWords);
+    };
+    auto mask_tile = [&](float (&s)[32], const Piece &pc, int i, long long lima, long long limb, const uint4 &present) {
+        const int64_t k0 = (int64_t)i * kN;
+        const int nk = (int)min((int64_t)kN, pc.n - k0);
+        const int kma = tile_key_limit(pc, lima, k0, nk), kmb = tile_key_limit(pc, limb, k0, nk);
+        if ((present.x & present.y & present.z & present.w) != ~0u || min(kma, kmb) < kN - 1) {
+            // key c of s[j] is word j / 8's bit 2 c % 32 = 16 (j / 4 % 2) + 4 (lane % 4) + 2 (j % 2)
+            const uint32_t pw[4] = {present.x >> 4 * (lane & 3), present.y >> 4 * (lane & 3), present.z >> 4 * (lane & 3),
+                                    present.w >> 4 * (lane & 3)};
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
+                if (!(pw[j >> 3] >> (16 * ((j >> 2) & 1) + 2 * (j & 1)) & 1u) || c > ((j & 2) ? kmb : kma)) s[j] = neg_inf();
+            }
+        }
+    };
+    // P as the A fragments of the 4 k-steps (keys 16 kk ..): the accumulator layout of two
+    // n8-tiles is that of an m16n8k16 A fragment
+    auto p_frags = [](const float (&s)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
+            pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+    };
+    auto store_p = [&](const uint32_t (&pa)[4][4], int slot) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
+        uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::p_at(slot));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const int w = (lane & 3);
+            p_s[(swz(ra, 2 * kk) >> 2) + w] = pa[kk][0];
+            p_s[(swz(rb, 2 * kk) >> 2) + w] = pa[kk][1];
+            p_s[(swz(ra, 2 * kk + 1) >> 2) + w] = pa[kk][2];
+            p_s[(swz(rb, 2 * kk + 1) >> 2) + w] = pa[kk][3];
+        }
+    };
+    // S (+)= Q K^T over the k-steps [k0, k1) of slot `slot`, issued, not committed
+    auto issue_s = [&](float (&s)[32], int slot, int k0, int k1, bool clear) {
+#pragma unroll
+        for (int kk = k0; kk < k1; kk++) {
+            const uint32_t off = (kk >> 2) * kBlk + (kk & 3) * 32;
+            mma_64x64_ss(s, desc(sb + S::q + off, 16, 1024), desc(sb + S::keys + slot * S::slot + off, 16, 1024), !clear || kk > k0);
+        }
+    };
+
     if (wgi == 2) {
         // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
         // the consumers. fp8 keys: two threads per key (see Wide). bf16 keys: each warp brings 16
         // keys, 8 threads a key, so that each copy instruction reads four whole 128-byte lines
         // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 465 -> 450
         // us, D6 319 -> 293, SP1 5845 -> 5577).
-        regs_set<Regs<W::on, kPair>::load>();
+        regs_set<Regs<W::on, kPair, kSplit>::load>();
         const int my_part = t & (W::parts - 1);
         // this block's writes to either block's slots made visible to wgmma (in a pair, the other's too)
         auto fence_async = [] {
@@ -1822,34 +1920,49 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         auto by_tma = [&](const Piece &pc, int i, const KeyRef (&keys)[W::keys]) {
             return kTma && (int64_t)(i + 1) * kN <= pc.n && keys[0].row != nullptr;
         };
-        // the key into slot `slot`: bf16 by cp.async (zero-filled when absent) or, for a tile by_tma,
-        // by TMA from the first thread (its first key is the tile's first row); fp8 widened from st;
-        // rule (a FnuzRule) picks the e4m3 flavour
+        // bf16 keys: the 64-dim blocks [B0, B1) of the thread's keys into slot `slot` by cp.async
+        // (a 16-byte chunk of each block a thread, zero-filled when the key is absent) or, for a
+        // tile by_tma, by TMA from the first thread (its first key is the tile's first row),
+        // counted on mbarrier bar; with `present_too`, the warp's present keys into the slot's
+        // word as well. B0, B1: Const, so that the copies unroll to one instruction each.
+        auto put_rows = [&](int slot, bool tma, const KeyRef (&keys)[W::keys], auto b0, auto b1, uint32_t bar, bool present_too) {
+            constexpr int B0 = decltype(b0)::value, B1 = decltype(b1)::value;
+            const uint32_t dst = sb + S::keys + slot * S::slot;
+            if (tma && t == 0) {
+                // the consumers' generic accesses to the slot (P, staged o) come before TMA's writes
+                fence_async_shared();
+                const int row = (int)((keys[0].row - static_cast<const unsigned char *>(a.kv_cache)) / cache_row_bytes(KVT));
+                mbar_expect_tx(bar, (B1 - B0) * kBlk);
+#pragma unroll
+                for (int b = B0; b < B1; b++) tma_load_2d(dst + b * kBlk, &cache_map, 64 * b, row, bar);
+            }
+            uint32_t present = 0; // the warp's 16 keys: key c at bits 2 c, 2 c + 1
+#pragma unroll
+            for (int q = 0; q < W::keys; q++) {
+                const KeyRef &k = keys[q];
+                if (!tma) {
+                    const int key = my_key(q);
+                    const uint32_t d = dst + swz(key, lane & 7); // chunk lane & 7 of block 0
+                    // absent: a.q, an address for the zero-filling copies, which read nothing
+                    const unsigned char *src = k.row ? k.row + (lane & 7) * 16 : static_cast<const unsigned char *>(a.q);
+                    const int bytes = k.row ? 16 : 0;
+#pragma unroll
+                    for (int b = B0; b < B1; b++) cp_async16(d + b * kBlk, src + b * 128, bytes);
+                }
+                if (present_too) {
+                    const uint32_t bal = __ballot_sync(0xffffffffu, k.kind != 0); // key 4 q + j at lane 8 j
+#pragma unroll
+                    for (int j = 0; j < 4; j++) present |= (bal >> 8 * j & 1u) * (3u << 2 * (4 * q + j));
+                }
+            }
+            if (present_too && lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
+        };
+        // the key into slot `slot`: bf16 by put_rows; fp8 widened from st; rule (a FnuzRule) picks
+        // the e4m3 flavour
         auto put_as = [&](int slot, bool tma, const KeyRef (&keys)[W::keys], const Staged &st, auto rule) {
             [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
             if constexpr (!W::on) {
-                const uint32_t dst = sb + S::keys + slot * S::slot;
-                const void *any = a.q; // an address for the zero-filling copies, which read nothing
-                uint32_t present = 0;  // the warp's 16 keys: key c at bits 2 c, 2 c + 1
-                if (tma && t == 0) {
-                    // the consumers' generic accesses to the slot (P, staged o) come before TMA's writes
-                    fence_async_shared();
-                    const int row = (int)((keys[0].row - static_cast<const unsigned char *>(a.kv_cache)) / cache_row_bytes(KVT));
-                    mbar_expect_tx(bars + 8 * (kFull + slot), S::blocks * kBlk);
-#pragma unroll
-                    for (int b = 0; b < S::blocks; b++) tma_load_2d(dst + b * kBlk, &cache_map, 64 * b, row, bars + 8 * (kFull + slot));
-                }
-#pragma unroll
-                for (int q = 0; q < W::keys; q++) {
-                    const KeyRef &k = keys[q];
-                    if (!tma)
-#pragma unroll
-                        for (int c = lane & 7; c < kChunks; c += 8) cp_async16(dst + swz(my_key(q), c), k.row ? (const void *)(k.row + c * 16) : any, k.row ? 16 : 0);
-                    const uint32_t b = __ballot_sync(0xffffffffu, k.kind != 0); // key 4 q + j at lane 8 j
-#pragma unroll
-                    for (int j = 0; j < 4; j++) present |= (b >> 8 * j & 1u) * (3u << 2 * (4 * q + j));
-                }
-                if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
+                put_rows(slot, tma, keys, Const<0>{}, Const<S::blocks>{}, bars + 8 * (kFull + slot), true);
             } else {
                 const KeyRef &k = keys[0];
                 const int key = my_key(0);
@@ -1914,10 +2027,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // V4P-h64-ws measured 3660 -> 4390 us).
         constexpr bool kShare = W::keys > 1 && is_v4(KVT);
         constexpr int kLookups = kShare ? 1 : W::keys; // keys a thread looks up per tile
-        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys]) {
+        // (next then holds those of tile i + step)
+        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys], int step = 1) {
             if constexpr (kShare) {
                 const KeyRef mine = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(lane & 3), next[0]);
-                next[0] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(lane & 3));
+                next[0] = key_entry<KVT>(p, pc, (int64_t)(i + step) * kN + my_key(lane & 3));
 #pragma unroll
                 for (int q = 0; q < W::keys; q++) {
                     const int from = (lane & ~7) | q;
@@ -1929,7 +2043,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #pragma unroll
                 for (int q = 0; q < kLookups; q++) {
                     keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next[q]);
-                    next[q] = key_entry<KVT>(p, pc, (int64_t)(i + 1) * kN + my_key(q));
+                    next[q] = key_entry<KVT>(p, pc, (int64_t)(i + step) * kN + my_key(q));
                 }
             }
         };
@@ -1957,48 +2071,279 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 first = false;
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
                     copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
-                // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
-                int32_t next[kLookups]; // the indices of the keys the thread looks up in the next tile
+                if constexpr (kSplit) {
+                    // Each pair of tiles, 2 j into slot 0 and 2 j + 1 into slot 1, half by half in the
+                    // order the consumers free them (slot 0's dims 0 .. 255 after warpgroup 0's P V of
+                    // them, slot 1's other half after warpgroup 1's, ...). Every handoff of a half is a
+                    // plain arrival of each thread, raised by one that comes when the thread's copies
+                    // have landed: the loader never waits for its own copies.
+                    cp_async_arrive(bars + 8 * kQReady);
+                    arrive(kQReady);
+                    // the indices of the thread's keys in the pair's tiles, loaded a pair ahead
+                    int32_t next_a[kLookups], next_b[kLookups];
 #pragma unroll
-                for (int q = 0; q < kLookups; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
-                for (int i = 0; i < 2; i++) {
-                    if (i < ntiles) {
-                        KeyRef keys[W::keys];
-                        look_up(pc, i, next, keys);
-                        Staged st;
-                        fetch(keys[0], st);
-                        put(i, by_tma(pc, i, keys), keys, st);
+                    for (int q = 0; q < kLookups; q++) {
+                        next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
+                        next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
                     }
-                    cp_async_commit();
-                }
-                warm(pc, 2, next);
-                cp_async_wait<1>(); // Q and tile 0
-                fence_async();
-                arrive(kQReady);
-                if (ntiles > 0) arrive_both(kFull + 0);
-                for (int i = 0; i < ntiles; i++) {
-                    if (i + 1 < ntiles) { // tile i + 1 (put since tile i - 1)
-                        cp_async_wait<0>();
-                        fence_async();
-                        arrive_both(kFull + ((i + 1) & 1));
+                    auto put_half = [&](int slot, auto half, bool tma, const KeyRef (&keys)[W::keys]) {
+                        constexpr int f = decltype(half)::value; // 0: dims 0 .. 255 (blocks 0 .. 3), 1: the rest
+                        const int h = kHalfReady + 2 * slot + f;
+                        // the present keys with the half a slot takes first, which both its readers wait for
+                        put_rows(slot, tma, keys, Const<f ? 4 : 0>{}, Const<f ? S::blocks : 4>{}, bars + 8 * h, f == slot);
+                        if (!tma) cp_async_arrive(bars + 8 * h);
+                        arrive(h);
+                    };
+                    for (int j = 0; 2 * j < ntiles; j++) {
+                        const bool has_b = 2 * j + 1 < ntiles;
+                        KeyRef ka[W::keys], kb[W::keys];
+                        look_up(pc, 2 * j, next_a, ka, 2);
+                        const bool ta = by_tma(pc, 2 * j, ka);
+                        if (j > 0) wait(kHalfFree + 0);
+                        put_half(0, Const<0>{}, ta, ka);
+                        bool tb = false;
+                        if (has_b) {
+                            look_up(pc, 2 * j + 1, next_b, kb, 2);
+                            tb = by_tma(pc, 2 * j + 1, kb);
+                            if (j > 0) wait(kHalfFree + 3);
+                            put_half(1, Const<1>{}, tb, kb);
+                        }
+                        if (j > 0) wait(kHalfFree + 1);
+                        put_half(0, Const<1>{}, ta, ka);
+                        if (has_b) {
+                            if (j > 0) wait(kHalfFree + 2);
+                            put_half(1, Const<0>{}, tb, kb);
+                        }
                     }
-                    if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
-                        KeyRef keys[W::keys];
-                        look_up(pc, i + 2, next, keys);
-                        Staged st;
-                        fetch(keys[0], st); // in flight while the wait lasts
-                        warm(pc, i + 3, next);
-                        wait(kEmpty + (i & 1));
-                        put(i & 1, by_tma(pc, i + 2, keys), keys, st);
+                } else {
+                    // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
+                    int32_t next[kLookups]; // the indices of the keys the thread looks up in the next tile
+#pragma unroll
+                    for (int q = 0; q < kLookups; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
+                    for (int i = 0; i < 2; i++) {
+                        if (i < ntiles) {
+                            KeyRef keys[W::keys];
+                            look_up(pc, i, next, keys);
+                            Staged st;
+                            fetch(keys[0], st);
+                            put(i, by_tma(pc, i, keys), keys, st);
+                        }
                         cp_async_commit();
+                    }
+                    warm(pc, 2, next);
+                    cp_async_wait<1>(); // Q and tile 0
+                    fence_async();
+                    arrive(kQReady);
+                    if (ntiles > 0) arrive_both(kFull + 0);
+                    for (int i = 0; i < ntiles; i++) {
+                        if (i + 1 < ntiles) { // tile i + 1 (put since tile i - 1)
+                            cp_async_wait<0>();
+                            fence_async();
+                            arrive_both(kFull + ((i + 1) & 1));
+                        }
+                        if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
+                            KeyRef keys[W::keys];
+                            look_up(pc, i + 2, next, keys);
+                            Staged st;
+                            fetch(keys[0], st); // in flight while the wait lasts
+                            warm(pc, i + 3, next);
+                            wait(kEmpty + (i & 1));
+                            put(i & 1, by_tma(pc, i + 2, keys), keys, st);
+                            cp_async_commit();
+                        }
                     }
                 }
             }
         });
+    } else if constexpr (kSplit) {
+        // The split scheme (bf16 rows; FlashMLA's sparse prefill on Hopper): the tiles go by pairs,
+        // tile i = 2 j in slot 0 and i + 1 in slot 1. Warpgroup 0 computes S of tile i and its
+        // softmax, warpgroup 1 those of tile i + 1 from the running maxima warpgroup 0 then has, so
+        // that while one runs its softmax the other's products keep the tensor pipe busy. Each
+        // keeps half of O: warpgroup 0 dims 0 .. 255 over both tiles (P of tile i from registers,
+        // P of i + 1 from warpgroup 1 through shared memory), warpgroup 1 dims 256 .. 511. A slot's
+        // halves go back to the loader one by one as their last reader is done (slot 0's first
+        // half after warpgroup 0's P V of it, ...), and the S of the next pair starts on the half
+        // that came first. The rows' maxima pass between the two by m_s; a pair's P and O end on
+        // warpgroup 1's maxima, which both keep.
+        float *m_s = alpha_s, *l_s = alpha_s + kM;
+        constexpr int kHalfSteps = 16; // the k-steps of a slot's first half (dims 0 .. 255)
+        auto zero_max = [](float m) { return m == neg_inf() ? 0.0f : m; }; // no key yet: e = 0
+        if (wgi == 0) {
+            regs_set<Regs<W::on, kPair, kSplit>::softmax>();
+            for_each_piece(p, [&](const Piece &pc) {
+                const int ntiles = tiles_of(pc);
+                for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
+                    const int R = max(0, min(kM, pc.re - r0));
+                    const long long lima = row_key_limit(pc, r0 + ra, H), limb = row_key_limit(pc, r0 + rb, H);
+                    float acc[128]; // O rows ra, rb; dims 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
+#pragma unroll
+                    for (int e = 0; e < 128; e++) acc[e] = 0.0f;
+                    float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
+                    float s[32];
+                    wait(kQReady);
+                    if (ntiles > 0) {
+                        wait(kHalfReady + 0);
+                        wgmma_fence();
+                        issue_s(s, 0, 0, kHalfSteps, true);
+                        wait(kHalfReady + 1);
+                        issue_s(s, 0, kHalfSteps, kKSteps, false);
+                        wgmma_commit();
+                        wgmma_wait0();
+                        pin(s);
+                    }
+                    for (int i = 0; i < ntiles; i += 2) {
+                        const bool has_b = i + 1 < ntiles;
+                        mask_tile(s, pc, i, lima, limb, present_of(0));
+                        float fa, fb;
+                        online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
+                        if ((lane & 3) == 0) {
+                            m_s[ra] = ma;
+                            m_s[rb] = mb;
+                        }
+                        named_arrive<2, 256>(); // tile i's maxima are in m_s
+                        uint32_t pa[4][4];
+                        p_frags(s, pa);
+                        rescale_rows(acc, fa, fb);
+                        pin(acc);
+                        wgmma_fence();
+#pragma unroll
+                        for (int kk = 0; kk < kN / 16; kk++) mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + kk * 2048, kBlk, 1024));
+                        wgmma_commit();
+                        wgmma_wait0();
+                        pin(acc);
+                        if (i + 2 < ntiles) arrive(kHalfFree + 0);
+                        named_sync<3, 256>(); // the pair's maxima are in m_s
+                        const float na = m_s[ra], nb = m_s[rb];
+                        const float ga = fast_exp2(ma - zero_max(na)), gb = fast_exp2(mb - zero_max(nb));
+                        ma = na;
+                        mb = nb;
+#pragma unroll
+                        for (int j = 0; j < 32; j++) s[j] *= (j & 2) ? gb : ga;
+                        p_frags(s, pa);
+                        store_p(pa, 0); // S, the only other reader of slot 0's rope block, is done
+                        fence_async_shared();
+                        named_arrive<4, 256>(); // P of tile i is in
+                        rescale_rows(acc, ga, gb);
+                        la *= ga;
+                        lb *= gb;
+                        if (has_b) {
+                            named_sync<5, 256>(); // P of tile i + 1 is in (so is the tile)
+                            pin(acc);
+                            wgmma_fence();
+#pragma unroll
+                            for (int kk = 0; kk < kN / 16; kk++)
+                                mma_64x256_ss(acc, desc(sb + S::p_at(1) + kk * 32, 16, 1024), desc(sb + S::keys + S::slot + kk * 2048, kBlk, 1024));
+                            wgmma_commit();
+                        }
+                        if (i + 2 < ntiles) { // S of the next pair's first tile beside that P V
+                            wait(kHalfReady + 0);
+                            wgmma_fence();
+                            issue_s(s, 0, 0, kHalfSteps, true);
+                            wgmma_commit();
+                            wgmma_wait<1>();
+                            if (i + 3 < ntiles) arrive(kHalfFree + 2);
+                            wait(kHalfReady + 1);
+                            issue_s(s, 0, kHalfSteps, kKSteps, false);
+                            wgmma_commit();
+                        }
+                        wgmma_wait0();
+                        pin(acc);
+                        pin(s);
+                    }
+                    quad_sum(la);
+                    quad_sum(lb);
+                    named_sync<6, 256>(); // warpgroup 1's row sums are in l_s
+                    publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb]);
+                    finish_pass(acc, pc, R);
+                }
+            });
+        } else {
+            regs_set<Regs<W::on, kPair, kSplit>::pv>();
+            for_each_piece(p, [&](const Piece &pc) {
+                const int ntiles = tiles_of(pc);
+                for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
+                    const int R = max(0, min(kM, pc.re - r0));
+                    const long long lima = row_key_limit(pc, r0 + ra, H), limb = row_key_limit(pc, r0 + rb, H);
+                    float acc[128]; // O rows ra, rb; dims 256 + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
+#pragma unroll
+                    for (int e = 0; e < 128; e++) acc[e] = 0.0f;
+                    float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // the maxima O and l are at
+                    wait(kQReady);
+                    for (int i = 0; i < ntiles; i += 2) {
+                        const bool has_b = i + 1 < ntiles;
+                        float s[32];
+                        if (has_b) { // S of tile i + 1, the half that came first first
+                            wait(kHalfReady + 3);
+                            wgmma_fence();
+                            issue_s(s, 1, kHalfSteps, kKSteps, true);
+                            wait(kHalfReady + 2);
+                            issue_s(s, 1, 0, kHalfSteps, false);
+                            wgmma_commit();
+                            wgmma_wait0();
+                            pin(s);
+                            mask_tile(s, pc, i + 1, lima, limb, present_of(1));
+                        }
+                        named_sync<2, 256>(); // tile i's maxima
+                        float na = m_s[ra], nb = m_s[rb], sa = 0.0f, sbs = 0.0f;
+                        if (has_b) {
+                            float unused_a, unused_b;
+                            online_softmax_rows(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b);
+                            if ((lane & 3) == 0) {
+                                m_s[ra] = na;
+                                m_s[rb] = nb;
+                            }
+                        }
+                        named_arrive<3, 256>(); // the pair's maxima
+                        const float fa = fast_exp2(ma - zero_max(na)), fb = fast_exp2(mb - zero_max(nb));
+                        ma = na;
+                        mb = nb;
+                        la = la * fa + sa;
+                        lb = lb * fb + sbs;
+                        rescale_rows(acc, fa, fb);
+                        pin(acc);
+                        uint32_t pa[4][4];
+                        if (has_b) {
+                            p_frags(s, pa);
+                            wgmma_fence();
+#pragma unroll
+                            for (int kk = 0; kk < kN / 16; kk++)
+                                mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
+                            wgmma_commit();
+                            store_p(pa, 1);
+                            fence_async_shared();
+                        }
+                        named_sync<4, 256>(); // P of tile i
+                        wgmma_fence();
+#pragma unroll
+                        for (int kk = 0; kk < kN / 16; kk++)
+                            mma_64x256_ss(acc, desc(sb + S::p_at(0) + kk * 32, 16, 1024), desc(sb + S::keys + 4 * kBlk + kk * 2048, kBlk, 1024));
+                        wgmma_commit();
+                        if (has_b) {
+                            named_arrive<5, 256>(); // P of tile i + 1
+                            wgmma_wait<1>();
+                            pin_regs(pa);
+                            if (i + 3 < ntiles) arrive(kHalfFree + 3);
+                        }
+                        wgmma_wait0();
+                        pin(acc);
+                        if (i + 2 < ntiles) arrive(kHalfFree + 1);
+                    }
+                    quad_sum(la);
+                    quad_sum(lb);
+                    if ((lane & 3) == 0) {
+                        l_s[ra] = la;
+                        l_s[rb] = lb;
+                    }
+                    named_arrive<6, 256>();
+                    finish_pass(acc, pc, R);
+                }
+            });
+        }
     } else if (wgi == 0) {
         // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
         // row's rescale factor handed to warpgroup 1.
-        regs_set<Regs<W::on, kPair>::softmax>();
+        regs_set<Regs<W::on, kPair, kSplit>::softmax>();
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
@@ -2014,54 +2359,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wait(kFull + slot);
                     // the tile's present keys, read while S runs (after it, the read queues behind the
                     // loader's copies into shared memory)
-                    static_assert(kPresentWords == 4, "a tile's present keys are read as one uint4");
-                    const uint4 present = *reinterpret_cast<const uint4 *>(valid_s + slot * kPresentWords);
+                    const uint4 present = present_of(slot);
                     float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
                     wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < kKSteps; kk++) {
-                        const uint32_t off = (kk >> 2) * kBlk + (kk & 3) * 32;
-                        mma_64x64_ss(s, desc(sb + S::q + off, 16, 1024), desc(sb + S::keys + slot * S::slot + off, 16, 1024), kk > 0);
-                    }
+                    issue_s(s, slot, 0, kKSteps, true);
                     wgmma_commit();
                     wgmma_wait0();
                     pin(s);
-
-                    // the tile's mask (absent keys, each row's limit), then the online softmax
-                    const int64_t k0 = (int64_t)i * kN;
-                    const int nk = (int)min((int64_t)kN, pc.n - k0);
-                    const int kma = tile_key_limit(pc, lima, k0, nk), kmb = tile_key_limit(pc, limb, k0, nk);
-                    if ((present.x & present.y & present.z & present.w) != ~0u || min(kma, kmb) < kN - 1) {
-                        // key c of s[j] is word j / 8's bit 2 c % 32 = 16 (j / 4 % 2) + 4 (lane % 4) + 2 (j % 2)
-                        const uint32_t pw[4] = {present.x >> 4 * (lane & 3), present.y >> 4 * (lane & 3), present.z >> 4 * (lane & 3),
-                                                present.w >> 4 * (lane & 3)};
-#pragma unroll
-                        for (int j = 0; j < 32; j++) {
-                            const int c = (j >> 2) * 8 + (lane & 3) * 2 + (j & 1);
-                            if (!(pw[j >> 3] >> (16 * ((j >> 2) & 1) + 2 * (j & 1)) & 1u) || c > ((j & 2) ? kmb : kma)) s[j] = neg_inf();
-                        }
-                    }
+                    mask_tile(s, pc, i, lima, limb, present);
                     float fa, fb;
                     online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
-                    // P as the A fragments of the 4 k-steps (keys 16 kk ..): the accumulator layout of two
-                    // n8-tiles is that of an m16n8k16 A fragment
                     uint32_t pa[4][4];
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-                        pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
-                        pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-                        pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-                        pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-                    }
-                    uint32_t *p_s = reinterpret_cast<uint32_t *>(base + S::p_at(slot)); // S, its only other reader, is done
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) { // into P's swizzled block: keys 16 kk + 2 (lane & 3), + 8
-                        const int w = (lane & 3);
-                        p_s[(swz(ra, 2 * kk) >> 2) + w] = pa[kk][0];
-                        p_s[(swz(rb, 2 * kk) >> 2) + w] = pa[kk][1];
-                        p_s[(swz(ra, 2 * kk + 1) >> 2) + w] = pa[kk][2];
-                        p_s[(swz(rb, 2 * kk + 1) >> 2) + w] = pa[kk][3];
-                    }
+                    p_frags(s, pa);
+                    store_p(pa, slot); // S, its only other reader, is done
                     if ((lane & 3) == 0) {
                         alpha_s[slot * kM + ra] = fa;
                         alpha_s[slot * kM + rb] = fb;
@@ -2079,25 +2389,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     pin(acc);
                     if (i + 2 < ntiles) arrive_both(kEmpty + slot, true); // the loader waits for these only
                 }
-                // the row sums from the quad's shares; the rows' lse (and max_logits), o factors and starts
-                la += __shfl_xor_sync(0xffffffffu, la, 1);
-                la += __shfl_xor_sync(0xffffffffu, la, 2);
-                lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-                lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int row = half ? rb : ra;
-                    if (row >= R || (lane & 3) != 0) continue;
-                    float inv;
-                    row_at[row] = finish_row(p, pc, r0 + row, half ? mb : ma, half ? lb : la, true, &inv);
-                    inv_s[row] = inv;
-                }
+                quad_sum(la);
+                quad_sum(lb);
+                publish_rows(pc, r0, R, ma, mb, la, lb);
                 finish_pass(acc, pc, R);
             }
         });
     } else {
         // O[:, 256:512] += P V with P and the rescale factors from warpgroup 0.
-        regs_set<Regs<W::on, kPair>::pv>();
+        regs_set<Regs<W::on, kPair, kSplit>::pv>();
         for_each_piece(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
@@ -4389,14 +4689,22 @@ template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
-    constexpr int kBytes = wg::Smem<qk_dims(KVT), wg::Wide<KVT>::lut>::total;
+    constexpr int kBytes = wg::SmemOf<KVT>::total;
     CUtensorMap map{}; // zeros where no instance reads it
-    if constexpr (KVT == AITER_MLA_BF16)
-        if (decode_cache_map(p, &map)) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
-    if constexpr (wg::kPairedKeys<KVT>)
-        if (p.sparse && grid.y % 2 == 0)
-            return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, dim3(1, 2, 1), wg::kThreads, kBytes, s, p, map);
-    return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, kBytes, s, p, map);
+    // bf16 top-k rows (sparse, V4): the split scheme, whose loads the L2 mostly serves
+    constexpr int kSplitBytes = wg::SmemOf<KVT, true>::total;
+    if constexpr (KVT == kV4Bf16) {
+        return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, false, true>, grid, wg::kThreads, kSplitBytes, s, p, map);
+    } else {
+        if constexpr (KVT == AITER_MLA_BF16) {
+            if (decode_cache_map(p, &map)) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
+            if (p.sparse) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, false, true>, grid, wg::kThreads, kSplitBytes, s, p, map);
+        }
+        if constexpr (wg::kPairedKeys<KVT>)
+            if (p.sparse && grid.y % 2 == 0)
+                return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, dim3(1, 2, 1), wg::kThreads, kBytes, s, p, map);
+        return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, kBytes, s, p, map);
+    }
 #else
     return launch_mma_rows<KVT, 64>(grid, s, p);
 #endif
