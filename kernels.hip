@@ -2312,6 +2312,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             wgmma_commit();
                             store_p(pa, 1);
                             fence_async_shared();
+                            named_arrive<5, 256>(); // P of tile i + 1
+                            // slot 1's second half back to the loader before P of tile i is in: the
+                            // products take that long anyway, and warpgroup 1's next S starts on it
+                            wgmma_wait0();
+                            pin_regs(pa);
+                            pin(acc);
+                            if (i + 3 < ntiles) arrive(kHalfFree + 3);
                         }
                         named_sync<4, 256>(); // P of tile i
                         wgmma_fence();
@@ -2319,12 +2326,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         for (int kk = 0; kk < kN / 16; kk++)
                             mma_64x256_ss(acc, desc(sb + S::p_at(0) + kk * 32, 16, 1024), desc(sb + S::keys + 4 * kBlk + kk * 2048, kBlk, 1024));
                         wgmma_commit();
-                        if (has_b) {
-                            named_arrive<5, 256>(); // P of tile i + 1
-                            wgmma_wait<1>();
-                            pin_regs(pa);
-                            if (i + 3 < ntiles) arrive(kHalfFree + 3);
-                        }
                         wgmma_wait0();
                         pin(acc);
                         if (i + 2 < ntiles) arrive(kHalfFree + 1);
