@@ -1398,7 +1398,11 @@ struct Regs {
 // of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest; the loader's threads, each once
 // its own copies have landed); kHalfFree + 2 s + f: the one consumer that reads that half last
 // is done with it.
-constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12, kHandoffs = 16;
+// Between its two consumers (128 arrivals each): kMaxA: tile i's row maxima are in m_s (warpgroup
+// 0); kMaxB: the pair's (warpgroup 1); kP0, kP1: P of tile i, i + 1 is in; kSums: warpgroup 1's
+// row sums at a pass's end.
+constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12;
+constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kHandoffs = 21;
 // The threads that arrive on a phase of handoff h: both consumer warpgroups (256) or one
 // warpgroup (128); in a pair, twice that for all but the handoffs within a block.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
@@ -2201,7 +2205,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             m_s[ra] = ma;
                             m_s[rb] = mb;
                         }
-                        named_arrive<2, 256>(); // tile i's maxima are in m_s
+                        arrive(kMaxA); // tile i's maxima are in m_s
                         uint32_t pa[4][4];
                         p_frags(s, pa);
                         rescale_rows(acc, fa, fb);
@@ -2213,7 +2217,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         wgmma_wait0();
                         pin(acc);
                         if (i + 2 < ntiles) arrive(kHalfFree + 0);
-                        named_sync<3, 256>(); // the pair's maxima are in m_s
+                        wait(kMaxB); // the pair's maxima are in m_s
                         const float na = m_s[ra], nb = m_s[rb];
                         const float ga = fast_exp2(ma - zero_max(na)), gb = fast_exp2(mb - zero_max(nb));
                         ma = na;
@@ -2223,12 +2227,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         p_frags(s, pa);
                         store_p(pa, 0); // S, the only other reader of slot 0's rope block, is done
                         fence_async_shared();
-                        named_arrive<4, 256>(); // P of tile i is in
+                        arrive(kP0); // P of tile i is in
                         rescale_rows(acc, ga, gb);
                         la *= ga;
                         lb *= gb;
                         if (has_b) {
-                            named_sync<5, 256>(); // P of tile i + 1 is in (so is the tile)
+                            wait(kP1); // P of tile i + 1 is in (so is the tile)
                             pin(acc);
                             wgmma_fence();
 #pragma unroll
@@ -2253,7 +2257,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     quad_sum(la);
                     quad_sum(lb);
-                    named_sync<6, 256>(); // warpgroup 1's row sums are in l_s
+                    wait(kSums); // warpgroup 1's row sums are in l_s
                     publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb]);
                     finish_pass(acc, pc, R);
                 }
@@ -2284,7 +2288,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             pin(s);
                             mask_tile(s, pc, i + 1, lima, limb, present_of(1));
                         }
-                        named_sync<2, 256>(); // tile i's maxima
+                        wait(kMaxA); // tile i's maxima
                         float na = m_s[ra], nb = m_s[rb], sa = 0.0f, sbs = 0.0f;
                         if (has_b) {
                             float unused_a, unused_b;
@@ -2294,7 +2298,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                                 m_s[rb] = nb;
                             }
                         }
-                        named_arrive<3, 256>(); // the pair's maxima
+                        arrive(kMaxB); // the pair's maxima
                         const float fa = fast_exp2(ma - zero_max(na)), fb = fast_exp2(mb - zero_max(nb));
                         ma = na;
                         mb = nb;
@@ -2312,7 +2316,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             wgmma_commit();
                             store_p(pa, 1);
                             fence_async_shared();
-                            named_arrive<5, 256>(); // P of tile i + 1
+                            arrive(kP1); // P of tile i + 1
                             // slot 1's second half back to the loader before P of tile i is in: the
                             // products take that long anyway, and warpgroup 1's next S starts on it
                             wgmma_wait0();
@@ -2320,7 +2324,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             pin(acc);
                             if (i + 3 < ntiles) arrive(kHalfFree + 3);
                         }
-                        named_sync<4, 256>(); // P of tile i
+                        wait(kP0); // P of tile i
                         wgmma_fence();
 #pragma unroll
                         for (int kk = 0; kk < kN / 16; kk++)
@@ -2336,7 +2340,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         l_s[ra] = la;
                         l_s[rb] = lb;
                     }
-                    named_arrive<6, 256>();
+                    arrive(kSums);
                     finish_pass(acc, pc, R);
                 }
             });
