@@ -1882,6 +1882,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             p_s[(swz(rb, 2 * kk + 1) >> 2) + w] = pa[kk][3];
         }
     };
+    // O[:, 256 half ..] += P V over slot `slot`'s tile (V: its dims 256 half .., blocks 4 half ..),
+    // issued, not committed: P from registers (pa) or from P's block of slot `pslot`
+    auto pv_regs = [&](float (&acc)[128], const uint32_t (&pa)[4][4], int slot, int half) {
+#pragma unroll
+        for (int kk = 0; kk < kN / 16; kk++)
+            mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + slot * S::slot + 4 * half * kBlk + kk * 2048, kBlk, 1024));
+    };
+    auto pv_smem = [&](float (&acc)[128], int pslot, int slot, int half) {
+#pragma unroll
+        for (int kk = 0; kk < kN / 16; kk++)
+            mma_64x256_ss(acc, desc(sb + S::p_at(pslot) + kk * 32, 16, 1024),
+                          desc(sb + S::keys + slot * S::slot + 4 * half * kBlk + kk * 2048, kBlk, 1024));
+    };
     // S (+)= Q K^T over the k-steps [k0, k1) of slot `slot`, issued, not committed
     auto issue_s = [&](float (&s)[32], int slot, int k0, int k1, bool clear) {
 #pragma unroll
@@ -2090,33 +2103,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
                         next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
                     }
-                    auto put_half = [&](int slot, auto half, bool tma, const KeyRef (&keys)[W::keys]) {
+                    auto put_half = [&](int slot, auto half, const KeyRef (&keys)[W::keys]) { // by cp.async (no TMA here)
                         constexpr int f = decltype(half)::value; // 0: dims 0 .. 255 (blocks 0 .. 3), 1: the rest
                         const int h = kHalfReady + 2 * slot + f;
                         // the present keys with the half a slot takes first, which both its readers wait for
-                        put_rows(slot, tma, keys, Const<f ? 4 : 0>{}, Const<f ? S::blocks : 4>{}, bars + 8 * h, f == slot);
-                        if (!tma) cp_async_arrive(bars + 8 * h);
+                        put_rows(slot, false, keys, Const<f ? 4 : 0>{}, Const<f ? S::blocks : 4>{}, bars + 8 * h, f == slot);
+                        cp_async_arrive(bars + 8 * h);
                         arrive(h);
                     };
                     for (int j = 0; 2 * j < ntiles; j++) {
                         const bool has_b = 2 * j + 1 < ntiles;
                         KeyRef ka[W::keys], kb[W::keys];
                         look_up(pc, 2 * j, next_a, ka, 2);
-                        const bool ta = by_tma(pc, 2 * j, ka);
                         if (j > 0) wait(kHalfFree + 0);
-                        put_half(0, Const<0>{}, ta, ka);
-                        bool tb = false;
+                        put_half(0, Const<0>{}, ka);
                         if (has_b) {
                             look_up(pc, 2 * j + 1, next_b, kb, 2);
-                            tb = by_tma(pc, 2 * j + 1, kb);
                             if (j > 0) wait(kHalfFree + 3);
-                            put_half(1, Const<1>{}, tb, kb);
+                            put_half(1, Const<1>{}, kb);
                         }
                         if (j > 0) wait(kHalfFree + 1);
-                        put_half(0, Const<1>{}, ta, ka);
+                        put_half(0, Const<1>{}, ka);
                         if (has_b) {
                             if (j > 0) wait(kHalfFree + 2);
-                            put_half(1, Const<0>{}, tb, kb);
+                            put_half(1, Const<0>{}, kb);
                         }
                     }
                 } else {
@@ -2211,8 +2221,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         rescale_rows(acc, fa, fb);
                         pin(acc);
                         wgmma_fence();
-#pragma unroll
-                        for (int kk = 0; kk < kN / 16; kk++) mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + kk * 2048, kBlk, 1024));
+                        pv_regs(acc, pa, 0, 0);
                         wgmma_commit();
                         wgmma_wait0();
                         pin(acc);
@@ -2235,9 +2244,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                             wait(kP1); // P of tile i + 1 is in (so is the tile)
                             pin(acc);
                             wgmma_fence();
-#pragma unroll
-                            for (int kk = 0; kk < kN / 16; kk++)
-                                mma_64x256_ss(acc, desc(sb + S::p_at(1) + kk * 32, 16, 1024), desc(sb + S::keys + S::slot + kk * 2048, kBlk, 1024));
+                            pv_smem(acc, 1, 1, 0);
                             wgmma_commit();
                         }
                         if (i + 2 < ntiles) { // S of the next pair's first tile beside that P V
@@ -2310,9 +2317,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         if (has_b) {
                             p_frags(s, pa);
                             wgmma_fence();
-#pragma unroll
-                            for (int kk = 0; kk < kN / 16; kk++)
-                                mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
+                            pv_regs(acc, pa, 1, 1);
                             wgmma_commit();
                             store_p(pa, 1);
                             fence_async_shared();
@@ -2326,9 +2331,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         }
                         wait(kP0); // P of tile i
                         wgmma_fence();
-#pragma unroll
-                        for (int kk = 0; kk < kN / 16; kk++)
-                            mma_64x256_ss(acc, desc(sb + S::p_at(0) + kk * 32, 16, 1024), desc(sb + S::keys + 4 * kBlk + kk * 2048, kBlk, 1024));
+                        pv_smem(acc, 0, 0, 1);
                         wgmma_commit();
                         wgmma_wait0();
                         pin(acc);
@@ -2386,9 +2389,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < kN / 16; kk++)
-                        mma_64x256_rs(acc, pa[kk], desc(sb + S::keys + slot * S::slot + kk * 2048, kBlk, 1024));
+                    pv_regs(acc, pa, slot, 0);
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
@@ -2416,10 +2417,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     rescale_rows(acc, alpha_s[slot * kM + ra], alpha_s[slot * kM + rb]);
                     pin(acc);
                     wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < kN / 16; kk++)
-                        mma_64x256_ss(acc, desc(sb + S::p_at(slot) + kk * 32, 16, 1024),
-                                      desc(sb + S::keys + slot * S::slot + 4 * kBlk + kk * 2048, kBlk, 1024));
+                    pv_smem(acc, slot, slot, 1);
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
