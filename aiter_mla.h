@@ -400,6 +400,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  *   reduce_indptr       [max_reduce_tiles + 1]
  *   reduce_final_map    [max_reduce_tiles, 2]         (qo_start, qo_end) of each tile
  *   reduce_partial_map  [max_partials]                partial_qo_loc of each split piece
+ *   reduce_counters     [2, max_partial_rows]         zero as built; the GPU decode's split
+ *                                                     pieces may count their stored rows
+ *                                                     here, and its reduce sets them back
  * Work item fields: qo_start/qo_end are global query-token rows (end exclusive);
  * kv_start/kv_end index kv_indices (page units, absolute); kv_offset is the number of
  * keys between the piece's end and the end of the sequence (for the causal rule);
@@ -407,7 +410,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * first row of its fp32 partial output (rows are query tokens, each H x 512 floats).
  * Reduce tile t is the t-th query tile of the batch in order; it lists its pieces in KV
  * order when split, nothing otherwise. Unused tail entries of reduce_indptr repeat the
- * last value. */
+ * last value.
+ *
+ * The GPU decode may write to its plan: on the warpgroup kernel (sm_90a builds, tiles of
+ * more than 16 rows) each split piece counts its stored rows in reduce_counters, so that the
+ * reduce merges a tile as soon as its pieces are in (not after the whole decode), and the
+ * reduce zeroes the counters again. A plan buffer therefore serves one aiter_mla_decode at a
+ * time (in stream order, any number of layers and graph replays); after a failed call,
+ * upload it again. */
 enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
 
 enum { /* header slots of the plan buffer (internal) */
@@ -434,7 +444,7 @@ typedef struct aiter_mla_decode_plan_info {
     int32_t max_partials;      /* split pieces at most: min(B*T + cu - 1, 2(cu - 1)) */
     int32_t max_partial_rows;  /* max_partials * tokens_per_tile */
     int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map,
-        off_reduce_partial_map; /* int32 offsets of the sections in the plan buffer */
+        off_reduce_partial_map, off_reduce_counters; /* int32 offsets of the sections in the plan buffer */
     int64_t plan_ints;         /* int32 elements of the plan buffer (partial map >= 1 entry) */
     size_t workspace_bytes;    /* fp32 partial o [max_partial_rows, H, 512] + lse [.., H] */
 } aiter_mla_decode_plan_info;
@@ -495,10 +505,11 @@ typedef struct aiter_mla_decode_args {
     int64_t o_stride_token;     /* 0 means H * 512 */
     int64_t o_stride_head;      /* 0 means 512 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
-    const int32_t *plan;        /* plan buffer (device for aiter_mla_decode; host for the
-                                   scheduled reference; unused by aiter_mla_decode_ref); it
-                                   must come from aiter_mla_decode_plan_build with this batch
-                                   and these arrays (only the scheduled reference checks) */
+    int32_t *plan;              /* plan buffer (device for aiter_mla_decode, which may write
+                                   its counters and leaves them zero; host for the scheduled
+                                   reference; unused by aiter_mla_decode_ref); it must come
+                                   from aiter_mla_decode_plan_build with this batch and these
+                                   arrays (only the scheduled reference checks) */
     const aiter_mla_decode_plan_info *plan_info; /* host struct the plan was sized with */
     void *workspace;            /* info.workspace_bytes: fp32 partials (same memory space as plan) */
     size_t workspace_bytes;
@@ -2103,7 +2114,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     info->off_reduce_indptr = info->off_work_info + work * AITER_MLA_WORK_INTS;
     info->off_reduce_final_map = info->off_reduce_indptr + reduce_tiles + 1;
     info->off_reduce_partial_map = info->off_reduce_final_map + 2 * reduce_tiles;
-    info->plan_ints = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
+    info->off_reduce_counters = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
+    info->plan_ints = info->off_reduce_counters + 2 * rows;
     info->workspace_bytes = (size_t)rows * d.num_heads * (AITER_MLA_LATENT_DIM + 1) * sizeof(float);
     return AITER_MLA_OK;
 }
@@ -2141,7 +2153,8 @@ static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_m
         f.max_partials != info->max_partials || f.max_partial_rows != info->max_partial_rows ||
         f.off_work_indptr != info->off_work_indptr || f.off_work_info != info->off_work_info ||
         f.off_reduce_indptr != info->off_reduce_indptr || f.off_reduce_final_map != info->off_reduce_final_map ||
-        f.off_reduce_partial_map != info->off_reduce_partial_map || f.plan_ints != info->plan_ints ||
+        f.off_reduce_partial_map != info->off_reduce_partial_map || f.off_reduce_counters != info->off_reduce_counters ||
+        f.plan_ints != info->plan_ints ||
         f.workspace_bytes != info->workspace_bytes)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
                                "%s: plan_info differs from what aiter_mla_decode_plan_get_info makes of its desc", op);
@@ -2426,6 +2439,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
         if ((pieces[u] > 1) != (w[1] >= 0))
             AITER_MLA__BAD_PLAN("%s: work %lld: partial_qo_loc %d but its tile has %d pieces", op, (long long)i, w[1], pieces[u]);
     }
+    for (i = 0; i < 2 * (int64_t)info->max_partial_rows; i++)
+        if (plan[info->off_reduce_counters + i] != 0)
+            AITER_MLA__BAD_PLAN("%s: reduce_counters[%lld] = %d, not zero", op, (long long)i, plan[info->off_reduce_counters + i]);
 done:
     AITER_MLA_FREE(unit_base);
     return st;

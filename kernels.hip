@@ -17,6 +17,7 @@ typedef cudaError_t hipError_t;
 #define hipGetLastError cudaGetLastError
 #define hipGetErrorString cudaGetErrorString
 #define hipErrorInvalidValue cudaErrorInvalidValue
+#define hipMemsetAsync cudaMemsetAsync
 #define AITER_MLA_WARP_SIZE 32
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define aiter_mla__shfl(v, l) __shfl_sync(0xffffffffu, (v), (l))
@@ -109,6 +110,9 @@ struct DecodeParams {
     // Decode on the warpgroup kernel: block (x, y) takes rows [64 x, 64 x + 64) of CU y's work
     // items, so the blocks sharing a work item's keys run side by side and share them in L2.
     int row_split;
+    // Decode on the warpgroup kernel: the plan's piece counters [max_partial_rows]
+    // (count_stored_rows); NULL: none.
+    int32_t *arrivals;
 };
 
 // Cache row formats beyond the dtypes: fp8_ds_mla rows (656 bytes: 512 e4m3 with 4 fp32
@@ -1341,6 +1345,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #endif
 #define AITER_MLA_HAS_WGMMA 1
 namespace wg {
+
+// A pass has stored its R rows of a split piece (o and lse; every storing thread past a barrier
+// since): one thread makes them visible and adds R to the piece's counter in the plan, at the
+// piece's first partial row. The reduce merges a tile once every piece has counted all of its
+// rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
+// The fence waits for the stores (about a microsecond), so the thread should have slack.
+__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
+    if (p.arrivals && pc.loc >= 0) {
+        __threadfence();
+        atomicAdd(p.arrivals + pc.loc, rows);
+    }
+}
+
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
@@ -1819,6 +1836,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         }
         consumers_sync(); // the rows are staged
         store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
+        if (p.arrivals && pc.loc >= 0) { // a split piece: count its rows once both have stored theirs
+            consumers_sync();
+            if (tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
+        }
         arrive_both(kDone);
     };
 
@@ -2455,6 +2476,10 @@ __host__ __device__ constexpr int reduce_span(int v) { return AITER_MLA_WARP_SIZ
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
     const int32_t *indptr, *final_map, *partial_map;
+    // A decode plan's counters (wait_for_pieces; NULL: wait for the producer's completion):
+    // arrivals, at each piece's first partial row, the rows the piece has stored; departures,
+    // at the first piece's, the units of the tile done. Both are zero between launches.
+    int32_t *arrivals, *departures;
     // Without a plan (V4's splits): uniform_splits > 0 pieces per tile, tile t is token t (one
     // query row) and its pieces the partial rows t * uniform_splits + z; uniform_tiles tiles.
     int uniform_splits;
@@ -2508,6 +2533,19 @@ __device__ __forceinline__ void store4_f32(void *o, int64_t i, aiter_mla_dtype t
     }
 }
 
+// Partials of a counted tile (counted: the reduce runs beside its producer) are read from the
+// L2 (NVIDIA: ld.global.cg), where a line an SM cached before its piece was counted cannot
+// serve the read; else through L1, where the 64 units of a 16-head tile share their pieces'
+// lse (from the L2 each time, D1's reduce took 1-3 us longer).
+template <typename T>
+__device__ __forceinline__ T load_partial(const T *x, bool counted) {
+#if defined(__CUDA_ARCH__)
+    return counted ? __ldcg(x) : *x;
+#else
+    return (void)counted, *x;
+#endif
+}
+
 // One unit of a reduce: query row j (of its tile) and head h, over the dims of span `span`
 // (SPLIT > 1: the block's warps share it; else one warp); merged from np
 // pieces, piece k's partial rows starting at partial_row(k); the merged row goes to row tok
@@ -2521,7 +2559,8 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
     constexpr int W = AITER_MLA_WARP_SIZE, kSpan = reduce_span(V);
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, H = p.num_heads;
     const float *lse_col = p.part_lse + (int64_t)j * H + h; // + partial row * H
-    auto lse_of = [&](int32_t pm) { return lse_col[(int64_t)pm * H]; };
+    const bool counted = p.arrivals != nullptr;
+    auto lse_of = [&](int32_t pm) { return load_partial(lse_col + (int64_t)pm * H, counted); };
 
     // weights: thread `me` folds pieces me, me + C, ... (keeping its first), then the folds meet:
     // the warp's lanes (narrow), or the block's threads (wide: the pieces of a chunk go through
@@ -2535,7 +2574,7 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
 #pragma unroll
         for (int v = 0; v < V; v++) {
             const int d4 = lane + v * W;
-            val[v] = in && d0 + d4 * 4 < p.dv ? row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            val[v] = in && d0 + d4 * 4 < p.dv ? load_partial(row + d4, counted) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     };
     // (m, s) of the pieces folded by every thread: over the warp, then over the block (wide)
@@ -2670,6 +2709,68 @@ __device__ __forceinline__ void reduce_row(const ReduceParams &p, int span, int 
         p.lse[tok * p.lse_stride_token + h * (p.lse_head_stride_at ? *p.lse_head_stride_at : p.lse_stride_head)] = g;
 }
 
+// Polls before a reduce unit gives up on its pieces' counters (wait_for_pieces): about a
+// millisecond, far past any decode's tail.
+constexpr int kReduceSpins = 1 << 13;
+__device__ __forceinline__ void spin_pause() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    __nanosleep(128);
+#elif defined(__HIP_DEVICE_COMPILE__)
+    __builtin_amdgcn_s_sleep(2);
+#endif
+}
+// The unit's threads (SPLIT > 1: the block's; else the warp's) wait until every piece of its
+// tile has counted all `expect` of its rows (count_stored_rows). Few threads poll: the first
+// warp's lanes (lane k: pieces k, k + W, ...; W lanes or, for a warp's unit, lane 0 alone), so
+// that the counters' few L2 lines do not take a flood of loads while the decode still streams
+// through that L2, each with a pause between polls. A poller fences once its pieces
+// are in, and the threads meet, so every piece's rows are visible to all of them. Counters that
+// never come right (a plan not as built, its counters not zero) give up after kReduceSpins
+// polls and wait for the producer's completion instead.
+template <int SPLIT, typename PR>
+__device__ __forceinline__ void wait_for_pieces(const ReduceParams &p, PR partial_row, int np, int expect) {
+    constexpr int W = AITER_MLA_WARP_SIZE, kPollers = SPLIT > 1 ? W : 1;
+    bool ok = true;
+    if (threadIdx.x % (SPLIT > 1 ? kReduceThreads : W) < kPollers) {
+        for (int k = (int)threadIdx.x % W; k < np && ok; k += kPollers) {
+            const volatile int32_t *count = p.arrivals + partial_row(k);
+            for (int spins = 0; *count != expect; spins++) {
+                if (spins == kReduceSpins) {
+                    ok = false;
+                    break;
+                }
+                spin_pause();
+            }
+        }
+        __threadfence();
+    }
+    bool all;
+    if constexpr (SPLIT > 1) {
+        all = __syncthreads_and(ok);
+    } else {
+        all = aiter_mla__ballot(!ok) == 0;
+#if defined(__CUDA_ARCH__)
+        __syncwarp();
+#endif
+    }
+    if (!all) wait_for_producer();
+}
+// A unit of a counted tile is done (after wait_for_pieces): its leader counts it; the tile's
+// last unit of `units` sets the tile's counters back to zero for the plan's next launch.
+// The unit's threads clear the pieces' counters together (one thread clearing 128 of them, a
+// dependent load each, cost a batch-1 decode about 6 us).
+template <int SPLIT, typename PR>
+__device__ __forceinline__ void depart_tile(const ReduceParams &p, PR partial_row, int np, int units) {
+    constexpr int C = SPLIT > 1 ? kReduceThreads : AITER_MLA_WARP_SIZE;
+    const int me = (int)threadIdx.x % C;
+    int32_t *done = p.departures + partial_row(0);
+    const int mine = me == 0 && atomicAdd(done, 1) == units - 1;
+    const bool last = SPLIT > 1 ? __syncthreads_or(mine) != 0 : aiter_mla__shfl(mine, 0) != 0;
+    if (!last) return;
+    for (int k = me; k < np; k += C) p.arrivals[partial_row(k)] = 0;
+    if (me == 0) *done = 0;
+}
+
 template <int SPLIT, int V>
 __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) {
     constexpr int W = AITER_MLA_WARP_SIZE, kSpan = reduce_span(V), kPerBlock = SPLIT > 1 ? 1 : kReduceWarps;
@@ -2685,16 +2786,23 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
         const int t = (int)(u / spans / H / R);
         const int k0 = uniform ? t * p.uniform_splits : p.indptr[t], np = uniform ? p.uniform_splits : p.indptr[t + 1] - k0;
-        const int qs = uniform ? t : p.final_map[2 * t];
-        if (np < 2 || j >= (uniform ? 1 : p.final_map[2 * t + 1] - qs)) continue; // no partials, or past the tile's rows
+        const int qs = uniform ? t : p.final_map[2 * t], rows = uniform ? 1 : p.final_map[2 * t + 1] - qs;
+        if (np < 2 || j >= rows) continue; // no partials, or past the tile's rows
         auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; };
         const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
         const int32_t pm_me = me < np ? partial_row(me) : 0;
-        if (!waited) wait_for_producer();
-        waited = true;
+        if (p.arrivals) {
+            wait_for_pieces<SPLIT>(p, partial_row, np, rows * H);
+        } else if (!waited) {
+            wait_for_producer();
+            waited = true;
+        }
         reduce_row<SPLIT, V>(p, span, j, h, np, (int64_t)qs + j, partial_row, pm_me, sh);
+        if (p.arrivals) depart_tile<SPLIT>(p, partial_row, np, rows * H * spans);
     }
-    if (!waited) wait_for_producer(); // a thread with no unit still ends after the producer (the stream's order)
+    // The reduce never ends before its producer (the stream's order): with counters, block 0
+    // waits for it; else every thread that had no unit.
+    if (p.arrivals ? blockIdx.x == 0 : !waited) wait_for_producer();
 }
 
 // ==== varlen prefill (SPEC 2, 2c) ==========================================================
@@ -4717,7 +4825,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
 extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
                                         void *stream) {
     hipStream_t s = (hipStream_t)stream;
-    const int32_t *plan = a->plan;
+    int32_t *plan = a->plan;
     DecodeParams p{};
     p.a = *a;
     p.work_indptr = plan + info->off_work_indptr;
@@ -4741,6 +4849,10 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         launched = true;
         hipError_t e = hipSuccess;
         p.row_split = wgmma_rows(tile_rows);
+        // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
+        // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
+        // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.
+        if (p.row_split && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
         const dim3 mma_grid = p.row_split ? dim3((unsigned)((tile_rows + 63) / 64), info->desc.num_cu) : grid;
         switch (a->kv_dtype) {
         case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
@@ -4775,10 +4887,16 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.num_heads = a->num_heads;
     r.dv = kL;
     r.o_dtype = a->o_dtype;
+    r.arrivals = p.arrivals;
+    r.departures = p.arrivals ? p.arrivals + info->max_partial_rows : nullptr;
     // few rows (small batches split over many CUs, many pieces each): a block per row and span
     const int64_t rows = (int64_t)a->batch * info->tokens_per_tile * a->num_heads;
-    return (int)launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                                   info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
+    e = launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
+                           info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
+    // The decode has counted its pieces: without the reduce that sets the counters back, the
+    // plan's next launch would read them as its own.
+    if (e != hipSuccess && p.arrivals) (void)hipMemsetAsync(p.arrivals, 0, sizeof(int32_t) * 2 * (size_t)info->max_partial_rows, s);
+    return (int)e;
 }
 
 // Prefill: the persistent plan's grid is (CU, head); without a plan (query tile, head,

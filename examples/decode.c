@@ -218,7 +218,7 @@ int main(void) {
         ad.kv_indices = (const int32_t *)d_idx;
         ad.o = d_o;
         ad.lse = (float *)d_lse;
-        ad.plan = (const int32_t *)d_plan;
+        ad.plan = (int32_t *)d_plan;
         ad.workspace = d_ws;
 
         gpu_timer *tm = gpu_timer_create();

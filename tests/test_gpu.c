@@ -209,12 +209,22 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     ref_decode_parallel(&r, T);
 
     /* two launches on one plan and workspace (as every layer of a step does): the second is as
-     * right as the first, and the plan is left as it was uploaded */
+     * right as the first, and the plan is left as it was uploaded. Where the plan splits a
+     * tile, a third launch finds a piece's counter not zero (as an interrupted launch would
+     * leave it): the reduce then waits for the whole decode instead, the results stay right,
+     * and the counter is zero again after it (or stays as set where the kernel does not count,
+     * the 16-row and portable kernels). */
+    const aiter_mla_decode_plan_view pv = aiter_mla_decode_plan_view_of(&info, plan);
+    const int runs = pv.num_partials > 0 ? 3 : 2;
     int run;
-    for (run = 0; run < 2; run++) {
+    for (run = 0; run < runs; run++) {
         if (run) {
             gpu_memset(d_o, 0xff, (size_t)(T * o_rows + 1) * o_e);
             gpu_memset(d_lse, 0xff, (size_t)(T * H + 1) * 4);
+        }
+        if (run == 2) {
+            const int32_t stale = 1 << 30;
+            gpu_upload(d_plan + info.off_reduce_counters + pv.reduce_partial_map[0], &stale, 4);
         }
         CHECK_STATUS(aiter_mla_decode(&a, g_stream), AITER_MLA_OK, "");
         gpu_sync();
@@ -240,7 +250,9 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     {
         int32_t *back = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
         gpu_download(back, d_plan, (size_t)info.plan_ints * 4);
-        CHECK(memcmp(back, plan, (size_t)info.plan_ints * 4) == 0, "%s: the plan differs after two decodes", what);
+        if (runs == 3 && back[info.off_reduce_counters + pv.reduce_partial_map[0]] == 1 << 30)
+            back[info.off_reduce_counters + pv.reduce_partial_map[0]] = 0; /* not counted by this kernel */
+        CHECK(memcmp(back, plan, (size_t)info.plan_ints * 4) == 0, "%s: the plan differs after %d decodes", what, runs);
         free(back);
     }
 

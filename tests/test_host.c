@@ -890,7 +890,8 @@ static void expected_plan_info(const aiter_mla_decode_plan_desc *d, aiter_mla_de
     e->off_reduce_indptr = e->off_work_info + (int64_t)e->max_work * AITER_MLA_WORK_INTS;
     e->off_reduce_final_map = e->off_reduce_indptr + e->max_reduce_tiles + 1;
     e->off_reduce_partial_map = e->off_reduce_final_map + 2 * (int64_t)e->max_reduce_tiles;
-    e->plan_ints = e->off_reduce_partial_map + e->max_partials;
+    e->off_reduce_counters = e->off_reduce_partial_map + imax(e->max_partials, 1);
+    e->plan_ints = e->off_reduce_counters + 2 * (int64_t)e->max_partial_rows;
     e->workspace_bytes = (size_t)e->max_partial_rows * (size_t)H * (512 + 1) * sizeof(float);
 }
 
@@ -918,10 +919,10 @@ static int info_mismatch(const aiter_mla_decode_plan_info *g, const aiter_mla_de
     IM_FIELD(off_reduce_indptr)
     IM_FIELD(off_reduce_final_map)
     IM_FIELD(off_reduce_partial_map)
+    IM_FIELD(off_reduce_counters)
     IM_FIELD(workspace_bytes)
 #undef IM_FIELD
-    /* The layout lists reduce_partial_map [max_partials] last; allow a little tail padding
-     * (the implementation keeps one element when max_partials is 0). */
+    /* The layout lists reduce_counters [2, max_partial_rows] last; allow a little tail padding. */
     if (g->plan_ints < e->plan_ints || g->plan_ints > e->plan_ints + 16) {
         snprintf(what, n, "plan_ints = %lld, want %lld (+ at most 16 padding)", (long long)g->plan_ints,
                  (long long)e->plan_ints);
@@ -1014,6 +1015,8 @@ static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo
     if (v.num_cu != cu) PERR("header num_cu %d != %d", v.num_cu, cu);
     if (v.batch != batch) PERR("header batch %d != %d", v.batch, batch);
     if (v.num_reduce_tiles != total_tiles) PERR("num_reduce_tiles %d != %d query tiles", v.num_reduce_tiles, total_tiles);
+    for (p = 0; p < 2 * info->max_partial_rows; p++)
+        if (plan[info->off_reduce_counters + p] != 0) PERR("reduce_counters[%d] = %d, not zero", p, plan[info->off_reduce_counters + p]);
     if (total_tiles > info->max_reduce_tiles) PERR("%d tiles > max_reduce_tiles %d", total_tiles, info->max_reduce_tiles);
     if (v.num_work < 0 || v.num_work > info->max_work) {
         PERR("num_work %d outside 0..max_work %d", v.num_work, info->max_work);
@@ -1531,6 +1534,10 @@ static void test_plan_corruption(void) {
         if (cv.work_indptr[1] == x) cv.work_indptr[1] += 1;
     }
     CORRUPT_END("work_indptr not monotone");
+
+    CORRUPT_BEGIN();
+    c[info.off_reduce_counters + info.max_partial_rows] = 1; /* a counter left set (an interrupted launch) */
+    CORRUPT_END("nonzero reduce counter");
 
     /* the last piece of request 0 stops one key short (offsets consistent): only the
      * end-of-sequence coverage shows it */
