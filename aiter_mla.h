@@ -400,9 +400,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  *   reduce_indptr       [max_reduce_tiles + 1]
  *   reduce_final_map    [max_reduce_tiles, 2]         (qo_start, qo_end) of each tile
  *   reduce_partial_map  [max_partials]                partial_qo_loc of each split piece
- *   reduce_counters     [2, max_partial_rows]         zero as built; the GPU decode's split
- *                                                     pieces may count their stored rows
- *                                                     here, and its reduce sets them back
+ *   reduce_counters     [2, max_partial_rows]         zero as built. Row 0: at each split
+ *                                                     piece's partial_qo_loc, the rows the GPU
+ *                                                     decode has stored of it; row 1: at each
+ *                                                     tile's first piece's, the reduce's units
+ *                                                     done. The reduce sets both back to zero
  * Work item fields: qo_start/qo_end are global query-token rows (end exclusive);
  * kv_start/kv_end index kv_indices (page units, absolute); kv_offset is the number of
  * keys between the piece's end and the end of the sequence (for the causal rule);
@@ -417,7 +419,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * reduce merges a tile as soon as its pieces are in (not after the whole decode), and the
  * reduce zeroes the counters again. A plan buffer therefore serves one aiter_mla_decode at a
  * time (in stream order, any number of layers and graph replays); after a failed call,
- * upload it again. */
+ * upload it again. Counters that are not zero when a decode starts (two decodes on one plan
+ * at once) can make the reduce merge a tile before its pieces are in. */
 enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
 
 enum { /* header slots of the plan buffer (internal) */

@@ -1836,11 +1836,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         }
         consumers_sync(); // the rows are staged
         store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
-        if (p.arrivals && pc.loc >= 0) { // a split piece: count its rows once both have stored theirs
-            consumers_sync();
-            if (tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
-        }
-        arrive_both(kDone);
+        const bool counted = p.arrivals && pc.loc >= 0; // a split piece: count its rows once both have stored theirs
+        if (counted) consumers_sync();
+        arrive_both(kDone); // first: the loader waits for it before the next pass's Q, not for the fence
+        if (counted && tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
     };
 
     // A row's sum from the shares of its quad's 4 threads.
@@ -2726,9 +2725,12 @@ __device__ __forceinline__ void spin_pause() {
 // through that L2, each with a pause between polls. A poller fences once its pieces
 // are in, and the threads meet, so every piece's rows are visible to all of them. Counters that
 // never come right (a plan not as built, its counters not zero) give up after kReduceSpins
-// polls and wait for the producer's completion instead.
+// polls (about a millisecond) and wait for the producer's completion instead; false then, and
+// the thread's later units skip the counters (every partial is in). Counters left between
+// zero and `expect` cannot be told from pieces still coming: they merge early.
+// (plan_check refuses a plan whose counters are not zero.)
 template <int SPLIT, typename PR>
-__device__ __forceinline__ void wait_for_pieces(const ReduceParams &p, PR partial_row, int np, int expect) {
+__device__ __forceinline__ bool wait_for_pieces(const ReduceParams &p, PR partial_row, int np, int expect) {
     constexpr int W = AITER_MLA_WARP_SIZE, kPollers = SPLIT > 1 ? W : 1;
     bool ok = true;
     if (threadIdx.x % (SPLIT > 1 ? kReduceThreads : W) < kPollers) {
@@ -2754,6 +2756,7 @@ __device__ __forceinline__ void wait_for_pieces(const ReduceParams &p, PR partia
 #endif
     }
     if (!all) wait_for_producer();
+    return all;
 }
 // A unit of a counted tile is done (after wait_for_pieces): its leader counts it; the tile's
 // last unit of `units` sets the tile's counters back to zero for the plan's next launch.
@@ -2791,8 +2794,8 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; };
         const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
         const int32_t pm_me = me < np ? partial_row(me) : 0;
-        if (p.arrivals) {
-            wait_for_pieces<SPLIT>(p, partial_row, np, rows * H);
+        if (p.arrivals && !waited) {
+            waited = !wait_for_pieces<SPLIT>(p, partial_row, np, rows * H); // true: gave up, the producer is complete
         } else if (!waited) {
             wait_for_producer();
             waited = true;
@@ -2802,7 +2805,7 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
     }
     // The reduce never ends before its producer (the stream's order): with counters, block 0
     // waits for it; else every thread that had no unit.
-    if (p.arrivals ? blockIdx.x == 0 : !waited) wait_for_producer();
+    if (p.arrivals ? blockIdx.x == 0 && !waited : !waited) wait_for_producer();
 }
 
 // ==== varlen prefill (SPEC 2, 2c) ==========================================================
