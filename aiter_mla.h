@@ -70,7 +70,9 @@
  *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = pages;  a.o = o_d;
  *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
  *        a.batch = batch; a.num_heads = 16; a.page_size = 1;
- *        a.plan = plan_d; a.plan_info = &info;
+ *        a.plan = plan_d; a.plan_info = &info;          (the decode writes counters into
+ *                                                       plan_d and clears them before it
+ *                                                       ends: one decode per plan_d at a time)
  *        a.workspace = ws_d; a.workspace_bytes = info.workspace_bytes;
  *        a.sm_scale = model_scale;                     (0 means 1/sqrt(576))
  *        if (aiter_mla_decode(&a, stream) != AITER_MLA_OK)
