@@ -1351,11 +1351,10 @@ namespace wg {
 // piece's first partial row. The reduce merges a tile once every piece has counted all of its
 // rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
 // The fence waits for the stores (about a microsecond), so the thread should have slack.
+// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
 __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
-    if (p.arrivals && pc.loc >= 0) {
-        __threadfence();
-        atomicAdd(p.arrivals + pc.loc, rows);
-    }
+    __threadfence();
+    atomicAdd(p.arrivals + pc.loc, rows);
 }
 
 using mma::cp_async16;
@@ -2794,11 +2793,13 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; };
         const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
         const int32_t pm_me = me < np ? partial_row(me) : 0;
-        if (p.arrivals && !waited) {
-            waited = !wait_for_pieces<SPLIT>(p, partial_row, np, rows * H); // true: gave up, the producer is complete
-        } else if (!waited) {
-            wait_for_producer();
-            waited = true;
+        if (!waited) { // once waited (or given up on the counters), the producer is complete
+            if (p.arrivals) {
+                waited = !wait_for_pieces<SPLIT>(p, partial_row, np, rows * H);
+            } else {
+                wait_for_producer();
+                waited = true;
+            }
         }
         reduce_row<SPLIT, V>(p, span, j, h, np, (int64_t)qs + j, partial_row, pm_me, sh);
         if (p.arrivals) depart_tile<SPLIT>(p, partial_row, np, rows * H * spans);
