@@ -4,6 +4,8 @@
 #   make test        host tests (ASan/UBSan), header and kernel compile checks, GPU tests
 #                    when a GPU is present; ends with "N passed, N failed"
 #   make test-gpu    the GPU test sweep only
+#   make test-gpu-mfma  (NVIDIA) the decode, sparse and prefill GPU tests on the AMD matrix-core
+#                    kernels, their 16x16x16 product emulated (AITER_MLA_MFMA_EMULATE)
 #   make bench       ceilings and decode timings (needs a GPU)
 #
 # GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
@@ -52,7 +54,7 @@ endif
 HEADER := aiter_mla.h
 EXAMPLES := decode bench prefill sparse dsv4
 
-.PHONY: all test test-host test-gpu run bench clean check-header check-kernels
+.PHONY: all test test-host test-gpu test-gpu-mfma run bench clean check-header check-kernels
 all: $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/test_host
 
 $(BUILD):
@@ -66,8 +68,8 @@ $(BUILD)/test_host: tests/test_host.c tests/testing.h $(HEADER) | $(BUILD)
 ifeq ($(GPU),none)
 $(BUILD)/%: examples/%.c $(HEADER) | $(BUILD)
 	$(CC) $(CFLAGS_HOST) -O2 -DAITER_MLA_NO_GPU -o $@ $< -lm
-$(BUILD)/test_gpu:
-	@echo "test_gpu needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
+$(BUILD)/test_gpu $(BUILD)/test_gpu_mfma:
+	@echo "$(@F) needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
 else
 $(BUILD)/kernels.o: kernels.hip $(HEADER) | $(BUILD)
 	$(GPUCC) $(GPUFLAGS) -c -o $@ kernels.hip
@@ -79,7 +81,13 @@ $(BUILD)/test_gpu.o: tests/test_gpu.c tests/testing.h $(HEADER) examples/gpu.h |
 	$(CC) $(CFLAGS_HOST) -O2 -Wno-unknown-pragmas -fopenmp -c -o $@ $<
 $(BUILD)/%: $(BUILD)/%.o $(BUILD)/kernels.o $(BUILD)/gpu.o
 	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
+# kernels.hip with the AMD matrix-core kernels in place of the mma ones (NVIDIA: emulated)
+$(BUILD)/kernels_mfma.o: kernels.hip $(HEADER) | $(BUILD)
+	$(GPUCC) $(GPUFLAGS) -DAITER_MLA_MFMA_EMULATE -c -o $@ kernels.hip
+$(BUILD)/test_gpu_mfma: $(BUILD)/test_gpu.o $(BUILD)/kernels_mfma.o $(BUILD)/gpu.o
+	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
 endif
+MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_graph test_sparse_attention test_decode_fp8_codes test_prefill
 
 # ---- the README's commands ------------------------------------------------------------------
 run: $(BUILD)/decode
@@ -93,6 +101,9 @@ test-host: $(BUILD)/test_host
 
 test-gpu: $(BUILD)/test_gpu
 	./$(BUILD)/test_gpu
+
+test-gpu-mfma: $(BUILD)/test_gpu_mfma
+	./$(BUILD)/test_gpu_mfma $(MFMA_TESTS)
 
 bench: $(BUILD)/bench
 	./$(BUILD)/bench

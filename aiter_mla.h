@@ -493,7 +493,10 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query tile has more than 16
  * rows); everything else the portable one. fp8 keys are widened exactly: to bf16, except
  * e4m3fn keys in passes of up to 16 rows, widened to f16 with q rows scaled by powers of two
- * into f16's range and P rounded to f16 (finer than bf16 on [0, 1]).
+ * into f16's range and P rounded to f16 (finer than bf16 on [0, 1]). AMD builds take the
+ * matrix-core (MFMA) kernel for a bf16 or f16 q (the same alignment) over a cache of q's type
+ * or fp8, keys widened exactly to q's type and P rounded to it; an fp8 q runs the portable
+ * kernel.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
@@ -604,7 +607,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * else to bf16); with AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the
  * wgmma kernel (128 query rows a block; e4m3fn takes q K^T as e4m3 products, whose sums on
  * Hopper keep about 14 bits: lse within 3e-3, o within SPEC 8's fp8 bounds, and P V in f16
- * over V widened exactly); anything else runs a portable kernel. cu_seqlens live on the
+ * over V widened exactly); on AMD builds those two pairs run the matrix-core (MFMA) kernel
+ * (64 query rows a block; bf16 and f16 products in their type, fp8 widened exactly to f16,
+ * P rounded to the product type); anything else runs a portable kernel. cu_seqlens live on the
  * device and are trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an
  * empty request. */
 typedef struct aiter_mla_prefill_args {
@@ -814,7 +819,8 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * one rounding, as FlashMLA's kernels do, which moves a score by up to 2^-9 relative; the
  * 16-row passes apply the group scales to fp32 partial sums, exactly). With 65-128 heads over
  * fp8_ds_mla on sm_90a, a token's two blocks run as a cluster of two that widen each key
- * tile once between them. */
+ * tile once between them. AMD builds run bf16 q over bf16 rows on the matrix-core (MFMA)
+ * decode kernel, the rest on the portable one. */
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */

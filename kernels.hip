@@ -462,6 +462,293 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
     });
 }
 
+// ==== dense decode: matrix-core path (AMD MFMA) ============================================
+// Same plan, pieces and output conventions as the portable path, for 16-bit q (bf16 or f16,
+// 16-byte rows) over a cache of q's type or per-tensor fp8 (widened exactly to q's type: e4m3
+// fits both), and for bf16 sparse attention. A block of 256 threads (4 waves of 64) takes 16
+// (token, head) rows per pass and streams the piece's keys in tiles of 32; the next tile's
+// 16-byte loads are in flight in registers while this one is computed. Per tile: S = Q K^T
+// (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of the 576 dims, its Q fragments held in
+// registers for the pass; the halves summed by the softmax), an online softmax (16 threads a
+// row), O += P V (wave w: latent dims 128 w .. + 128, fp32 in registers).
+// The one tile operation is a wave's 16x16x16 product (wave_mma): v_mfma_f32_16x16x16bf16_1k
+// or _f16 on gfx90a, gfx94x and gfx950; on other targets the same product from shared memory
+// (correct, slow). NVIDIA builds with AITER_MLA_MFMA_EMULATE take this path too, emulated, in
+// place of the mma kernels: `make test-gpu-mfma` runs the decode and sparse GPU tests on it.
+#if defined(__HIP_PLATFORM_AMD__) || defined(AITER_MLA_MFMA_EMULATE)
+#define AITER_MLA_HAS_MFMA 1
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#define AITER_MLA_MFMA_NATIVE 1
+#endif
+namespace mfma {
+
+constexpr int kWave = 64;                    // lanes of one product (MFMA's wave; the emulation: 64 threads)
+constexpr int kThreads = 256, kWaves = kThreads / kWave;
+constexpr int kM = 16, kN = 32;              // (token, head) rows per pass, keys per tile
+constexpr int kPitch = kD * 2 + 16;          // bytes of a 16-bit key row in shared memory
+constexpr int kPPitch = kN * 2 + 16;         // bytes of a P row
+constexpr int kPairs = kD / 32 / 2;          // 32-dim blocks of q . k in each half of the dims: 9
+constexpr int kDimsPerWave = kL / kWaves;    // 128: 8 column tiles of 16
+static_assert(kWaves == 4 && kN == 32, "the S split assumes two key tiles of 16 and two dim halves");
+
+// Operand and result fragments of wave_mma, in a lane's registers.
+struct Frag { // four 16-bit values: k-slots 4 (lane / 16) + 0..3
+    uint32_t lo, hi;
+};
+struct Acc { // fp32 rows 4 (lane / 16) + 0..3 of column lane % 16
+    float v[4];
+};
+// The emulated product's operands: every thread's A and B fragments.
+struct WaveScratch {
+    Frag a[kThreads], b[kThreads];
+};
+
+template <int QT>
+__device__ __forceinline__ float half_f32(uint32_t h) {
+    return QT == AITER_MLA_BF16 ? aiter_mla_bf16_to_f32((uint16_t)h) : aiter_mla_f16_to_f32((uint16_t)h);
+}
+template <int QT>
+__device__ __forceinline__ uint32_t f32_half(float f) {
+    return QT == AITER_MLA_BF16 ? aiter_mla_f32_to_bf16(f) : aiter_mla_f32_to_f16(f);
+}
+
+// D += A B for one wave, the layout of v_mfma_f32_16x16x16: lane l holds A[l % 16][4 (l / 16)
+// + i], B[4 (l / 16) + i][l % 16] and D[4 (l / 16) + i][l % 16]. Every thread of the block
+// calls it equally often (the emulation meets at block barriers).
+template <int QT>
+__device__ __forceinline__ void wave_mma(Acc &d, Frag a, Frag b, WaveScratch *x) {
+#ifdef AITER_MLA_MFMA_NATIVE
+    static_assert(AITER_MLA_WARP_SIZE == kWave, "MFMA runs on 64-lane waves");
+    (void)x;
+    typedef float f32x4 __attribute__((ext_vector_type(4)));
+    f32x4 c = {d.v[0], d.v[1], d.v[2], d.v[3]};
+    if constexpr (QT == AITER_MLA_BF16) {
+        typedef short bf16x4 __attribute__((ext_vector_type(4)));
+        bf16x4 va, vb;
+        memcpy(&va, &a, 8);
+        memcpy(&vb, &b, 8);
+        c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, c, 0, 0, 0);
+    } else {
+        typedef _Float16 f16x4 __attribute__((ext_vector_type(4)));
+        f16x4 va, vb;
+        memcpy(&va, &a, 8);
+        memcpy(&vb, &b, 8);
+        c = __builtin_amdgcn_mfma_f32_16x16x16f16(va, vb, c, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) d.v[i] = c[i];
+#else
+    const int t = threadIdx.x, lane = t % kWave, base = t - lane;
+    x->a[t] = a;
+    x->b[t] = b;
+    __syncthreads();
+    auto elem = [](const Frag &f, int k) { return half_f32<QT>((k < 2 ? f.lo : f.hi) >> (16 * (k & 1)) & 0xffffu); };
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int row = 4 * (lane / 16) + i, col = lane % 16;
+        float s = d.v[i];
+        for (int k = 0; k < 16; k++) s += elem(x->a[base + row + 16 * (k / 4)], k % 4) * elem(x->b[base + col + 16 * (k / 4)], k % 4);
+        d.v[i] = s;
+    }
+    __syncthreads();
+#endif
+}
+
+// Eight e4m3 values (ET, in two words) as eight of the 16-bit type QT, exactly.
+template <int ET, int QT>
+__device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi) {
+    uint32_t h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t bytes = (k < 2 ? lo : hi) >> (16 * (k & 1));
+        h[k] = f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)bytes, (aiter_mla_dtype)ET)) |
+               f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), (aiter_mla_dtype)ET)) << 16;
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// A tile of kN rows as 16-byte chunks of their source bytes (SRC per row), thread tid taking
+// chunks tid, tid + kThreads, ...: load_rows into registers (row_of(j): row j's bytes, NULL:
+// zeros), store_rows into 16-bit rows of PITCH bytes (ET: the source type; e4m3 is widened
+// exactly to QT).
+template <int SRC>
+struct Chunks {
+    static constexpr int per_row = SRC / 16, count = kN * per_row, loads = (count + kThreads - 1) / kThreads;
+};
+template <int SRC, typename RowOf>
+__device__ __forceinline__ void load_rows(uint4 (&buf)[Chunks<SRC>::loads], RowOf &&row_of, int tid) {
+    using C = Chunks<SRC>;
+#pragma unroll
+    for (int i = 0; i < C::loads; i++) {
+        const int c = tid + i * kThreads, j = c / C::per_row;
+        if (C::count % kThreads == 0 || c < C::count) {
+            const unsigned char *row = row_of(j);
+            buf[i] = row ? reinterpret_cast<const uint4 *>(row)[c - j * C::per_row] : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+template <int SRC, int ET, int QT, int PITCH>
+__device__ __forceinline__ void store_rows(unsigned char *dst, const uint4 (&buf)[Chunks<SRC>::loads], int tid) {
+    using C = Chunks<SRC>;
+    constexpr bool kWiden = ET == AITER_MLA_FP8_E4M3FN || ET == AITER_MLA_FP8_E4M3FNUZ;
+#pragma unroll
+    for (int i = 0; i < C::loads; i++) {
+        const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row;
+        if (C::count % kThreads == 0 || c < C::count) {
+            if constexpr (!kWiden) {
+                *reinterpret_cast<uint4 *>(dst + j * PITCH + part * 16) = buf[i];
+            } else { // 16 e4m3 values -> 16 of QT
+                uint4 *out = reinterpret_cast<uint4 *>(dst + j * PITCH + part * 32);
+                out[0] = widen8<ET, QT>(buf[i].x, buf[i].y);
+                out[1] = widen8<ET, QT>(buf[i].z, buf[i].w);
+            }
+        }
+    }
+}
+
+template <int KVT, int QT>
+__global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
+    __shared__ __align__(16) unsigned char k_s[kN * kPitch]; // the key tile, 16-bit rows
+    __shared__ float s_s[2][kM][kN + 1];                     // S over each half of the dims
+    __shared__ __align__(16) unsigned char p_s[kM * kPPitch]; // P in q's type
+    __shared__ float alpha_s[kM], inv_s[kM];
+    __shared__ long long at_s[kM];
+    __shared__ const unsigned char *rows_s[2][kN];            // this tile's key rows, the next tile's
+#ifdef AITER_MLA_MFMA_NATIVE
+    WaveScratch *const x = nullptr;
+#else
+    __shared__ WaveScratch scratch;
+    WaveScratch *const x = &scratch;
+#endif
+    const aiter_mla_decode_args &a = p.a;
+    const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
+    const int half = wave >> 1, key16 = (wave & 1) * 16;
+    const int sr = tid / 16, sk = 2 * (tid % 16); // softmax: row sr, keys sk and sk + 1
+    for_each_piece(p, [&](const Piece &pc) {
+        const int64_t n = pc.n;
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+            const int nr = min(kM, pc.re - r0);
+            // Q fragments: row c16, dims 32 b + 8 g .. + 8 of each block b of this wave's half;
+            // the first four serve one k-step, the rest the next (q . k in any order of dims)
+            uint4 qf[kPairs];
+            {
+                const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
+                                                                 (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
+#pragma unroll
+                for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
+            }
+            const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
+            float m = neg_inf(), l = 0.0f;
+            Acc o[kDimsPerWave / 16] = {};
+            uint4 buf[Chunks<cache_row_bytes(KVT)>::loads];
+            auto load_tile = [&](const unsigned char *const *rows) {
+                load_rows<cache_row_bytes(KVT)>(buf, [&](int j) { return rows[j]; }, tid);
+            };
+            if (tid < kN) rows_s[0][tid] = key_ref<KVT>(p, pc, tid, key_entry<KVT>(p, pc, tid)).row;
+            __syncthreads();
+            if (n > 0) load_tile(rows_s[0]);
+            int cur = 0;
+            for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
+                const int nk = (int)min((int64_t)kN, n - k0);
+                store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
+                if (tid < kN) {
+                    const int64_t j = k0 + kN + tid;
+                    rows_s[cur ^ 1][tid] = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j)).row;
+                }
+                __syncthreads();
+                if (k0 + kN < n) load_tile(rows_s[cur ^ 1]);
+                { // S of keys key16 .. + 16 over this wave's half of the dims
+                    Acc s = {};
+                    const unsigned char *krow = k_s + (key16 + c16) * kPitch;
+#pragma unroll
+                    for (int i = 0; i < kPairs; i++) {
+                        const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
+                        wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
+                        wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
+                }
+                __syncthreads();
+                { // online softmax (log2 domain): 16 threads a row
+                    float e[2], mx = m;
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int c = sk + j;
+                        const bool ok = rows_s[cur][c] && c <= tile_key_limit(pc, lim, k0, nk);
+                        e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
+                        mx = fmaxf(mx, e[j]);
+                    }
+#pragma unroll
+                    for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
+                    const bool none = mx == neg_inf();
+                    const float alpha = none ? 1.0f : exp2f(m - mx);
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        e[j] = none ? 0.0f : exp2f(e[j] - mx);
+                        sum += e[j];
+                    }
+#pragma unroll
+                    for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
+                    l = l * alpha + sum;
+                    m = mx;
+                    *reinterpret_cast<uint32_t *>(p_s + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
+                    if (sk == 0) alpha_s[sr] = alpha;
+                }
+                __syncthreads();
+                { // O += P V: V is the first 512 dims of the tile's rows
+                    float al[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
+#pragma unroll
+                    for (int j = 0; j < kDimsPerWave / 16; j++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) o[j].v[i] *= al[i];
+#pragma unroll
+                    for (int ks = 0; ks < kN / 16; ks++) {
+                        const uint2 pa = *reinterpret_cast<const uint2 *>(p_s + c16 * kPPitch + (ks * 16 + 4 * g) * 2);
+                        const unsigned char *v = k_s + (ks * 16 + 4 * g) * kPitch + (wave * kDimsPerWave + c16) * 2;
+#pragma unroll
+                        for (int j = 0; j < kDimsPerWave / 16; j++) {
+                            const unsigned char *vj = v + j * 32;
+                            const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kPitch),
+                                           b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kPitch),
+                                           b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kPitch);
+                            wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
+                        }
+                    }
+                }
+                __syncthreads(); // k_s, p_s and rows_s[cur] are refilled next
+            }
+            if (sk == 0 && sr < nr) {
+                float inv;
+                at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
+                inv_s[sr] = inv;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = 4 * g + i;
+                if (row < nr) {
+                    const float inv = inv_s[row];
+                    const long long at = at_s[row];
+#pragma unroll
+                    for (int j = 0; j < kDimsPerWave / 16; j++) {
+                        const int d = wave * kDimsPerWave + j * 16 + c16;
+                        if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
+                        else p.part_o[at + d] = o[j].v[i] * inv;
+                    }
+                }
+            }
+            __syncthreads(); // inv_s, at_s and rows_s are refilled by the next pass
+        }
+    });
+}
+
+} // namespace mfma
+#endif
+
 // ==== dense decode: tensor-core path (NVIDIA sm_90, mma.sync m16n8k16 bf16, cp.async) =======
 // Same plan, same pieces, same output conventions as the portable path. Per pass a block
 // takes up to M (token, head) rows of a work item (Q in shared memory) and streams the
@@ -475,7 +762,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 // (e4m3 fits both): per-tensor e4m3fn to f16 by the hardware converter, the products then
 // taken in f16 (see kF16); e4m3fnuz (a 256-entry table), fp8_ds_mla and MODEL1 to bf16.
 // Rows leave through shared memory in coalesced stores.
-#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
+#if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(AITER_MLA_MFMA_EMULATE)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
 
@@ -3027,6 +3314,152 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(PrefillParams p) {
     });
 }
 
+// ==== varlen prefill: matrix-core path (AMD MFMA) ==========================================
+// FlashAttention-2 order on the decode's 16x16x16 product (wave_mma), for head dims 192/128
+// and 128/128: 64 query rows per pass, wave w taking rows 16 w .. + 16 with its Q fragments in
+// registers; keys in tiles of 32, K and V rows copied into shared memory, the next tile's
+// loads in flight in registers while this one is computed. Each wave computes its rows' S
+// over the whole tile, the online softmax in registers (a row's 32 scores lie on 16 lanes),
+// P through shared memory into the A operand, and O += P V over all dv dims (fp32 in
+// registers; a lane's O rows are its S rows, so it rescales them itself). bf16 and f16 take
+// products in their type; e4m3 (both flavours) is widened exactly to f16 and P rounded to f16.
+#ifdef AITER_MLA_HAS_MFMA
+namespace mfma {
+
+constexpr int kPfM = 16 * kWaves; // query rows per pass
+
+template <int ET, int DQK, int DV>
+__global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p) {
+    constexpr bool kFp8 = ET == AITER_MLA_FP8_E4M3FN || ET == AITER_MLA_FP8_E4M3FNUZ;
+    constexpr int QT = kFp8 ? (int)AITER_MLA_F16 : ET, kEsz = kFp8 ? 1 : 2; // product type, source bytes per element
+    constexpr int kKPitch = DQK * 2 + 16, kVPitch = DV * 2 + 16, kQPairs = DQK / 32, kVTiles = DV / 16;
+    static_assert(DQK % 32 == 0 && DV % 16 == 0, "head dims in whole fragments");
+    __shared__ __align__(16) unsigned char k_s[kN * kKPitch];
+    __shared__ __align__(16) unsigned char v_s[kN * kVPitch];
+    __shared__ __align__(16) unsigned char p_s[kWaves][16 * kPPitch]; // each wave's P
+#ifdef AITER_MLA_MFMA_NATIVE
+    WaveScratch *const x = nullptr;
+#else
+    __shared__ WaveScratch scratch;
+    WaveScratch *const x = &scratch;
+#endif
+    const aiter_mla_prefill_args &a = p.a;
+    const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
+    unsigned char *const pw = p_s[wave];
+    for_each_prefill_unit<kPfM>(p, [&](const PrefillUnit &u, int prow0) {
+        const int rows = u.r1 - u.r0, jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
+        // Q fragments: row 16 wave + c16, dims 32 b + 8 g .. + 8 of each block b (two k-steps)
+        uint4 qf[kQPairs];
+        {
+            const int qr = 16 * wave + c16;
+            const unsigned char *q = static_cast<const unsigned char *>(a.q) +
+                                     (qr < rows ? ((int64_t)(u.q0 + u.r0 + qr) * a.q_stride_token + (int64_t)u.h * a.q_stride_head) * kEsz : 0);
+#pragma unroll
+            for (int b = 0; b < kQPairs; b++) {
+                if (qr >= rows) {
+                    qf[b] = make_uint4(0u, 0u, 0u, 0u);
+                } else if constexpr (kFp8) {
+                    const uint2 w = *reinterpret_cast<const uint2 *>(q + 32 * b + 8 * g);
+                    qf[b] = widen8<ET, QT>(w.x, w.y);
+                } else {
+                    qf[b] = *reinterpret_cast<const uint4 *>(q + (32 * b + 8 * g) * 2);
+                }
+            }
+        }
+        // this lane's softmax rows 4 g + i (of the wave's 16): key bounds, running max and sum
+        int lim[4];
+        float m[4], l[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = 16 * wave + 4 * g + i;
+            lim[i] = r < rows ? u.limit(u.r0 + r, a.causal) : -1;
+            m[i] = neg_inf();
+            l[i] = 0.0f;
+        }
+        Acc o[kVTiles] = {};
+        const int64_t head_k = (int64_t)u.h * a.k_stride_head, head_v = (int64_t)u.h * a.v_stride_head;
+        const unsigned char *kb0 = static_cast<const unsigned char *>(a.k), *vb0 = static_cast<const unsigned char *>(a.v);
+        uint4 kbuf[Chunks<DQK * kEsz>::loads], vbuf[Chunks<DV * kEsz>::loads];
+        auto load_tile = [&](int kb) {
+            const int nk = min(kN, jend - kb);
+            load_rows<DQK * kEsz>(kbuf, [&](int j) {
+                return j < nk ? kb0 + ((int64_t)(u.k0 + kb + j) * a.k_stride_token + head_k) * kEsz : nullptr; }, tid);
+            load_rows<DV * kEsz>(vbuf, [&](int j) {
+                return j < nk ? vb0 + ((int64_t)(u.k0 + kb + j) * a.v_stride_token + head_v) * kEsz : nullptr; }, tid);
+        };
+        if (u.j0 < jend) load_tile(u.j0);
+        for (int kb = u.j0; kb < jend; kb += kN) {
+            store_rows<DQK * kEsz, ET, QT, kKPitch>(k_s, kbuf, tid);
+            store_rows<DV * kEsz, ET, QT, kVPitch>(v_s, vbuf, tid);
+            __syncthreads();
+            if (kb + kN < jend) load_tile(kb + kN);
+            Acc sc[2] = {}; // keys kb + 16 t + c16 of rows 4 g + i
+#pragma unroll
+            for (int b = 0; b < kQPairs; b++)
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const uint4 kf = *reinterpret_cast<const uint4 *>(k_s + (16 * t + c16) * kKPitch + (32 * b + 8 * g) * 2);
+                    wave_mma<QT>(sc[t], Frag{qf[b].x, qf[b].y}, Frag{kf.x, kf.y}, x);
+                    wave_mma<QT>(sc[t], Frag{qf[b].z, qf[b].w}, Frag{kf.z, kf.w}, x);
+                }
+#pragma unroll
+            for (int i = 0; i < 4; i++) { // online softmax (log2 domain) of row 4 g + i
+                float e[2], mx = m[i];
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    e[t] = kb + 16 * t + c16 < lim[i] ? sc[t].v[i] * p.score_scale : neg_inf();
+                    mx = fmaxf(mx, e[t]);
+                }
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
+                const bool none = mx == neg_inf();
+                const float alpha = none ? 1.0f : exp2f(m[i] - mx);
+                float sum = 0.0f;
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    e[t] = none ? 0.0f : exp2f(e[t] - mx);
+                    sum += e[t];
+                    *reinterpret_cast<uint16_t *>(pw + (4 * g + i) * kPPitch + (16 * t + c16) * 2) = (uint16_t)f32_half<QT>(e[t]);
+                }
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
+                l[i] = l[i] * alpha + sum;
+                m[i] = mx;
+#pragma unroll
+                for (int j = 0; j < kVTiles; j++) o[j].v[i] *= alpha;
+            }
+            __syncthreads(); // P in the A layout: other lanes' stores
+#pragma unroll
+            for (int ks = 0; ks < kN / 16; ks++) {
+                const uint2 pa = *reinterpret_cast<const uint2 *>(pw + c16 * kPPitch + (16 * ks + 4 * g) * 2);
+                const unsigned char *v = v_s + (16 * ks + 4 * g) * kVPitch + c16 * 2;
+#pragma unroll
+                for (int j = 0; j < kVTiles; j++) {
+                    const unsigned char *vj = v + j * 32;
+                    const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kVPitch),
+                                   b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kVPitch),
+                                   b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kVPitch);
+                    wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
+                }
+            }
+            __syncthreads(); // k_s, v_s and P are refilled next
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = 16 * wave + 4 * g + i;
+            if (r < rows) {
+                const float scale = l[i] > 0.0f ? p.v_scale / l[i] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < kVTiles; j++) prefill_store_o(p, u, u.r0 + r, prow0, 16 * j + c16, o[j].v[i] * scale);
+                if (c16 == 0) prefill_store_lse(p, u, u.r0 + r, prow0, l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : neg_inf());
+            }
+        }
+    });
+}
+
+} // namespace mfma
+#endif
+
 // ==== varlen prefill: tensor-core path (NVIDIA sm_80+, mma.sync m16n8k16, cp.async) ========
 // FlashAttention-2 style. 128 query rows per pass; 4 warps of 32 rows (dv <= 128) or 8 warps
 // of 16 rows (dv > 128, whose accumulators are twice as wide). Q stays in shared memory;
@@ -4826,6 +5259,19 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
 }
 #endif
 
+#ifdef AITER_MLA_HAS_MFMA
+// Whether q's rows suit the matrix-core decode: a 16-bit type, 16-byte aligned, strides in
+// whole 16-byte units.
+static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_token, int64_t stride_head) {
+    return (dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16) && ((uintptr_t)q & 15) == 0 && stride_token % 8 == 0 &&
+           stride_head % 8 == 0;
+}
+template <int KVT, int QT>
+static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    mfma::decode_mfma_kernel<KVT, QT><<<grid, mfma::kThreads, 0, s>>>(p);
+}
+#endif
+
 extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
                                         void *stream) {
     hipStream_t s = (hipStream_t)stream;
@@ -4844,7 +5290,23 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     while ((1 << p.page_shift) < a->page_size) p.page_shift++;
     const dim3 grid(info->desc.num_cu), block(kThreads);
     bool launched = false;
-#ifdef AITER_MLA_HAS_MMA
+#if defined(AITER_MLA_HAS_MFMA)
+    // matrix-core path: 16-bit q (16-byte rows), a cache of q's type or per-tensor fp8
+    if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || kv_fp8)) {
+        launched = true;
+        const bool f16 = a->q_dtype == AITER_MLA_F16;
+        switch (a->kv_dtype) {
+        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p); break;
+        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p); break;
+        case AITER_MLA_FP8_E4M3FN:
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p);
+            break;
+        default:
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p);
+            break;
+        }
+    }
+#elif defined(AITER_MLA_HAS_MMA)
     // tensor-core path: bf16 q (16-byte rows), bf16 or fp8 cache
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
                       a->q_stride_head % 8 == 0;
@@ -4986,6 +5448,12 @@ static hipError_t launch_prefill_mma_bf16(hipStream_t s, const PrefillParams &p)
 }
 #endif
 
+#ifdef AITER_MLA_HAS_MFMA
+template <int ET, int DQK, int DV>
+static void launch_prefill_mfma(hipStream_t s, const PrefillParams &p) {
+    mfma::prefill_mfma_kernel<ET, DQK, DV><<<prefill_grid(&p.a, mfma::kPfM), mfma::kThreads, 0, s>>>(p);
+}
+#endif
 extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream) {
     hipStream_t s = (hipStream_t)stream;
     const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
@@ -5006,15 +5474,31 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
         p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * a->dv : nullptr;
     }
     bool launched = false;
-#ifdef AITER_MLA_HAS_MMA
     const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes
     const bool aligned = (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
                          a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
                          a->k_stride_head % unit == 0 && a->v_stride_token % unit == 0 && a->v_stride_head % unit == 0;
+    const bool p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
+#if defined(AITER_MLA_HAS_MFMA)
+    if (aligned && (p192 || p128)) {
+        launched = true;
+        switch (a->qkv_dtype) {
+        case AITER_MLA_BF16: p192 ? launch_prefill_mfma<AITER_MLA_BF16, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_BF16, 128, 128>(s, p); break;
+        case AITER_MLA_F16: p192 ? launch_prefill_mfma<AITER_MLA_F16, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_F16, 128, 128>(s, p); break;
+        case AITER_MLA_FP8_E4M3FN:
+            p192 ? launch_prefill_mfma<AITER_MLA_FP8_E4M3FN, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_FP8_E4M3FN, 128, 128>(s, p);
+            break;
+        case AITER_MLA_FP8_E4M3FNUZ:
+            p192 ? launch_prefill_mfma<AITER_MLA_FP8_E4M3FNUZ, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_FP8_E4M3FNUZ, 128, 128>(s, p);
+            break;
+        default: launched = false;
+        }
+    }
+#elif defined(AITER_MLA_HAS_MMA)
     if (mma::kPrefillEnabled && aligned) {
         // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
         // other pairs run portable, fp8's widen to bf16 on the way in
-        const bool f16 = a->qkv_dtype == AITER_MLA_F16, p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
+        const bool f16 = a->qkv_dtype == AITER_MLA_F16;
         hipError_t e = hipSuccess;
         launched = true;
 #ifdef AITER_MLA_HAS_WGMMA
@@ -5097,7 +5581,13 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     p.max_logits = a->max_logits;
     const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
     bool launched = false;
-#ifdef AITER_MLA_HAS_MMA
+#if defined(AITER_MLA_HAS_MFMA)
+    if (kvt == AITER_MLA_BF16 && a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
+        p.rows_per_block = H <= 16 ? 16 : 64;
+        launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(dim3((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block)), s, p);
+        launched = true;
+    }
+#elif defined(AITER_MLA_HAS_MMA)
     if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));

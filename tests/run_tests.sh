@@ -94,6 +94,8 @@ if [ -n "${NVCC:-}" ]; then
     wait "$sm90a"
     report kernels-cuda-sm_90a "$(cat "$LOG/kernels-cuda-sm_90a.rc" 2>/dev/null || echo 1)"
     step "kernels-cuda-sm_90" "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
+    # the AMD matrix-core decode with its product emulated (what make test-gpu-mfma runs)
+    step "kernels-cuda-sm_90a-mfma" "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_MFMA_EMULATE -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-mfma.o"
     step "gpu-shim-cuda" "$NVCC" -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WITH_BLAS -Xcompiler -Wall,-Wextra,-Werror -c examples/gpu.hip -o "$kdir/g-cuda.o"
 else
     echo "note  nvcc not found: NVIDIA compile checks not run"
@@ -104,6 +106,10 @@ step compile-test-gpu "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -Wno-unknow
 if [ "${GPU:-none}" != none ]; then
     step build-test-gpu $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/test_gpu"
     program test-gpu "./$BUILD/test_gpu"
+    if [ "$GPU" = cuda ]; then
+        step build-test-gpu-mfma $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/test_gpu_mfma"
+        program test-gpu-mfma $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" test-gpu-mfma
+    fi
 else
     echo "note  no GPU here: GPU tests not run (make test-gpu on a GPU machine)"
 fi
