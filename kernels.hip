@@ -514,9 +514,15 @@ __device__ __forceinline__ uint32_t f32_half(float f) {
 
 // D += A B for one wave, the layout of v_mfma_f32_16x16x16: lane l holds A[l % 16][4 (l / 16)
 // + i], B[4 (l / 16) + i][l % 16] and D[4 (l / 16) + i][l % 16]. Every thread of the block
-// calls it equally often (the emulation meets at block barriers).
+// calls it equally often (the emulation meets at block barriers; one copy of it, not one per
+// call site, which tripled the build).
+#ifdef AITER_MLA_MFMA_NATIVE
+#define AITER_MLA__WAVE_MMA __device__ __forceinline__
+#else
+#define AITER_MLA__WAVE_MMA __device__ __noinline__
+#endif
 template <int QT>
-__device__ __forceinline__ void wave_mma(Acc &d, Frag a, Frag b, WaveScratch *x) {
+AITER_MLA__WAVE_MMA void wave_mma(Acc &d, Frag a, Frag b, WaveScratch *x) {
 #ifdef AITER_MLA_MFMA_NATIVE
     static_assert(AITER_MLA_WARP_SIZE == kWave, "MFMA runs on 64-lane waves");
     (void)x;
