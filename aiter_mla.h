@@ -819,8 +819,9 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * one rounding, as FlashMLA's kernels do, which moves a score by up to 2^-9 relative; the
  * 16-row passes apply the group scales to fp32 partial sums, exactly). With 65-128 heads over
  * fp8_ds_mla on sm_90a, a token's two blocks run as a cluster of two that widen each key
- * tile once between them. AMD builds run bf16 q over bf16 rows on the matrix-core (MFMA)
- * decode kernel, the rest on the portable one. */
+ * tile once between them. AMD builds run a bf16 q on the matrix-core (MFMA) decode kernel
+ * (fp8_ds_mla values widened to bf16(e4m3 x group scale), one rounding), an f16 q on the
+ * portable one. */
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */

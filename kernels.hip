@@ -465,16 +465,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 // ==== dense decode: matrix-core path (AMD MFMA) ============================================
 // Same plan, pieces and output conventions as the portable path, for 16-bit q (bf16 or f16,
 // 16-byte rows) over a cache of q's type or per-tensor fp8 (widened exactly to q's type: e4m3
-// fits both), and for bf16 sparse attention. A block of 256 threads (4 waves of 64) takes 16
-// (token, head) rows per pass and streams the piece's keys in tiles of 32; the next tile's
-// 16-byte loads are in flight in registers while this one is computed. Per tile: S = Q K^T
-// (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of the 576 dims, its Q fragments held in
-// registers for the pass; the halves summed by the softmax), an online softmax (16 threads a
-// row), O += P V (wave w: latent dims 128 w .. + 128, fp32 in registers).
+// fits both), and for sparse attention over bf16 or fp8_ds_mla rows (store_ds_rows). A block
+// of 256 threads (4 waves of 64) takes 16 (token, head) rows per pass and streams the piece's
+// keys in tiles of 32; the next tile's 16-byte loads are in flight in registers while this
+// one is computed. Per tile: S = Q K^T (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of
+// the 576 dims, its Q fragments held in registers for the pass; the halves summed by the
+// softmax), an online softmax (16 threads a row), O += P V (wave w: latent dims 128 w .. +
+// 128, fp32 in registers).
 // The one tile operation is a wave's 16x16x16 product (wave_mma): v_mfma_f32_16x16x16bf16_1k
 // or _f16 on gfx90a, gfx94x and gfx950; on other targets the same product from shared memory
-// (correct, slow). NVIDIA builds with AITER_MLA_MFMA_EMULATE take this path too, emulated, in
-// place of the mma kernels: `make test-gpu-mfma` runs the decode and sparse GPU tests on it.
+// (correct, slow). NVIDIA builds with AITER_MLA_MFMA_EMULATE take these kernels (and the
+// prefill's below) in place of the mma ones, emulated: `make test-gpu-mfma` runs the decode,
+// sparse and prefill GPU tests on them.
 #if defined(__HIP_PLATFORM_AMD__) || defined(AITER_MLA_MFMA_EMULATE)
 #define AITER_MLA_HAS_MFMA 1
 #if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
@@ -612,6 +614,39 @@ __device__ __forceinline__ void store_rows(unsigned char *dst, const uint4 (&buf
     }
 }
 
+// fp8_ds_mla rows (656 bytes: 512 e4m3 in groups of 128 with an fp32 scale each, the 4
+// scales, 64 bf16 rope values) into 16-bit rows as store_rows does: each e4m3 value times its
+// group's scale, rounded once to bf16 (as the warpgroup kernel widens them), the rope values
+// copied. A chunk's scale is read from its row (rows: the tile's rows, NULL: absent).
+template <int KVT>
+__device__ __forceinline__ void store_ds_rows(unsigned char *dst, const uint4 (&buf)[Chunks<kDsRow>::loads],
+                                              const unsigned char *const *rows, int tid) {
+    using C = Chunks<kDsRow>;
+    constexpr aiter_mla_dtype kF8 = KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ;
+    constexpr int kLatentChunks = kL / 16; // 32; then one chunk of scales, then 8 of rope
+#pragma unroll
+    for (int i = 0; i < C::loads; i++) {
+        const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row;
+        if (c < C::count && part < kLatentChunks) {
+            const unsigned char *row = rows[j];
+            const float scale = row ? *reinterpret_cast<const float *>(row + kL + 4 * (part / 8)) : 0.0f;
+            const uint32_t w[4] = {buf[i].x, buf[i].y, buf[i].z, buf[i].w};
+            uint32_t h[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint32_t bytes = w[k / 2] >> (16 * (k & 1));
+                h[k] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)bytes, kF8) * scale) |
+                       (uint32_t)aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), kF8) * scale) << 16;
+            }
+            uint4 *out = reinterpret_cast<uint4 *>(dst + j * kPitch + part * 32);
+            out[0] = make_uint4(h[0], h[1], h[2], h[3]);
+            out[1] = make_uint4(h[4], h[5], h[6], h[7]);
+        } else if (c < C::count && part > kLatentChunks) {
+            *reinterpret_cast<uint4 *>(dst + j * kPitch + kL * 2 + (part - kLatentChunks - 1) * 16) = buf[i];
+        }
+    }
+}
+
 template <int KVT, int QT>
 __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
     __shared__ __align__(16) unsigned char k_s[kN * kPitch]; // the key tile, 16-bit rows
@@ -656,7 +691,8 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
             int cur = 0;
             for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
                 const int nk = (int)min((int64_t)kN, n - k0);
-                store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
+                if constexpr (is_ds_mla(KVT)) store_ds_rows<KVT>(k_s, buf, rows_s[cur], tid);
+                else store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
                 if (tid < kN) {
                     const int64_t j = k0 + kN + tid;
                     rows_s[cur ^ 1][tid] = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j)).row;
@@ -5588,9 +5624,12 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
     bool launched = false;
 #if defined(AITER_MLA_HAS_MFMA)
-    if (kvt == AITER_MLA_BF16 && a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
+    if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(dim3((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block)), s, p);
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p);
+        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p);
+        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p);
         launched = true;
     }
 #elif defined(AITER_MLA_HAS_MMA)

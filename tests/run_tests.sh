@@ -94,8 +94,6 @@ if [ -n "${NVCC:-}" ]; then
     wait "$sm90a"
     report kernels-cuda-sm_90a "$(cat "$LOG/kernels-cuda-sm_90a.rc" 2>/dev/null || echo 1)"
     step "kernels-cuda-sm_90" "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
-    # the AMD matrix-core decode with its product emulated (what make test-gpu-mfma runs)
-    step "kernels-cuda-sm_90a-mfma" "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_MFMA_EMULATE -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-mfma.o"
     step "gpu-shim-cuda" "$NVCC" -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WITH_BLAS -Xcompiler -Wall,-Wextra,-Werror -c examples/gpu.hip -o "$kdir/g-cuda.o"
 else
     echo "note  nvcc not found: NVIDIA compile checks not run"
