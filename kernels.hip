@@ -647,105 +647,14 @@ __device__ __forceinline__ void store_ds_rows(unsigned char *dst, const uint4 (&
     }
 }
 
-// A piece's key tiles in turn: each lands in k_s as 16-bit rows (fp8 and fp8_ds_mla widened)
-// while the next one's 16-byte loads go into registers; then body(cur, k0, nk) runs (keys k0
-// .. k0 + nk of the piece; rows_s[cur][j]: key j's row, NULL where absent) and the block meets
-// before the next tile is stored.
-template <int KVT, int QT, typename Body>
-__device__ __forceinline__ void for_each_key_tile(const DecodeParams &p, const Piece &pc, unsigned char *k_s,
-                                                  const unsigned char *(&rows_s)[2][kN], int tid, Body &&body) {
-    const int64_t n = pc.n;
-    uint4 buf[Chunks<cache_row_bytes(KVT)>::loads];
-    auto load_tile = [&](const unsigned char *const *rows) { load_rows<cache_row_bytes(KVT)>(buf, [&](int j) { return rows[j]; }, tid); };
-    if (tid < kN) rows_s[0][tid] = key_ref<KVT>(p, pc, tid, key_entry<KVT>(p, pc, tid)).row;
-    __syncthreads();
-    if (n > 0) load_tile(rows_s[0]);
-    int cur = 0;
-    for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
-        if constexpr (is_ds_mla(KVT)) store_ds_rows<KVT>(k_s, buf, rows_s[cur], tid);
-        else store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
-        if (tid < kN) {
-            const int64_t j = k0 + kN + tid;
-            rows_s[cur ^ 1][tid] = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j)).row;
-        }
-        __syncthreads();
-        if (k0 + kN < n) load_tile(rows_s[cur ^ 1]);
-        body(cur, k0, (int)min((int64_t)kN, n - k0));
-        __syncthreads(); // k_s and rows_s[cur] are refilled next
-    }
-}
-
-// One key tile for the 16 rows of a wave (rows 4 (lane / 16) + i of its S and O fragments):
-// S = Q K^T over the 32-dim blocks of Q's fragments qf (K rows of KP bytes), the online
-// softmax in registers (valid(i, j): key j of the tile counts for row 4 (lane / 16) + i;
-// scale: into log2 units; a row's 32 scores lie on 16 lanes), P through the wave's rows pw in
-// shared memory into the A layout, O += P V over VT column tiles of 16 (V rows of VP bytes).
-// A lane's O rows are its S rows, so it rescales them itself. Meets once at a block barrier.
-template <int QT, int QB, int VT, int KP, int VP, typename Valid>
-__device__ __forceinline__ void wave_rows_tile(const uint4 (&qf)[QB], const unsigned char *k_s, const unsigned char *v_s, unsigned char *pw,
-                                               float scale, Valid &&valid, float (&m)[4], float (&l)[4], Acc (&o)[VT], WaveScratch *x) {
-    const int lane = threadIdx.x % kWave, g = lane / 16, c16 = lane % 16;
-    Acc sc[2] = {}; // keys 16 t + c16
-#pragma unroll
-    for (int b = 0; b < QB; b++)
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            const uint4 kf = *reinterpret_cast<const uint4 *>(k_s + (16 * t + c16) * KP + (32 * b + 8 * g) * 2);
-            wave_mma<QT>(sc[t], Frag{qf[b].x, qf[b].y}, Frag{kf.x, kf.y}, x);
-            wave_mma<QT>(sc[t], Frag{qf[b].z, qf[b].w}, Frag{kf.z, kf.w}, x);
-        }
-#pragma unroll
-    for (int i = 0; i < 4; i++) { // online softmax (log2 domain) of row 4 g + i
-        float e[2], mx = m[i];
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            e[t] = valid(i, 16 * t + c16) ? sc[t].v[i] * scale : neg_inf();
-            mx = fmaxf(mx, e[t]);
-        }
-#pragma unroll
-        for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
-        const bool none = mx == neg_inf();
-        const float alpha = none ? 1.0f : exp2f(m[i] - mx);
-        float sum = 0.0f;
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            e[t] = none ? 0.0f : exp2f(e[t] - mx);
-            sum += e[t];
-            *reinterpret_cast<uint16_t *>(pw + (4 * g + i) * kPPitch + (16 * t + c16) * 2) = (uint16_t)f32_half<QT>(e[t]);
-        }
-#pragma unroll
-        for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
-        l[i] = l[i] * alpha + sum;
-        m[i] = mx;
-#pragma unroll
-        for (int j = 0; j < VT; j++) o[j].v[i] *= alpha;
-    }
-    __syncthreads(); // P in the A layout: other lanes' stores
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ks++) {
-        const uint2 pa = *reinterpret_cast<const uint2 *>(pw + c16 * kPPitch + (16 * ks + 4 * g) * 2);
-        const unsigned char *v = v_s + (16 * ks + 4 * g) * VP + c16 * 2;
-#pragma unroll
-        for (int j = 0; j < VT; j++) {
-            const unsigned char *vj = v + j * 32;
-            const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + VP),
-                           b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * VP), b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * VP);
-            wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
-        }
-    }
-}
-
-// M = 16 rows a pass (query tiles of up to 16 rows): the waves split S by key tile and half
-// of the dims and O by latent dims, so that all four work on few rows. M = 64 (more rows):
-// each wave takes 16 rows through wave_rows_tile, and a tile's keys serve all 64.
-template <int KVT, int QT, int M>
+template <int KVT, int QT>
 __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
     __shared__ __align__(16) unsigned char k_s[kN * kPitch]; // the key tile, 16-bit rows
-    __shared__ const unsigned char *rows_s[2][kN];            // this tile's key rows, the next tile's
-    __shared__ __align__(16) unsigned char p_s[M == 16 ? 1 : kWaves][16 * kPPitch]; // P in q's type (M = 64: a wave's)
-    __shared__ float s_s[M == 16 ? 2 : 1][M == 16 ? kM : 1][kN + 1]; // M = 16: S over each half of the dims
+    __shared__ float s_s[2][kM][kN + 1];                     // S over each half of the dims
+    __shared__ __align__(16) unsigned char p_s[kM * kPPitch]; // P in q's type
     __shared__ float alpha_s[kM], inv_s[kM];
     __shared__ long long at_s[kM];
+    __shared__ const unsigned char *rows_s[2][kN];            // this tile's key rows, the next tile's
 #ifdef AITER_MLA_MFMA_NATIVE
     WaveScratch *const x = nullptr;
 #else
@@ -754,143 +663,123 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
 #endif
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
+    const int half = wave >> 1, key16 = (wave & 1) * 16;
+    const int sr = tid / 16, sk = 2 * (tid % 16); // softmax: row sr, keys sk and sk + 1
     for_each_piece(p, [&](const Piece &pc) {
-        for (int r0 = pc.rb; r0 < pc.re; r0 += M) {
-            const int nr = min(M, pc.re - r0);
-            if constexpr (M == 64) {
-                // Q fragments: row 16 wave + c16, dims 32 b + 8 g .. + 8 of each block b (two k-steps)
-                const int qr = 16 * wave + c16;
-                uint4 qf[kD / 32];
-                {
-                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) + (qr < nr ? row_q_offset(a, pc, r0 + qr) : 0));
+        const int64_t n = pc.n;
+        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
+            const int nr = min(kM, pc.re - r0);
+            // Q fragments: row c16, dims 32 b + 8 g .. + 8 of each block b of this wave's half;
+            // the first four serve one k-step, the rest the next (q . k in any order of dims)
+            uint4 qf[kPairs];
+            {
+                const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
+                                                                 (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
 #pragma unroll
-                    for (int b = 0; b < kD / 32; b++) qf[b] = qr < nr ? q[b * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
-                }
-                long long lim[4];
-                float m[4], l[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int r = 16 * wave + 4 * g + i;
-                    lim[i] = r < nr ? row_key_limit(pc, r0 + r, a.num_heads) : -1;
-                    m[i] = neg_inf();
-                    l[i] = 0.0f;
-                }
-                Acc o[kL / 16] = {};
-                for_each_key_tile<KVT, QT>(p, pc, k_s, rows_s, tid, [&](int cur, int64_t k0, int nk) {
-                    wave_rows_tile<QT, kD / 32, kL / 16, kPitch, kPitch>(
-                        qf, k_s, k_s, p_s[M == 16 ? 0 : wave], p.score_scale,
-                        [&](int i, int j) { return rows_s[cur][j] && j <= tile_key_limit(pc, lim[i], k0, nk); }, m, l, o, x);
-                });
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int r = 16 * wave + 4 * g + i;
-                    if (r < nr) {
-                        float inv;
-                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv);
-#pragma unroll
-                        for (int j = 0; j < kL / 16; j++) {
-                            if (pc.loc < 0) aiter_mla_store_f32(a.o, at + 16 * j + c16, a.o_dtype, o[j].v[i] * inv);
-                            else p.part_o[at + 16 * j + c16] = o[j].v[i] * inv;
-                        }
-                    }
-                }
-            } else {
-                const int half = wave >> 1, key16 = (wave & 1) * 16;
-                const int sr = tid / 16, sk = 2 * (tid % 16); // softmax: row sr, keys sk and sk + 1
-                // Q fragments: row c16, dims 32 b + 8 g .. + 8 of each block b of this wave's half;
-                // the first four serve one k-step, the rest the next (q . k in any order of dims)
-                uint4 qf[kPairs];
-                {
-                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
-                                                                     (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
-#pragma unroll
-                    for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
-                }
-                const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
-                float m = neg_inf(), l = 0.0f;
-                Acc o[kDimsPerWave / 16] = {};
-                for_each_key_tile<KVT, QT>(p, pc, k_s, rows_s, tid, [&](int cur, int64_t k0, int nk) {
-                    { // S of keys key16 .. + 16 over this wave's half of the dims
-                        Acc s = {};
-                        const unsigned char *krow = k_s + (key16 + c16) * kPitch;
-#pragma unroll
-                        for (int i = 0; i < kPairs; i++) {
-                            const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
-                            wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
-                            wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
-                        }
-#pragma unroll
-                        for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
-                    }
-                    __syncthreads();
-                    { // online softmax (log2 domain): 16 threads a row
-                        float e[2], mx = m;
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            const int c = sk + j;
-                            const bool ok = rows_s[cur][c] && c <= tile_key_limit(pc, lim, k0, nk);
-                            e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
-                            mx = fmaxf(mx, e[j]);
-                        }
-#pragma unroll
-                        for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
-                        const bool none = mx == neg_inf();
-                        const float alpha = none ? 1.0f : exp2f(m - mx);
-                        float sum = 0.0f;
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            e[j] = none ? 0.0f : exp2f(e[j] - mx);
-                            sum += e[j];
-                        }
-#pragma unroll
-                        for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
-                        l = l * alpha + sum;
-                        m = mx;
-                        *reinterpret_cast<uint32_t *>(p_s[0] + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
-                        if (sk == 0) alpha_s[sr] = alpha;
-                    }
-                    __syncthreads();
-                    { // O += P V: V is the first 512 dims of the tile's rows
-                        float al[4];
-#pragma unroll
-                        for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
-#pragma unroll
-                        for (int j = 0; j < kDimsPerWave / 16; j++)
-#pragma unroll
-                            for (int i = 0; i < 4; i++) o[j].v[i] *= al[i];
-#pragma unroll
-                        for (int ks = 0; ks < kN / 16; ks++) {
-                            const uint2 pa = *reinterpret_cast<const uint2 *>(p_s[0] + c16 * kPPitch + (ks * 16 + 4 * g) * 2);
-                            const unsigned char *v = k_s + (ks * 16 + 4 * g) * kPitch + (wave * kDimsPerWave + c16) * 2;
-#pragma unroll
-                            for (int j = 0; j < kDimsPerWave / 16; j++) {
-                                const unsigned char *vj = v + j * 32;
-                                const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kPitch),
-                                               b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kPitch),
-                                               b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kPitch);
-                                wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
-                            }
-                        }
-                    }
-                });
-                if (sk == 0 && sr < nr) {
-                    float inv;
-                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
-                    inv_s[sr] = inv;
+                for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
+            }
+            const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
+            float m = neg_inf(), l = 0.0f;
+            Acc o[kDimsPerWave / 16] = {};
+            uint4 buf[Chunks<cache_row_bytes(KVT)>::loads];
+            auto load_tile = [&](const unsigned char *const *rows) {
+                load_rows<cache_row_bytes(KVT)>(buf, [&](int j) { return rows[j]; }, tid);
+            };
+            if (tid < kN) rows_s[0][tid] = key_ref<KVT>(p, pc, tid, key_entry<KVT>(p, pc, tid)).row;
+            __syncthreads();
+            if (n > 0) load_tile(rows_s[0]);
+            int cur = 0;
+            for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
+                const int nk = (int)min((int64_t)kN, n - k0);
+                if constexpr (is_ds_mla(KVT)) store_ds_rows<KVT>(k_s, buf, rows_s[cur], tid);
+                else store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
+                if (tid < kN) {
+                    const int64_t j = k0 + kN + tid;
+                    rows_s[cur ^ 1][tid] = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j)).row;
                 }
                 __syncthreads();
+                if (k0 + kN < n) load_tile(rows_s[cur ^ 1]);
+                { // S of keys key16 .. + 16 over this wave's half of the dims
+                    Acc s = {};
+                    const unsigned char *krow = k_s + (key16 + c16) * kPitch;
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int row = 4 * g + i;
-                    if (row < nr) {
-                        const float inv = inv_s[row];
-                        const long long at = at_s[row];
+                    for (int i = 0; i < kPairs; i++) {
+                        const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
+                        wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
+                        wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
+                }
+                __syncthreads();
+                { // online softmax (log2 domain): 16 threads a row
+                    float e[2], mx = m;
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int c = sk + j;
+                        const bool ok = rows_s[cur][c] && c <= tile_key_limit(pc, lim, k0, nk);
+                        e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
+                        mx = fmaxf(mx, e[j]);
+                    }
+#pragma unroll
+                    for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
+                    const bool none = mx == neg_inf();
+                    const float alpha = none ? 1.0f : exp2f(m - mx);
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        e[j] = none ? 0.0f : exp2f(e[j] - mx);
+                        sum += e[j];
+                    }
+#pragma unroll
+                    for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
+                    l = l * alpha + sum;
+                    m = mx;
+                    *reinterpret_cast<uint32_t *>(p_s + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
+                    if (sk == 0) alpha_s[sr] = alpha;
+                }
+                __syncthreads();
+                { // O += P V: V is the first 512 dims of the tile's rows
+                    float al[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
+#pragma unroll
+                    for (int j = 0; j < kDimsPerWave / 16; j++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) o[j].v[i] *= al[i];
+#pragma unroll
+                    for (int ks = 0; ks < kN / 16; ks++) {
+                        const uint2 pa = *reinterpret_cast<const uint2 *>(p_s + c16 * kPPitch + (ks * 16 + 4 * g) * 2);
+                        const unsigned char *v = k_s + (ks * 16 + 4 * g) * kPitch + (wave * kDimsPerWave + c16) * 2;
 #pragma unroll
                         for (int j = 0; j < kDimsPerWave / 16; j++) {
-                            const int d = wave * kDimsPerWave + j * 16 + c16;
-                            if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
-                            else p.part_o[at + d] = o[j].v[i] * inv;
+                            const unsigned char *vj = v + j * 32;
+                            const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kPitch),
+                                           b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kPitch),
+                                           b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kPitch);
+                            wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
                         }
+                    }
+                }
+                __syncthreads(); // k_s, p_s and rows_s[cur] are refilled next
+            }
+            if (sk == 0 && sr < nr) {
+                float inv;
+                at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
+                inv_s[sr] = inv;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = 4 * g + i;
+                if (row < nr) {
+                    const float inv = inv_s[row];
+                    const long long at = at_s[row];
+#pragma unroll
+                    for (int j = 0; j < kDimsPerWave / 16; j++) {
+                        const int d = wave * kDimsPerWave + j * 16 + c16;
+                        if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
+                        else p.part_o[at + d] = o[j].v[i] * inv;
                     }
                 }
             }
@@ -3546,8 +3435,55 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
             store_rows<DV * kEsz, ET, QT, kVPitch>(v_s, vbuf, tid);
             __syncthreads();
             if (kb + kN < jend) load_tile(kb + kN);
-            wave_rows_tile<QT, kQPairs, kVTiles, kKPitch, kVPitch>(qf, k_s, v_s, pw, p.score_scale,
-                                                                   [&](int i, int j) { return kb + j < lim[i]; }, m, l, o, x);
+            Acc sc[2] = {}; // keys kb + 16 t + c16 of rows 4 g + i
+#pragma unroll
+            for (int b = 0; b < kQPairs; b++)
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const uint4 kf = *reinterpret_cast<const uint4 *>(k_s + (16 * t + c16) * kKPitch + (32 * b + 8 * g) * 2);
+                    wave_mma<QT>(sc[t], Frag{qf[b].x, qf[b].y}, Frag{kf.x, kf.y}, x);
+                    wave_mma<QT>(sc[t], Frag{qf[b].z, qf[b].w}, Frag{kf.z, kf.w}, x);
+                }
+#pragma unroll
+            for (int i = 0; i < 4; i++) { // online softmax (log2 domain) of row 4 g + i
+                float e[2], mx = m[i];
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    e[t] = kb + 16 * t + c16 < lim[i] ? sc[t].v[i] * p.score_scale : neg_inf();
+                    mx = fmaxf(mx, e[t]);
+                }
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
+                const bool none = mx == neg_inf();
+                const float alpha = none ? 1.0f : exp2f(m[i] - mx);
+                float sum = 0.0f;
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    e[t] = none ? 0.0f : exp2f(e[t] - mx);
+                    sum += e[t];
+                    *reinterpret_cast<uint16_t *>(pw + (4 * g + i) * kPPitch + (16 * t + c16) * 2) = (uint16_t)f32_half<QT>(e[t]);
+                }
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
+                l[i] = l[i] * alpha + sum;
+                m[i] = mx;
+#pragma unroll
+                for (int j = 0; j < kVTiles; j++) o[j].v[i] *= alpha;
+            }
+            __syncthreads(); // P in the A layout: other lanes' stores
+#pragma unroll
+            for (int ks = 0; ks < kN / 16; ks++) {
+                const uint2 pa = *reinterpret_cast<const uint2 *>(pw + c16 * kPPitch + (16 * ks + 4 * g) * 2);
+                const unsigned char *v = v_s + (16 * ks + 4 * g) * kVPitch + c16 * 2;
+#pragma unroll
+                for (int j = 0; j < kVTiles; j++) {
+                    const unsigned char *vj = v + j * 32;
+                    const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kVPitch),
+                                   b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kVPitch),
+                                   b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kVPitch);
+                    wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
+                }
+            }
             __syncthreads(); // k_s, v_s and P are refilled next
         }
 #pragma unroll
@@ -5372,20 +5308,9 @@ static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_tok
     return (dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16) && ((uintptr_t)q & 15) == 0 && stride_token % 8 == 0 &&
            stride_head % 8 == 0;
 }
-// Passes of 16 rows when a query tile has at most 16, else of 64 (each key tile read once for
-// them) for a bf16 q over bf16 or fp8_ds_mla rows (the many-head shapes of DeepSeek's decode);
-// the other formats keep passes of 16 (each 64-row instance adds minutes to an AMD build).
 template <int KVT, int QT>
-static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
-    constexpr bool kWide = QT == AITER_MLA_BF16 && (KVT == AITER_MLA_BF16 || is_ds_mla(KVT));
-    if constexpr (kWide) {
-        if (tile_rows > 16) {
-            mfma::decode_mfma_kernel<KVT, QT, 64><<<grid, mfma::kThreads, 0, s>>>(p);
-            return;
-        }
-    }
-    (void)tile_rows;
-    mfma::decode_mfma_kernel<KVT, QT, 16><<<grid, mfma::kThreads, 0, s>>>(p);
+static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    mfma::decode_mfma_kernel<KVT, QT><<<grid, mfma::kThreads, 0, s>>>(p);
 }
 #endif
 
@@ -5412,17 +5337,14 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || kv_fp8)) {
         launched = true;
         const bool f16 = a->q_dtype == AITER_MLA_F16;
-        const int rows = info->tokens_per_tile * a->num_heads;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, rows); break;
-        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p, rows); break;
+        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p); break;
+        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p); break;
         case AITER_MLA_FP8_E4M3FN:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p, rows)
-                : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p, rows);
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p);
             break;
         default:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p, rows)
-                : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p, rows);
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p);
             break;
         }
     }
@@ -5705,9 +5627,9 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
-        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p);
+        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p);
+        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p);
         launched = true;
     }
 #elif defined(AITER_MLA_HAS_MMA)
