@@ -43,14 +43,28 @@ program() { # program NAME COMMAND...: a test program whose last line is "N pass
 
 kdir="$BUILD/kcheck"
 mkdir -p "$kdir"
-# The longest check, kernels.hip for sm_90a (about 6 min on two cores), compiles in the
-# background from the start, beside the host work; section 4 counts it.
+# The compile checks of kernels.hip (minutes each) run in the background from the start, in
+# two lanes beside the host work: NVIDIA's targets one after the other, AMD's one after the
+# other. Section 4 waits for them and counts them.
+later() { # later NAME COMMAND...: run in a lane, keep the log and the exit status
+    name=$1; shift
+    "$@" >"$LOG/$name.log" 2>&1
+    echo $? >"$LOG/$name.rc"
+}
+collect() { report "$1" "$(cat "$LOG/$1.rc" 2>/dev/null || echo 1)"; }
 # --split-compile=0: the device code optimised on every core (sm_90a 9.6 -> 5.4 min on two)
 if [ -n "${NVCC:-}" ]; then
-    ( "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WGMMA -Xcompiler -Wall,-Wextra,-Werror \
-          -c kernels.hip -o "$kdir/k-sm90a.o" >"$LOG/kernels-cuda-sm_90a.log" 2>&1
-      echo $? >"$LOG/kernels-cuda-sm_90a.rc" ) &
-    sm90a=$!
+    ( later kernels-cuda-sm_90a "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WGMMA \
+          -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
+      later kernels-cuda-sm_90 "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90,code=sm_90 \
+          -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o" ) &
+    nvidia_lane=$!
+fi
+if [ -n "${HIPCC:-}" ]; then
+    ( for arch in gfx90a gfx940; do
+          later "kernels-hip-$arch" "$HIPCC" --offload-arch=$arch -std=c++17 -O3 -Wall -Wextra -Werror -c kernels.hip -o "$kdir/k-$arch.o"
+      done ) &
+    amd_lane=$!
 fi
 
 # 1. host tests under ASan + UBSan
@@ -83,22 +97,25 @@ step run-dsv4-cpu "./$BUILD/cpu/dsv4"
 
 # 4. kernels.hip (and the examples' GPU shim) compile for every target whose compiler is here
 if [ -n "${HIPCC:-}" ]; then
-    for arch in gfx90a gfx940; do
-        step "kernels-hip-$arch" "$HIPCC" --offload-arch=$arch -std=c++17 -O3 -Wall -Wextra -Werror -c kernels.hip -o "$kdir/k-$arch.o"
-    done
     step "gpu-shim-hip" "$HIPCC" --offload-arch=gfx90a -std=c++17 -Wall -Wextra -Werror -c examples/gpu.hip -o "$kdir/g-hip.o"
 else
     echo "note  hipcc not found: AMD compile checks not run"
 fi
 if [ -n "${NVCC:-}" ]; then
-    wait "$sm90a"
-    report kernels-cuda-sm_90a "$(cat "$LOG/kernels-cuda-sm_90a.rc" 2>/dev/null || echo 1)"
-    step "kernels-cuda-sm_90" "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
     step "gpu-shim-cuda" "$NVCC" -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WITH_BLAS -Xcompiler -Wall,-Wextra,-Werror -c examples/gpu.hip -o "$kdir/g-cuda.o"
 else
     echo "note  nvcc not found: NVIDIA compile checks not run"
 fi
 step compile-test-gpu "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -Wno-unknown-pragmas -c tests/test_gpu.c -o "$kdir/test_gpu.o"
+if [ -n "${HIPCC:-}" ]; then
+    wait "$amd_lane"
+    for arch in gfx90a gfx940; do collect "kernels-hip-$arch"; done
+fi
+if [ -n "${NVCC:-}" ]; then
+    wait "$nvidia_lane"
+    collect kernels-cuda-sm_90a
+    collect kernels-cuda-sm_90
+fi
 
 # 5. the GPU tests, when there is a GPU
 if [ "${GPU:-none}" != none ]; then
