@@ -1256,7 +1256,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * and group of up to 64 heads, the tensor-core decode kernel on sm_90 for bf16 q (16-byte
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
  * 16, and 8 bytes of padding after an odd block size's last scales, which the default
- * stride has) or both bf16 rows, a portable kernel otherwise. The device arrays are not read on
+ * stride has) or both bf16 rows, a portable kernel otherwise. AMD builds run the same cases on
+ * the matrix-core (MFMA) decode kernel (MODEL1 pages there need no padding: the scale bytes
+ * are read one by one). The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
 /* Workspace of the GPU attention with num_splits > 1, from num_tokens, num_heads and

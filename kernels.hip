@@ -122,7 +122,7 @@ struct DecodeParams {
 // (portable kernel: each row dequantised to fp32 in shared memory).
 constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101, kV4Model1 = 102, kV4Bf16 = 103, kV4Any = 104;
 constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES;
-constexpr int kV4D = AITER_MLA_V4_HEAD_DIM;
+constexpr int kV4D = AITER_MLA_V4_HEAD_DIM, kV4Nope = AITER_MLA_V4_NOPE_DIM;
 __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn || kvt == kDsMlaFnuz; }
 __host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
 // Dims of q . k: 576 for MLA decode and V3.2, 512 for V4 (V is the first 512 either way).
@@ -465,13 +465,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 // ==== dense decode: matrix-core path (AMD MFMA) ============================================
 // Same plan, pieces and output conventions as the portable path, for 16-bit q (bf16 or f16,
 // 16-byte rows) over a cache of q's type or per-tensor fp8 (widened exactly to q's type: e4m3
-// fits both), and for sparse attention over bf16 or fp8_ds_mla rows (store_ds_rows). A block
-// of 256 threads (4 waves of 64) takes 16 (token, head) rows per pass and streams the piece's
-// keys in tiles of 32; the next tile's 16-byte loads are in flight in registers while this
-// one is computed. Per tile: S = Q K^T (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of
-// the 576 dims, its Q fragments held in registers for the pass; the halves summed by the
-// softmax), an online softmax (16 threads a row), O += P V (wave w: latent dims 128 w .. +
-// 128, fp32 in registers).
+// fits both), for sparse attention over bf16 or fp8_ds_mla rows, and for V4 attention over
+// bf16 rows or MODEL1 pages (store_scaled_rows). A block of 256 threads (4 waves of 64)
+// streams the piece's keys in tiles of 32; the next tile's 16-byte loads are in flight in
+// registers while this one is computed. Query tiles of up to 16 (token, head) rows take
+// passes of 16 rows; per tile: S = Q K^T (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of
+// the 576 (V4: 512) dims, its Q fragments held in registers for the pass; the halves summed
+// by the softmax), an online softmax (16 threads a row), O += P V (wave w: latent dims 128 w
+// .. + 128, fp32 in registers). Larger tiles take passes of 64, a wave's 16 rows as the
+// prefill's (wave_rows_tile), so that a key tile serves 64 rows.
 // The one tile operation is a wave's 16x16x16 product (wave_mma): v_mfma_f32_16x16x16bf16_1k
 // or _f16 on gfx90a, gfx94x and gfx950; on other targets the same product from shared memory
 // (correct, slow). NVIDIA builds with AITER_MLA_MFMA_EMULATE take these kernels (and the
@@ -489,7 +491,6 @@ constexpr int kThreads = 256, kWaves = kThreads / kWave;
 constexpr int kM = 16, kN = 32;              // (token, head) rows per pass, keys per tile
 constexpr int kPitch = kD * 2 + 16;          // bytes of a 16-bit key row in shared memory
 constexpr int kPPitch = kN * 2 + 16;         // bytes of a P row
-constexpr int kPairs = kD / 32 / 2;          // 32-dim blocks of q . k in each half of the dims: 9
 constexpr int kDimsPerWave = kL / kWaves;    // 128: 8 column tiles of 16
 static_assert(kWaves == 4 && kN == 32, "the S split assumes two key tiles of 16 and two dim halves");
 
@@ -500,10 +501,24 @@ struct Frag { // four 16-bit values: k-slots 4 (lane / 16) + 0..3
 struct Acc { // fp32 rows 4 (lane / 16) + 0..3 of column lane % 16
     float v[4];
 };
-// The emulated product's operands: every thread's A and B fragments.
+// The emulated product's operands: every thread's A and B fragments, in the kernel's shared
+// memory (wave_scratch); none where MFMA is native.
 struct WaveScratch {
     Frag a[kThreads], b[kThreads];
 };
+__device__ __forceinline__ WaveScratch *wave_scratch() {
+#ifdef AITER_MLA_MFMA_NATIVE
+    return nullptr;
+#else
+    __shared__ WaveScratch scratch;
+    return &scratch;
+#endif
+}
+
+// Marks a lambda handed to a walk (for_each_piece, for_each_key_tile, for_each_prefill_unit)
+// to be inlined always: hipcc called the 64-row decode's tile body out of line, its O
+// accumulators (512 bytes a lane) passed by reference through scratch memory.
+#define AITER_MLA__INLINE_BODY __attribute__((always_inline))
 
 template <int QT>
 __device__ __forceinline__ float half_f32(uint32_t h) {
@@ -562,15 +577,16 @@ AITER_MLA__WAVE_MMA void wave_mma(Acc &d, Frag a, Frag b, WaveScratch *x) {
 #endif
 }
 
-// Eight e4m3 values (ET, in two words) as eight of the 16-bit type QT, exactly.
+// Eight e4m3 values (ET, in two words) times scale, each rounded once to the 16-bit type QT
+// (with the default scale of 1 exactly: e4m3 fits both types).
 template <int ET, int QT>
-__device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi) {
+__device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi, float scale = 1.0f) {
     uint32_t h[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const uint32_t bytes = (k < 2 ? lo : hi) >> (16 * (k & 1));
-        h[k] = f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)bytes, (aiter_mla_dtype)ET)) |
-               f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), (aiter_mla_dtype)ET)) << 16;
+        h[k] = f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)bytes, (aiter_mla_dtype)ET) * scale) |
+               f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), (aiter_mla_dtype)ET) * scale) << 16;
     }
     return make_uint4(h[0], h[1], h[2], h[3]);
 }
@@ -614,176 +630,315 @@ __device__ __forceinline__ void store_rows(unsigned char *dst, const uint4 (&buf
     }
 }
 
-// fp8_ds_mla rows (656 bytes: 512 e4m3 in groups of 128 with an fp32 scale each, the 4
-// scales, 64 bf16 rope values) into 16-bit rows as store_rows does: each e4m3 value times its
-// group's scale, rounded once to bf16 (as the warpgroup kernel widens them), the rope values
-// copied. A chunk's scale is read from its row (rows: the tile's rows, NULL: absent).
+// A tile's keys as its copies need them: each key's row (NULL: absent) and, for V4's MODEL1
+// pages, the row's 8 scale bytes and its e4m3 flavour (V4 lists may differ on gfx942).
+struct TileKeys {
+    const unsigned char *row[kN], *scales[kN];
+    bool fnuz[kN];
+};
+
+// Rows of e4m3 values in scaled groups, then bf16 rope values: fp8_ds_mla (656 bytes: 512
+// e4m3 in groups of 128, their 4 fp32 scales, 64 bf16) and V4's MODEL1 (576 bytes: 448 e4m3
+// in groups of 64, 64 bf16; the UE8M0 scale bytes lie in the page's scale block). They land
+// in 16-bit rows as store_rows does: each e4m3 value times its group's scale, rounded once to
+// bf16 (as the warpgroup kernels widen them), the rope copied. load_scales loads each e4m3
+// chunk's scale beside its load_rows, so that store_scaled_rows waits on no load of its own.
 template <int KVT>
-__device__ __forceinline__ void store_ds_rows(unsigned char *dst, const uint4 (&buf)[Chunks<kDsRow>::loads],
-                                              const unsigned char *const *rows, int tid) {
-    using C = Chunks<kDsRow>;
-    constexpr aiter_mla_dtype kF8 = KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ;
-    constexpr int kLatentChunks = kL / 16; // 32; then one chunk of scales, then 8 of rope
+struct ScaledRow {
+    static constexpr bool ds = is_ds_mla(KVT);
+    static constexpr int e4m3_chunks = (ds ? kL : kV4Nope) / 16;          // 16 values each
+    static constexpr int rope_chunk = ds ? e4m3_chunks + 1 : e4m3_chunks; // ds_mla: after the scales
+    static constexpr int chunks_per_scale = (ds ? 128 : 64) / 16;
+    using C = Chunks<cache_row_bytes(KVT)>;
+};
+template <int KVT>
+__device__ __forceinline__ void load_scales(float (&scale)[ScaledRow<KVT>::C::loads], const TileKeys &t, int tid) {
+    using R = ScaledRow<KVT>;
+    using C = typename R::C;
+#pragma unroll
+    for (int i = 0; i < C::loads; i++) {
+        const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row, group = part / R::chunks_per_scale;
+        if (c < C::count && part < R::e4m3_chunks) {
+            const unsigned char *row = t.row[j];
+            if constexpr (R::ds) scale[i] = row ? *reinterpret_cast<const float *>(row + kL + 4 * group) : 0.0f;
+            else scale[i] = row ? aiter_mla__ue8m0_to_f32(t.scales[j][group]) : 0.0f;
+        }
+    }
+}
+template <int KVT>
+__device__ __forceinline__ void store_scaled_rows(unsigned char *dst, const uint4 (&buf)[ScaledRow<KVT>::C::loads],
+                                                  const float (&scale)[ScaledRow<KVT>::C::loads], const TileKeys &t, int tid) {
+    using R = ScaledRow<KVT>;
+    using C = typename R::C;
+    constexpr int kFn = AITER_MLA_FP8_E4M3FN, kFnuz = AITER_MLA_FP8_E4M3FNUZ;
 #pragma unroll
     for (int i = 0; i < C::loads; i++) {
         const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row;
-        if (c < C::count && part < kLatentChunks) {
-            const unsigned char *row = rows[j];
-            const float scale = row ? *reinterpret_cast<const float *>(row + kL + 4 * (part / 8)) : 0.0f;
-            const uint32_t w[4] = {buf[i].x, buf[i].y, buf[i].z, buf[i].w};
-            uint32_t h[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const uint32_t bytes = w[k / 2] >> (16 * (k & 1));
-                h[k] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)bytes, kF8) * scale) |
-                       (uint32_t)aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), kF8) * scale) << 16;
-            }
+        if (c < C::count && part < R::e4m3_chunks) {
             uint4 *out = reinterpret_cast<uint4 *>(dst + j * kPitch + part * 32);
-            out[0] = make_uint4(h[0], h[1], h[2], h[3]);
-            out[1] = make_uint4(h[4], h[5], h[6], h[7]);
-        } else if (c < C::count && part > kLatentChunks) {
-            *reinterpret_cast<uint4 *>(dst + j * kPitch + kL * 2 + (part - kLatentChunks - 1) * 16) = buf[i];
+            const bool fnuz = R::ds ? KVT == kDsMlaFnuz : t.fnuz[j];
+            out[0] = fnuz ? widen8<kFnuz, AITER_MLA_BF16>(buf[i].x, buf[i].y, scale[i]) : widen8<kFn, AITER_MLA_BF16>(buf[i].x, buf[i].y, scale[i]);
+            out[1] = fnuz ? widen8<kFnuz, AITER_MLA_BF16>(buf[i].z, buf[i].w, scale[i]) : widen8<kFn, AITER_MLA_BF16>(buf[i].z, buf[i].w, scale[i]);
+        } else if (c < C::count && part >= R::rope_chunk) {
+            *reinterpret_cast<uint4 *>(dst + j * kPitch + R::e4m3_chunks * 32 + (part - R::rope_chunk) * 16) = buf[i];
+        }
+    }
+}
+// A piece's key tiles in turn: each lands in k_s as 16-bit rows of q's type QT (fp8,
+// fp8_ds_mla and MODEL1 widened) while the next one's 16-byte loads go into registers; then
+// body(cur, k0, nk) runs (keys k0 .. k0 + nk of the piece; keys_s[cur].row[j]: key j's row,
+// NULL where absent) and the block meets before the next tile is stored.
+template <int KVT, int QT, typename Body>
+__device__ __forceinline__ void for_each_key_tile(const DecodeParams &p, const Piece &pc, unsigned char *k_s, TileKeys (&keys_s)[2],
+                                                  int tid, Body &&body) {
+    constexpr bool kScaled = is_ds_mla(KVT) || KVT == kV4Model1;
+    const int64_t n = pc.n;
+    uint4 buf[Chunks<cache_row_bytes(KVT)>::loads];
+    float scale[Chunks<cache_row_bytes(KVT)>::loads]; // scaled rows: each e4m3 chunk's scale
+    auto look_up = [&](TileKeys &t, int64_t j) { // threads tid < kN: key j of the piece
+        const KeyRef k = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j));
+        t.row[tid] = k.row;
+        if constexpr (KVT == kV4Model1) {
+            t.scales[tid] = k.row ? k.scales + (k.kind & kKindOddScales ? 8 : 0) : nullptr;
+            t.fnuz[tid] = (k.kind & kKindFnuz) != 0;
+        }
+    };
+    auto load_tile = [&](const TileKeys &t) {
+        load_rows<cache_row_bytes(KVT)>(buf, [&](int j) { return t.row[j]; }, tid);
+        if constexpr (kScaled) load_scales<KVT>(scale, t, tid);
+    };
+    if (tid < kN) look_up(keys_s[0], tid);
+    __syncthreads();
+    if (n > 0) load_tile(keys_s[0]);
+    int cur = 0;
+    for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
+        if constexpr (kScaled) store_scaled_rows<KVT>(k_s, buf, scale, keys_s[cur], tid);
+        else store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
+        if (tid < kN) look_up(keys_s[cur ^ 1], k0 + kN + tid);
+        __syncthreads();
+        if (k0 + kN < n) load_tile(keys_s[cur ^ 1]);
+        body(cur, k0, (int)min((int64_t)kN, n - k0));
+        __syncthreads(); // k_s and keys_s[cur] are refilled next
+    }
+}
+
+// One row's online-softmax step over a key tile of 32 scores that lie two to a lane on 16
+// consecutive lanes (log2 units, -inf where masked): e becomes the row's probabilities, m and
+// l its running max and sum; returns the factor by which the row's O is rescaled.
+__device__ __forceinline__ float softmax_step16(float (&e)[2], float &m, float &l) {
+    float mx = fmaxf(m, fmaxf(e[0], e[1]));
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
+    const bool none = mx == neg_inf();
+    const float alpha = none ? 1.0f : exp2f(m - mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        e[t] = none ? 0.0f : exp2f(e[t] - mx);
+        sum += e[t];
+    }
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
+    l = l * alpha + sum;
+    m = mx;
+    return alpha;
+}
+
+// O = alpha O + P V for one wave over a tile of 32 keys: alpha[i] the rescale of the lane's O
+// rows 4 (lane / 16) + i, P's 16 rows in QT (pw, rows of kPPitch bytes), VT column tiles of 16
+// of V (v: column 0 of key 0, rows of VP bytes, tile j 32 bytes on). A column tile is
+// rescaled just before its products, so that only its 4 values leave the accumulators at a
+// time (a rescale of all of O at once kept 128 values a lane live in the 64-row decode, which
+// then spilled). B's fragment gathers a column's 4 keys from 4 rows.
+template <int QT, int VT, int VP>
+__device__ __forceinline__ void wave_pv(Acc (&o)[VT], const float (&alpha)[4], const unsigned char *pw, const unsigned char *v,
+                                        WaveScratch *x) {
+    const int lane = threadIdx.x % kWave, g = lane / 16, c16 = lane % 16;
+    uint2 pa[kN / 16];
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ks++) pa[ks] = *reinterpret_cast<const uint2 *>(pw + c16 * kPPitch + (16 * ks + 4 * g) * 2);
+#pragma unroll
+    for (int j = 0; j < VT; j++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[j].v[i] *= alpha[i];
+#pragma unroll
+        for (int ks = 0; ks < kN / 16; ks++) {
+            const unsigned char *vj = v + (16 * ks + 4 * g) * VP + c16 * 2 + j * 32;
+            const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + VP),
+                           b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * VP), b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * VP);
+            wave_mma<QT>(o[j], Frag{pa[ks].x, pa[ks].y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
         }
     }
 }
 
-template <int KVT, int QT>
+// One key tile for the 16 rows of a wave (rows 4 (lane / 16) + i of its S and O fragments):
+// S = Q K^T over the 32-dim blocks of Q's fragments qf (K rows of KP bytes), the online
+// softmax in registers (valid(i, j): key j of the tile counts for row 4 (lane / 16) + i;
+// scale: into log2 units; a row's 32 scores lie on 16 lanes), P through the wave's rows pw in
+// shared memory into the A layout, O += P V over VT column tiles of 16 (V rows of VP bytes).
+// A lane's O rows are its S rows, so it rescales them itself. Meets once at a block barrier.
+template <int QT, int QB, int VT, int KP, int VP, typename Valid>
+__device__ __forceinline__ void wave_rows_tile(const uint4 (&qf)[QB], const unsigned char *k_s, const unsigned char *v_s, unsigned char *pw,
+                                               float scale, Valid &&valid, float (&m)[4], float (&l)[4], Acc (&o)[VT], WaveScratch *x) {
+    const int lane = threadIdx.x % kWave, g = lane / 16, c16 = lane % 16;
+    Acc sc[2] = {}; // keys 16 t + c16
+#pragma unroll
+    for (int b = 0; b < QB; b++)
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const uint4 kf = *reinterpret_cast<const uint4 *>(k_s + (16 * t + c16) * KP + (32 * b + 8 * g) * 2);
+            wave_mma<QT>(sc[t], Frag{qf[b].x, qf[b].y}, Frag{kf.x, kf.y}, x);
+            wave_mma<QT>(sc[t], Frag{qf[b].z, qf[b].w}, Frag{kf.z, kf.w}, x);
+        }
+    float alpha[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) { // online softmax (log2 domain) of row 4 g + i
+        float e[2];
+#pragma unroll
+        for (int t = 0; t < 2; t++) e[t] = valid(i, 16 * t + c16) ? sc[t].v[i] * scale : neg_inf();
+        alpha[i] = softmax_step16(e, m[i], l[i]);
+#pragma unroll
+        for (int t = 0; t < 2; t++) *reinterpret_cast<uint16_t *>(pw + (4 * g + i) * kPPitch + (16 * t + c16) * 2) = (uint16_t)f32_half<QT>(e[t]);
+    }
+    __syncthreads(); // P in the A layout: other lanes' stores
+    wave_pv<QT, VT, VP>(o, alpha, pw, v_s, x);
+}
+
+// One value of a decode's o (bf16, f16 or f32, as the wrapper allows), without the fp8 cases
+// of aiter_mla_store_f32.
+__device__ __forceinline__ void store_o(void *o, int64_t i, aiter_mla_dtype t, float x) {
+    if (t == AITER_MLA_F32) static_cast<float *>(o)[i] = x;
+    else static_cast<uint16_t *>(o)[i] = t == AITER_MLA_BF16 ? aiter_mla_f32_to_bf16(x) : aiter_mla_f32_to_f16(x);
+}
+
+// M = 16 rows a pass (query tiles of up to 16 rows): the waves split S by key tile and half
+// of the dims and O by latent dims, so that all four work on few rows. M = 64 (more rows):
+// each wave takes 16 rows through wave_rows_tile, and a tile's keys serve all 64.
+template <int KVT, int QT, int M>
 __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
     __shared__ __align__(16) unsigned char k_s[kN * kPitch]; // the key tile, 16-bit rows
-    __shared__ float s_s[2][kM][kN + 1];                     // S over each half of the dims
-    __shared__ __align__(16) unsigned char p_s[kM * kPPitch]; // P in q's type
+    __shared__ TileKeys keys_s[2];                            // this tile's keys, the next tile's
+    __shared__ __align__(16) unsigned char p_s[M == 16 ? 1 : kWaves][16 * kPPitch]; // P in q's type (M = 64: a wave's)
+    __shared__ float s_s[M == 16 ? 2 : 1][M == 16 ? kM : 1][kN + 1]; // M = 16: S over each half of the dims
     __shared__ float alpha_s[kM], inv_s[kM];
     __shared__ long long at_s[kM];
-    __shared__ const unsigned char *rows_s[2][kN];            // this tile's key rows, the next tile's
-#ifdef AITER_MLA_MFMA_NATIVE
-    WaveScratch *const x = nullptr;
-#else
-    __shared__ WaveScratch scratch;
-    WaveScratch *const x = &scratch;
-#endif
+    WaveScratch *const x = wave_scratch();
+    constexpr int kQK = qk_dims(KVT), kPairs = kQK / 64; // dims of q . k; 32-dim blocks in each half of them
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
-    const int half = wave >> 1, key16 = (wave & 1) * 16;
-    const int sr = tid / 16, sk = 2 * (tid % 16); // softmax: row sr, keys sk and sk + 1
-    for_each_piece(p, [&](const Piece &pc) {
-        const int64_t n = pc.n;
-        for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
-            const int nr = min(kM, pc.re - r0);
-            // Q fragments: row c16, dims 32 b + 8 g .. + 8 of each block b of this wave's half;
-            // the first four serve one k-step, the rest the next (q . k in any order of dims)
-            uint4 qf[kPairs];
-            {
-                const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
-                                                                 (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
+    for_each_piece(p, [&](const Piece &pc) AITER_MLA__INLINE_BODY {
+        for (int r0 = pc.rb; r0 < pc.re; r0 += M) {
+            const int nr = min(M, pc.re - r0);
+            if constexpr (M == 64) {
+                // Q fragments: row 16 wave + c16, dims 32 b + 8 g .. + 8 of each block b (two k-steps)
+                const int qr = 16 * wave + c16;
+                uint4 qf[kQK / 32];
+                {
+                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) + (qr < nr ? row_q_offset(a, pc, r0 + qr) : 0));
 #pragma unroll
-                for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
-            }
-            const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
-            float m = neg_inf(), l = 0.0f;
-            Acc o[kDimsPerWave / 16] = {};
-            uint4 buf[Chunks<cache_row_bytes(KVT)>::loads];
-            auto load_tile = [&](const unsigned char *const *rows) {
-                load_rows<cache_row_bytes(KVT)>(buf, [&](int j) { return rows[j]; }, tid);
-            };
-            if (tid < kN) rows_s[0][tid] = key_ref<KVT>(p, pc, tid, key_entry<KVT>(p, pc, tid)).row;
-            __syncthreads();
-            if (n > 0) load_tile(rows_s[0]);
-            int cur = 0;
-            for (int64_t k0 = 0; k0 < n; k0 += kN, cur ^= 1) {
-                const int nk = (int)min((int64_t)kN, n - k0);
-                if constexpr (is_ds_mla(KVT)) store_ds_rows<KVT>(k_s, buf, rows_s[cur], tid);
-                else store_rows<cache_row_bytes(KVT), KVT, QT, kPitch>(k_s, buf, tid);
-                if (tid < kN) {
-                    const int64_t j = k0 + kN + tid;
-                    rows_s[cur ^ 1][tid] = key_ref<KVT>(p, pc, j, key_entry<KVT>(p, pc, j)).row;
+                    for (int b = 0; b < kQK / 32; b++) qf[b] = qr < nr ? q[b * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
                 }
-                __syncthreads();
-                if (k0 + kN < n) load_tile(rows_s[cur ^ 1]);
-                { // S of keys key16 .. + 16 over this wave's half of the dims
-                    Acc s = {};
-                    const unsigned char *krow = k_s + (key16 + c16) * kPitch;
+                long long lim[4];
+                float m[4], l[4];
 #pragma unroll
-                    for (int i = 0; i < kPairs; i++) {
-                        const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
-                        wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
-                        wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
-                    }
-#pragma unroll
-                    for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
+                for (int i = 0; i < 4; i++) {
+                    const int r = 16 * wave + 4 * g + i;
+                    lim[i] = r < nr ? row_key_limit(pc, r0 + r, a.num_heads) : -1;
+                    m[i] = neg_inf();
+                    l[i] = 0.0f;
                 }
-                __syncthreads();
-                { // online softmax (log2 domain): 16 threads a row
-                    float e[2], mx = m;
+                Acc o[kL / 16] = {};
+                for_each_key_tile<KVT, QT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
+                    wave_rows_tile<QT, kQK / 32, kL / 16, kPitch, kPitch>(
+                        qf, k_s, k_s, p_s[M == 16 ? 0 : wave], p.score_scale,
+                        [&](int i, int j) { return keys_s[cur].row[j] && j <= tile_key_limit(pc, lim[i], k0, nk); }, m, l, o, x);
+                });
 #pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        const int c = sk + j;
-                        const bool ok = rows_s[cur][c] && c <= tile_key_limit(pc, lim, k0, nk);
-                        e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
-                        mx = fmaxf(mx, e[j]);
-                    }
+                for (int i = 0; i < 4; i++) {
+                    const int r = 16 * wave + 4 * g + i;
+                    if (r < nr) {
+                        float inv;
+                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv);
+                        // a small body, so that the 128 stores unroll: O indexed by a loop
+                        // counter would keep all of it in scratch memory
 #pragma unroll
-                    for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
-                    const bool none = mx == neg_inf();
-                    const float alpha = none ? 1.0f : exp2f(m - mx);
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        e[j] = none ? 0.0f : exp2f(e[j] - mx);
-                        sum += e[j];
-                    }
-#pragma unroll
-                    for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
-                    l = l * alpha + sum;
-                    m = mx;
-                    *reinterpret_cast<uint32_t *>(p_s + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
-                    if (sk == 0) alpha_s[sr] = alpha;
-                }
-                __syncthreads();
-                { // O += P V: V is the first 512 dims of the tile's rows
-                    float al[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
-#pragma unroll
-                    for (int j = 0; j < kDimsPerWave / 16; j++)
-#pragma unroll
-                        for (int i = 0; i < 4; i++) o[j].v[i] *= al[i];
-#pragma unroll
-                    for (int ks = 0; ks < kN / 16; ks++) {
-                        const uint2 pa = *reinterpret_cast<const uint2 *>(p_s + c16 * kPPitch + (ks * 16 + 4 * g) * 2);
-                        const unsigned char *v = k_s + (ks * 16 + 4 * g) * kPitch + (wave * kDimsPerWave + c16) * 2;
-#pragma unroll
-                        for (int j = 0; j < kDimsPerWave / 16; j++) {
-                            const unsigned char *vj = v + j * 32;
-                            const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kPitch),
-                                           b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kPitch),
-                                           b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kPitch);
-                            wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
+                        for (int j = 0; j < kL / 16; j++) {
+                            if (pc.loc < 0) store_o(a.o, at + 16 * j + c16, a.o_dtype, o[j].v[i] * inv);
+                            else p.part_o[at + 16 * j + c16] = o[j].v[i] * inv;
                         }
                     }
                 }
-                __syncthreads(); // k_s, p_s and rows_s[cur] are refilled next
-            }
-            if (sk == 0 && sr < nr) {
-                float inv;
-                at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
-                inv_s[sr] = inv;
-            }
-            __syncthreads();
+            } else {
+                const int half = wave >> 1, key16 = (wave & 1) * 16;
+                const int sr = tid / 16, sk = 2 * (tid % 16); // softmax: row sr, keys sk and sk + 1
+                // Q fragments: row c16, dims 32 b + 8 g .. + 8 of each block b of this wave's half;
+                // the first four serve one k-step, the rest the next (q . k in any order of dims)
+                uint4 qf[kPairs];
+                {
+                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
+                                                                     (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = 4 * g + i;
-                if (row < nr) {
-                    const float inv = inv_s[row];
-                    const long long at = at_s[row];
+                    for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
+                }
+                const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
+                float m = neg_inf(), l = 0.0f;
+                Acc o[kDimsPerWave / 16] = {};
+                for_each_key_tile<KVT, QT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
+                    { // S of keys key16 .. + 16 over this wave's half of the dims
+                        Acc s = {};
+                        const unsigned char *krow = k_s + (key16 + c16) * kPitch;
 #pragma unroll
-                    for (int j = 0; j < kDimsPerWave / 16; j++) {
-                        const int d = wave * kDimsPerWave + j * 16 + c16;
-                        if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
-                        else p.part_o[at + d] = o[j].v[i] * inv;
+                        for (int i = 0; i < kPairs; i++) {
+                            const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
+                            wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
+                            wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
+                        }
+#pragma unroll
+                        for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
+                    }
+                    __syncthreads();
+                    { // online softmax (log2 domain): 16 threads a row
+                        float e[2];
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            const int c = sk + j;
+                            const bool ok = keys_s[cur].row[c] && c <= tile_key_limit(pc, lim, k0, nk);
+                            e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
+                        }
+                        const float alpha = softmax_step16(e, m, l);
+                        *reinterpret_cast<uint32_t *>(p_s[0] + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
+                        if (sk == 0) alpha_s[sr] = alpha;
+                    }
+                    __syncthreads();
+                    { // O = alpha O + P V: V is the first 512 dims of the tile's rows
+                        float al[4];
+#pragma unroll
+                        for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
+                        wave_pv<QT, kDimsPerWave / 16, kPitch>(o, al, p_s[0], k_s + wave * kDimsPerWave * 2, x);
+                    }
+                });
+                if (sk == 0 && sr < nr) {
+                    float inv;
+                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
+                    inv_s[sr] = inv;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = 4 * g + i;
+                    if (row < nr) {
+                        const float inv = inv_s[row];
+                        const long long at = at_s[row];
+#pragma unroll
+                        for (int j = 0; j < kDimsPerWave / 16; j++) {
+                            const int d = wave * kDimsPerWave + j * 16 + c16;
+                            if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
+                            else p.part_o[at + d] = o[j].v[i] * inv;
+                        }
                     }
                 }
             }
-            __syncthreads(); // inv_s, at_s and rows_s are refilled by the next pass
+            __syncthreads(); // inv_s, at_s and keys_s are refilled by the next pass
         }
     });
 }
@@ -857,7 +1012,6 @@ constexpr int kSmemLimit = 227 * 1024;
 // The 64-row variant is one group of 16 warps (its accumulators would not fit twice).
 // Ring row bytes of a cache format: its row for the byte rings (widened afterwards; MODEL1:
 // the row, then its 8 scale bytes), 0 for bf16 rows (copied straight into padded rows).
-constexpr int kV4Nope = AITER_MLA_V4_NOPE_DIM;
 __host__ __device__ constexpr int ring_pitch(int kvt) {
     return kvt == AITER_MLA_BF16 || kvt == kV4Bf16 ? 0 : kvt == kV4Model1 ? AITER_MLA_V4_ROW_BYTES + 16 : cache_row_bytes(kvt);
 }
@@ -3379,16 +3533,11 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
     __shared__ __align__(16) unsigned char k_s[kN * kKPitch];
     __shared__ __align__(16) unsigned char v_s[kN * kVPitch];
     __shared__ __align__(16) unsigned char p_s[kWaves][16 * kPPitch]; // each wave's P
-#ifdef AITER_MLA_MFMA_NATIVE
-    WaveScratch *const x = nullptr;
-#else
-    __shared__ WaveScratch scratch;
-    WaveScratch *const x = &scratch;
-#endif
+    WaveScratch *const x = wave_scratch();
     const aiter_mla_prefill_args &a = p.a;
     const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
     unsigned char *const pw = p_s[wave];
-    for_each_prefill_unit<kPfM>(p, [&](const PrefillUnit &u, int prow0) {
+    for_each_prefill_unit<kPfM>(p, [&](const PrefillUnit &u, int prow0) AITER_MLA__INLINE_BODY {
         const int rows = u.r1 - u.r0, jend = max(u.j0, u.limit(u.r1 - 1, a.causal));
         // Q fragments: row 16 wave + c16, dims 32 b + 8 g .. + 8 of each block b (two k-steps)
         uint4 qf[kQPairs];
@@ -3435,55 +3584,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
             store_rows<DV * kEsz, ET, QT, kVPitch>(v_s, vbuf, tid);
             __syncthreads();
             if (kb + kN < jend) load_tile(kb + kN);
-            Acc sc[2] = {}; // keys kb + 16 t + c16 of rows 4 g + i
-#pragma unroll
-            for (int b = 0; b < kQPairs; b++)
-#pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    const uint4 kf = *reinterpret_cast<const uint4 *>(k_s + (16 * t + c16) * kKPitch + (32 * b + 8 * g) * 2);
-                    wave_mma<QT>(sc[t], Frag{qf[b].x, qf[b].y}, Frag{kf.x, kf.y}, x);
-                    wave_mma<QT>(sc[t], Frag{qf[b].z, qf[b].w}, Frag{kf.z, kf.w}, x);
-                }
-#pragma unroll
-            for (int i = 0; i < 4; i++) { // online softmax (log2 domain) of row 4 g + i
-                float e[2], mx = m[i];
-#pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    e[t] = kb + 16 * t + c16 < lim[i] ? sc[t].v[i] * p.score_scale : neg_inf();
-                    mx = fmaxf(mx, e[t]);
-                }
-#pragma unroll
-                for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
-                const bool none = mx == neg_inf();
-                const float alpha = none ? 1.0f : exp2f(m[i] - mx);
-                float sum = 0.0f;
-#pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    e[t] = none ? 0.0f : exp2f(e[t] - mx);
-                    sum += e[t];
-                    *reinterpret_cast<uint16_t *>(pw + (4 * g + i) * kPPitch + (16 * t + c16) * 2) = (uint16_t)f32_half<QT>(e[t]);
-                }
-#pragma unroll
-                for (int off = 1; off < 16; off <<= 1) sum += aiter_mla__shfl_xor(sum, off);
-                l[i] = l[i] * alpha + sum;
-                m[i] = mx;
-#pragma unroll
-                for (int j = 0; j < kVTiles; j++) o[j].v[i] *= alpha;
-            }
-            __syncthreads(); // P in the A layout: other lanes' stores
-#pragma unroll
-            for (int ks = 0; ks < kN / 16; ks++) {
-                const uint2 pa = *reinterpret_cast<const uint2 *>(pw + c16 * kPPitch + (16 * ks + 4 * g) * 2);
-                const unsigned char *v = v_s + (16 * ks + 4 * g) * kVPitch + c16 * 2;
-#pragma unroll
-                for (int j = 0; j < kVTiles; j++) {
-                    const unsigned char *vj = v + j * 32;
-                    const uint32_t b0 = *reinterpret_cast<const uint16_t *>(vj), b1 = *reinterpret_cast<const uint16_t *>(vj + kVPitch),
-                                   b2 = *reinterpret_cast<const uint16_t *>(vj + 2 * kVPitch),
-                                   b3 = *reinterpret_cast<const uint16_t *>(vj + 3 * kVPitch);
-                    wave_mma<QT>(o[j], Frag{pa.x, pa.y}, Frag{b0 | b1 << 16, b2 | b3 << 16}, x);
-                }
-            }
+            wave_rows_tile<QT, kQPairs, kVTiles, kKPitch, kVPitch>(qf, k_s, v_s, pw, p.score_scale,
+                                                                   [&](int i, int j) { return kb + j < lim[i]; }, m, l, o, x);
             __syncthreads(); // k_s, v_s and P are refilled next
         }
 #pragma unroll
@@ -5308,9 +5410,21 @@ static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_tok
     return (dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16) && ((uintptr_t)q & 15) == 0 && stride_token % 8 == 0 &&
            stride_head % 8 == 0;
 }
+// Passes of 16 rows when a query tile has at most 16, else of 64 (each key tile read once for
+// them) for a bf16 q over bf16, fp8_ds_mla or V4 rows (the many-head shapes of DeepSeek's
+// decode); the other formats keep passes of 16 (each 64-row instance adds about a minute to
+// an AMD build).
 template <int KVT, int QT>
-static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    mfma::decode_mfma_kernel<KVT, QT><<<grid, mfma::kThreads, 0, s>>>(p);
+static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
+    constexpr bool kWide = QT == AITER_MLA_BF16 && (KVT == AITER_MLA_BF16 || is_ds_mla(KVT) || KVT == kV4Model1 || KVT == kV4Bf16);
+    if constexpr (kWide) {
+        if (tile_rows > 16) {
+            mfma::decode_mfma_kernel<KVT, QT, 64><<<grid, mfma::kThreads, 0, s>>>(p);
+            return;
+        }
+    }
+    (void)tile_rows;
+    mfma::decode_mfma_kernel<KVT, QT, 16><<<grid, mfma::kThreads, 0, s>>>(p);
 }
 #endif
 
@@ -5337,14 +5451,17 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || kv_fp8)) {
         launched = true;
         const bool f16 = a->q_dtype == AITER_MLA_F16;
+        const int rows = info->tokens_per_tile * a->num_heads;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p); break;
-        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p); break;
+        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, rows); break;
+        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p, rows); break;
         case AITER_MLA_FP8_E4M3FN:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p);
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p, rows)
+                : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p, rows);
             break;
         default:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p) : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p);
+            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p, rows)
+                : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p, rows);
             break;
         }
     }
@@ -5627,9 +5744,9 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
-        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p);
-        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p);
-        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p);
+        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         launched = true;
     }
 #elif defined(AITER_MLA_HAS_MMA)
@@ -5685,16 +5802,27 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     }
     const unsigned splits = (unsigned)p.v4_splits;
     bool launched = false;
-#ifdef AITER_MLA_HAS_MMA
-    // tensor cores: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
+#if defined(AITER_MLA_HAS_MFMA) || defined(AITER_MLA_HAS_MMA)
+    // matrix units: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
     const aiter_mla_v4_keys *k1 = a->extra_keys.indices ? &a->extra_keys : &a->keys;
+    auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
+    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
+#endif
+#if defined(AITER_MLA_HAS_MFMA)
+    auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
+    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
+        p.rows_per_block = H <= 16 ? 16 : 64;
+        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+        if (a->keys.rows) launch_mfma<kV4Bf16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        else launch_mfma<kV4Model1, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+        launched = true;
+    }
+#elif defined(AITER_MLA_HAS_MMA)
     // (the scale bytes are copied 16 at a time: an odd block size needs 8 bytes of page padding)
     auto model1 = [](const aiter_mla_v4_keys *k) {
         return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
                (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
     };
-    auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
-    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
