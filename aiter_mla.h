@@ -495,8 +495,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * e4m3fn keys in passes of up to 16 rows, widened to f16 with q rows scaled by powers of two
  * into f16's range and P rounded to f16 (finer than bf16 on [0, 1]). AMD builds take the
  * matrix-core (MFMA) kernel for a bf16 or f16 q (the same alignment) over a cache of q's type
- * or fp8, keys widened exactly to q's type and P rounded to it; an fp8 q runs the portable
- * kernel.
+ * or fp8, keys widened exactly to q's type and P rounded to it, and for an e4m3 q (8-byte
+ * aligned, strides multiples of 8) over a cache of the same flavour, both widened exactly to
+ * f16 and P rounded to f16; other fp8 q run the portable kernel.
  * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
  * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {

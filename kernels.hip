@@ -465,20 +465,21 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
 // ==== dense decode: matrix-core path (AMD MFMA) ============================================
 // Same plan, pieces and output conventions as the portable path, for 16-bit q (bf16 or f16,
 // 16-byte rows) over a cache of q's type or per-tensor fp8 (widened exactly to q's type: e4m3
-// fits both), for sparse attention over bf16 or fp8_ds_mla rows, and for V4 attention over
-// bf16 rows or MODEL1 pages (store_scaled_rows). A block of 256 threads (4 waves of 64)
-// streams the piece's keys in tiles of 32; the next tile's 16-byte loads are in flight in
-// registers while this one is computed. Query tiles of up to 16 (token, head) rows take
-// passes of 16 rows; per tile: S = Q K^T (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of
-// the 576 (V4: 512) dims, its Q fragments held in registers for the pass; the halves summed
-// by the softmax), an online softmax (16 threads a row), O += P V (wave w: latent dims 128 w
-// .. + 128, fp32 in registers). Larger tiles take passes of 64, a wave's 16 rows as the
-// prefill's (wave_rows_tile), so that a key tile serves 64 rows.
+// fits both), for e4m3 q over a cache of its flavour (both widened exactly to f16), for
+// sparse attention over bf16 or fp8_ds_mla rows, and for V4 attention over bf16 rows or
+// MODEL1 pages (store_scaled_rows). A block of 256 threads (4 waves of 64) streams the
+// piece's keys in tiles of 32; the next tile's 16-byte loads are in flight in registers while
+// this one is computed. Query tiles of up to 16 (token, head) rows take passes of 16 rows; per
+// tile: S = Q K^T (wave w: keys 16 (w & 1) .. + 16 over half w >> 1 of the 576 (V4: 512)
+// dims, its Q fragments held in registers for the pass; the halves summed by the softmax), an
+// online softmax (16 threads a row), O += P V (wave w: latent dims 128 w .. + 128, fp32 in
+// registers). Larger tiles take passes of 64, a wave's 16 rows as the prefill's
+// (wave_rows_tile), so that a key tile serves 64 rows.
 // The one tile operation is a wave's 16x16x16 product (wave_mma): v_mfma_f32_16x16x16bf16_1k
 // or _f16 on gfx90a, gfx94x and gfx950; on other targets the same product from shared memory
 // (correct, slow). NVIDIA builds with AITER_MLA_MFMA_EMULATE take these kernels (and the
 // prefill's below) in place of the mma ones, emulated: `make test-gpu-mfma` runs the decode,
-// sparse and prefill GPU tests on them.
+// sparse, V4 and prefill GPU tests on them.
 #if defined(__HIP_PLATFORM_AMD__) || defined(AITER_MLA_MFMA_EMULATE)
 #define AITER_MLA_HAS_MFMA 1
 #if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
@@ -589,6 +590,22 @@ __device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi, float scale = 
                f32_half<QT>(aiter_mla_fp8_to_f32((uint8_t)(bytes >> 8), (aiter_mla_dtype)ET) * scale) << 16;
     }
     return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// Eight dims of q from element `at` on as a fragment of the product type: 16-bit q as stored
+// (16-byte loads), e4m3 q (QT) widened exactly to f16 (8-byte loads).
+template <int QT>
+__device__ __forceinline__ uint4 q_frag(const void *q, int64_t at) {
+    if constexpr (QT == AITER_MLA_FP8_E4M3FN || QT == AITER_MLA_FP8_E4M3FNUZ) {
+        const uint2 w = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(q) + at);
+        return widen8<QT, AITER_MLA_F16>(w.x, w.y);
+    } else {
+        return *reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(q) + at);
+    }
+}
+// The product type of a q type: e4m3 q is widened to f16.
+__host__ __device__ constexpr int product_type(int qt) {
+    return qt == AITER_MLA_FP8_E4M3FN || qt == AITER_MLA_FP8_E4M3FNUZ ? (int)AITER_MLA_F16 : qt;
 }
 
 // A tile of kN rows as 16-byte chunks of their source bytes (SRC per row), thread tid taking
@@ -824,6 +841,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
     __shared__ long long at_s[kM];
     WaveScratch *const x = wave_scratch();
     constexpr int kQK = qk_dims(KVT), kPairs = kQK / 64; // dims of q . k; 32-dim blocks in each half of them
+    constexpr int PT = product_type(QT);                  // the products' 16-bit type
     const aiter_mla_decode_args &a = p.a;
     const int tid = threadIdx.x, wave = tid / kWave, lane = tid % kWave, g = lane / 16, c16 = lane % 16;
     for_each_piece(p, [&](const Piece &pc) AITER_MLA__INLINE_BODY {
@@ -834,9 +852,9 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                 const int qr = 16 * wave + c16;
                 uint4 qf[kQK / 32];
                 {
-                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) + (qr < nr ? row_q_offset(a, pc, r0 + qr) : 0));
+                    const int64_t q0 = qr < nr ? row_q_offset(a, pc, r0 + qr) : 0;
 #pragma unroll
-                    for (int b = 0; b < kQK / 32; b++) qf[b] = qr < nr ? q[b * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
+                    for (int b = 0; b < kQK / 32; b++) qf[b] = qr < nr ? q_frag<QT>(a.q, q0 + 32 * b + 8 * g) : make_uint4(0u, 0u, 0u, 0u);
                 }
                 long long lim[4];
                 float m[4], l[4];
@@ -848,8 +866,8 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                     l[i] = 0.0f;
                 }
                 Acc o[kL / 16] = {};
-                for_each_key_tile<KVT, QT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
-                    wave_rows_tile<QT, kQK / 32, kL / 16, kPitch, kPitch>(
+                for_each_key_tile<KVT, PT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
+                    wave_rows_tile<PT, kQK / 32, kL / 16, kPitch, kPitch>(
                         qf, k_s, k_s, p_s[M == 16 ? 0 : wave], p.score_scale,
                         [&](int i, int j) { return keys_s[cur].row[j] && j <= tile_key_limit(pc, lim[i], k0, nk); }, m, l, o, x);
                 });
@@ -875,23 +893,23 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                 // the first four serve one k-step, the rest the next (q . k in any order of dims)
                 uint4 qf[kPairs];
                 {
-                    const uint4 *q = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(a.q) +
-                                                                     (c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0));
+                    const int64_t q0 = c16 < nr ? row_q_offset(a, pc, r0 + c16) : 0;
 #pragma unroll
-                    for (int i = 0; i < kPairs; i++) qf[i] = c16 < nr ? q[(half * kPairs + i) * 4 + g] : make_uint4(0u, 0u, 0u, 0u);
+                    for (int i = 0; i < kPairs; i++)
+                        qf[i] = c16 < nr ? q_frag<QT>(a.q, q0 + (half * kPairs + i) * 32 + 8 * g) : make_uint4(0u, 0u, 0u, 0u);
                 }
                 const long long lim = sr < nr ? row_key_limit(pc, r0 + sr, a.num_heads) : -1;
                 float m = neg_inf(), l = 0.0f;
                 Acc o[kDimsPerWave / 16] = {};
-                for_each_key_tile<KVT, QT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
+                for_each_key_tile<KVT, PT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
                     { // S of keys key16 .. + 16 over this wave's half of the dims
                         Acc s = {};
                         const unsigned char *krow = k_s + (key16 + c16) * kPitch;
 #pragma unroll
                         for (int i = 0; i < kPairs; i++) {
                             const uint4 kb = *reinterpret_cast<const uint4 *>(krow + ((half * kPairs + i) * 32 + 8 * g) * 2);
-                            wave_mma<QT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
-                            wave_mma<QT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
+                            wave_mma<PT>(s, Frag{qf[i].x, qf[i].y}, Frag{kb.x, kb.y}, x);
+                            wave_mma<PT>(s, Frag{qf[i].z, qf[i].w}, Frag{kb.z, kb.w}, x);
                         }
 #pragma unroll
                         for (int i = 0; i < 4; i++) s_s[half][4 * g + i][key16 + c16] = s.v[i];
@@ -906,7 +924,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                             e[j] = ok ? (s_s[0][sr][c] + s_s[1][sr][c]) * p.score_scale : neg_inf();
                         }
                         const float alpha = softmax_step16(e, m, l);
-                        *reinterpret_cast<uint32_t *>(p_s[0] + sr * kPPitch + sk * 2) = f32_half<QT>(e[0]) | f32_half<QT>(e[1]) << 16;
+                        *reinterpret_cast<uint32_t *>(p_s[0] + sr * kPPitch + sk * 2) = f32_half<PT>(e[0]) | f32_half<PT>(e[1]) << 16;
                         if (sk == 0) alpha_s[sr] = alpha;
                     }
                     __syncthreads();
@@ -914,7 +932,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                         float al[4];
 #pragma unroll
                         for (int i = 0; i < 4; i++) al[i] = alpha_s[4 * g + i];
-                        wave_pv<QT, kDimsPerWave / 16, kPitch>(o, al, p_s[0], k_s + wave * kDimsPerWave * 2, x);
+                        wave_pv<PT, kDimsPerWave / 16, kPitch>(o, al, p_s[0], k_s + wave * kDimsPerWave * 2, x);
                     }
                 });
                 if (sk == 0 && sr < nr) {
@@ -1860,7 +1878,6 @@ using mma::kFnuzAlways;
 using mma::kFnuzByKind;
 using mma::v4_lists_fnuz;
 using mma::with_fnuz_rule;
-using mma::kV4Nope;
 using mma::ue8m0_to_bf16x2;
 
 constexpr int kThreads = 384, kN = 64, kM = 64; // three warpgroups; keys per tile; rows per pass
@@ -3526,8 +3543,7 @@ constexpr int kPfM = 16 * kWaves; // query rows per pass
 
 template <int ET, int DQK, int DV>
 __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p) {
-    constexpr bool kFp8 = ET == AITER_MLA_FP8_E4M3FN || ET == AITER_MLA_FP8_E4M3FNUZ;
-    constexpr int QT = kFp8 ? (int)AITER_MLA_F16 : ET, kEsz = kFp8 ? 1 : 2; // product type, source bytes per element
+    constexpr int QT = product_type(ET), kEsz = QT == ET ? 2 : 1; // product type, source bytes per element
     constexpr int kKPitch = DQK * 2 + 16, kVPitch = DV * 2 + 16, kQPairs = DQK / 32, kVTiles = DV / 16;
     static_assert(DQK % 32 == 0 && DV % 16 == 0, "head dims in whole fragments");
     __shared__ __align__(16) unsigned char k_s[kN * kKPitch];
@@ -3543,19 +3559,9 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
         uint4 qf[kQPairs];
         {
             const int qr = 16 * wave + c16;
-            const unsigned char *q = static_cast<const unsigned char *>(a.q) +
-                                     (qr < rows ? ((int64_t)(u.q0 + u.r0 + qr) * a.q_stride_token + (int64_t)u.h * a.q_stride_head) * kEsz : 0);
+            const int64_t q0 = qr < rows ? (int64_t)(u.q0 + u.r0 + qr) * a.q_stride_token + (int64_t)u.h * a.q_stride_head : 0;
 #pragma unroll
-            for (int b = 0; b < kQPairs; b++) {
-                if (qr >= rows) {
-                    qf[b] = make_uint4(0u, 0u, 0u, 0u);
-                } else if constexpr (kFp8) {
-                    const uint2 w = *reinterpret_cast<const uint2 *>(q + 32 * b + 8 * g);
-                    qf[b] = widen8<ET, QT>(w.x, w.y);
-                } else {
-                    qf[b] = *reinterpret_cast<const uint4 *>(q + (32 * b + 8 * g) * 2);
-                }
-            }
+            for (int b = 0; b < kQPairs; b++) qf[b] = qr < rows ? q_frag<ET>(a.q, q0 + 32 * b + 8 * g) : make_uint4(0u, 0u, 0u, 0u);
         }
         // this lane's softmax rows 4 g + i (of the wave's 16): key bounds, running max and sum
         int lim[4];
@@ -5404,11 +5410,12 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
 #endif
 
 #ifdef AITER_MLA_HAS_MFMA
-// Whether q's rows suit the matrix-core decode: a 16-bit type, 16-byte aligned, strides in
-// whole 16-byte units.
+// Whether q's rows suit the matrix-core decode: a 16-bit type (16-byte aligned) or e4m3
+// (8-byte aligned), strides in whole units of 8 elements.
 static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_token, int64_t stride_head) {
-    return (dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16) && ((uintptr_t)q & 15) == 0 && stride_token % 8 == 0 &&
-           stride_head % 8 == 0;
+    const bool q16 = dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16;
+    const bool q8 = dtype == AITER_MLA_FP8_E4M3FN || dtype == AITER_MLA_FP8_E4M3FNUZ;
+    return (q16 || q8) && ((uintptr_t)q & (q16 ? 15u : 7u)) == 0 && stride_token % 8 == 0 && stride_head % 8 == 0;
 }
 // Passes of 16 rows when a query tile has at most 16, else of 64 (each key tile read once for
 // them) for a bf16 q over bf16, fp8_ds_mla or V4 rows (the many-head shapes of DeepSeek's
@@ -5447,22 +5454,29 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     const dim3 grid(info->desc.num_cu), block(kThreads);
     bool launched = false;
 #if defined(AITER_MLA_HAS_MFMA)
-    // matrix-core path: 16-bit q (16-byte rows), a cache of q's type or per-tensor fp8
-    if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || kv_fp8)) {
+    // matrix-core path: 16-bit q over a cache of q's type or per-tensor fp8; e4m3 q over a
+    // cache of its flavour
+    if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || (kv_fp8 && !q_fp8))) {
         launched = true;
         const bool f16 = a->q_dtype == AITER_MLA_F16;
         const int rows = info->tokens_per_tile * a->num_heads;
-        switch (a->kv_dtype) {
-        case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, rows); break;
-        case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p, rows); break;
-        case AITER_MLA_FP8_E4M3FN:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p, rows)
-                : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p, rows);
-            break;
-        default:
-            f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p, rows)
-                : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p, rows);
-            break;
+        if (q_fp8 && a->q_dtype == AITER_MLA_FP8_E4M3FN) {
+            launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN>(grid, s, p, rows);
+        } else if (q_fp8) {
+            launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, rows);
+        } else {
+            switch (a->kv_dtype) {
+            case AITER_MLA_BF16: launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, rows); break;
+            case AITER_MLA_F16: launch_mfma<AITER_MLA_F16, AITER_MLA_F16>(grid, s, p, rows); break;
+            case AITER_MLA_FP8_E4M3FN:
+                f16 ? launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_F16>(grid, s, p, rows)
+                    : launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16>(grid, s, p, rows);
+                break;
+            default:
+                f16 ? launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_F16>(grid, s, p, rows)
+                    : launch_mfma<AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16>(grid, s, p, rows);
+                break;
+            }
         }
     }
 #elif defined(AITER_MLA_HAS_MMA)
