@@ -1198,6 +1198,7 @@ __device__ __forceinline__ uint4 e4m3x8_to_16x8(uint2 v8, bool fnuz, const uint1
         return e4m3x8_to_bf16x8(v8, fnuz, lut);
     }
 }
+#ifdef AITER_MLA_WGMMA // only the warpgroup kernels' loader widens this way
 // Eight e4m3 values (low byte first) times an fp32 scale, each product rounded once to bf16
 // (fp8_ds_mla's group scales), with the converters above. The same as widening, then
 // scale_bf16x2 (the same rounding), in fewer instructions: SD1 ~4 % faster measured.
@@ -1212,6 +1213,7 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8_times(uint2 v8, bool fnuz, con
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+#endif
 // The e4m3fnuz table: bf16 of each code, filled by threads tid, tid + threads, ...
 __device__ __forceinline__ void fill_fnuz_lut(uint16_t *lut, int tid, int threads) {
     for (int c = tid; c < 256; c += threads) lut[c] = aiter_mla_f32_to_bf16(aiter_mla_fp8_to_f32((uint8_t)c, AITER_MLA_FP8_E4M3FNUZ));
