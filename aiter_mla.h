@@ -14,6 +14,9 @@
  *                                   #include "aiter_mla.h"
  *   Everywhere else:                #include "aiter_mla.h"
  *   GPU kernels:                    hipcc --offload-arch=gfx942 -c kernels.hip     (AMD)
+ *                                   (gfx90a, gfx94x, gfx950: matrix-core (MFMA) kernels
+ *                                   for decode, sparse, V4 and prefill; on other AMD
+ *                                   targets the same kernels emulate MFMA, slowly)
  *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
  *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
  *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
