@@ -517,8 +517,9 @@ __device__ __forceinline__ WaveScratch *wave_scratch() {
 }
 
 // Marks a lambda handed to a walk (for_each_piece, for_each_key_tile, for_each_prefill_unit)
-// to be inlined always: hipcc called the 64-row decode's tile body out of line, its O
-// accumulators (512 bytes a lane) passed by reference through scratch memory.
+// to be inlined always: a body called out of line would take the accumulators it captures by
+// address, through scratch memory. (A precaution: what had kept the 64-row decode's O in
+// scratch memory was a loop indexing it, see store_o.)
 #define AITER_MLA__INLINE_BODY __attribute__((always_inline))
 
 template <int QT>
