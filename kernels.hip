@@ -695,8 +695,11 @@ __device__ __forceinline__ void store_scaled_rows(unsigned char *dst, const uint
         if (c < C::count && part < R::e4m3_chunks) {
             uint4 *out = reinterpret_cast<uint4 *>(dst + j * kPitch + part * 32);
             const bool fnuz = R::ds ? KVT == kDsMlaFnuz : t.fnuz[j];
-            out[0] = fnuz ? widen8<kFnuz, AITER_MLA_BF16>(buf[i].x, buf[i].y, scale[i]) : widen8<kFn, AITER_MLA_BF16>(buf[i].x, buf[i].y, scale[i]);
-            out[1] = fnuz ? widen8<kFnuz, AITER_MLA_BF16>(buf[i].z, buf[i].w, scale[i]) : widen8<kFn, AITER_MLA_BF16>(buf[i].z, buf[i].w, scale[i]);
+            auto widen = [&](uint32_t lo, uint32_t hi) {
+                return fnuz ? widen8<kFnuz, AITER_MLA_BF16>(lo, hi, scale[i]) : widen8<kFn, AITER_MLA_BF16>(lo, hi, scale[i]);
+            };
+            out[0] = widen(buf[i].x, buf[i].y);
+            out[1] = widen(buf[i].z, buf[i].w);
         } else if (c < C::count && part >= R::rope_chunk) {
             *reinterpret_cast<uint4 *>(dst + j * kPitch + R::e4m3_chunks * 32 + (part - R::rope_chunk) * 16) = buf[i];
         }
@@ -823,7 +826,7 @@ __device__ __forceinline__ void wave_rows_tile(const uint4 (&qf)[QB], const unsi
 }
 
 // One value of a decode's o (bf16, f16 or f32, as the wrapper allows), without the fp8 cases
-// of aiter_mla_store_f32.
+// of aiter_mla_store_f32: a small body, so that loops of stores over O's fragments unroll.
 __device__ __forceinline__ void store_o(void *o, int64_t i, aiter_mla_dtype t, float x) {
     if (t == AITER_MLA_F32) static_cast<float *>(o)[i] = x;
     else static_cast<uint16_t *>(o)[i] = t == AITER_MLA_BF16 ? aiter_mla_f32_to_bf16(x) : aiter_mla_f32_to_f16(x);
@@ -869,7 +872,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                 Acc o[kL / 16] = {};
                 for_each_key_tile<KVT, PT>(p, pc, k_s, keys_s, tid, [&](int cur, int64_t k0, int nk) AITER_MLA__INLINE_BODY {
                     wave_rows_tile<PT, kQK / 32, kL / 16, kPitch, kPitch>(
-                        qf, k_s, k_s, p_s[M == 16 ? 0 : wave], p.score_scale,
+                        qf, k_s, k_s, p_s[wave], p.score_scale,
                         [&](int i, int j) { return keys_s[cur].row[j] && j <= tile_key_limit(pc, lim[i], k0, nk); }, m, l, o, x);
                 });
 #pragma unroll
@@ -951,7 +954,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
 #pragma unroll
                         for (int j = 0; j < kDimsPerWave / 16; j++) {
                             const int d = wave * kDimsPerWave + j * 16 + c16;
-                            if (pc.loc < 0) aiter_mla_store_f32(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
+                            if (pc.loc < 0) store_o(a.o, at + d, a.o_dtype, o[j].v[i] * inv);
                             else p.part_o[at + d] = o[j].v[i] * inv;
                         }
                     }
@@ -5422,8 +5425,8 @@ static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_tok
 }
 // Passes of 16 rows when a query tile has at most 16, else of 64 (each key tile read once for
 // them) for a bf16 q over bf16, fp8_ds_mla or V4 rows (the many-head shapes of DeepSeek's
-// decode); the other formats keep passes of 16 (each 64-row instance adds about a minute to
-// an AMD build).
+// decode); the other formats keep passes of 16 (each 64-row instance adds about half a
+// minute to an AMD build).
 template <int KVT, int QT>
 static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     constexpr bool kWide = QT == AITER_MLA_BF16 && (KVT == AITER_MLA_BF16 || is_ds_mla(KVT) || KVT == kV4Model1 || KVT == kV4Bf16);
