@@ -260,14 +260,17 @@ static inline void fill_random_at(void *p, int64_t base, int64_t n, aiter_mla_dt
  * bf16 bound, as for o (SPEC 8's fp8 tolerances). */
 #define TOL_DS_MLA_LSE_ABS 3e-3
 /* fp8 (e4m3fn) prefill on Hopper takes q K^T as e4m3 products on the warpgroup tensor cores,
- * whose sums keep about 14 bits (the DeepSeek-V3 report, 3.3.2): each 32-dim step truncates its
- * products against the largest magnitude in the sum, the same way each step, so a score's error
- * grows with the steps (6 on 192-dim rows) instead of averaging out. Over the 112 cases of
- * test_prefill that run these products (--seed 1 .. 7) the largest row error of a case ran
- * 0.6e-3 .. 3.3e-3, all but one below 2.8e-3 (cases on fp32 sums: about 1e-6). Five times the
- * bf16 bound leaves that tail room and is still well below what a wrong scale, log base or
- * masked tile moves an lse by. */
-#define TOL_FP8_PREFILL_LSE_ABS 5e-3
+ * whose sums keep about 14 significant bits (the DeepSeek-V3 report, 3.3.2): each 32-dim step
+ * truncates its products against the largest magnitude in the sum, the same way every step, so
+ * a score's error grows with the steps instead of averaging out. The tests bound such an lse row
+ * by row (fp8_prefill_lse_tol in test_gpu.c): a step loses at most 2^-TOL_FP8_SUM_BITS of the
+ * row's largest sum_d |q_d k_d| (which bounds every partial sum), a score at most dqk / 32 such
+ * steps, and an lse, a smooth maximum of its row's scores, moves by at most its largest score
+ * error; rows whose bound is below TOL_LSE_ABS keep TOL_LSE_ABS. On an H100 the largest error
+ * over the e4m3 cases of test_gpu --seed 7 and of test_prefill at four other seeds was 0.47 of
+ * its row's bound (5.03e-3 against 1.06e-2: H 16, 488 keys), every other case at most 0.25. A
+ * constant bound (5e-3, set from --seed 1 .. 7) had failed on that row. */
+#define TOL_FP8_SUM_BITS 13
 
 /* ||got - ref|| / ||ref|| over the elements where ref is finite (absolute norm when ref is 0) */
 static inline double rel_err(const float *got, const float *ref, int64_t n) {
@@ -346,13 +349,45 @@ static inline double max_abs_err(const float *got, const float *ref, int64_t n) 
 #define CHECK_LSE(what, got, ref, n) CHECK_LSE_TOL(what, got, ref, n, TOL_LSE_ABS)
 #define CHECK_LSE_TOL(what, got, ref, n, tol)                                                                  \
     do {                                                                                                       \
+        double cl_err_ = max_abs_err((got), (ref), (n));                                                       \
+        CHECK_LSE_INF(what, got, ref, n);                                                                      \
+        CHECK(cl_err_ <= (tol), "%s: lse max abs error %.3e > %.1e", (what), cl_err_, (double)(tol));         \
+    } while (0)
+/* lse's inf positions identical, no NaN */
+#define CHECK_LSE_INF(what, got, ref, n)                                                                       \
+    do {                                                                                                       \
         int64_t cl_first_;                                                                                     \
         int64_t cl_bad_ = inf_nan_mismatches((got), (ref), (n), &cl_first_);                                   \
-        double cl_err_ = max_abs_err((got), (ref), (n));                                                       \
         CHECK(cl_bad_ == 0, "%s: %lld inf/NaN mismatches in lse (first at %lld: got %g, ref %g)", (what),     \
               (long long)cl_bad_, (long long)cl_first_, cl_first_ >= 0 ? (double)(got)[cl_first_] : 0.0,       \
               cl_first_ >= 0 ? (double)(ref)[cl_first_] : 0.0);                                               \
-        CHECK(cl_err_ <= (tol), "%s: lse max abs error %.3e > %.1e", (what), cl_err_, (double)(tol));         \
+    } while (0)
+
+/* lse with a bound per element (tols[i] for element i): identical inf positions, no NaN,
+ * |got - ref| <= tols[i] elsewhere; the message names the row that exceeds its bound most. */
+static inline double lse_excess(const float *got, const float *ref, const float *tols, int64_t n, int64_t *worst) {
+    double m = 0.0;
+    int64_t i;
+    *worst = -1;
+    for (i = 0; i < n; i++) {
+        double d;
+        if (!isfinite(ref[i])) continue;
+        d = isfinite(got[i]) ? fabs((double)got[i] - (double)ref[i]) / tols[i] : INFINITY;
+        if (*worst < 0 || d > m) {
+            m = d;
+            *worst = i;
+        }
+    }
+    return m;
+}
+#define CHECK_LSE_TOLS(what, got, ref, n, tols)                                                                \
+    do {                                                                                                       \
+        int64_t cl_worst_;                                                                                     \
+        double cl_x_ = lse_excess((got), (ref), (tols), (n), &cl_worst_);                                      \
+        CHECK_LSE_INF(what, got, ref, n);                                                                      \
+        CHECK(cl_x_ <= 1.0, "%s: lse error %.3e at %lld, %.2f x its bound %.3e", (what),                      \
+              cl_worst_ >= 0 ? fabs((double)(got)[cl_worst_] - (double)(ref)[cl_worst_]) : 0.0,                \
+              (long long)cl_worst_, cl_x_, cl_worst_ >= 0 ? (double)(tols)[cl_worst_] : 0.0);                 \
     } while (0)
 
 /* ---- allocation -------------------------------------------------------------------------- */
