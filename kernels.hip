@@ -5457,7 +5457,11 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     p.score_scale = a->sm_scale * (q_fp8 ? a->q_scale : 1.0f) * p.v_scale * kLog2e;
     p.page_shift = 0;
     while ((1 << p.page_shift) < a->page_size) p.page_shift++;
-    const dim3 grid(info->desc.num_cu), block(kThreads);
+    // A query tile of more than 64 rows: blocks (x, y) take rows [64 x, 64 x + 64) of work list
+    // y side by side (row_split), sharing its keys in the L2 (info->num_lists: num_cu / slices).
+    const int tile_rows = info->tokens_per_tile * a->num_heads, slices = (tile_rows + 63) / 64;
+    p.row_split = slices > 1;
+    const dim3 grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : dim3(info->num_lists), block(kThreads);
     bool launched = false;
 #if defined(AITER_MLA_HAS_MFMA)
     // matrix-core path: 16-bit q over a cache of q's type or per-tensor fp8; e4m3 q over a
@@ -5465,7 +5469,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || (kv_fp8 && !q_fp8))) {
         launched = true;
         const bool f16 = a->q_dtype == AITER_MLA_F16;
-        const int rows = info->tokens_per_tile * a->num_heads;
+        const int rows = p.row_split ? 64 : tile_rows; // a block's
         if (q_fp8 && a->q_dtype == AITER_MLA_FP8_E4M3FN) {
             launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN>(grid, s, p, rows);
         } else if (q_fp8) {
@@ -5490,15 +5494,15 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
                       a->q_stride_head % 8 == 0;
     if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
-        const int tile_rows = info->tokens_per_tile * a->num_heads;
         launched = true;
         hipError_t e = hipSuccess;
-        p.row_split = wgmma_rows(tile_rows);
+        // the warpgroup kernel splits every tile of more than 16 rows (one slice of up to 64)
+        p.row_split = p.row_split || wgmma_rows(tile_rows);
         // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
         // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
         // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.
-        if (p.row_split && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
-        const dim3 mma_grid = p.row_split ? dim3((unsigned)((tile_rows + 63) / 64), info->desc.num_cu) : grid;
+        if (wgmma_rows(tile_rows) && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
+        const dim3 mma_grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : grid;
         switch (a->kv_dtype) {
         case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
         case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows); break;

@@ -876,10 +876,12 @@ static void expected_plan_info(const aiter_mla_decode_plan_desc *d, aiter_mla_de
     B = d->max_batch;
     H = d->num_heads;
     mql = d->max_q_len;
-    cu = d->num_cu;
     tpt = imin(mql, imax(1, TEST_TILE_ROWS / H));
+    /* work lists: a tile's rows run as ceil(rows / 64) blocks side by side, a list per that many CUs */
+    cu = imax(1, d->num_cu / ceil_div(tpt * H, 64));
     tiles = ceil_div(mql, tpt);
     e->tokens_per_tile = tpt;
+    e->num_lists = cu;
     e->max_tiles = tiles;
     e->max_work = (B + cu - 1) * tiles;
     e->max_reduce_tiles = B * tiles;
@@ -909,6 +911,7 @@ static int info_mismatch(const aiter_mla_decode_plan_info *g, const aiter_mla_de
     IM_FIELD(desc.kv_granularity)
     IM_FIELD(desc.overhead_blocks)
     IM_FIELD(tokens_per_tile)
+    IM_FIELD(num_lists)
     IM_FIELD(max_tiles)
     IM_FIELD(max_work)
     IM_FIELD(max_reduce_tiles)
@@ -996,7 +999,7 @@ static int req_kv_len(const int32_t *kvp, const int32_t *last, int b, int ps) {
 static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo, const int32_t *kvp,
                        const int32_t *last, int batch, int32_t *plan, char *err, size_t errn, int64_t *cu_cost) {
     aiter_mla_decode_plan_view v = aiter_mla_decode_plan_view_of(info, plan);
-    int cu = info->desc.num_cu, tpt = info->tokens_per_tile, ps = info->desc.page_size;
+    int cu = info->num_lists, tpt = info->tokens_per_tile, ps = info->desc.page_size;
     int gran = info->desc.kv_granularity, ovh = info->desc.overhead_blocks;
     int nerr = 0, b, c, t, np = 0, total_tiles, p;
     int32_t *tile_base = alloc_i32(batch + 1);
@@ -1528,7 +1531,7 @@ static void test_plan_corruption(void) {
     CORRUPT_END("kv_end out of range");
 
     CORRUPT_BEGIN();
-    if (info.desc.num_cu >= 2) {
+    if (info.num_lists >= 2) {
         int x = cv.work_indptr[1];
         cv.work_indptr[1] = cv.work_indptr[2] + 1;
         if (cv.work_indptr[1] == x) cv.work_indptr[1] += 1;
@@ -5926,6 +5929,1878 @@ static void test_v4_rejects(void) {
     CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&s), AITER_MLA_ERR_NULL_POINTER, "out");
     CHECK(aiter_mla_v4_workspace_rows(1024, 4, 0, INT64_MAX, NULL) == -1, "workspace rows beyond int32");
 }
+/* =====================================================================================
+ * index contents under fuzzing: every CPU operation that follows an index array gets
+ * garbage there (ERRORS: a status and a message, never an access outside the buffers the
+ * arguments describe; page ids and slots out of range are data). The binary runs under
+ * ASan/UBSan, so a stray access aborts it.
+ * ===================================================================================== */
+static char fuzz_armed_msg[320];
+static int fuzz_calls = 0, fuzz_skipped = 0;
+
+/* One entry of an int32 index array whose valid values are [0, hi): -1, another negative,
+ * the int32 extremes, hi or just past it, or (half the time) a valid value. */
+static int32_t fuzz_i32(test_rng *r, int64_t hi) {
+    const int64_t top = hi < 1 ? 1 : hi > INT32_MAX ? INT32_MAX : hi;
+    const int64_t past = top + rng_int(r, 1, 16);
+    switch (rng_int(r, 0, 11)) {
+    case 0: return -1;
+    case 1: return -rng_int(r, 2, 1 << 20);
+    case 2: return INT32_MIN + rng_int(r, 0, 1);
+    case 3: return INT32_MAX - rng_int(r, 0, 1);
+    case 4: return (int32_t)top;
+    case 5: return (int32_t)(past > INT32_MAX ? INT32_MAX : past);
+    default: return rng_int(r, 0, (int)top - 1);
+    }
+}
+/* The same for int64 slots, with the int64 extremes and values just past int32. */
+static int64_t fuzz_i64(test_rng *r, int64_t hi) {
+    switch (rng_int(r, 0, 5)) {
+    case 0: return INT64_MIN + rng_int(r, 0, 1);
+    case 1: return INT64_MAX - rng_int(r, 0, 1);
+    case 2: return (int64_t)INT32_MAX + rng_int(r, 0, 2);
+    case 3: return -((int64_t)1 << rng_int(r, 31, 62));
+    default: return fuzz_i32(r, hi);
+    }
+}
+/* Garbage into an array of n entries: every entry, or (whole = 0) one to three of them. */
+static void fuzz_fill(test_rng *r, int32_t *p, int64_t n, int64_t hi, int whole) {
+    int64_t i, k = whole ? n : rng_int(r, 1, 3);
+    for (i = 0; i < k; i++) p[whole ? i : rng_int(r, 0, (int)n - 1)] = fuzz_i32(r, hi);
+}
+static void fuzz_fill64(test_rng *r, int64_t *p, int64_t n, int64_t hi) {
+    int64_t i;
+    for (i = 0; i < n; i++) p[i] = fuzz_i64(r, hi);
+}
+/* p[0 .. n] starts at >= 0 and never decreases: the indptr rule that ERRORS promises to check. */
+static int fuzz_indptr_ok(const int32_t *p, int64_t n) {
+    int64_t i;
+    if (p[0] < 0) return 0;
+    for (i = 0; i < n; i++)
+        if (p[i + 1] < p[i]) return 0;
+    return 1;
+}
+/* Leave a known message in aiter_mla_last_error(), so that a failure shows it wrote its own
+ * (the message is not cleared by a success). */
+static void fuzz_arm(void) {
+    (void)aiter_mla_merge_attn_states_ref(NULL);
+    snprintf(fuzz_armed_msg, sizeof fuzz_armed_msg, "%s", aiter_mla_last_error());
+    fuzz_calls++;
+}
+/* The answer of a fuzzed call (fuzz_arm just before it): OK, or a failure status with a
+ * message of its own. 1 for OK. */
+static int fuzz_answer(aiter_mla_status st, const char *what, int it) {
+    const char *msg = aiter_mla_last_error();
+    const int failed_well = st > AITER_MLA_OK && st < AITER_MLA_STATUS_COUNT && msg[0] != '\0' && strcmp(msg, fuzz_armed_msg) != 0;
+    CHECK(st == AITER_MLA_OK || failed_well, "%s, iteration %d: status %d, last_error \"%s\"", what, it, (int)st, msg);
+    return st == AITER_MLA_OK;
+}
+/* Attention rows (token t in [t0, t1), head h) of dv fp32 values at o[(t * H + h) * dv] and
+ * their lse at lse[t * lse_t + h * lse_h]: the number that break SPEC's conventions (o
+ * finite; lse finite or the op's empty value; an empty row all zeros). */
+static int64_t fuzz_attn_bad(const float *o, const float *lse, int64_t t0, int64_t t1, int H, int dv, int64_t lse_t,
+                             int64_t lse_h, float empty) {
+    int64_t t, bad = 0;
+    int h, d;
+    for (t = t0; t < t1; t++)
+        for (h = 0; h < H; h++) {
+            const float *row = o + (t * H + h) * dv;
+            int zero = 1;
+            for (d = 0; d < dv; d++) {
+                bad += !isfinite(row[d]);
+                zero &= row[d] == 0.0f;
+            }
+            if (lse) {
+                const float l = lse[t * lse_t + h * lse_h];
+                bad += !(isfinite(l) || l == empty) || (l == empty && !zero);
+            }
+        }
+    return bad;
+}
+static int fuzz_all_poison_f32(const float *p, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if (!is_poison(p, i, AITER_MLA_F32)) return 0;
+    return 1;
+}
+/* Slot of position p through a block-table row of `width` blocks of bs, from the definition
+ * in 64 bits: -1 for a negative position or id, a block past the row, or a slot past int32. */
+static int32_t fuzz_table_slot(const int32_t *row, int64_t width, int64_t bs, int64_t p) {
+    int64_t blk, v;
+    if (p < 0) return -1;
+    blk = p / bs;
+    if (blk >= width || row[blk] < 0) return -1;
+    v = (int64_t)row[blk] * bs + p % bs;
+    return v > INT32_MAX ? -1 : (int32_t)v;
+}
+
+/* Dense decode: a block table through the metadata build, the planner, the reference and the
+ * plan's replay; then lengths, indptrs and plan entries as garbage. q and o hold QMAX tokens a
+ * request and kv_indices KVCAP entries: garbage that passes the checks but asks for more is
+ * skipped (those sizes are trusted). */
+static void fuzz_decode(test_rng *r) {
+    enum { B = 3, H = 2, PS = 2, STRIDE = 24, NPAGES = 30, QMAX = 8, TA = B * QMAX, KVCAP = 64, ITERS = 60 };
+    const int32_t seq0[B] = {40, 0, 23};
+    int32_t bt[B * STRIDE], seq[B], ql[B], qo[B + 1], kvp[B + 1], last[B], *kvi = alloc_i32(KVCAP), *plan, *plan2;
+    void *q = alloc_elems((int64_t)TA * H * 576, AITER_MLA_BF16), *cache = alloc_elems((int64_t)NPAGES * PS * 576, AITER_MLA_BF16);
+    float *o = alloc_f32((int64_t)TA * H * 512), *o2 = alloc_f32((int64_t)TA * H * 512), *lse = alloc_f32(TA * H),
+          *lse2 = alloc_f32(TA * H), *ws;
+    aiter_mla_decode_plan_desc d, dd;
+    aiter_mla_decode_plan_info info, info2;
+    aiter_mla_decode_metadata_args m, mm;
+    aiter_mla_decode_args a, e;
+    int it, b, i, ok_runs = 0, err_runs = 0, sched_runs = 0;
+    fill_random(q, (int64_t)TA * H * 576, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    fill_random(cache, (int64_t)NPAGES * PS * 576, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    memset(&d, 0, sizeof d);
+    d.max_batch = B;
+    d.num_heads = H;
+    d.max_q_len = QMAX;
+    d.num_cu = 4; /* request 0 is cut in two: the reduce runs */
+    d.page_size = PS;
+    d.kv_granularity = 16;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+    plan = alloc_i32(info.plan_ints);
+    plan2 = alloc_i32(info.plan_ints);
+    ws = (float *)test_malloc(info.workspace_bytes);
+    memset(&m, 0, sizeof m);
+    m.block_table = bt;
+    m.block_table_stride = STRIDE;
+    m.seq_lens = seq;
+    m.q_lens = ql;
+    m.batch = B;
+    m.page_size = PS;
+    m.qo_indptr = qo;
+    m.kv_indptr = kvp;
+    m.kv_indices = kvi;
+    m.kv_indices_capacity = KVCAP;
+    m.kv_last_page_lens = last;
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.kv_cache = cache;
+    a.num_pages = NPAGES;
+    a.qo_indptr = qo;
+    a.kv_indptr = kvp;
+    a.kv_indices = kvi;
+    a.kv_last_page_lens = last;
+    a.lse = lse;
+    a.plan_info = &info;
+    a.workspace = ws;
+    a.workspace_bytes = info.workspace_bytes;
+    a.batch = B;
+    a.num_heads = H;
+    a.page_size = PS;
+    a.o_dtype = AITER_MLA_F32;
+    for (it = 0; it < ITERS; it++) {
+        /* 0: block table; 1: seq_lens, q_lens; 2: kv_indices; 3: indptrs, last pages against a
+         * plan built before; 4: plan entries */
+        const int mode = it % 5;
+        int plan_ok, ref_ok, bad = 0;
+        aiter_mla_status st;
+        memcpy(seq, seq0, sizeof seq);
+        for (b = 0; b < B; b++) ql[b] = 2;
+        for (i = 0; i < B * STRIDE; i++) bt[i] = (i * 7) % NPAGES;
+        fuzz_fill(r, kvi, KVCAP, NPAGES, 1); /* entries past the build's are garbage too */
+        if (mode == 0) fuzz_fill(r, bt, B * STRIDE, NPAGES, 1);
+        if (mode == 1) {
+            fuzz_fill(r, seq, B, 2 * STRIDE + 1, rng_int(r, 0, 1));
+            fuzz_fill(r, ql, B, QMAX + 1, rng_int(r, 0, 1));
+        }
+        fuzz_arm();
+        st = aiter_mla_decode_metadata_build(&m);
+        if (mode != 1) CHECK(st == AITER_MLA_OK, "decode_metadata_build, iteration %d: page ids are data, got %s", it, aiter_mla_last_error());
+        if (!fuzz_answer(st, "decode_metadata_build", it)) {
+            err_runs++;
+            continue;
+        }
+        /* the metadata, from its definition */
+        bad += qo[0] != 0 || kvp[0] != 0;
+        for (b = 0; b < B; b++) {
+            const int32_t p = (seq[b] + PS - 1) / PS;
+            bad += qo[b + 1] != qo[b] + ql[b] || kvp[b + 1] != kvp[b] + p || last[b] != (p ? seq[b] - (p - 1) * PS : 0);
+            for (i = 0; i < p && kvp[b + 1] == kvp[b] + p; i++) bad += kvi[kvp[b] + i] != bt[b * STRIDE + i];
+        }
+        CHECK(bad == 0, "decode_metadata_build, iteration %d: %d entries differ from the block table", it, bad);
+        if (mode == 2) fuzz_fill(r, kvi, kvp[B], NPAGES, 1);
+        if (mode == 3) CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, B, plan), AITER_MLA_OK, "");
+        if (mode == 3) {
+            const int which = rng_int(r, 0, 2);
+            if (which == 0) fuzz_fill(r, qo, B + 1, TA + 1, 0);
+            if (which == 1) fuzz_fill(r, kvp, B + 1, KVCAP + 1, 0);
+            if (which == 2) fuzz_fill(r, last, B, PS + 1, 0);
+        }
+        /* the planner reads the same arrays; a plan it builds passes its own check */
+        fuzz_arm();
+        st = aiter_mla_decode_plan_build(&info, qo, kvp, last, B, mode == 3 ? plan2 : plan);
+        plan_ok = fuzz_answer(st, "decode_plan_build", it);
+        if (plan_ok)
+            CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, B, mode == 3 ? plan2 : plan), AITER_MLA_OK, "");
+        if (mode == 3) plan_ok = 1; /* replay the plan of the arrays before the garbage */
+        if (mode == 4 && plan_ok) {
+            const int k = rng_int(r, 1, 3);
+            for (i = 0; i < k; i++) plan[rng_int(r, 0, (int)info.plan_ints - 1)] = fuzz_i32(r, 64);
+        }
+        if ((fuzz_indptr_ok(qo, B) && qo[B] > TA) || (fuzz_indptr_ok(kvp, B) && kvp[B] > KVCAP)) {
+            fuzz_skipped++;
+            continue;
+        }
+        poison_f32(o, (int64_t)TA * H * 512);
+        poison_f32(lse, TA * H);
+        a.o = o;
+        a.lse = lse;
+        fuzz_arm();
+        st = aiter_mla_decode_ref(&a);
+        if (mode != 3) CHECK(st == AITER_MLA_OK, "decode_ref, iteration %d: page ids are data, got %s", it, aiter_mla_last_error());
+        if (!fuzz_indptr_ok(qo, B) || !fuzz_indptr_ok(kvp, B))
+            CHECK(st != AITER_MLA_OK, "decode_ref, iteration %d: an indptr that decreases or starts below 0 was taken", it);
+        ref_ok = fuzz_answer(st, "decode_ref", it);
+        if (ref_ok) {
+            ok_runs++;
+            CHECK(fuzz_attn_bad(o, lse, qo[0], qo[B], H, 512, H, 1, INFINITY) == 0,
+                  "decode_ref, iteration %d: o not finite, or lse neither finite nor +inf with o = 0", it);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(o, (int64_t)TA * H * 512), "decode_ref, iteration %d: o written before the refusal", it);
+        }
+        if (!plan_ok) continue;
+        poison_f32(o2, (int64_t)TA * H * 512);
+        poison_f32(lse2, TA * H);
+        a.o = o2;
+        a.lse = lse2;
+        a.plan = plan;
+        fuzz_arm();
+        st = aiter_mla_decode_ref_scheduled(&a);
+        if (mode < 3) CHECK(st == AITER_MLA_OK, "decode_ref_scheduled, iteration %d: got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "decode_ref_scheduled", it)) {
+            int64_t n = 0, t;
+            float diff = 0.0f;
+            sched_runs++;
+            CHECK(ref_ok, "decode_ref_scheduled, iteration %d: took arrays that decode_ref refused", it);
+            if (!ref_ok) continue;
+            for (t = (int64_t)qo[0] * H; t < (int64_t)qo[B] * H; t++) {
+                n += !(lse[t] == lse2[t] || fabsf(lse[t] - lse2[t]) <= 1e-4f);
+                for (i = 0; i < 512; i++) diff = fmaxf(diff, fabsf(o[t * 512 + i] - o2[t * 512 + i]));
+            }
+            CHECK(n == 0 && diff <= 1e-4f, "decode_ref_scheduled, iteration %d: %lld lse and o (max diff %g) differ from decode_ref", it,
+                  (long long)n, (double)diff);
+        } else {
+            CHECK(fuzz_all_poison_f32(o2, (int64_t)TA * H * 512), "decode_ref_scheduled, iteration %d: o written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0 && sched_runs > 0, "decode fuzz: %d runs, %d refusals, %d replays", ok_runs, err_runs, sched_runs);
+
+    /* counts out of range: refused, naming the field, before any write */
+    memcpy(seq, seq0, sizeof seq);
+    for (b = 0; b < B; b++) ql[b] = 2;
+    for (i = 0; i < B * STRIDE; i++) bt[i] = i % NPAGES;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&m), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, B, plan), AITER_MLA_OK, "");
+    CHECK(aiter_mla_decode_plan_view_of(&info, plan).num_partials > 0, "decode fuzz: the valid plan must split a tile");
+    a.plan = plan;
+    a.o = o;
+    a.lse = lse;
+    poison_f32(o, (int64_t)TA * H * 512);
+    e = a, e.batch = 0;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = a, e.batch = -1;
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_heads = 129;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.page_size = 3;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    e = a, e.page_size = 512;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    e = a, e.page_size = -2;
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    e = a, e.num_pages = 0;
+    CHECK_STATUS(aiter_mla_decode_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_pages");
+    e = a, e.num_heads = 1; /* in range, but not the plan's */
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&e), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+    e = a, e.page_size = 4;
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&e), AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
+    e = a, e.workspace_bytes = info.workspace_bytes - 1;
+    CHECK_STATUS(aiter_mla_decode_ref_scheduled(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+    CHECK(fuzz_all_poison_f32(o, (int64_t)TA * H * 512), "decode: o written by a refused call");
+    mm = m, mm.batch = 0;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    mm = m, mm.page_size = 3;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    mm = m, mm.page_size = 1024;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    mm = m, mm.q_lens = NULL, mm.q_len = 9;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "q_len");
+    mm = m, mm.q_lens = NULL, mm.q_len = -1;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "q_len");
+    mm = m, mm.block_table_stride = 1;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    mm = m, mm.kv_indices_capacity = 1;
+    CHECK_STATUS(aiter_mla_decode_metadata_build(&mm), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_indices_capacity");
+    dd = d, dd.max_batch = 0;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "max_batch");
+    dd = d, dd.num_heads = 129;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    dd = d, dd.max_q_len = 9;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "max_q_len");
+    dd = d, dd.num_cu = 0;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    dd = d, dd.page_size = 6;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
+    dd = d, dd.kv_granularity = 8;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_granularity");
+    dd = d, dd.overhead_blocks = 65;
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "overhead_blocks");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 0, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    free(kvi);
+    free(plan);
+    free(plan2);
+    free(q);
+    free(cache);
+    free(o);
+    free(o2);
+    free(lse);
+    free(lse2);
+    free(ws);
+}
+
+/* Page-index expansion: block ids are data (-1 where absent or past int32); cu_num_tokens
+ * and seq_lens are checked against the capacity, so any garbage there gets a status. */
+static void fuzz_expand(test_rng *r) {
+    enum { B = 3, STRIDE = 4, CAP = 24, ITERS = 45 };
+    static const int ks[4] = {1, 4, 16, 256};
+    const int32_t seq0[B] = {5, 0, 9}, cu0[B + 1] = {0, 5, 5, 14};
+    int32_t bt[B * STRIDE], seq[B], cu[B + 1], out[CAP];
+    aiter_mla_expand_page_indices_args x, e;
+    int it, b, t, i, ok_runs = 0, err_runs = 0;
+    memset(&x, 0, sizeof x);
+    x.block_table = bt;
+    x.block_table_stride = STRIDE;
+    x.cu_num_tokens = cu;
+    x.seq_lens = seq;
+    x.page_indices = out;
+    x.page_indices_capacity = CAP;
+    x.batch = B;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0: block ids; 1: seq_lens; 2: cu_num_tokens */
+        aiter_mla_status st;
+        int bad = 0;
+        memcpy(seq, seq0, sizeof seq);
+        memcpy(cu, cu0, sizeof cu);
+        fuzz_fill(r, bt, B * STRIDE, 64, 1);
+        if (mode == 1) fuzz_fill(r, seq, B, 10, rng_int(r, 0, 1));
+        if (mode == 2) fuzz_fill(r, cu, B + 1, CAP + 1, rng_int(r, 0, 1));
+        x.kernel_block_size = ks[rng_int(r, 0, 3)];
+        fill_i32(out, CAP, V4_SENTINEL);
+        fuzz_arm();
+        st = aiter_mla_expand_page_indices_ref(&x);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "expand_page_indices_ref, iteration %d: block ids are data, got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "expand_page_indices_ref", it)) {
+            ok_runs++;
+            for (b = 0; b < B; b++)
+                for (t = 0; t < seq[b]; t++)
+                    bad += out[cu[b] + t] != fuzz_table_slot(bt + b * STRIDE, STRIDE, x.kernel_block_size, t);
+            CHECK(bad == 0, "expand_page_indices_ref, iteration %d: %d slots differ from SPEC 1d", it, bad);
+        } else {
+            err_runs++;
+            for (i = 0; i < CAP; i++) bad += out[i] != V4_SENTINEL;
+            CHECK(bad == 0, "expand_page_indices_ref, iteration %d: written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "expand fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(seq, seq0, sizeof seq);
+    memcpy(cu, cu0, sizeof cu);
+    x.kernel_block_size = 4;
+    e = x, e.batch = -1;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = x, e.kernel_block_size = 3;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
+    e = x, e.kernel_block_size = 512;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
+    e = x, e.kernel_block_size = -4;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
+    e = x, e.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    e = x, e.page_indices_capacity = -1;
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices_capacity");
+    e = x, e.page_indices_capacity = 13; /* cu_num_tokens ends at 14 */
+    CHECK_STATUS(aiter_mla_expand_page_indices_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "page_indices_capacity");
+}
+
+/* Reduce with its maps as garbage: the map is exactly reduce_indptr[num_tiles] entries and o
+ * T rows, so garbage the checks pass that asks for more is skipped (o's size is trusted). */
+static void fuzz_reduce(test_rng *r) {
+    enum { NT = 3, PR = 10, H = 2, DV = 16, T = 6, NMAP = 5, ITERS = 45 };
+    const int32_t ri0[NT + 1] = {0, 2, 2, 5}, fm0[2 * NT] = {0, 2, 2, 3, 3, 5}, pm0[NMAP] = {0, 2, 4, 6, 8};
+    int32_t *ri = alloc_i32(NT + 1), *fm = alloc_i32(2 * NT), *pm = alloc_i32(NMAP);
+    float *po = alloc_f32(PR * H * DV), *pl = alloc_f32(PR * H), *o = alloc_f32(T * H * DV), *lse = alloc_f32(T * H);
+    aiter_mla_reduce_args a, e;
+    int it, t, k, i, ok_runs = 0, err_runs = 0;
+    fill_random(po, PR * H * DV, AITER_MLA_F32, r, -1.0f, 1.0f, 0.0f);
+    for (i = 0; i < PR * H; i++) pl[i] = i % 5 == 1 ? -INFINITY : rng_f32(r, -4.0f, 4.0f);
+    pl[4 * H] = pl[6 * H] = pl[8 * H] = -INFINITY; /* row 3, head 0: every piece empty */
+    memset(&a, 0, sizeof a);
+    a.partial_o = po;
+    a.partial_lse = pl;
+    a.reduce_indptr = ri;
+    a.reduce_final_map = fm;
+    a.reduce_partial_map = pm;
+    a.num_tiles = NT;
+    a.num_partial_rows = PR;
+    a.num_heads = H;
+    a.dv = DV;
+    a.o = o;
+    a.lse = lse;
+    a.o_dtype = AITER_MLA_F32;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3, whole = it % 2;
+        int valid, fits = 1;
+        aiter_mla_status st;
+        memcpy(ri, ri0, sizeof ri0);
+        memcpy(fm, fm0, sizeof fm0);
+        memcpy(pm, pm0, sizeof pm0);
+        if (mode == 0) fuzz_fill(r, ri, NT + 1, NMAP + 1, whole);
+        if (mode == 1) fuzz_fill(r, fm, 2 * NT, T + 1, whole);
+        if (mode == 2) fuzz_fill(r, pm, NMAP, PR + 1, whole);
+        a.empty_lse_neg_inf = it % 4 == 3;
+        /* the rules of the maps (SPEC 1b, the struct's comments): an indptr; each tile of two
+         * or more pieces a row range whose pieces lie inside num_partial_rows */
+        valid = fuzz_indptr_ok(ri, NT);
+        if (valid && ri[NT] > NMAP) fits = 0;
+        for (t = 0; valid && fits && t < NT; t++) {
+            const int32_t qs = fm[2 * t], qe = fm[2 * t + 1];
+            if (ri[t + 1] - ri[t] < 2) continue;
+            if (qs < 0 || qe < qs) valid = 0;
+            for (k = ri[t]; valid && k < ri[t + 1]; k++) valid = pm[k] >= 0 && (int64_t)pm[k] + (qe - qs) <= PR;
+        }
+        for (t = 0; valid && fits && t < NT; t++)
+            if (ri[t + 1] - ri[t] >= 2 && fm[2 * t + 1] > T) fits = 0;
+        if (!fits) {
+            fuzz_skipped++;
+            continue;
+        }
+        poison_f32(o, T * H * DV);
+        poison_f32(lse, T * H);
+        fuzz_arm();
+        st = aiter_mla_reduce_ref(&a);
+        CHECK((st == AITER_MLA_OK) == valid, "reduce_ref, iteration %d: status %s for maps the rules call %s (%s)", it,
+              testing_status_name(st), valid ? "valid" : "invalid", aiter_mla_last_error());
+        if (fuzz_answer(st, "reduce_ref", it)) {
+            int64_t bad = 0;
+            ok_runs++;
+            for (t = 0; t < NT; t++)
+                if (ri[t + 1] - ri[t] >= 2)
+                    bad += fuzz_attn_bad(o, lse, fm[2 * t], fm[2 * t + 1], H, DV, H, 1, a.empty_lse_neg_inf ? -INFINITY : INFINITY);
+            CHECK(bad == 0, "reduce_ref, iteration %d: %lld rows break SPEC 1b's conventions", it, (long long)bad);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(o, T * H * DV) && fuzz_all_poison_f32(lse, T * H), "reduce_ref, iteration %d: written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "reduce fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(ri, ri0, sizeof ri0);
+    memcpy(fm, fm0, sizeof fm0);
+    memcpy(pm, pm0, sizeof pm0);
+    poison_f32(o, T * H * DV);
+    e = a, e.num_tiles = -1;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tiles");
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_heads = 65536;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.dv = -1;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+    e = a, e.num_partial_rows = -1;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_partial_rows");
+    e = a, e.num_partial_rows = 9; /* tile 2's last piece ends at row 10 */
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_partial_rows");
+    e = a, e.empty_lse_neg_inf = 2;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "empty_lse_neg_inf");
+    e = a, e.o_dtype = AITER_MLA_FP8_E4M3FN;
+    CHECK_STATUS(aiter_mla_reduce_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "o_dtype");
+    CHECK(fuzz_all_poison_f32(o, T * H * DV), "reduce: o written by a refused call");
+    free(ri);
+    free(fm);
+    free(pm);
+    free(po);
+    free(pl);
+    free(o);
+    free(lse);
+}
+
+/* Merge: no index array, but its lse inputs are codes (+inf and -inf mark an empty side):
+ * garbage among them still gives finite o, and lse = -inf exactly where both sides are empty
+ * (SPEC 2a). */
+static void fuzz_merge(test_rng *r) {
+    enum { T = 4, H = 2, D = 8, ITERS = 30 };
+    static const float codes[6] = {INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 0.0f, 88.0f};
+    float op[T * H * D], os[T * H * D], o[T * H * D], lp[H * T], ls[H * T], lse[H * T];
+    aiter_mla_merge_args a, e;
+    int it, i, d;
+    fill_random(op, T * H * D, AITER_MLA_F32, r, -1.0f, 1.0f, 0.0f);
+    fill_random(os, T * H * D, AITER_MLA_F32, r, -1.0f, 1.0f, 0.0f);
+    memset(&a, 0, sizeof a);
+    a.o_prefix = op;
+    a.lse_prefix = lp;
+    a.o_suffix = os;
+    a.lse_suffix = ls;
+    a.o = o;
+    a.lse = lse;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.head_dim = D;
+    a.dtype = AITER_MLA_F32;
+    for (it = 0; it < ITERS; it++) {
+        int64_t bad = 0;
+        for (i = 0; i < H * T; i++) {
+            lp[i] = rng_int(r, 0, 2) ? codes[rng_int(r, 0, 5)] : rng_f32(r, -30.0f, 30.0f);
+            ls[i] = rng_int(r, 0, 2) ? codes[rng_int(r, 0, 5)] : rng_f32(r, -30.0f, 30.0f);
+        }
+        poison_f32(o, T * H * D);
+        poison_f32(lse, H * T);
+        fuzz_arm();
+        if (!fuzz_answer(aiter_mla_merge_attn_states_ref(&a), "merge_attn_states_ref", it)) continue;
+        for (i = 0; i < H * T; i++) { /* i = h * T + t */
+            const int h = i / T, t = i % T, empty = isinf(lp[i]) && isinf(ls[i]);
+            for (d = 0; d < D; d++) bad += !isfinite(o[(t * H + h) * D + d]) || (empty && o[(t * H + h) * D + d] != 0.0f);
+            bad += empty ? lse[i] != -INFINITY : !(isfinite(lse[i]));
+        }
+        CHECK(bad == 0, "merge_attn_states_ref, iteration %d: %lld values break SPEC 2a", it, (long long)bad);
+    }
+    e = a, e.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_merge_attn_states_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_merge_attn_states_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.head_dim = 0;
+    CHECK_STATUS(aiter_mla_merge_attn_states_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "head_dim");
+    e = a, e.dtype = AITER_MLA_FP8_E4M3FN;
+    CHECK_STATUS(aiter_mla_merge_attn_states_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dtype");
+}
+
+/* The three cache writers (SPEC 3, 6, 7): slots are data; a row outside the written slots
+ * keeps its bytes, and a written slot holds (in its bf16 rope part) the row of a token mapped
+ * to it. kind 0: kv_cache_write (bf16 or fp8 cache), 1: ds_mla_write, 2: v4_cache_write. */
+static void fuzz_cache_writes(test_rng *r) {
+    enum { NB = 4, BS = 4, SLOTS = NB * BS, NT = 7, ITERS = 20 };
+    const int64_t v4_page = naive_v4_page_bytes(BS), bytes_max = NB * v4_page > SLOTS * 1152 ? NB * v4_page : SLOTS * 1152;
+    uint16_t *kv = (uint16_t *)alloc_elems(NT * 576, AITER_MLA_BF16);
+    unsigned char *cache = (unsigned char *)test_malloc((size_t)bytes_max), *before = (unsigned char *)test_malloc((size_t)bytes_max),
+                  *mask = (unsigned char *)test_malloc((size_t)bytes_max);
+    int64_t slots[NT];
+    aiter_mla_kv_cache_write_args kw, ke;
+    aiter_mla_ds_mla_write_args dw, de;
+    aiter_mla_v4_cache_write_args vw, ve;
+    int it, kind, t, i;
+    fill_random(kv, NT * 576, AITER_MLA_BF16, r, -2.0f, 2.0f, 0.0f);
+    memset(&kw, 0, sizeof kw); /* kv_c = columns 0..511 of kv, k_pe = 512..575, rows of 576 */
+    kw.kv_c = kv;
+    kw.kv_c_stride = 576;
+    kw.k_pe = kv + 512;
+    kw.k_pe_stride = 576;
+    kw.slot_mapping = slots;
+    kw.kv_cache = cache;
+    kw.num_blocks = NB;
+    kw.block_size = BS;
+    kw.num_tokens = NT;
+    memset(&dw, 0, sizeof dw);
+    dw.kv_c = kv;
+    dw.kv_c_stride = 576;
+    dw.k_pe = kv + 512;
+    dw.k_pe_stride = 576;
+    dw.slot_mapping = slots;
+    dw.kv_cache = cache;
+    dw.num_blocks = NB;
+    dw.block_size = BS;
+    dw.num_tokens = NT;
+    memset(&vw, 0, sizeof vw); /* 448 nope + 64 rope: columns 0..511 of kv */
+    vw.kv = kv;
+    vw.kv_stride = 576;
+    vw.slot_mapping = slots;
+    vw.kv_cache = cache;
+    vw.num_blocks = NB;
+    vw.block_size = BS;
+    vw.num_tokens = NT;
+    for (it = 0; it < 3 * ITERS; it++) {
+        const char *what = NULL;
+        /* where a slot's bytes live, and where its 64 bf16 rope values start (row-relative) */
+        int64_t row_bytes = 0, rope_at = 0, bad = 0;
+        aiter_mla_status st = AITER_MLA_OK;
+        kind = it % 3;
+        fuzz_fill64(r, slots, NT, SLOTS);
+        for (i = 0; i < bytes_max; i++) cache[i] = (unsigned char)rng_u32(r);
+        memcpy(before, cache, (size_t)bytes_max);
+        memset(mask, 0, (size_t)bytes_max);
+        fuzz_arm();
+        if (kind == 0) {
+            kw.cache_dtype = it % 2 ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
+            row_bytes = kw.cache_dtype == AITER_MLA_BF16 ? 1152 : 576;
+            rope_at = kw.cache_dtype == AITER_MLA_BF16 ? 1024 : -1;
+            what = "kv_cache_write_ref";
+            st = aiter_mla_kv_cache_write_ref(&kw);
+        } else if (kind == 1) {
+            row_bytes = 656;
+            rope_at = 528;
+            what = "ds_mla_write_ref";
+            st = aiter_mla_ds_mla_write_ref(&dw);
+        } else {
+            rope_at = 448;
+            what = "v4_cache_write_ref";
+            st = aiter_mla_v4_cache_write_ref(&vw);
+        }
+        CHECK(st == AITER_MLA_OK, "%s, iteration %d: slots are data, got %s", what, it, aiter_mla_last_error());
+        if (!fuzz_answer(st, what, it)) continue;
+        for (t = 0; t < NT; t++) { /* the bytes each valid slot may change */
+            const int64_t s = slots[t];
+            if (s < 0 || s >= SLOTS) continue;
+            if (kind < 2) {
+                memset(mask + s * row_bytes, 1, (size_t)row_bytes);
+            } else {
+                memset(mask + s / BS * v4_page + s % BS * 576, 1, 576);
+                memset(mask + s / BS * v4_page + BS * 576 + s % BS * 8, 1, 8);
+            }
+        }
+        for (i = 0; i < bytes_max; i++) bad += !mask[i] && cache[i] != before[i];
+        CHECK(bad == 0, "%s, iteration %d: %lld bytes outside the written slots changed", what, it, (long long)bad);
+        for (t = 0; t < NT && rope_at >= 0; t++) { /* a written slot's rope is some mapped token's */
+            const int64_t s = slots[t];
+            const unsigned char *at;
+            int found = 0, u;
+            if (s < 0 || s >= SLOTS) continue;
+            at = kind < 2 ? cache + s * row_bytes + rope_at : cache + s / BS * v4_page + s % BS * 576 + rope_at;
+            for (u = 0; u < NT && !found; u++) found = slots[u] == s && memcmp(at, kv + u * 576 + (kind == 2 ? 448 : 512), 128) == 0;
+            bad += !found;
+        }
+        CHECK(bad == 0, "%s, iteration %d: %lld written slots hold no mapped token's rope values", what, it, (long long)bad);
+    }
+    for (i = 0; i < NT; i++) slots[i] = i;
+    memset(cache, 0x77, (size_t)bytes_max);
+    ke = kw, ke.num_blocks = 0;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    ke = kw, ke.block_size = -1;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ke = kw, ke.block_size = (1 << 16) + 1;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ke = kw, ke.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    ke = kw, ke.kv_c_stride = 100;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_c_stride");
+    ke = kw, ke.scale = -1.0f;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "scale");
+    ke = kw, ke.cache_dtype = AITER_MLA_F32;
+    CHECK_STATUS(aiter_mla_kv_cache_write_ref(&ke), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
+    de = dw, de.num_blocks = -3;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    de = dw, de.block_size = -1;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    de = dw, de.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    de = dw, de.pow2_scales = 2;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_INVALID_ARGUMENT, "pow2_scales");
+    de = dw, de.fp8_max = 500.0f;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+    de = dw, de.fp8_dtype = AITER_MLA_BF16;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&de), AITER_MLA_ERR_UNSUPPORTED, "fp8_dtype");
+    ve = vw, ve.num_blocks = 0;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    ve = vw, ve.block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ve = vw, ve.block_size = -1;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ve = vw, ve.page_stride_bytes = 100;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "page_stride_bytes");
+    ve = vw, ve.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    ve = vw, ve.kv_stride = 10;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_stride");
+    ve = vw, ve.fp8_max = 1000.0f;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+    ve = vw, ve.src_dtype = AITER_MLA_F32;
+    CHECK_STATUS(aiter_mla_v4_cache_write_ref(&ve), AITER_MLA_ERR_UNSUPPORTED, "src_dtype");
+    for (i = 0, t = 0; i < bytes_max; i++) t += cache[i] != 0x77;
+    CHECK(t == 0, "cache writes: %d bytes written by refused calls", t);
+    free(kv);
+    free(cache);
+    free(before);
+    free(mask);
+}
+
+/* Context gather (SPEC 2b): block ids are data (a row of zeros where absent); cu_out_rows and
+ * seq_starts are checked against out_rows. bf16 into bf16 is a bit copy. */
+static void fuzz_gather_cache(test_rng *r) {
+    enum { NB = 6, BS = 4, B = 3, STRIDE = 3, OUT = 12, ITERS = 40 };
+    const int32_t cu0[B + 1] = {0, 5, 5, 11}, ss0[B] = {0, 3, 1};
+    int32_t bt[B * STRIDE], cu[B + 1], ss[B];
+    uint16_t *cache = (uint16_t *)alloc_elems(NB * BS * 576, AITER_MLA_BF16), *out = (uint16_t *)alloc_elems(OUT * 576, AITER_MLA_BF16);
+    aiter_mla_gather_cache_args g, e;
+    int it, b, i, d, ok_runs = 0, err_runs = 0;
+    fill_random(cache, NB * BS * 576, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    memset(&g, 0, sizeof g);
+    g.kv_cache = cache;
+    g.num_blocks = NB;
+    g.block_size = BS;
+    g.block_table = bt;
+    g.block_table_stride = STRIDE;
+    g.cu_out_rows = cu;
+    g.seq_starts = ss;
+    g.batch = B;
+    g.out = out;
+    g.out_rows = OUT;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0: block ids; 1: cu_out_rows; 2: seq_starts */
+        int64_t bad = 0;
+        aiter_mla_status st;
+        memcpy(cu, cu0, sizeof cu);
+        memcpy(ss, ss0, sizeof ss);
+        fuzz_fill(r, bt, B * STRIDE, NB, 1);
+        if (mode == 1) fuzz_fill(r, cu, B + 1, OUT + 1, it % 2);
+        if (mode == 2) fuzz_fill(r, ss, B, 8, it % 2);
+        memset(out, 0xa5, OUT * 576 * 2);
+        fuzz_arm();
+        st = aiter_mla_gather_cache_ref(&g);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "gather_cache_ref, iteration %d: block ids are data, got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "gather_cache_ref", it)) {
+            ok_runs++;
+            for (b = 0; b < B; b++)
+                for (i = 0; i < cu[b + 1] - cu[b]; i++) {
+                    const int64_t p = (int64_t)ss[b] + i, blk = p / BS;
+                    const int32_t id = blk < STRIDE ? bt[b * STRIDE + blk] : -1;
+                    for (d = 0; d < 576; d++)
+                        bad += out[(int64_t)(cu[b] + i) * 576 + d] != (id >= 0 && id < NB ? cache[((int64_t)id * BS + p % BS) * 576 + d] : 0);
+                }
+            for (i = 0; i < OUT * 576; i++) bad += (i < cu[0] * 576 || i >= cu[B] * 576) && out[i] != 0xa5a5;
+            CHECK(bad == 0, "gather_cache_ref, iteration %d: %lld values differ from SPEC 2b", it, (long long)bad);
+        } else {
+            err_runs++;
+            for (i = 0; i < OUT * 576; i++) bad += out[i] != 0xa5a5;
+            CHECK(bad == 0, "gather_cache_ref, iteration %d: written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "gather_cache fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(cu, cu0, sizeof cu);
+    memcpy(ss, ss0, sizeof ss);
+    e = g, e.batch = 0;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = g, e.block_size = -1;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    e = g, e.num_blocks = 0;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    e = g, e.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    e = g, e.out_rows = -1;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "out_rows");
+    e = g, e.out_rows = 10; /* cu_out_rows ends at 11 */
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+    e = g, e.cache_is_ds_mla = 2;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "cache_is_ds_mla");
+    e = g, e.out_dtype = AITER_MLA_FP8_E4M3FN;
+    CHECK_STATUS(aiter_mla_gather_cache_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "out_dtype");
+    free(cache);
+    free(out);
+}
+
+/* V3.2 index conversion and filter (SPEC 4): every array is data, so every call is OK and
+ * every entry follows the definition. */
+static void fuzz_sparse_index(test_rng *r) {
+    enum { T = 4, TOPK = 6, NREQ = 3, STRIDE = 4, BS = 8, ITERS = 30 };
+    static const int sizes[4] = {1, BS, 1000, 4096};
+    int32_t idx[T * TOPK], req[T], bt[NREQ * STRIDE], starts[NREQ], ctx[NREQ], out[T * TOPK], cnt[T], ctx_out[T * TOPK],
+        new_out[T * TOPK];
+    aiter_mla_sparse_index_args c, e;
+    aiter_mla_filter_prefill_args f, fe;
+    int it, t, k;
+    memset(&c, 0, sizeof c);
+    c.indices = idx;
+    c.req_id = req;
+    c.block_table_stride = STRIDE;
+    c.block_size = BS;
+    c.workspace_starts = starts;
+    c.num_requests = NREQ;
+    c.num_tokens = T;
+    c.topk = TOPK;
+    c.out = out;
+    c.valid_counts = cnt;
+    memset(&f, 0, sizeof f);
+    f.indices = idx;
+    f.req_id = req;
+    f.ctx_lens = ctx;
+    f.num_requests = NREQ;
+    f.num_tokens = T;
+    f.topk = TOPK;
+    f.context_out = ctx_out;
+    f.new_out = new_out;
+    for (it = 0; it < ITERS; it++) {
+        int bad = 0;
+        fuzz_fill(r, idx, T * TOPK, STRIDE * BS, 1);
+        fuzz_fill(r, req, T, NREQ, 1);
+        fuzz_fill(r, bt, NREQ * STRIDE, 100, 1);
+        fuzz_fill(r, starts, NREQ, 1000, 1);
+        fuzz_fill(r, ctx, NREQ, STRIDE * BS, 1);
+        c.block_table = it % 2 ? bt : NULL;
+        c.block_size = sizes[rng_int(r, 0, 3)];
+        fuzz_arm();
+        CHECK(fuzz_answer(aiter_mla_convert_sparse_indices_ref(&c), "convert_sparse_indices_ref", it), "indices are data: %s",
+              aiter_mla_last_error());
+        for (t = 0; t < T; t++) {
+            int valid = 0;
+            for (k = 0; k < TOPK; k++) {
+                const int32_t want = naive_sparse_slot(idx[t * TOPK + k], req[t], NREQ, c.block_table, STRIDE, c.block_size, starts);
+                bad += out[t * TOPK + k] != want;
+                valid += want != -1;
+            }
+            bad += cnt[t] != valid;
+        }
+        CHECK(bad == 0, "convert_sparse_indices_ref, iteration %d: %d entries differ from SPEC 4", it, bad);
+        fuzz_arm();
+        CHECK(fuzz_answer(aiter_mla_filter_prefill_indices_ref(&f), "filter_prefill_indices_ref", it), "indices are data: %s",
+              aiter_mla_last_error());
+        for (t = 0; t < T; t++)
+            for (k = 0; k < TOPK; k++) {
+                const int32_t i = idx[t * TOPK + k], cl = req[t] >= 0 && req[t] < NREQ ? ctx[req[t]] : -1;
+                const int known = i >= 0 && cl >= 0;
+                bad += ctx_out[t * TOPK + k] != (known && i < cl ? i : -1);
+                bad += new_out[t * TOPK + k] != (known && i >= cl ? i - cl : -1);
+            }
+        CHECK(bad == 0, "filter_prefill_indices_ref, iteration %d: %d entries differ from SPEC 4", it, bad);
+    }
+    c.block_table = bt;
+    c.block_size = BS;
+    e = c, e.topk = 0;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    e = c, e.num_requests = 0;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_requests");
+    e = c, e.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    e = c, e.block_size = 4097;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    e = c, e.block_size = -8;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    e = c, e.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    e = c, e.indices_stride = TOPK - 1;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+    e = c, e.out_stride = TOPK - 1;
+    CHECK_STATUS(aiter_mla_convert_sparse_indices_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "out_stride");
+    fe = f, fe.topk = 0;
+    CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(&fe), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    fe = f, fe.num_requests = -2;
+    CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(&fe), AITER_MLA_ERR_INVALID_ARGUMENT, "num_requests");
+    fe = f, fe.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_filter_prefill_indices_ref(&fe), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+}
+
+/* V3.2 sparse attention (SPEC 4): slots and topk_length are data, over bf16 rows and
+ * fp8_ds_mla rows; a token with no slot in range gets o = 0, lse = +inf, max_logits = -inf. */
+static void fuzz_sparse_attention(test_rng *r) {
+    enum { SLOTS = 10, T = 3, H = 2, TOPK = 6, ITERS = 30 };
+    uint16_t *q = (uint16_t *)alloc_elems(T * H * 576, AITER_MLA_BF16), *rows = (uint16_t *)alloc_elems(SLOTS * 576, AITER_MLA_BF16);
+    unsigned char *ds = (unsigned char *)test_malloc(SLOTS * 656);
+    int32_t idx[T * TOPK], len[T];
+    int64_t slots[SLOTS];
+    float o[T * H * 512], lse[T * H], ml[T * H];
+    aiter_mla_ds_mla_write_args w;
+    aiter_mla_sparse_args a, e;
+    int it, t, k, h;
+    fill_random(q, T * H * 576, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    fill_random(rows, SLOTS * 576, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    for (k = 0; k < SLOTS; k++) slots[k] = k;
+    memset(&w, 0, sizeof w);
+    w.kv_c = rows;
+    w.kv_c_stride = 576;
+    w.k_pe = rows + 512;
+    w.k_pe_stride = 576;
+    w.slot_mapping = slots;
+    w.kv_cache = ds;
+    w.num_blocks = 1;
+    w.block_size = SLOTS;
+    w.num_tokens = SLOTS;
+    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.num_slots = SLOTS;
+    a.indices = idx;
+    a.o = o;
+    a.lse = lse;
+    a.max_logits = ml;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.topk = TOPK;
+    a.o_dtype = AITER_MLA_F32;
+    for (it = 0; it < ITERS; it++) {
+        int64_t bad = 0;
+        a.cache_is_ds_mla = it % 2;
+        a.kv_cache = a.cache_is_ds_mla ? (const void *)ds : (const void *)rows;
+        a.topk_length = it % 3 ? len : NULL;
+        fuzz_fill(r, idx, T * TOPK, SLOTS, 1);
+        fuzz_fill(r, len, T, TOPK + 1, 1);
+        poison_f32(o, T * H * 512);
+        poison_f32(lse, T * H);
+        poison_f32(ml, T * H);
+        fuzz_arm();
+        CHECK(fuzz_answer(aiter_mla_sparse_attention_ref(&a), "sparse_attention_ref", it), "slots are data: %s", aiter_mla_last_error());
+        bad += fuzz_attn_bad(o, lse, 0, T, H, 512, H, 1, INFINITY);
+        for (t = 0; t < T; t++) {
+            const int n = !a.topk_length ? TOPK : len[t] < 0 ? 0 : len[t] < TOPK ? len[t] : TOPK;
+            int seen = 0;
+            for (k = 0; k < n; k++) seen |= idx[t * TOPK + k] >= 0 && idx[t * TOPK + k] < SLOTS;
+            for (h = 0; h < H; h++)
+                bad += seen ? !isfinite(lse[t * H + h]) || !isfinite(ml[t * H + h])
+                            : lse[t * H + h] != INFINITY || ml[t * H + h] != -INFINITY;
+        }
+        CHECK(bad == 0, "sparse_attention_ref, iteration %d: %lld values break SPEC 4's conventions", it, (long long)bad);
+    }
+    a.kv_cache = rows;
+    a.cache_is_ds_mla = 0;
+    poison_f32(o, T * H * 512);
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_heads = 129;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.topk = 0;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    e = a, e.num_slots = 0;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_slots");
+    e = a, e.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    e = a, e.cache_is_ds_mla = 2;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "cache_is_ds_mla");
+    e = a, e.q_dtype = AITER_MLA_FP8_E4M3FN;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "q_dtype");
+    CHECK(fuzz_all_poison_f32(o, T * H * 512), "sparse_attention: o written by a refused call");
+    free(q);
+    free(rows);
+    free(ds);
+}
+
+/* Varlen prefill (SPEC 2, 2c) and its persistent plan: cu_seqlens and plan entries as garbage.
+ * q/k/v/o hold TQ and TK rows; garbage the checks pass that asks for more is skipped. */
+static void fuzz_prefill(test_rng *r) {
+    enum { B = 2, H = 2, DQK = 64, DV = 64, TQ = 40, TK = 72, ITERS = 40 };
+    const int32_t cq0[B + 1] = {0, 20, 37}, ck0[B + 1] = {0, 30, 70};
+    int32_t cq[B + 1], ck[B + 1], *plan, *plan2;
+    uint16_t *q = (uint16_t *)alloc_elems(TQ * H * DQK, AITER_MLA_BF16), *k = (uint16_t *)alloc_elems(TK * H * DQK, AITER_MLA_BF16),
+             *v = (uint16_t *)alloc_elems(TK * H * DV, AITER_MLA_BF16);
+    float *o = alloc_f32(TQ * H * DV), *o2 = alloc_f32(TQ * H * DV), *lse = alloc_f32(H * TQ), *lse2 = alloc_f32(H * TQ), *ws;
+    aiter_mla_prefill_plan_desc d, dd;
+    aiter_mla_prefill_plan_info info, info2;
+    aiter_mla_prefill_args a, e;
+    int it, i, ok_runs = 0, err_runs = 0, sched_runs = 0;
+    fill_random(q, TQ * H * DQK, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    fill_random(k, TK * H * DQK, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    fill_random(v, TK * H * DV, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    memset(&d, 0, sizeof d);
+    d.max_batch = B;
+    d.max_q_tokens = TQ;
+    d.num_heads = H;
+    d.num_cu = 4; /* quotas 3, 3, 2, 2 units: request 0's second tile is cut, the reduce runs */
+    d.dv = DV;
+    d.tile_q = 16;
+    d.kv_granularity = 16;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "");
+    plan = alloc_i32(info.plan_ints);
+    plan2 = alloc_i32(info.plan_ints);
+    ws = (float *)test_malloc(info.workspace_bytes);
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.cu_seqlens_q = cq;
+    a.cu_seqlens_k = ck;
+    a.batch = B;
+    a.num_heads = H;
+    a.dqk = DQK;
+    a.dv = DV;
+    a.o_dtype = AITER_MLA_F32;
+    a.plan_info = &info;
+    a.workspace = ws;
+    a.workspace_bytes = info.workspace_bytes;
+    for (it = 0; it < ITERS; it++) {
+        /* 0: cu_seqlens_q; 1: cu_seqlens_k (a plan built from the garbage when it is taken, or
+         * else the one of the arrays before); 2: plan entries */
+        const int mode = it % 3;
+        int ref_ok;
+        aiter_mla_status st;
+        memcpy(cq, cq0, sizeof cq);
+        memcpy(ck, ck0, sizeof ck);
+        a.causal = it % 2;
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, a.causal, plan), AITER_MLA_OK, "");
+        if (mode == 0) fuzz_fill(r, cq, B + 1, TQ + 1, it % 4 == 0);
+        if (mode == 1) fuzz_fill(r, ck, B + 1, TK + 1, it % 4 == 1);
+        if (mode < 2) {
+            fuzz_arm();
+            if (fuzz_answer(aiter_mla_prefill_plan_build(&info, cq, ck, B, a.causal, plan2), "prefill_plan_build", it)) {
+                CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, a.causal, plan2), AITER_MLA_OK, "");
+                memcpy(plan, plan2, (size_t)info.plan_ints * sizeof(int32_t));
+            }
+        } else {
+            const int n = rng_int(r, 1, 3);
+            for (i = 0; i < n; i++) plan[rng_int(r, 0, (int)info.plan_ints - 1)] = fuzz_i32(r, 64);
+        }
+        if ((fuzz_indptr_ok(cq, B) && cq[B] > TQ) || (fuzz_indptr_ok(ck, B) && ck[B] > TK)) {
+            fuzz_skipped++;
+            continue;
+        }
+        poison_f32(o, TQ * H * DV);
+        poison_f32(lse, H * TQ);
+        a.plan = NULL;
+        a.o = o;
+        a.lse = lse;
+        fuzz_arm();
+        st = aiter_mla_prefill_ref(&a);
+        CHECK((st == AITER_MLA_OK) == (fuzz_indptr_ok(cq, B) && fuzz_indptr_ok(ck, B)),
+              "prefill_ref, iteration %d: status %s, but the cu_seqlens are %s", it, testing_status_name(st),
+              fuzz_indptr_ok(cq, B) && fuzz_indptr_ok(ck, B) ? "monotone" : "not monotone");
+        ref_ok = fuzz_answer(st, "prefill_ref", it);
+        if (ref_ok) {
+            ok_runs++;
+            CHECK(fuzz_attn_bad(o, lse, cq[0], cq[B], H, DV, 1, cq[B], -INFINITY) == 0,
+                  "prefill_ref, iteration %d: o not finite, or lse neither finite nor -inf with o = 0", it);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(o, TQ * H * DV), "prefill_ref, iteration %d: o written before the refusal", it);
+        }
+        poison_f32(o2, TQ * H * DV);
+        poison_f32(lse2, H * TQ);
+        a.plan = plan;
+        a.o = o2;
+        a.lse = lse2;
+        fuzz_arm();
+        st = aiter_mla_prefill_ref_scheduled(&a);
+        if (fuzz_answer(st, "prefill_ref_scheduled", it)) {
+            int64_t t, n = 0;
+            float diff = 0.0f;
+            sched_runs++;
+            CHECK(ref_ok, "prefill_ref_scheduled, iteration %d: took arrays that prefill_ref refused", it);
+            if (!ref_ok) continue;
+            for (t = (int64_t)cq[0] * H; t < (int64_t)cq[B] * H; t++) {
+                const int64_t li = (t % H) * cq[B] + t / H; /* lse is [H, Tq] */
+                n += !(lse[li] == lse2[li] || fabsf(lse[li] - lse2[li]) <= 1e-4f);
+                for (i = 0; i < DV; i++) diff = fmaxf(diff, fabsf(o[t * DV + i] - o2[t * DV + i]));
+            }
+            CHECK(n == 0 && diff <= 1e-4f, "prefill_ref_scheduled, iteration %d: %lld lse and o (max diff %g) differ from prefill_ref", it,
+                  (long long)n, (double)diff);
+        } else {
+            CHECK(fuzz_all_poison_f32(o2, TQ * H * DV), "prefill_ref_scheduled, iteration %d: o written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0 && sched_runs > 0, "prefill fuzz: %d runs, %d refusals, %d replays", ok_runs, err_runs, sched_runs);
+    memcpy(cq, cq0, sizeof cq);
+    memcpy(ck, ck0, sizeof ck);
+    a.causal = 1;
+    CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, 1, plan), AITER_MLA_OK, "");
+    CHECK(plan[AITER_MLA__PH_NUM_PARTIALS] > 0, "prefill fuzz: the valid plan must split a tile");
+    a.plan = plan;
+    a.o = o;
+    a.lse = lse;
+    poison_f32(o, TQ * H * DV);
+    e = a, e.batch = 0;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_heads = 65537;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.dqk = 100;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dqk");
+    e = a, e.dv = 512;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "dv");
+    e = a, e.causal = 2;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "causal");
+    e = a, e.num_cu = -1;
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    e = a, e.num_heads = 1; /* in range, but not the plan's */
+    CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+    e = a, e.workspace_bytes = info.workspace_bytes - 1;
+    CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+    CHECK(fuzz_all_poison_f32(o, TQ * H * DV), "prefill: o written by a refused call");
+    dd = d, dd.max_batch = 0;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "max_batch");
+    dd = d, dd.max_q_tokens = 0;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "max_q_tokens");
+    dd = d, dd.num_heads = 0;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    dd = d, dd.num_cu = -1;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    dd = d, dd.dv = 32;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+    dd = d, dd.tile_q = 24;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
+    dd = d, dd.kv_granularity = 8192;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_granularity");
+    CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, 2, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "causal");
+    free(plan);
+    free(plan2);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(o2);
+    free(lse);
+    free(lse2);
+    free(ws);
+}
+
+/* V4 gather (SPEC 7): block ids are data (zeros where absent); seq_lens and gather_lens are
+ * checked against out_rows. The rows come back exactly (fp8 times a power of two fits f32). */
+static void fuzz_v4_gather(test_rng *r) {
+    enum { NB = 4, BS = 4, B = 3, STRIDE = 3, OUT = 12, OFF = 2, ITERS = 40 };
+    const int64_t pb = naive_v4_page_bytes(BS);
+    const int32_t seq0[B] = {5, 0, 9}, gl0[B] = {5, 0, 4};
+    int32_t bt[B * STRIDE], seq[B], gl[B];
+    unsigned char *cache = (unsigned char *)test_malloc((size_t)(NB * pb));
+    uint16_t *kv = (uint16_t *)alloc_elems(NB * BS * 512, AITER_MLA_BF16);
+    int64_t slots[NB * BS];
+    float *out = alloc_f32(B * OUT * 512);
+    double row[512];
+    aiter_mla_v4_gather_args g, e;
+    int it, b, i, d, ok_runs = 0, err_runs = 0;
+    for (i = 0; i < NB * BS; i++) slots[i] = i;
+    v4_random_rows(r, kv, NB * BS, AITER_MLA_BF16);
+    v4_write(cache, NB, BS, kv, slots, NB * BS, AITER_MLA_FP8_E4M3FN);
+    memset(&g, 0, sizeof g);
+    g.kv_cache = cache;
+    g.num_blocks = NB;
+    g.block_size = BS;
+    g.block_table = bt;
+    g.block_table_stride = STRIDE;
+    g.seq_lens = seq;
+    g.batch = B;
+    g.out = out;
+    g.out_rows = OUT;
+    g.offset = OFF;
+    g.out_dtype = AITER_MLA_F32;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0: block ids; 1: seq_lens; 2: gather_lens */
+        int64_t bad = 0;
+        aiter_mla_status st;
+        memcpy(seq, seq0, sizeof seq);
+        memcpy(gl, gl0, sizeof gl);
+        fuzz_fill(r, bt, B * STRIDE, NB, 1);
+        if (mode == 1) fuzz_fill(r, seq, B, 11, it % 2);
+        if (mode == 2) fuzz_fill(r, gl, B, 11, it % 2);
+        g.gather_lens = mode == 2 || it % 2 ? gl : NULL;
+        poison_f32(out, B * OUT * 512);
+        fuzz_arm();
+        st = aiter_mla_v4_gather_ref(&g);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "v4_gather_ref, iteration %d: block ids are data, got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "v4_gather_ref", it)) {
+            ok_runs++;
+            for (b = 0; b < B; b++) {
+                const int32_t n = g.gather_lens ? gl[b] : seq[b];
+                for (i = 0; i < OUT; i++) {
+                    const float *o = out + ((int64_t)b * OUT + i) * 512;
+                    const int64_t p = (int64_t)seq[b] - n + (i - OFF);
+                    if (i < OFF || i >= OFF + n) {
+                        bad += !fuzz_all_poison_f32(o, 512);
+                        continue;
+                    }
+                    if (p / BS < STRIDE && bt[b * STRIDE + p / BS] >= 0 && bt[b * STRIDE + p / BS] < NB)
+                        naive_v4_row(cache, pb, BS, (int64_t)bt[b * STRIDE + p / BS] * BS + p % BS, 0, row);
+                    else
+                        for (d = 0; d < 512; d++) row[d] = 0.0;
+                    for (d = 0; d < 512; d++) bad += o[d] != (float)row[d];
+                }
+            }
+            CHECK(bad == 0, "v4_gather_ref, iteration %d: %lld values differ from SPEC 7's rows", it, (long long)bad);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(out, B * OUT * 512), "v4_gather_ref, iteration %d: written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_gather fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(seq, seq0, sizeof seq);
+    memcpy(gl, gl0, sizeof gl);
+    g.gather_lens = gl;
+    poison_f32(out, B * OUT * 512);
+    e = g, e.batch = 0;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = g, e.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    e = g, e.out_rows = -1;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "out_rows");
+    e = g, e.offset = OUT + 1;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "offset");
+    e = g, e.offset = -1;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "offset");
+    e = g, e.offset = OUT - 4; /* request 0 gathers 5 rows */
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "out_rows");
+    e = g, e.num_blocks = 0;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    e = g, e.block_size = 2000;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    e = g, e.out_dtype = AITER_MLA_FP8_E4M3FN;
+    CHECK_STATUS(aiter_mla_v4_gather_ref(&e), AITER_MLA_ERR_UNSUPPORTED, "out_dtype");
+    CHECK(fuzz_all_poison_f32(out, B * OUT * 512), "v4_gather: out written by a refused call");
+    free(cache);
+    free(kv);
+    free(out);
+}
+
+/* The request of token tok, with [qsl[b], qsl[b + 1]) holding it; -1 when none. */
+static int32_t fuzz_req_of(const int32_t *qsl, int n, int64_t tok) {
+    int b;
+    for (b = 0; b < n; b++)
+        if (qsl[b] <= tok && tok < qsl[b + 1]) return b;
+    return -1;
+}
+
+/* V4 index builders (SPEC 7 and their prototypes' comments), each list from its definition:
+ * SWA windows, the ratio-4 top-k lists and the ratio-128 lists. Page ids, requests, top-k
+ * entries, positions and validity bytes are data; query_start_loc and seq_lens are checked. */
+static void fuzz_v4_builders(test_rng *r) {
+    enum { NREQ = 3, T = 6, W = 8, BS = 4, STRIDE = 12, TOPK = 4, TSTRIDE = 5, CW = 6, ITERS = 36 };
+    static const int windows[3] = {1, 3, W}, sizes[5] = {1, 3, 4, 7, 1024}, ratios[5] = {1, 2, 4, 128, 65536};
+    const int32_t qsl0[NREQ + 1] = {0, 2, 3, 6}, seq0[NREQ] = {10, 1, 40};
+    int32_t qsl[NREQ + 1], seq[NREQ], t2r[T], bt[NREQ * STRIDE], topk[T * TSTRIDE], exp[T * W], exp_len[T];
+    int64_t pos[T];
+    uint8_t valid[T];
+    v4_outs ob;
+    aiter_mla_v4_swa_index_args s, se;
+    aiter_mla_v4_topk_args k, ke;
+    aiter_mla_v4_c128_args c, ce;
+    int it, t, i, ok_runs = 0, err_runs = 0;
+    { /* position INT64_MAX at ratio 1 sees (pos + 1) / 1 = 2^63 entries: min(2^63, width) = width */
+        int64_t last_pos = INT64_MAX;
+        int32_t len = -7;
+        memset(&c, 0, sizeof c);
+        c.positions = &last_pos;
+        c.compress_ratio = 1;
+        c.width = 4;
+        c.num_tokens = 1;
+        c.out.lens = &len;
+        CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&c), AITER_MLA_OK, "");
+        CHECK(len == 4, "v4_c128_indices_ref: position INT64_MAX at ratio 1 has %d entries, SPEC 7 gives 4", len);
+    }
+    memset(&s, 0, sizeof s);
+    s.query_start_loc = qsl;
+    s.seq_lens = seq;
+    s.block_table = bt;
+    s.block_table_stride = STRIDE;
+    s.block_size = BS;
+    s.window = W;
+    s.num_reqs = NREQ;
+    memset(&k, 0, sizeof k);
+    k.topk_indices = topk;
+    k.topk_stride = TSTRIDE;
+    k.topk = TOPK;
+    k.token_to_req = t2r;
+    k.block_table = bt;
+    k.block_table_stride = STRIDE;
+    k.block_size = BS;
+    k.num_reqs = NREQ;
+    k.num_tokens = T;
+    memset(&c, 0, sizeof c);
+    c.positions = pos;
+    c.token_to_req = t2r;
+    c.block_table_stride = STRIDE;
+    c.block_size = 2;
+    c.num_reqs = NREQ;
+    c.compress_ratio = 4;
+    c.width = CW;
+    c.num_tokens = T;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0: data only; 1: query_start_loc; 2: seq_lens */
+        aiter_mla_status st;
+        memcpy(qsl, qsl0, sizeof qsl);
+        memcpy(seq, seq0, sizeof seq);
+        fuzz_fill(r, bt, NREQ * STRIDE, 64, 1);
+        fuzz_fill(r, t2r, T, NREQ, 1);
+        fuzz_fill(r, topk, T * TSTRIDE, 40, 1);
+        fuzz_fill64(r, pos, T, 40);
+        for (t = 0; t < T; t++) valid[t] = (uint8_t)(rng_int(r, 0, 3) ? 1 : rng_int(r, 0, 1) * 255);
+        if (mode == 1) fuzz_fill(r, qsl, NREQ + 1, T + 1, it % 2);
+        if (mode == 2) fuzz_fill(r, seq, NREQ, 41, it % 2);
+
+        /* SWA: rows token_offset .., a request from token_to_req or from query_start_loc */
+        s.window = windows[rng_int(r, 0, 2)];
+        s.block_size = sizes[rng_int(r, 0, 4)];
+        s.token_offset = it % 4 == 1;
+        s.num_tokens = T - s.token_offset;
+        s.token_to_req = it % 2 ? t2r : NULL;
+        s.is_valid_token = it % 3 == 1 ? valid : NULL;
+        s.out = v4_outs_make(&ob, s.num_tokens, s.window, s.num_tokens * s.window);
+        fuzz_arm();
+        st = aiter_mla_v4_swa_indices_ref(&s);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "v4_swa_indices_ref, iteration %d: page ids are data, got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "v4_swa_indices_ref", it)) {
+            ok_runs++;
+            for (t = 0; t < s.num_tokens; t++) {
+                const int64_t tok = s.token_offset + t;
+                const int32_t b = s.token_to_req ? t2r[tok] : fuzz_req_of(qsl, NREQ, tok);
+                int64_t p = -1, first;
+                exp_len[t] = 0;
+                if ((s.is_valid_token && !valid[tok]) || b < 0 || b >= NREQ || tok < qsl[b] || tok >= qsl[b + 1]) continue;
+                p = (int64_t)seq[b] - (qsl[b + 1] - qsl[b]) + (tok - qsl[b]);
+                first = p - s.window + 1 > 0 ? p - s.window + 1 : 0;
+                exp_len[t] = (int32_t)(p - first + 1);
+                for (i = 0; i < exp_len[t]; i++) exp[t * s.window + i] = fuzz_table_slot(bt + b * STRIDE, STRIDE, s.block_size, first + i);
+            }
+            CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4_swa_indices_ref, iteration %d: lists differ from SPEC 7's windows", it);
+        } else {
+            int bad = 0;
+            err_runs++;
+            for (i = 0; i < s.num_tokens * (s.window + 2); i++) bad += ob.dense[i] != V4_SENTINEL;
+            for (i = 0; i <= s.num_tokens; i++) bad += ob.ptr[i] != V4_SENTINEL;
+            CHECK(bad == 0, "v4_swa_indices_ref, iteration %d: written before the refusal", it);
+        }
+        v4_outs_free(&ob);
+
+        /* top-k: the entries >= 0 of each row, in order, through the token's request's row */
+        k.block_size = sizes[rng_int(r, 0, 4)];
+        k.is_valid_token = it % 2 ? valid : NULL;
+        k.out = v4_outs_make(&ob, T, TOPK, T * TOPK);
+        fuzz_arm();
+        CHECK(fuzz_answer(aiter_mla_v4_global_topk_ref(&k), "v4_global_topk_ref", it), "top-k entries are data: %s", aiter_mla_last_error());
+        for (t = 0; t < T; t++) {
+            exp_len[t] = 0;
+            if (k.is_valid_token && !valid[t]) continue;
+            for (i = 0; i < TOPK; i++)
+                if (topk[t * TSTRIDE + i] >= 0)
+                    exp[t * TOPK + exp_len[t]++] =
+                        t2r[t] >= 0 && t2r[t] < NREQ ? fuzz_table_slot(bt + t2r[t] * STRIDE, STRIDE, k.block_size, topk[t * TSTRIDE + i]) : -1;
+        }
+        CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4_global_topk_ref, iteration %d: lists differ from the definition", it);
+        v4_outs_free(&ob);
+
+        /* ratio-128 builder at any ratio, width CW: entries j < min((pos + 1) / ratio, CW), local or
+         * through the table (block size 0: 256 / ratio, at least 1) */
+        c.compress_ratio = ratios[rng_int(r, 0, 4)];
+        c.block_size = rng_int(r, 0, 1) ? 0 : sizes[rng_int(r, 0, 4)];
+        c.block_table = it % 2 ? bt : NULL;
+        c.is_valid_token = it % 3 == 2 ? valid : NULL;
+        c.out = v4_outs_make(&ob, T, CW, it % 5 == 4 ? 5 : T * CW); /* sometimes too small: refused */
+        fuzz_arm();
+        st = aiter_mla_v4_c128_indices_ref(&c);
+        if (fuzz_answer(st, "v4_c128_indices_ref", it)) {
+            const int cbs = c.block_size ? c.block_size : c.compress_ratio < 256 ? 256 / c.compress_ratio : 1;
+            int64_t total = 0;
+            for (t = 0; t < T; t++) { /* (pos + 1) / ratio in 64 unsigned bits: exact for every pos >= 0 */
+                const uint64_t n = pos[t] < 0 || (c.is_valid_token && !valid[t]) ? 0 : ((uint64_t)pos[t] + 1) / (uint64_t)c.compress_ratio;
+                exp_len[t] = (int32_t)(n < CW ? n : CW);
+                total += exp_len[t];
+                for (i = 0; i < exp_len[t]; i++)
+                    exp[t * CW + i] = !c.block_table ? i
+                                      : t2r[t] >= 0 && t2r[t] < NREQ ? fuzz_table_slot(bt + t2r[t] * STRIDE, STRIDE, cbs, i)
+                                                                     : -1;
+            }
+            CHECK(total <= ob.cap && v4_outs_bad(&ob, exp, exp_len) == 0, "v4_c128_indices_ref, iteration %d: lists differ from the definition", it);
+        } else {
+            CHECK(st == AITER_MLA_ERR_BUFFER_TOO_SMALL && ob.cap == 5, "v4_c128_indices_ref, iteration %d: refused with %s", it, aiter_mla_last_error());
+        }
+        v4_outs_free(&ob);
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_swa_indices fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(qsl, qsl0, sizeof qsl);
+    memcpy(seq, seq0, sizeof seq);
+    s.window = W;
+    s.block_size = BS;
+    s.token_to_req = NULL; /* every token valid, in its query_start_loc range: 6 lists of >= 1 */
+    s.is_valid_token = NULL;
+    k.block_size = BS;
+    c.compress_ratio = 4;
+    c.block_size = 2;
+    s.token_offset = 0;
+    s.num_tokens = T;
+    s.out = v4_outs_make(&ob, T, W, T * W);
+    se = s, se.num_reqs = 0;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    se = s, se.block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    se = s, se.block_size = -1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    se = s, se.window = 65537;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "window");
+    se = s, se.window = -1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "window");
+    se = s, se.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    se = s, se.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    se = s, se.token_offset = -1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "token_offset");
+    se = s, se.out.dense_stride = W - 1;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_INVALID_ARGUMENT, "dense_stride");
+    se = s, se.out.capacity = 3;
+    CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&se), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+    v4_outs_free(&ob);
+    k.out = v4_outs_make(&ob, T, TOPK, T * TOPK);
+    ke = k, ke.topk = 0;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    ke = k, ke.topk_stride = TOPK - 1;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "topk_stride");
+    ke = k, ke.num_reqs = 0;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    ke = k, ke.block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ke = k, ke.block_table_stride = -1;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    ke = k, ke.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_v4_global_topk_ref(&ke), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    v4_outs_free(&ob);
+    c.block_table = bt;
+    c.out = v4_outs_make(&ob, T, CW, T * CW);
+    ce = c, ce.compress_ratio = -1;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "compress_ratio");
+    ce = c, ce.compress_ratio = 65537;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "compress_ratio");
+    ce = c, ce.width = 0;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "width");
+    ce = c, ce.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    ce = c, ce.num_reqs = 0;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    ce = c, ce.block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+    ce = c, ce.block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+    ce = c, ce.token_to_req = NULL;
+    CHECK_STATUS(aiter_mla_v4_c128_indices_ref(&ce), AITER_MLA_ERR_NULL_POINTER, "token_to_req");
+    for (i = 0, t = 0; i < T * (CW + 2); i++) t += ob.dense[i] != V4_SENTINEL;
+    CHECK(t == 0, "v4 builders: dense written by a refused call");
+    v4_outs_free(&ob);
+}
+
+/* V4 combine (SPEC 7): top-k entries are data (-1 outside the gathered compressed rows);
+ * query_start_loc, seq_lens and gather_lens are checked. The outputs and top-k rows hold TA
+ * tokens: garbage the checks pass that asks for more is skipped (the count is trusted). */
+static void fuzz_v4_combine(test_rng *r) {
+    enum { NREQ = 3, TA = 8, W = 8, TOPK = 3, TSTRIDE = 4, N = 16, M = N + W + 16, WIDTH = TOPK + W, ITERS = 48 };
+    static const int windows[3] = {1, 3, W}, ratios[3] = {1, 4, 128};
+    const int32_t qsl0[NREQ + 1] = {0, 2, 3, 6}, seq0[NREQ] = {10, 1, 40}, gl0[NREQ] = {9, 1, 12};
+    int32_t qsl[NREQ + 1], seq[NREQ], gl[NREQ], *topk = alloc_i32(TA * TSTRIDE), exp[TA * WIDTH], exp_len[TA];
+    v4_outs ob;
+    aiter_mla_v4_combine_args c, e;
+    int it, t, i, ok_runs = 0, err_runs = 0;
+    memset(&c, 0, sizeof c);
+    c.topk_indices = topk;
+    c.topk_stride = TSTRIDE;
+    c.topk = TOPK;
+    c.query_start_loc = qsl;
+    c.seq_lens = seq;
+    c.num_reqs = NREQ;
+    c.M = M;
+    c.N = N;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 4; /* 0: top-k entries; 1: query_start_loc; 2: seq_lens; 3: gather_lens */
+        int64_t count;
+        aiter_mla_status st;
+        memcpy(qsl, qsl0, sizeof qsl);
+        memcpy(seq, seq0, sizeof seq);
+        memcpy(gl, gl0, sizeof gl);
+        fuzz_fill(r, topk, TA * TSTRIDE, N + 1, 1);
+        if (mode == 1) fuzz_fill(r, qsl, NREQ + 1, TA + 1, it % 2);
+        if (mode == 2) fuzz_fill(r, seq, NREQ, 41, it % 2);
+        if (mode == 3) fuzz_fill(r, gl, NREQ, 41, it % 2);
+        c.gather_lens = mode == 3 || it % 2 ? gl : NULL;
+        c.window = windows[rng_int(r, 0, 2)];
+        c.compress_ratio = ratios[rng_int(r, 0, 2)];
+        count = (int64_t)qsl[NREQ] - qsl[0];
+        if (fuzz_indptr_ok(qsl, NREQ) && count > TA) {
+            fuzz_skipped++;
+            continue;
+        }
+        c.out = v4_outs_make(&ob, TA, TOPK + c.window, TA * (TOPK + c.window));
+        fuzz_arm();
+        st = aiter_mla_v4_combine_ref(&c);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "v4_combine_ref, iteration %d: top-k entries are data, got %s", it, aiter_mla_last_error());
+        if (fuzz_answer(st, "v4_combine_ref", it)) {
+            const int wd = TOPK + c.window;
+            ok_runs++;
+            for (t = 0; t < TA; t++) {
+                const int64_t tok = qsl[0] + t;
+                const int32_t b = fuzz_req_of(qsl, NREQ, tok);
+                int64_t pos, prefix, g, ncomp, tl, sl;
+                exp_len[t] = 0;
+                if (t >= count || b < 0) continue;
+                prefix = (int64_t)seq[b] - (qsl[b + 1] - qsl[b]);
+                pos = prefix + (tok - qsl[b]);
+                g = c.gather_lens ? gl[b] : (qsl[b + 1] - qsl[b]) + (prefix < c.window - 1 ? prefix : c.window - 1);
+                ncomp = seq[b] / c.compress_ratio < N ? seq[b] / c.compress_ratio : N;
+                tl = (pos + 1) / c.compress_ratio < TOPK ? (pos + 1) / c.compress_ratio : TOPK;
+                sl = pos + 1 < c.window ? pos + 1 : c.window;
+                for (i = 0; i < tl; i++) {
+                    const int32_t j = topk[t * TSTRIDE + i];
+                    exp[t * wd + exp_len[t]++] = j >= 0 && j < ncomp ? (int32_t)((int64_t)M * b + j) : -1;
+                }
+                for (i = 0; i < sl; i++) exp[t * wd + exp_len[t]++] = (int32_t)((int64_t)M * b + N + (pos - sl + 1 + i) - (seq[b] - g));
+            }
+            ob.T = count; /* the lists of the chunk's tokens; rows past them untouched */
+            for (i = (int)count * (wd + 2), t = 0; i < TA * (wd + 2); i++) t += ob.dense[i] != V4_SENTINEL;
+            CHECK(t == 0 && v4_outs_bad(&ob, exp, exp_len) == 0, "v4_combine_ref, iteration %d: lists differ from SPEC 7's combine", it);
+        } else {
+            int bad = 0;
+            err_runs++;
+            for (i = 0; i < TA * (TOPK + c.window + 2); i++) bad += ob.dense[i] != V4_SENTINEL;
+            CHECK(bad == 0, "v4_combine_ref, iteration %d: written before the refusal", it);
+        }
+        v4_outs_free(&ob);
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_combine fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(qsl, qsl0, sizeof qsl);
+    memcpy(seq, seq0, sizeof seq);
+    memcpy(gl, gl0, sizeof gl);
+    c.gather_lens = gl;
+    c.window = W;
+    c.compress_ratio = 4;
+    c.out = v4_outs_make(&ob, TA, WIDTH, TA * WIDTH);
+    e = c, e.num_reqs = 0;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_reqs");
+    e = c, e.topk = -1;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    e = c, e.topk_stride = TOPK - 1;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk_stride");
+    e = c, e.window = 65537;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "window");
+    e = c, e.compress_ratio = -1;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compress_ratio");
+    e = c, e.M = 0;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
+    e = c, e.N = M + 1;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "N");
+    e = c, e.M = INT32_MAX; /* M * num_reqs rows past int32 */
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
+    e = c, e.M = N + 11; /* request 2 gathers 12 rows */
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "M");
+    e = c, e.topk_indices = NULL;
+    CHECK_STATUS(aiter_mla_v4_combine_ref(&e), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
+    for (i = 0, t = 0; i < TA * (WIDTH + 2); i++) t += ob.dense[i] != V4_SENTINEL;
+    CHECK(t == 0, "v4_combine: dense written by a refused call");
+    v4_outs_free(&ob);
+    free(topk);
+}
+
+/* Ragged copy: the entries are copied as they are; indptr is checked. indices holds NIDX
+ * entries: a monotone indptr that asks for more is skipped (that length is trusted). */
+static void fuzz_v4_copy_ragged(test_rng *r) {
+    enum { ROWS = 4, NIDX = 10, MAXE = 4, CAP = ROWS * MAXE, ITERS = 40 };
+    const int32_t ptr0[ROWS + 1] = {0, 3, 3, 8, 10};
+    int32_t *idx = alloc_i32(NIDX), ptr[ROWS + 1], ibuf[CAP], pbuf[ROWS + 1];
+    int64_t dropped;
+    aiter_mla_v4_ragged_copy_args a, e;
+    int it, i, row, ok_runs = 0, err_runs = 0;
+    memset(&a, 0, sizeof a);
+    a.indices = idx;
+    a.indptr = ptr;
+    a.num_rows = ROWS;
+    a.max_entries_per_row = MAXE;
+    a.indices_buffer = ibuf;
+    a.indices_buffer_capacity = CAP;
+    a.indptr_buffer = pbuf;
+    a.indptr_buffer_capacity = ROWS + 1;
+    a.num_dropped = &dropped;
+    for (it = 0; it < ITERS; it++) {
+        int bad = 0;
+        aiter_mla_status st;
+        memcpy(ptr, ptr0, sizeof ptr);
+        fuzz_fill(r, idx, NIDX, 64, 1);
+        if (it % 4) fuzz_fill(r, ptr, ROWS + 1, NIDX + 1, it % 4 == 1);
+        a.clamp = (it / 4) % 2; /* the arrays as given, with and without clamp */
+        if (fuzz_indptr_ok(ptr, ROWS) && ptr[ROWS] > NIDX) {
+            fuzz_skipped++;
+            continue;
+        }
+        fill_i32(ibuf, CAP, V4_SENTINEL);
+        fill_i32(pbuf, ROWS + 1, V4_SENTINEL);
+        dropped = -7;
+        fuzz_arm();
+        st = aiter_mla_v4_copy_ragged_ref(&a);
+        if (!fuzz_indptr_ok(ptr, ROWS)) CHECK(st != AITER_MLA_OK, "v4_copy_ragged_ref, iteration %d: a decreasing indptr was taken", it);
+        if (fuzz_answer(st, "v4_copy_ragged_ref", it)) {
+            int64_t out = 0, cut = 0;
+            ok_runs++;
+            bad += pbuf[0] != 0;
+            for (row = 0; row < ROWS; row++) {
+                const int32_t n = ptr[row + 1] - ptr[row], take = n < MAXE ? n : MAXE;
+                bad += !a.clamp && n > MAXE; /* refused without clamp */
+                for (i = 0; i < take; i++) bad += ibuf[out + i] != idx[ptr[row] + i];
+                out += take;
+                cut += n - take;
+                bad += pbuf[row + 1] != out;
+            }
+            for (i = (int)out; i < CAP; i++) bad += ibuf[i] != V4_SENTINEL;
+            bad += dropped != cut;
+            CHECK(bad == 0, "v4_copy_ragged_ref, iteration %d: %d entries differ from the copy", it, bad);
+        } else {
+            err_runs++;
+            for (i = 0; i < CAP; i++) bad += ibuf[i] != V4_SENTINEL;
+            for (i = 0; i <= ROWS; i++) bad += pbuf[i] != V4_SENTINEL;
+            CHECK(bad == 0 && dropped == -7, "v4_copy_ragged_ref, iteration %d: written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_copy_ragged fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(ptr, ptr0, sizeof ptr);
+    a.clamp = 1;
+    e = a, e.num_rows = -1;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_rows");
+    e = a, e.max_entries_per_row = 0;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_entries_per_row");
+    e = a, e.clamp = 2;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "clamp");
+    e = a, e.indptr_buffer_capacity = ROWS;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indptr_buffer_capacity");
+    e = a, e.indices_buffer_capacity = CAP - 1;
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indices_buffer_capacity");
+    e = a, e.clamp = 0; /* row 2 holds 5 entries */
+    CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "max_entries_per_row");
+    free(idx);
+}
+
+/* V4 attention (SPEC 7): key entries and dense lengths are data (an entry outside the cache is
+ * skipped); a ragged indptr is checked, and over NIDX entries a monotone one asking for more
+ * is skipped. keys: MODEL1 pages; extra_keys: bf16 rows. */
+static void fuzz_v4_attention(test_rng *r) {
+    enum { NB = 4, BS = 4, ROWS = 12, T = 3, H = 2, NIDX = 12, XSTRIDE = 4, ITERS = 30 };
+    const int64_t pb = naive_v4_page_bytes(BS);
+    const int32_t ptr0[T + 1] = {0, 5, 5, 12};
+    unsigned char *pages = (unsigned char *)test_malloc((size_t)(NB * pb));
+    uint16_t *kv = (uint16_t *)alloc_elems(NB * BS * 512, AITER_MLA_BF16), *rows = (uint16_t *)alloc_elems(ROWS * 512, AITER_MLA_BF16),
+             *q = (uint16_t *)alloc_elems(T * H * 512, AITER_MLA_BF16);
+    int32_t *idx = alloc_i32(NIDX), ptr[T + 1], xidx[T * XSTRIDE], xlen[T];
+    int64_t slots[NB * BS];
+    float o[T * H * 512], lse[T * H], sink[H];
+    aiter_mla_v4_attention_args a, e;
+    int it, t, i, h, ok_runs = 0, err_runs = 0;
+    for (i = 0; i < NB * BS; i++) slots[i] = i;
+    v4_random_rows(r, kv, NB * BS, AITER_MLA_BF16);
+    v4_write(pages, NB, BS, kv, slots, NB * BS, AITER_MLA_FP8_E4M3FN);
+    fill_random(rows, ROWS * 512, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    fill_random(q, T * H * 512, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.o = o;
+    a.lse = lse;
+    a.num_tokens = T;
+    a.num_heads = H;
+    a.o_dtype = AITER_MLA_F32;
+    a.keys.cache = pages;
+    a.keys.num_blocks = NB;
+    a.keys.block_size = BS;
+    a.keys.indices = idx;
+    a.keys.indptr = ptr;
+    a.extra_keys.cache = rows;
+    a.extra_keys.num_blocks = ROWS;
+    a.extra_keys.rows = 1;
+    a.extra_keys.indices_stride = XSTRIDE;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0, 1: entries and lengths; 2: indptr */
+        aiter_mla_status st;
+        memcpy(ptr, ptr0, sizeof ptr);
+        fuzz_fill(r, idx, NIDX, NB * BS, 1);
+        fuzz_fill(r, xidx, T * XSTRIDE, ROWS, 1);
+        fuzz_fill(r, xlen, T, XSTRIDE + 1, 1);
+        if (mode == 2) fuzz_fill(r, ptr, T + 1, NIDX + 1, it % 2);
+        a.extra_keys.indices = it % 4 ? xidx : NULL;
+        a.extra_keys.lens = it % 2 ? xlen : NULL;
+        sink[0] = it % 5 == 4 ? INFINITY : -INFINITY; /* +inf: o = 0, lse as without it */
+        sink[1] = 0.5f;
+        a.attn_sink = it % 3 == 1 ? NULL : sink;
+        if (fuzz_indptr_ok(ptr, T) && ptr[T] > NIDX) {
+            fuzz_skipped++;
+            continue;
+        }
+        poison_f32(o, T * H * 512);
+        poison_f32(lse, T * H);
+        fuzz_arm();
+        st = aiter_mla_v4_attention_ref(&a);
+        if (mode < 2) CHECK(st == AITER_MLA_OK, "v4_attention_ref, iteration %d: key entries are data, got %s", it, aiter_mla_last_error());
+        if (!fuzz_indptr_ok(ptr, T)) CHECK(st != AITER_MLA_OK, "v4_attention_ref, iteration %d: a decreasing indptr was taken", it);
+        if (fuzz_answer(st, "v4_attention_ref", it)) {
+            int64_t bad = fuzz_attn_bad(o, lse, 0, T, H, 512, H, 1, INFINITY);
+            ok_runs++;
+            for (t = 0; t < T; t++) { /* lse is +inf exactly when no entry of either list is in its cache */
+                int seen = 0;
+                const int n = !a.extra_keys.lens ? XSTRIDE : xlen[t] < 0 ? 0 : xlen[t] < XSTRIDE ? xlen[t] : XSTRIDE;
+                for (i = ptr[t]; i < ptr[t + 1]; i++) seen |= idx[i] >= 0 && idx[i] < NB * BS;
+                for (i = 0; a.extra_keys.indices && i < n; i++) seen |= xidx[t * XSTRIDE + i] >= 0 && xidx[t * XSTRIDE + i] < ROWS;
+                for (h = 0; h < H; h++) bad += seen != isfinite(lse[t * H + h]);
+            }
+            CHECK(bad == 0, "v4_attention_ref, iteration %d: %lld values break SPEC 7's conventions", it, (long long)bad);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(o, T * H * 512), "v4_attention_ref, iteration %d: o written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_attention fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(ptr, ptr0, sizeof ptr);
+    a.extra_keys.indices = xidx;
+    poison_f32(o, T * H * 512);
+    e = a, e.num_heads = 0;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_heads = 129;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+    e = a, e.num_tokens = -1;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+    e = a, e.num_splits = 65;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_splits");
+    e = a, e.keys.rows = 2;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "keys.rows");
+    e = a, e.keys.num_blocks = 0;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "keys.num_blocks");
+    e = a, e.keys.block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "keys.block_size");
+    e = a, e.extra_keys.num_blocks = -1;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "extra_keys.num_blocks");
+    e = a, e.extra_keys.indices_stride = 0;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "extra_keys.indices_stride");
+    sink[0] = NAN;
+    e = a, e.attn_sink = sink;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn_sink");
+    CHECK(fuzz_all_poison_f32(o, T * H * 512), "v4_attention: o written by a refused call");
+    free(pages);
+    free(kv);
+    free(rows);
+    free(q);
+    free(idx);
+}
+
+/* V4 chunked prefill (SPEC 7): both block tables and the top-k entries are data; the request
+ * ranges and lengths are checked. q and o hold max_num_batched_tokens rows, so every range the
+ * checks pass fits. Every token lists at least its own raw token (a zero row when its page is
+ * absent), so its lse is finite. */
+static void fuzz_v4_prefill(test_rng *r) {
+    enum { B = 3, H = 2, W = 8, RATIO = 4, MAXLEN = 64, MBT = 16, TOPK = 3, TSTRIDE = 4, SBS = 8, SSTRIDE = 8, SNB = 12,
+           CBS = 4, CSTRIDE = 4, CNB = 6, ITERS = 24 };
+    const int64_t spb = naive_v4_page_bytes(SBS), cpb = naive_v4_page_bytes(CBS);
+    const int32_t qsl0[B + 1] = {0, 2, 3, 7}, seq0[B] = {10, 1, 40};
+    unsigned char *swa = (unsigned char *)test_malloc((size_t)(SNB * spb)), *comp = (unsigned char *)test_malloc((size_t)(CNB * cpb));
+    uint16_t *kv = (uint16_t *)alloc_elems(SNB * SBS * 512, AITER_MLA_BF16), *q = (uint16_t *)alloc_elems(MBT * H * 512, AITER_MLA_BF16);
+    int32_t qsl[B + 1], seq[B], sbt[B * SSTRIDE], cbt[B * CSTRIDE], *topk = alloc_i32(MBT * TSTRIDE);
+    int64_t slots[SNB * SBS];
+    float *o = alloc_f32(MBT * H * 512), lse[MBT * H];
+    size_t bytes = 0;
+    void *ws;
+    aiter_mla_v4_prefill_args p, e;
+    int it, i, ok_runs = 0, err_runs = 0;
+    for (i = 0; i < SNB * SBS; i++) slots[i] = i;
+    v4_random_rows(r, kv, SNB * SBS, AITER_MLA_BF16);
+    v4_write(swa, SNB, SBS, kv, slots, SNB * SBS, AITER_MLA_FP8_E4M3FN);
+    v4_random_rows(r, kv, CNB * CBS, AITER_MLA_BF16);
+    v4_write(comp, CNB, CBS, kv, slots, CNB * CBS, AITER_MLA_FP8_E4M3FN);
+    fill_random(q, MBT * H * 512, AITER_MLA_BF16, r, -1.0f, 1.0f, 0.0f);
+    memset(&p, 0, sizeof p);
+    p.attn.q = q;
+    p.attn.o = o;
+    p.attn.lse = lse;
+    p.attn.num_heads = H;
+    p.attn.o_dtype = AITER_MLA_F32;
+    p.batch = B;
+    p.query_start_loc = qsl;
+    p.seq_lens = seq;
+    p.compress_ratio = RATIO;
+    p.window = W;
+    p.max_model_len = MAXLEN;
+    p.max_num_batched_tokens = MBT;
+    p.chunk_size = 2;
+    p.topk_indices = topk;
+    p.topk_stride = TSTRIDE;
+    p.topk = TOPK;
+    p.swa_cache = swa;
+    p.swa_num_blocks = SNB;
+    p.swa_block_size = SBS;
+    p.swa_block_table = sbt;
+    p.swa_block_table_stride = SSTRIDE;
+    p.compressed_cache = comp;
+    p.compressed_num_blocks = CNB;
+    p.compressed_block_size = CBS;
+    p.compressed_block_table = cbt;
+    p.compressed_block_table_stride = CSTRIDE;
+    CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_OK, "");
+    ws = test_malloc(bytes);
+    p.workspace = ws;
+    p.workspace_bytes = bytes;
+    for (it = 0; it < ITERS; it++) {
+        const int mode = it % 3; /* 0: block tables and top-k entries; 1: query_start_loc; 2: seq_lens */
+        aiter_mla_status st;
+        int64_t tokens;
+        memcpy(qsl, qsl0, sizeof qsl);
+        memcpy(seq, seq0, sizeof seq);
+        fuzz_fill(r, sbt, B * SSTRIDE, SNB, 1);
+        fuzz_fill(r, cbt, B * CSTRIDE, CNB, 1);
+        fuzz_fill(r, topk, MBT * TSTRIDE, MAXLEN / RATIO, 1);
+        if (mode == 1) fuzz_fill(r, qsl, B + 1, MBT + 1, it % 2);
+        if (mode == 2) fuzz_fill(r, seq, B, MAXLEN + 1, it % 2);
+        memset(ws, 0xff, bytes);
+        poison_f32(o, MBT * H * 512);
+        poison_f32(lse, MBT * H);
+        fuzz_arm();
+        st = aiter_mla_v4_prefill_ref(&p);
+        if (mode == 0) CHECK(st == AITER_MLA_OK, "v4_prefill_ref, iteration %d: page ids and top-k entries are data, got %s", it,
+                             aiter_mla_last_error());
+        if (fuzz_answer(st, "v4_prefill_ref", it)) {
+            ok_runs++;
+            tokens = (int64_t)qsl[B] - qsl[0];
+            CHECK(fuzz_attn_bad(o, lse, 0, tokens, H, 512, H, 1, NAN) == 0,
+                  "v4_prefill_ref, iteration %d: o or lse not finite", it);
+        } else {
+            err_runs++;
+            CHECK(fuzz_all_poison_f32(o, MBT * H * 512), "v4_prefill_ref, iteration %d: o written before the refusal", it);
+        }
+    }
+    CHECK(ok_runs > 0 && err_runs > 0, "v4_prefill fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    memcpy(qsl, qsl0, sizeof qsl);
+    memcpy(seq, seq0, sizeof seq);
+    poison_f32(o, MBT * H * 512);
+    e = p, e.batch = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = p, e.chunk_size = -1;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "chunk_size");
+    e = p, e.compress_ratio = -1;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compress_ratio");
+    e = p, e.window = 65537;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "window");
+    e = p, e.max_model_len = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
+    e = p, e.max_model_len = 39; /* request 2 has 40 keys */
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
+    e = p, e.max_num_batched_tokens = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_num_batched_tokens");
+    e = p, e.max_num_batched_tokens = 6; /* the batch has 7 tokens */
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "max_num_batched_tokens");
+    e = p, e.topk = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+    e = p, e.swa_num_blocks = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "swa_num_blocks");
+    e = p, e.swa_block_size = 1025;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "swa_block_size");
+    e = p, e.swa_block_table_stride = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "swa_block_table_stride");
+    e = p, e.compressed_num_blocks = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compressed_num_blocks");
+    e = p, e.compressed_block_table_stride = -1;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compressed_block_table_stride");
+    e = p, e.attn.num_heads = 0;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.num_heads");
+    e = p, e.workspace_bytes = bytes - 1;
+    CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+    CHECK(fuzz_all_poison_f32(o, MBT * H * 512), "v4_prefill: o written by a refused call");
+    free(swa);
+    free(comp);
+    free(kv);
+    free(q);
+    free(topk);
+    free(o);
+    free(ws);
+}
+
+/* Every CPU operation that follows an index array, its arrays overwritten with garbage a few
+ * dozen times each (one seed: the run is deterministic), then its checked counts out of range. */
+static void test_fuzz_index_contents(void) {
+    test_rng r = rng_seed(0xf022);
+    fuzz_expand(&r);
+    fuzz_decode(&r);
+    fuzz_reduce(&r);
+    fuzz_merge(&r);
+    fuzz_cache_writes(&r);
+    fuzz_gather_cache(&r);
+    fuzz_sparse_index(&r);
+    fuzz_sparse_attention(&r);
+    fuzz_prefill(&r);
+    fuzz_v4_gather(&r);
+    fuzz_v4_combine(&r);
+    fuzz_v4_copy_ragged(&r);
+    fuzz_v4_attention(&r);
+    fuzz_v4_prefill(&r);
+    fuzz_v4_builders(&r);
+    CHECK(fuzz_skipped * 4 < fuzz_calls, "fuzz: %d of %d calls skipped as asking for more than the trusted buffers", fuzz_skipped, fuzz_calls);
+}
 
 int main(void) {
     test_status_and_dtypes();
@@ -5967,5 +7842,6 @@ int main(void) {
     test_v4_decode();
     test_v4_prefill();
     test_v4_rejects();
+    test_fuzz_index_contents();
     return testing_summary();
 }
