@@ -181,7 +181,8 @@ enum {
     AITER_MLA_MAX_HEADS = 128,
     AITER_MLA_MAX_Q_LEN = 8,    /* decode query tokens per request (speculative decoding) */
     AITER_MLA_MAX_PAGE_SIZE = 256,
-    AITER_MLA_WORK_INTS = 8     /* int32 per work item, SPEC 1a */
+    AITER_MLA_WORK_INTS = 8,    /* int32 per work item, SPEC 1a */
+    AITER_MLA_SLICE_ROWS = 64   /* decode: (token, head) rows a block takes of a query tile */
 };
 
 /* ---- status codes: one X-macro makes the enum and its strings ------------------------- */
@@ -460,6 +461,11 @@ typedef struct aiter_mla_decode_plan_info {
     int64_t plan_ints;         /* int32 elements of the plan buffer (partial map >= 1 entry) */
     size_t workspace_bytes;    /* fp32 partial o [max_partial_rows, H, 512] + lse [.., H] */
 } aiter_mla_decode_plan_info;
+
+/* Blocks side by side that take a query tile's rows, AITER_MLA_SLICE_ROWS each (num_lists). */
+AITER_MLA_HD int aiter_mla_decode_slices(const aiter_mla_decode_plan_info *info) {
+    return (info->tokens_per_tile * info->desc.num_heads + AITER_MLA_SLICE_ROWS - 1) / AITER_MLA_SLICE_ROWS;
+}
 
 /* Pointers into a plan buffer and the counts of its header. */
 typedef struct aiter_mla_decode_plan_view {
@@ -2122,10 +2128,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     AITER_MLA__RANGE(op, d.overhead_blocks, 1, 64, "overhead_blocks");
     memset(info, 0, sizeof *info);
     info->desc = d;
-    info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, 64 / d.num_heads));
-    /* 64-row slices of a tile as blocks side by side, a work list per that many CUs (as many
-       lists as CUs, with the slices in two waves, measured D3 7 % slower) */
-    info->num_lists = (int32_t)aiter_mla__max64(1, d.num_cu / aiter_mla__cdiv((int64_t)info->tokens_per_tile * d.num_heads, 64));
+    info->tokens_per_tile = (int32_t)aiter_mla__min64(d.max_q_len, aiter_mla__max64(1, AITER_MLA_SLICE_ROWS / d.num_heads));
+    /* a tile's slices run as blocks side by side, a work list per that many CUs (as many lists
+       as CUs, with the slices in two waves, measured D3 7 % slower) */
+    info->num_lists = (int32_t)aiter_mla__max64(1, d.num_cu / aiter_mla_decode_slices(info));
     tiles = aiter_mla__cdiv(d.max_q_len, info->tokens_per_tile);
     work = ((int64_t)d.max_batch + info->num_lists - 1) * tiles;
     reduce_tiles = (int64_t)d.max_batch * tiles;

@@ -167,8 +167,8 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     c.rb = 0;
     c.re = (c.qe - c.qs) * a.num_heads;
     if (p.row_split) {
-        c.rb = blockIdx.x * 64;
-        c.re = min(c.re, c.rb + 64);
+        c.rb = blockIdx.x * AITER_MLA_SLICE_ROWS;
+        c.re = min(c.re, c.rb + AITER_MLA_SLICE_ROWS);
     }
     return c;
 }
@@ -5459,7 +5459,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     while ((1 << p.page_shift) < a->page_size) p.page_shift++;
     // A query tile of more than 64 rows: blocks (x, y) take rows [64 x, 64 x + 64) of work list
     // y side by side (row_split), sharing its keys in the L2 (info->num_lists: num_cu / slices).
-    const int tile_rows = info->tokens_per_tile * a->num_heads, slices = (tile_rows + 63) / 64;
+    const int tile_rows = info->tokens_per_tile * a->num_heads, slices = aiter_mla_decode_slices(info);
     p.row_split = slices > 1;
     const dim3 grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : dim3(info->num_lists), block(kThreads);
     bool launched = false;
@@ -5469,7 +5469,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || (kv_fp8 && !q_fp8))) {
         launched = true;
         const bool f16 = a->q_dtype == AITER_MLA_F16;
-        const int rows = p.row_split ? 64 : tile_rows; // a block's
+        const int rows = p.row_split ? (int)AITER_MLA_SLICE_ROWS : tile_rows; // a block's
         if (q_fp8 && a->q_dtype == AITER_MLA_FP8_E4M3FN) {
             launch_mfma<AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN>(grid, s, p, rows);
         } else if (q_fp8) {
