@@ -1287,7 +1287,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
  * cache's trailing gather_len = q_len + min(prefix, W - 1) tokens into rows [N, ..), (3)
  * aiter_mla_v4_combine_ref lists each token's rows, (4) aiter_mla_v4_attention_ref attends
  * over the workspace rows. Same result as attending the caches directly (the workspace
- * rows are the dequantised cache rows; bf16 holds them exactly). */
+ * rows are the dequantised cache rows; bf16 holds them exactly) while every page the keys
+ * lie in is present. A key of an absent page (a block id outside [0, num_blocks)) is
+ * gathered as a zero row and still listed, so here it counts with score 0 and value 0;
+ * the SWA and top-k lists over the pages give it -1, and the attention skips it. */
 typedef struct aiter_mla_v4_prefill_args {
     aiter_mla_v4_attention_args attn; /* q, o, lse, attn_sink, strides, num_heads, sm_scale,
                                          dtypes; num_tokens, keys and extra_keys are set per

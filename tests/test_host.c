@@ -5858,6 +5858,41 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.workspace_dtype = AITER_MLA_FP8_E4M3FN;
         CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &bytes), AITER_MLA_ERR_UNSUPPORTED, "workspace_dtype");
+        {
+            /* An absent SWA page (request 4's page 14, keys 896..959 of its window 873..1005):
+             * the gather writes its keys as zero rows and the combine lists them, so they count
+             * (score 0, value 0), exactly as a present page of zero rows; the header says so. */
+            const int drop = 4 * swa_pages + 14, id = swa_bt[drop];
+            unsigned char *saved = (unsigned char *)test_malloc((size_t)swa_pb);
+            float *o_zero = alloc_f32((int64_t)T * H * 512), *lse_zero = alloc_f32((int64_t)T * H);
+            int differs = 0;
+            int64_t x;
+            e = p;
+            e.workspace_bytes = bytes;
+            e.attn.o = o_zero;
+            e.attn.lse = lse_zero;
+            memcpy(saved, swa + (int64_t)id * swa_pb, (size_t)swa_pb);
+            memset(swa + (int64_t)id * swa_pb, 0, (size_t)swa_pb); /* e4m3 0, scale byte 0, bf16 0: zeros */
+            poison_f32(o_zero, (int64_t)T * H * 512);
+            poison_f32(lse_zero, (int64_t)T * H);
+            CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_OK, "");
+            memcpy(swa + (int64_t)id * swa_pb, saved, (size_t)swa_pb);
+            swa_bt[drop] = -1;
+            poison_f32(o, (int64_t)T * H * 512);
+            poison_f32(lse, (int64_t)T * H);
+            CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_OK, "");
+            swa_bt[drop] = id;
+            for (x = 0; x < (int64_t)T * H * 512; x++)
+                if (memcmp(&o[x], &o_zero[x], sizeof(float)) != 0) break;
+            CHECK(x == (int64_t)T * H * 512, "v4 prefill, absent SWA page: o[%lld] = %g, with a page of zero rows %g", (long long)x,
+                  x < (int64_t)T * H * 512 ? o[x] : 0.0, x < (int64_t)T * H * 512 ? o_zero[x] : 0.0);
+            CHECK(memcmp(lse, lse_zero, sizeof(float) * (size_t)T * H) == 0, "v4 prefill, absent SWA page: lse differs from a page of zero rows");
+            for (x = (int64_t)qsl[4] * H * 512; x < (int64_t)qsl[5] * H * 512; x++) differs |= fabsf(o[x] - o_ref[x]) > 1e-3f;
+            CHECK(differs, "v4 prefill, absent SWA page: request 4's o did not change (the page was not read)");
+            free(saved);
+            free(o_zero);
+            free(lse_zero);
+        }
     }
     free(ws);
     free(swa);
