@@ -93,10 +93,13 @@ struct DecodeParams {
     float score_scale;          // sm_scale * q_scale * kv_scale * log2(e), fp8 scales only
     int page_shift;             // log2(page_size)
     float v_scale;              // kv_scale for fp8 caches, else 1
-    // Sparse attention (SPEC 4) runs these kernels without a plan: block (t, y) takes token t
-    // (one query row per head) against its index row, rows [y * rows_per_block, ..) of the
-    // heads. a.kv_indices is then the [T, topk] slot table, a page is one slot.
+    // Sparse attention (SPEC 4) runs these kernels without a plan: block (x, y) takes tokens
+    // x, x + gridDim.x, ... < tokens (one query row per head) against their index rows, rows
+    // [y * rows_per_block, ..) of the heads. a.kv_indices is then the [T, topk] slot table, a
+    // page is one slot.
     int sparse;                 // 0: decode (plan-driven)
+    int64_t tokens;             // sparse: T
+    int num_cu;                 // sparse, host side: the caller's multiprocessors, 0 if not given (launch_mma)
     int topk;                   // sparse: entries per index row
     const int32_t *topk_length; // sparse: [T] entries that count, optional
     int rows_per_block;         // sparse: heads per block
@@ -173,10 +176,10 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     return c;
 }
 
-// Sparse: token blockIdx.x, all of its (valid-length) index row, one row group of heads.
-__device__ __forceinline__ Piece sparse_piece(const DecodeParams &p) {
+// Sparse: token t, all of its (valid-length) index row, one row group of heads.
+__device__ __forceinline__ Piece sparse_piece(const DecodeParams &p, int t) {
     Piece c;
-    c.b = c.qs = c.q_begin = blockIdx.x;
+    c.b = c.qs = c.q_begin = t;
     c.qe = c.b + 1;
     c.q_len = 1;
     c.loc = -1;
@@ -189,10 +192,10 @@ __device__ __forceinline__ Piece sparse_piece(const DecodeParams &p) {
     return c;
 }
 
-// V4: token blockIdx.x against its two lists (its blockIdx.z-th share of them when split),
-// one row group of heads. Keys [tok0, tok0 + n) of the token's kv_len.
-__device__ __forceinline__ Piece v4_piece(const DecodeParams &p) {
-    Piece c = sparse_piece(p);
+// V4: token t against its two lists (its blockIdx.z-th share of them when split), one row
+// group of heads. Keys [tok0, tok0 + n) of the token's kv_len.
+__device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
+    Piece c = sparse_piece(p, t);
     c.v4_n0 = aiter_mla__v4_keys_of(&p.v4_keys[0], c.b, &c.v4_start[0]);
     c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, &c.v4_start[1]);
     c.n = c.kv_len;
@@ -210,7 +213,7 @@ template <typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
     if (p.sparse) {
-        run(p.v4 ? v4_piece(p) : sparse_piece(p));
+        for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(p.v4 ? v4_piece(p, (int)t) : sparse_piece(p, (int)t));
         return;
     }
     const int cu = p.row_split ? blockIdx.y : blockIdx.x;
@@ -1912,8 +1915,9 @@ struct Regs {
 // The handoffs, one mbarrier each; every thread of the releasing side arrives (releasing its own
 // writes) and the other side waits on the phase parity. kFull + s: slot s holds its tile (loader);
 // kEmpty + s: both consumers are done with slot s; kPReady + s: P and alpha of slot s's tile are
-// written (warpgroup 0); kQReady: the pass's Q is in (loader); kDone: the pass's rows
-// are stored, Q, slots and P are free (both consumers).
+// written (warpgroup 0); kQReady: the pass's Q is in (loader); kQFree: the pass's last
+// product that reads Q is complete (both consumers), so the next pass's Q may load while
+// this one ends; kDone: the pass's rows are stored, the slots and P are free (both consumers).
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
 // The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
@@ -1924,12 +1928,12 @@ struct Regs {
 // 0); kMaxB: the pair's (warpgroup 1); kP0, kP1: P of tile i, i + 1 is in; kSums: warpgroup 1's
 // row sums at a pass's end.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12;
-constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kHandoffs = 21;
+constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kQFree = 21, kHandoffs = 22;
 // The threads that arrive on a phase of handoff h: both consumer warpgroups (256) or one
 // warpgroup (128); in a pair, twice that for all but the handoffs within a block.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
-    const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone;
-    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady; // P and Q stay within a block
+    const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone || h == kQFree;
+    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree; // P and Q stay within a block
     return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1);
 }
 
@@ -2431,7 +2435,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 
     if (wgi == 2) {
         // Loader: Q and the key tiles of each pass, tile i into slot i & 1, two tiles ahead of
-        // the consumers. fp8 keys: two threads per key (see Wide). bf16 keys: each warp brings 16
+        // the consumers. A pass's Q loads once the pass before has done its products with Q
+        // (kQFree), while that pass's rows are still staged over the slots and stored. With
+        // sparse blocks that take several tokens (launch_mma), H100 against a block per token
+        // and Q after the stores: V4P-h64-ws 3417 -> 2960 us, SP1 5275 -> 4990; D3, D4 the
+        // same; each alone moved V4P-h64-ws 3395 -> 3396 (early Q) and 3292 (several tokens).
+        // fp8 keys: two threads per key (see Wide). bf16 keys: each warp brings 16
         // keys, 8 threads a key, so that each copy instruction reads four whole 128-byte lines
         // (with two threads a key, an instruction read 32 bytes of each of 16 rows: D3 465 -> 450
         // us, D6 319 -> 293, SP1 5845 -> 5577).
@@ -2609,25 +2618,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
-                if (!first) wait(kDone); // the previous pass's rows are stored: Q, slots and P are free
-                first = false;
+                // Q while the pass before ends (its products are done with Q), then the indices of
+                // the first keys, then the slots once that pass's rows are stored
+                if (!first) wait(kQFree);
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
                     copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
+                if constexpr (kSplit) {
+                    cp_async_arrive(bars + 8 * kQReady);
+                    arrive(kQReady);
+                }
+                // the indices of the thread's keys in tiles 0 and 1 (the split scheme: a pair ahead;
+                // else tile 1's come with tile 0's lookup)
+                int32_t next_a[kLookups], next_b[kLookups];
+#pragma unroll
+                for (int q = 0; q < kLookups; q++) {
+                    next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
+                    if constexpr (kSplit) next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
+                }
+                if (!first) wait(kDone);
+                first = false;
                 if constexpr (kSplit) {
                     // Each pair of tiles, 2 j into slot 0 and 2 j + 1 into slot 1, half by half in the
                     // order the consumers free them (slot 0's dims 0 .. 255 after warpgroup 0's P V of
                     // them, slot 1's other half after warpgroup 1's, ...). Every handoff of a half is a
                     // plain arrival of each thread, raised by one that comes when the thread's copies
                     // have landed: the loader never waits for its own copies.
-                    cp_async_arrive(bars + 8 * kQReady);
-                    arrive(kQReady);
-                    // the indices of the thread's keys in the pair's tiles, loaded a pair ahead
-                    int32_t next_a[kLookups], next_b[kLookups];
-#pragma unroll
-                    for (int q = 0; q < kLookups; q++) {
-                        next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
-                        next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
-                    }
                     auto put_half = [&](int slot, auto half, const KeyRef (&keys)[W::keys]) { // by cp.async (no TMA here)
                         constexpr int f = decltype(half)::value; // 0: dims 0 .. 255 (blocks 0 .. 3), 1: the rest
                         const int h = kHalfReady + 2 * slot + f;
@@ -2656,9 +2671,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                 } else {
                     // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
-                    int32_t next[kLookups]; // the indices of the keys the thread looks up in the next tile
-#pragma unroll
-                    for (int q = 0; q < kLookups; q++) next[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
+                    int32_t(&next)[kLookups] = next_a; // the indices of the keys the thread looks up in the next tile
                     for (int i = 0; i < 2; i++) {
                         if (i < ntiles) {
                             KeyRef keys[W::keys];
@@ -2787,6 +2800,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         pin(acc);
                         pin(s);
                     }
+                    arrive(kQFree);
                     quad_sum(la);
                     quad_sum(lb);
                     wait(kSums); // warpgroup 1's row sums are in l_s
@@ -2862,6 +2876,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         pin(acc);
                         if (i + 2 < ntiles) arrive(kHalfFree + 1);
                     }
+                    arrive(kQFree);
                     quad_sum(la);
                     quad_sum(lb);
                     if ((lane & 3) == 0) {
@@ -2899,6 +2914,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(s);
+                    if (i + 1 == ntiles) arrive(kQFree); // the pass's last read of Q
                     mask_tile(s, pc, i, lima, limb, present);
                     float fa, fb;
                     online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
@@ -2920,6 +2936,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     pin(acc);
                     if (i + 2 < ntiles) arrive_both(kEmpty + slot, true); // the loader waits for these only
                 }
+                if (ntiles == 0) arrive(kQFree);
                 quad_sum(la);
                 quad_sum(lb);
                 publish_rows(pc, r0, R, ma, mb, la, lb);
@@ -2936,6 +2953,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 float acc[128]; // O rows ra, rb; dims 256 + 8 j + 2 (lane & 3) (+1) in acc[4 j ..]
 #pragma unroll
                 for (int e = 0; e < 128; e++) acc[e] = 0.0f;
+                arrive(kQFree); // (reads no Q)
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
@@ -5393,6 +5411,10 @@ template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
+    // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
+    // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
+    // while the one before ends and the blocks of a token's row groups run side by side.
+    if (p.sparse && p.num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)p.num_cu / (grid.y * grid.z)));
     constexpr int kBytes = wg::SmemOf<KVT>::total;
     CUtensorMap map{}; // zeros where no instance reads it
     // bf16 top-k rows (sparse, V4): the split scheme, whose loads the L2 mostly serves
@@ -5758,6 +5780,8 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     p.score_scale = a->sm_scale * kLog2e;
     p.v_scale = 1.0f;
     p.sparse = 1;
+    p.tokens = a->num_tokens;
+    p.num_cu = a->num_cu;
     p.topk = a->topk;
     p.topk_length = a->topk_length;
     p.attn_sink = a->attn_sink;
@@ -5816,6 +5840,8 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     p.score_scale = a->sm_scale * kLog2e;
     p.v_scale = 1.0f;
     p.sparse = p.v4 = 1;
+    p.tokens = a->num_tokens;
+    p.num_cu = a->num_cu;
     p.attn_sink = a->attn_sink;
     p.v4_keys[0] = a->keys;
     p.v4_keys[1] = a->extra_keys;

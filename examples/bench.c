@@ -584,7 +584,7 @@ static void launch_sparse(void *ctx, int run) {
     TRY(aiter_mla_sparse_attention((const aiter_mla_sparse_args *)ctx, g_stream));
 }
 
-static void bench_sparse(const sparse_row *r, double gemm_tflops) {
+static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
     const int T = r->tokens, H = r->heads, K = r->topk;
     const int64_t per_req = r->slots / r->requests;
     const size_t row = r->ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : 576 * 2;
@@ -636,6 +636,7 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops) {
     a.num_tokens = T;
     a.num_heads = H;
     a.topk = K;
+    a.num_cu = num_cu; /* blocks taking several tokens each */
     double us = time_median_us(launch_sparse, &a);
     double flops = 2.0 * T * H * (double)K * (576 + 512), tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-4s | %4d tokens x %3d heads x topk %4d, %-11s, %7lld slots | %9.1f | %7.1f | %5.1f %% |\n", r->id, T, H, K,
@@ -794,6 +795,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.num_splits > (W + K) / 64) a.num_splits = (W + K) / 64;
     if (a.num_splits > AITER_MLA_V4_MAX_SPLITS) a.num_splits = AITER_MLA_V4_MAX_SPLITS;
     if (a.num_splits < 1) a.num_splits = 1;
+    a.num_cu = num_cu; /* past that, blocks taking several tokens each */
     v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL, NULL, NULL};
     aiter_mla_v4_gather_args gc = {0}, gs = {0};
     aiter_mla_v4_combine_args cb = {0};
@@ -1034,7 +1036,7 @@ int main(int argc, char **argv) {
             sparse_header = 1;
         }
         g_row = srows[i].id;
-        bench_sparse(&srows[i], gemm);
+        bench_sparse(&srows[i], gemm, gpu_num_cu());
     }
     for (i = 0; i < (int)(sizeof vrows / sizeof vrows[0]); i++) {
         if (!wanted(argc, argv, vrows[i].id)) continue;

@@ -310,6 +310,7 @@ int main(void) {
             a.extra_keys.indices = (const int32_t *)dev(g_c_idx, sizeof g_c_idx);
             a.extra_keys.indptr = (const int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
         }
+        a.num_cu = use_gpu ? gpu_num_cu() : 0; /* the GPU's blocks then take several tokens each where there are many */
         TRY(OP(aiter_mla_v4_attention, &a));
         back(o);
         back(lse);

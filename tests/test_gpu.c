@@ -959,6 +959,7 @@ typedef struct sparse_case {
     int cache;              /* 0 bf16 rows, 1 ds_mla e4m3fn, 2 ds_mla e4m3fnuz */
     aiter_mla_dtype q_dtype, o_dtype;
     int with_length, with_sink, holes;
+    int num_cu; /* aiter_mla_sparse_args.num_cu: small counts make each block take several tokens */
 } sparse_case;
 
 static void run_sparse_case(const sparse_case *c, test_rng *rng) {
@@ -971,9 +972,10 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     char what[200];
     int64_t i;
     int t, h;
-    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d", T, H, K,
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d", T, H, K,
              c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
-             aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes);
+             aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes,
+             c->num_cu);
     unsigned char *cache = (unsigned char *)test_malloc((size_t)slots * row_bytes);
     if (ds) { /* written by the reference writer from random latents */
         uint16_t *kv = (uint16_t *)test_malloc((size_t)slots * 512 * 2), *pe = (uint16_t *)test_malloc((size_t)slots * 64 * 2);
@@ -1053,6 +1055,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     a.topk = K;
     a.q_dtype = c->q_dtype;
     a.o_dtype = c->o_dtype;
+    a.num_cu = c->num_cu;
     CHECK_STATUS(aiter_mla_sparse_attention(&a, g_stream), AITER_MLA_OK, "");
     gpu_sync();
     gpu_download(o_gpu, d_o, (size_t)no * oe);
@@ -1109,6 +1112,7 @@ static void test_sparse_attention(test_rng *rng) {
                     c.with_length = (ki + cache + tokens) % 2;
                     c.with_sink = (hi + cache + tokens) % 2;
                     c.holes = topks[ki] == 1 ? 30 : 10;
+                    c.num_cu = (ki + hi + tokens) % 3 == 0 ? 0 : (ki + hi + tokens) % 3 == 1 ? 2 : 5;
                     run_sparse_case(&c, rng);
                 }
     /* 100 heads over fp8_ds_mla: blocks in pairs that share each key tile, the second of 36 rows */
@@ -1121,6 +1125,7 @@ static void test_sparse_attention(test_rng *rng) {
         c.q_dtype = c.o_dtype = AITER_MLA_BF16;
         c.with_length = c.with_sink = 1;
         c.holes = 10;
+        c.num_cu = cache == 1 ? 0 : 4;
         run_sparse_case(&c, rng);
     }
     printf("sparse attention: %s\n", testing_failed == before ? "ok" : "FAILED");
@@ -1981,6 +1986,7 @@ typedef struct v4_case {
     aiter_mla_dtype fp8_0, fp8_1, q_dtype, o_dtype;
     int with_sink, strided; /* strided: q and o rows with padding between heads */
     int splits;             /* num_splits */
+    int num_cu;             /* small counts make each block take several tokens */
 } v4_case;
 
 static void run_v4_case(const v4_case *c, test_rng *rng) {
@@ -1992,10 +1998,10 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     char what[240];
     v4_list l0, l1;
     int h;
-    snprintf(what, sizeof what, "v4_attention T=%d H=%d keys %s %s, extra %s %s, q %s o %s%s%s, %d splits", T, H,
+    snprintf(what, sizeof what, "v4_attention T=%d H=%d keys %s %s, extra %s %s, q %s o %s%s%s, %d splits, num_cu %d", T, H,
              fmt_name[c->format0], aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1],
              aiter_mla_dtype_name(c->fp8_1), aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype),
-             c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits);
+             c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits, c->num_cu);
     v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, rng); /* the SWA list: dense, width W */
     if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, rng); /* compressed: ragged */
     float sink[128];
@@ -2023,6 +2029,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     a.keys = l0.dev;
     if (c->format1 >= 0) a.extra_keys = l1.dev;
     a.num_splits = c->splits;
+    a.num_cu = c->num_cu;
     CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes), AITER_MLA_OK, "");
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
     if (a.workspace) gpu_memset(a.workspace, 0xff, a.workspace_bytes); /* NaN partials: an unwritten one would show */
@@ -2100,6 +2107,7 @@ static void test_v4_attention_gpu(test_rng *rng) {
                 c.with_sink = (hi + v) % 2 == 0 || fi == 0;
                 c.strided = (fi + v) % 3 == 1;
                 c.splits = (hi + fi + v) % 3 == 0 ? 1 : v ? 3 : 11; /* 11: splits of a few keys, empty ones */
+                c.num_cu = (hi + v) % 2 ? 0 : fi + 2;
                 run_v4_case(&c, rng);
             }
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
@@ -2280,6 +2288,7 @@ static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
         a.extra_keys.indices_stride = topk;
         a.extra_keys.lens = d_c_len;
     }
+    a.num_cu = ratio == 128 ? 0 : 5; /* 5: blocks of 64 heads take several tokens each */
     CHECK_STATUS(aiter_mla_v4_attention(&a, g_stream), AITER_MLA_OK, "");
     gpu_sync();
     gpu_download(o_gpu, d_o, (size_t)nq * 2);

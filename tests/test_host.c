@@ -6894,6 +6894,10 @@ static void fuzz_sparse_attention(test_rng *r) {
     CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
     e = a, e.num_slots = 0;
     CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_slots");
+    e = a, e.num_cu = -1;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    e = a, e.num_cu = 65537;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
     e = a, e.num_tokens = -1;
     CHECK_STATUS(aiter_mla_sparse_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
     e = a, e.cache_is_ds_mla = 2;
@@ -7665,6 +7669,8 @@ static void fuzz_v4_attention(test_rng *r) {
     CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
     e = a, e.num_splits = 65;
     CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_splits");
+    e = a, e.num_cu = -1;
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
     e = a, e.keys.rows = 2;
     CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "keys.rows");
     e = a, e.keys.num_blocks = 0;
