@@ -5326,6 +5326,15 @@ static hipError_t launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_
     return launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
 }
 
+// Whether launch_mma takes the warpgroup kernel (builds that have it): more than 16 rows per tile.
+static constexpr bool wgmma_rows(int tile_rows) {
+#ifdef AITER_MLA_HAS_WGMMA
+    return tile_rows > 16;
+#else
+    return (void)tile_rows, false;
+#endif
+}
+
 #ifdef AITER_MLA_HAS_MMA
 // A kernel with more than 48 KB of dynamic shared memory. The limit is per device and cheap
 // to set: set it at every launch.
@@ -5394,14 +5403,6 @@ static bool decode_cache_map(const DecodeParams &p, CUtensorMap *m) {
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
     return launch_big_smem(mma::decode_mma_kernel<KVT, M>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M>::total, s, p);
-}
-// Whether launch_mma takes the warpgroup kernel (builds that have it): more than 16 rows per tile.
-static constexpr bool wgmma_rows(int tile_rows) {
-#ifdef AITER_MLA_HAS_WGMMA
-    return tile_rows > 16;
-#else
-    return (void)tile_rows, false;
-#endif
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
 // warpgroup kernel where the build has it. The kPairedKeys formats (sparse attention only)
@@ -5481,8 +5482,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     while ((1 << p.page_shift) < a->page_size) p.page_shift++;
     // A query tile of more than 64 rows: blocks (x, y) take rows [64 x, 64 x + 64) of work list
     // y side by side (row_split), sharing its keys in the L2 (info->num_lists: num_cu / slices).
+    // The warpgroup kernel takes its rows so at any height (a grid of one slice then).
     const int tile_rows = info->tokens_per_tile * a->num_heads, slices = aiter_mla_decode_slices(info);
-    p.row_split = slices > 1;
+    p.row_split = slices > 1 || wgmma_rows(tile_rows);
     const dim3 grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : dim3(info->num_lists), block(kThreads);
     bool launched = false;
 #if defined(AITER_MLA_HAS_MFMA)
@@ -5519,16 +5521,14 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         launched = true;
         hipError_t e = hipSuccess;
         // the warpgroup kernel splits every tile of more than 16 rows (one slice of up to 64)
-        p.row_split = p.row_split || wgmma_rows(tile_rows);
         // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
         // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
         // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.
         if (wgmma_rows(tile_rows) && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
-        const dim3 mma_grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : grid;
         switch (a->kv_dtype) {
-        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(mma_grid, s, p, tile_rows); break;
-        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(mma_grid, s, p, tile_rows); break;
-        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(mma_grid, s, p, tile_rows); break;
+        case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
+        case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
+        default: e = launch_mma<AITER_MLA_FP8_E4M3FNUZ>(grid, s, p, tile_rows); break;
         }
         if (e != hipSuccess) return (int)e;
     }

@@ -45,6 +45,7 @@ static float frand(float amp) { return ((float)urand() / 4294967296.0f * 2.0f - 
  * calls return the same copy, with what the GPU wrote there), back downloads it. On the
  * CPU the host arrays serve and OP calls the reference. */
 static int use_gpu;
+static int num_cu; /* the GPU's multiprocessors (0 on the CPU) */
 static void *g_stream;
 #ifndef AITER_MLA_NO_GPU
 enum { MAX_MIRRORS = 64 };
@@ -187,6 +188,7 @@ int main(void) {
 #ifndef AITER_MLA_NO_GPU
     use_gpu = gpu_device_count() > 0;
     if (use_gpu) g_stream = gpu_stream_create();
+    if (use_gpu) num_cu = gpu_num_cu();
 #endif
 
     for (layer = 0; layer < LAYERS; layer++) {
@@ -310,7 +312,7 @@ int main(void) {
             a.extra_keys.indices = (const int32_t *)dev(g_c_idx, sizeof g_c_idx);
             a.extra_keys.indptr = (const int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
         }
-        a.num_cu = use_gpu ? gpu_num_cu() : 0; /* the GPU's blocks then take several tokens each where there are many */
+        a.num_cu = num_cu; /* the GPU's blocks then take several tokens each where there are many */
         TRY(OP(aiter_mla_v4_attention, &a));
         back(o);
         back(lse);
