@@ -400,7 +400,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * The plan is one int32 buffer of info.plan_ints elements (one copy moves it to the
  * device), laid out as:
  *   header              [AITER_MLA_PLAN_HEADER_INTS]  counts (see aiter_mla_decode_plan_view)
- *   work_indptr         [num_cu + 1]                  work items of CU c: [indptr[c], indptr[c+1])
+ *   work_indptr         [num_lists + 1]               work items of list c: [indptr[c], indptr[c+1])
  *   work_info           [max_work, 8]                 batch_idx, partial_qo_loc, qo_start,
  *                                                     qo_end, kv_start, kv_end, kv_offset, pad
  *   reduce_indptr       [max_reduce_tiles + 1]
@@ -430,7 +430,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
 enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
 
 enum { /* header slots of the plan buffer (internal) */
-    AITER_MLA__PH_MAGIC, AITER_MLA__PH_NUM_CU, AITER_MLA__PH_NUM_WORK, AITER_MLA__PH_NUM_REDUCE_TILES,
+    AITER_MLA__PH_MAGIC, AITER_MLA__PH_NUM_LISTS, AITER_MLA__PH_NUM_WORK, AITER_MLA__PH_NUM_REDUCE_TILES,
     AITER_MLA__PH_NUM_PARTIALS, AITER_MLA__PH_NUM_PARTIAL_ROWS, AITER_MLA__PH_BATCH
 };
 
@@ -469,7 +469,8 @@ AITER_MLA_HD int aiter_mla_decode_slices(const aiter_mla_decode_plan_info *info)
 
 /* Pointers into a plan buffer and the counts of its header. */
 typedef struct aiter_mla_decode_plan_view {
-    int32_t num_cu, num_work, num_reduce_tiles, num_partials, num_partial_rows; /* num_cu: work lists */
+    int32_t num_lists, num_work, num_reduce_tiles, num_partials, num_partial_rows; /* num_lists: work lists
+                                                                                       (a prefill plan's: num_cu) */
     int32_t batch; /* requests the plan was built for */
     int32_t *work_indptr, *work_info, *reduce_indptr, *reduce_final_map, *reduce_partial_map;
 } aiter_mla_decode_plan_view;
@@ -2173,7 +2174,7 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
     aiter_mla_decode_plan_view v;
     memset(&v, 0, sizeof v);
     if (!info || !plan) return v;
-    v.num_cu = plan[AITER_MLA__PH_NUM_CU];
+    v.num_lists = plan[AITER_MLA__PH_NUM_LISTS];
     v.num_work = plan[AITER_MLA__PH_NUM_WORK];
     v.num_reduce_tiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
     v.num_partials = plan[AITER_MLA__PH_NUM_PARTIALS];
@@ -2273,7 +2274,7 @@ static void aiter_mla__plan_finish(aiter_mla__plan_builder *pb, int32_t *plan, i
     while (cu < ncu) pb->v.work_indptr[++cu] = pb->nwork;
     for (t = pb->unit + 1; t <= max_tiles; t++) pb->v.reduce_indptr[t] = pb->npieces;
     plan[AITER_MLA__PH_MAGIC] = AITER_MLA_PLAN_MAGIC;
-    plan[AITER_MLA__PH_NUM_CU] = ncu;
+    plan[AITER_MLA__PH_NUM_LISTS] = ncu;
     plan[AITER_MLA__PH_NUM_WORK] = pb->nwork;
     plan[AITER_MLA__PH_NUM_REDUCE_TILES] = pb->unit;
     plan[AITER_MLA__PH_NUM_PARTIALS] = pb->npieces;
@@ -2393,8 +2394,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     ps = info->desc.page_size;
     if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
-    if (v.num_cu != info->num_lists || v.batch != batch)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d", op, v.num_cu, v.batch);
+    if (v.num_lists != info->num_lists || v.batch != batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d", op, v.num_lists, v.batch);
     if (v.num_work < 0 || v.num_work > info->max_work || v.num_partials < 0 || v.num_partials > info->max_partials ||
         v.num_partial_rows < 0 || v.num_partial_rows > info->max_partial_rows || v.num_reduce_tiles < 0 ||
         v.num_reduce_tiles > info->max_reduce_tiles)
@@ -2428,9 +2429,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
         AITER_MLA__BAD_PLAN("%s: reduce_indptr ends at %d, num_partials = %d", op, v.reduce_indptr[units], v.num_partials);
 
     /* work_indptr: starts at 0, monotone, ends at num_work */
-    if (v.work_indptr[0] != 0 || v.work_indptr[v.num_cu] != v.num_work)
+    if (v.work_indptr[0] != 0 || v.work_indptr[v.num_lists] != v.num_work)
         AITER_MLA__BAD_PLAN("%s: work_indptr does not span 0..num_work", op);
-    for (c = 0; c < v.num_cu; c++)
+    for (c = 0; c < v.num_lists; c++)
         if (v.work_indptr[c + 1] < v.work_indptr[c]) AITER_MLA__BAD_PLAN("%s: work_indptr decreases at CU %d", op, c);
 
     /* every piece: a known tile, contiguous with the previous piece of its tile (so the
@@ -3473,7 +3474,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     ntiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
     npieces = plan[AITER_MLA__PH_NUM_PARTIALS];
     nrows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
-    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC || plan[AITER_MLA__PH_NUM_CU] != info->desc.num_cu ||
+    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC || plan[AITER_MLA__PH_NUM_LISTS] != info->desc.num_cu ||
         plan[AITER_MLA__PH_BATCH] != batch || nwork < 0 || nwork > info->max_work || ntiles < 0 || ntiles > info->max_tiles ||
         npieces < 0 || npieces > info->max_partials || nrows < 0 || nrows > info->max_partial_rows)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: the plan's header does not fit this batch and info", op);

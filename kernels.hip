@@ -5520,7 +5520,6 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
         launched = true;
         hipError_t e = hipSuccess;
-        // the warpgroup kernel splits every tile of more than 16 rows (one slice of up to 64)
         // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
         // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
         // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.

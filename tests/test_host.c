@@ -1015,7 +1015,7 @@ static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo
     total_tiles = tile_base[batch];
     if (cu_cost)
         for (c = 0; c < cu; c++) cu_cost[c] = 0;
-    if (v.num_cu != cu) PERR("header num_cu %d != %d", v.num_cu, cu);
+    if (v.num_lists != cu) PERR("header num_lists %d != %d", v.num_lists, cu);
     if (v.batch != batch) PERR("header batch %d != %d", v.batch, batch);
     if (v.num_reduce_tiles != total_tiles) PERR("num_reduce_tiles %d != %d query tiles", v.num_reduce_tiles, total_tiles);
     for (p = 0; p < 2 * info->max_partial_rows; p++)
@@ -1040,7 +1040,7 @@ static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo
             goto out;
         }
     if (v.work_indptr[cu] != v.num_work) {
-        PERR("work_indptr[num_cu] = %d != num_work %d", v.work_indptr[cu], v.num_work);
+        PERR("work_indptr[num_lists] = %d != num_work %d", v.work_indptr[cu], v.num_work);
         goto out;
     }
     if (v.work_indptr[0] != 0) goto out;
