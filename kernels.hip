@@ -86,7 +86,7 @@ constexpr int kDimsPerThread = kL / kThreads; // 2
 
 struct DecodeParams {
     aiter_mla_decode_args a;   // resolved by the wrapper
-    const int32_t *work_indptr; // [num_cu + 1]
+    const int32_t *work_indptr; // [num_lists + 1]
     const int32_t *work_info;   // [max_work, 8]
     float *part_o;              // [max_partial_rows, H, 512]
     float *part_lse;            // [max_partial_rows, H]
@@ -2345,8 +2345,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         }
         consumers_sync(); // the rows are staged
         store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
-        const bool counted = p.arrivals && pc.loc >= 0; // a split piece: count its rows once both have stored theirs
-        if (counted) consumers_sync();
+        // Both meet once every row is stored: a split piece counts its rows then; and in the split
+        // scheme, whose next Q is ready before the slots are (kQReady ahead of kDone), a consumer
+        // would otherwise run through a next pass without keys into publish_rows, rewriting row_at
+        // while the other warps still store by it (racecheck; V4 tokens without keys, several a block).
+        const bool counted = p.arrivals && pc.loc >= 0;
+        if (counted || kSplit) consumers_sync();
         arrive_both(kDone); // first: the loader waits for it before the next pass's Q, not for the fence
         if (counted && tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
     };
@@ -2839,6 +2843,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         if (has_b) {
                             float unused_a, unused_b;
                             online_softmax_rows(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b);
+                            __syncwarp(); // every lane has read warpgroup 0's maxima before they are replaced
                             if ((lane & 3) == 0) {
                                 m_s[ra] = na;
                                 m_s[rb] = nb;
