@@ -1079,7 +1079,7 @@ struct Smem { // byte offsets into the dynamic shared memory
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // 16-byte asynchronous copies (sm_80) into shared memory, completing per thread by commit group
-// (cp_async_wait) or on an mbarrier (wg::cp_async_arrive).
+// (cp_async_wait) or on an mbarrier (wg::cp_async_arrive_noinc).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
@@ -1921,20 +1921,22 @@ struct Regs {
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
 // The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
-// of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest; the loader's threads, each once
-// its own copies have landed); kHalfFree + 2 s + f: the one consumer that reads that half last
-// is done with it.
+// of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest); kHalfFree + 2 s + f: the one
+// consumer that reads that half last is done with it. Its loader arrives on kQReady and on
+// kHalfReady twice a thread, plainly and once its copies have landed (cp_async_arrive_noinc).
 // Between its two consumers (128 arrivals each): kMaxA: tile i's row maxima are in m_s (warpgroup
 // 0); kMaxB: the pair's (warpgroup 1); kP0, kP1: P of tile i, i + 1 is in; kSums: warpgroup 1's
 // row sums at a pass's end.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12;
 constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kQFree = 21, kHandoffs = 22;
-// The threads that arrive on a phase of handoff h: both consumer warpgroups (256) or one
-// warpgroup (128); in a pair, twice that for all but the handoffs within a block.
-__host__ __device__ constexpr int handoff_arrivals(int h, bool pair) {
+// The arrivals that complete a phase of handoff h: both consumer warpgroups (256) or one
+// warpgroup (128); in a pair, twice that for all but the handoffs within a block; in the split
+// scheme, the loader's two arrivals a thread on kQReady and kHalfReady.
+__host__ __device__ constexpr int handoff_arrivals(int h, bool pair, bool split) {
     const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone || h == kQFree;
     const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree; // P and Q stay within a block
-    return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1);
+    const bool twice = split && (h == kQReady || (h >= kHalfReady && h < kHalfReady + 4));
+    return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1) * (twice ? 2 : 1);
 }
 
 // How the loader brings a key row into a slot. bf16 rows: cp.async. fp8 rows: loaded into
@@ -2027,10 +2029,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
 }
 // An arrival on mbarrier bar that comes when this thread's cp.async copies issued so far have
-// landed; it raises the phase's pending count by one first, so the thread's plain arrival
-// (mbar_arrive) must follow for the phase to complete.
-__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// landed, counted as one of the phase's arrivals (.noinc). The split scheme's loader arrives
+// plainly too (releasing its generic writes) and counts both: the form without .noinc (one
+// count a thread, raised by the copies' arrival) made compute-sanitizer's synccheck report
+// "missing wait" on the plain arrival whenever the copies were still in flight.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits (acquiring) for the completion of the next phase of handoff h (mbarrier bars + 8 h),
 // whose parity is bit h of `phases`, then flips that bit: each thread counts the phases it has
@@ -2299,7 +2303,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     // in a pair: this block's rank (its half of every tile: keys 32 rank ..) and the other's base
     const int rank = kPair ? cluster_rank() : 0;
     const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
-    if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair));
+    if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair, kSplit));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
     if constexpr (kPair) { // the other block's mbarriers are ready before anything arrives on them
         fence_mbar_init();
@@ -2628,8 +2632,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
                     copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
                 if constexpr (kSplit) {
-                    cp_async_arrive(bars + 8 * kQReady);
                     arrive(kQReady);
+                    cp_async_arrive_noinc(bars + 8 * kQReady);
                 }
                 // the indices of the thread's keys in tiles 0 and 1 (the split scheme: a pair ahead;
                 // else tile 1's come with tile 0's lookup)
@@ -2645,15 +2649,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     // Each pair of tiles, 2 j into slot 0 and 2 j + 1 into slot 1, half by half in the
                     // order the consumers free them (slot 0's dims 0 .. 255 after warpgroup 0's P V of
                     // them, slot 1's other half after warpgroup 1's, ...). Every handoff of a half is a
-                    // plain arrival of each thread, raised by one that comes when the thread's copies
-                    // have landed: the loader never waits for its own copies.
+                    // plain arrival of each thread and one that comes when the thread's copies have
+                    // landed: the loader never waits for its own copies.
                     auto put_half = [&](int slot, auto half, const KeyRef (&keys)[W::keys]) { // by cp.async (no TMA here)
                         constexpr int f = decltype(half)::value; // 0: dims 0 .. 255 (blocks 0 .. 3), 1: the rest
                         const int h = kHalfReady + 2 * slot + f;
                         // the present keys with the half a slot takes first, which both its readers wait for
                         put_rows(slot, false, keys, Const<f ? 4 : 0>{}, Const<f ? S::blocks : 4>{}, bars + 8 * h, f == slot);
-                        cp_async_arrive(bars + 8 * h);
                         arrive(h);
+                        cp_async_arrive_noinc(bars + 8 * h);
                     };
                     for (int j = 0; 2 * j < ntiles; j++) {
                         const bool has_b = 2 * j + 1 < ntiles;
