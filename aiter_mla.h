@@ -2432,7 +2432,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     if (v.work_indptr[0] != 0 || v.work_indptr[v.num_lists] != v.num_work)
         AITER_MLA__BAD_PLAN("%s: work_indptr does not span 0..num_work", op);
     for (c = 0; c < v.num_lists; c++)
-        if (v.work_indptr[c + 1] < v.work_indptr[c]) AITER_MLA__BAD_PLAN("%s: work_indptr decreases at CU %d", op, c);
+        if (v.work_indptr[c + 1] < v.work_indptr[c]) AITER_MLA__BAD_PLAN("%s: work_indptr decreases at list %d", op, c);
 
     /* every piece: a known tile, contiguous with the previous piece of its tile (so the
      * keys of every row are covered exactly once, in KV order), offsets consistent */
