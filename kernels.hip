@@ -99,7 +99,6 @@ struct DecodeParams {
     // page is one slot.
     int sparse;                 // 0: decode (plan-driven)
     int64_t tokens;             // sparse: T
-    int num_cu;                 // sparse, host side: the caller's multiprocessors, 0 if not given (launch_mma)
     int topk;                   // sparse: entries per index row
     const int32_t *topk_length; // sparse: [T] entries that count, optional
     int rows_per_block;         // sparse: heads per block
@@ -2349,12 +2348,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         }
         consumers_sync(); // the rows are staged
         store_staged_rows(p, pc, stage_o, row_at, R, tid, 2 * 128);
-        // Both meet once every row is stored: a split piece counts its rows then; and in the split
-        // scheme, whose next Q is ready before the slots are (kQReady ahead of kDone), a consumer
-        // would otherwise run through a next pass without keys into publish_rows, rewriting row_at
-        // while the other warps still store by it (racecheck; V4 tokens without keys, several a block).
+        // Both meet once every row is stored: a split piece counts its rows then; and a consumer
+        // must not reach the next pass's publish_rows, which rewrites row_at and inv_s, while
+        // other warps still store by them. Without this meeting only the one-softmax loader's
+        // order kept that (its next Q after kDone); the split loader hands the next Q over first,
+        // and a warp ran through a pass without keys into publish_rows (racecheck; V4 tokens
+        // without keys, several a block).
         const bool counted = p.arrivals && pc.loc >= 0;
-        if (counted || kSplit) consumers_sync();
+        consumers_sync();
         arrive_both(kDone); // first: the loader waits for it before the next pass's Q, not for the fence
         if (counted && tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
     };
@@ -2650,7 +2651,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     // order the consumers free them (slot 0's dims 0 .. 255 after warpgroup 0's P V of
                     // them, slot 1's other half after warpgroup 1's, ...). Every handoff of a half is a
                     // plain arrival of each thread and one that comes when the thread's copies have
-                    // landed: the loader never waits for its own copies.
+                    // landed: the loader never waits for its own copies, so no proxy fence follows them
+                    // (the other loaders fence after their wait); the consumers' wgmma read the
+                    // copies once the mbarrier completes, as in CUTLASS's and FlashAttention 3's sm90
+                    // cp.async mainloops. A fence by the consumers after each such wait measured
+                    // 0.6-0.9 % slower (SP1, V4P-ws) and is not taken.
                     auto put_half = [&](int slot, auto half, const KeyRef (&keys)[W::keys]) { // by cp.async (no TMA here)
                         constexpr int f = decltype(half)::value; // 0: dims 0 .. 255 (blocks 0 .. 3), 1: the rest
                         const int h = kHalfReady + 2 * slot + f;
@@ -5417,14 +5422,15 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // warpgroup kernel where the build has it. The kPairedKeys formats (sparse attention only)
 // with an even number of 64-row slices of the same keys (along y) run in pairs of blocks that
 // widen each tile once between them (kPair).
+// num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
 template <int KVT>
-static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows) {
+static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
     if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
     // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
     // while the one before ends and the blocks of a token's row groups run side by side.
-    if (p.sparse && p.num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)p.num_cu / (grid.y * grid.z)));
+    if (p.sparse && num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
     constexpr int kBytes = wg::SmemOf<KVT>::total;
     CUtensorMap map{}; // zeros where no instance reads it
     // bf16 top-k rows (sparse, V4): the split scheme, whose loads the L2 mostly serves
@@ -5789,7 +5795,6 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     p.v_scale = 1.0f;
     p.sparse = 1;
     p.tokens = a->num_tokens;
-    p.num_cu = a->num_cu;
     p.topk = a->topk;
     p.topk_length = a->topk_length;
     p.attn_sink = a->attn_sink;
@@ -5810,9 +5815,9 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
         hipError_t e;
-        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block);
-        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block);
+        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, a->num_cu);
+        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, a->num_cu);
+        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block, a->num_cu);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }
@@ -5849,7 +5854,6 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     p.v_scale = 1.0f;
     p.sparse = p.v4 = 1;
     p.tokens = a->num_tokens;
-    p.num_cu = a->num_cu;
     p.attn_sink = a->attn_sink;
     p.v4_keys[0] = a->keys;
     p.v4_keys[1] = a->extra_keys;
@@ -5884,8 +5888,8 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
         const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
-        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block)
-                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block);
+        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, a->num_cu)
+                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, a->num_cu);
         if (e != hipSuccess) return (int)e;
         launched = true;
     }
