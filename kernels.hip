@@ -1362,33 +1362,49 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
-        // Producer: every thread of the group, kTPK threads per key (thread gt takes key gt / kTPK
-        // of a tile and its 16-byte chunks gt % kTPK, gt % kTPK + kTPK, ...), copies the group's
-        // i-th key tile into slot i % kStages with cp.async, one commit group per
-        // tile (an empty one past the last tile, so that wait_group counts tiles). Spread this
-        // way a tile costs each thread a few copies; one warp issuing a bulk copy per row spent
-        // most of a tile's time issuing. Absent keys are zero-filled by the copies themselves
-        // (MODEL1: the row, then the 16 scale bytes that hold its 8). Where the keys lie comes
-        // from tile_key below. valid_s holds the key's kind (0: absent).
-        constexpr int kTPK = kGT / kN;
-        const int my_key = gt / kTPK, my_part = gt % kTPK;
-        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + my_key; };
+        // Producer: the group's copiers, kCTPK threads per key (copier ct takes key ct / kCTPK of a
+        // tile and its 16-byte chunks ct % kCTPK, ct % kCTPK + kCTPK, ...), copy the group's i-th
+        // key tile into slot i % kStages with cp.async, one commit group per tile and thread (an
+        // empty one past the last tile, so that wait_group counts tiles). Spread this way a tile
+        // costs each thread a few copies; one warp issuing a bulk copy per row spent most of a
+        // tile's time issuing. Absent keys are zero-filled by the copies themselves (MODEL1: the
+        // row, then the 16 scale bytes that hold its 8). Where the keys lie comes from tile_key
+        // below. valid_s holds the key's kind (0: absent). The copiers are every thread of the
+        // group, except where the copies run late (kLateCopies): in 16-row passes over byte rings
+        // (fp8, ds_mla, MODEL1 keys, which hardly wait for memory) the next tile's copies are
+        // issued during the softmax by the 6 warps it leaves idle (it takes the group's first
+        // two), 6 threads a key, instead of by the whole group before the widening: off the
+        // group's chain of steps. H100, against the whole group copying first, two runs each:
+        // D1-fp8 193-195 -> 179 us, D2-fp8 350-352 -> 320-323, V4D-h16-k512-b128 43-44 -> 41.5,
+        // k1024-b128 67-68 -> 64, k512-b512 155-156 -> 151, k512-b4 16.1 -> 16.6.
+        constexpr bool kLateCopies = kM == 16 && FP8;
+        constexpr int kCopyWarps = kLateCopies ? kGW - 2 : kGW;
+        constexpr int kCTPK = kCopyWarps * 32 / kN;
+        static_assert(kCopyWarps * 32 % kN == 0, "copiers");
+        const int ct = gt - (kGW - kCopyWarps) * 32; // this thread's place among the copiers (< 0: none)
+        const bool copier = ct >= 0;                 // whole warps
+        const int c_key = copier ? ct / kCTPK : 0, c_part = copier ? ct % kCTPK : 0;
+        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + c_key; };
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = i % kStages;
-            const uint32_t dst = smem_addr(ring + slot * S::stage + my_key * kPitch);
+            const uint32_t dst = smem_addr(ring + slot * S::stage + c_key * kPitch);
             constexpr int kRowChunks = kRowSrc / 16, kChunks = kRowChunks + (KVT == kV4Model1 ? 1 : 0);
             // an absent key's copies zero-fill, reading nothing: any address will do (q's)
             const unsigned char *base = k.row ? k.row : static_cast<const unsigned char *>(a.q);
             const int bytes = k.row ? 16 : 0;
 #pragma unroll
-            for (int j = 0; j < (kChunks + kTPK - 1) / kTPK; j++) { // fixed offsets from one base
-                const int c = my_part + j * kTPK;
-                if (kChunks % kTPK != 0 && c >= kChunks) break;
+            for (int j = 0; j < (kChunks + kCTPK - 1) / kCTPK; j++) { // fixed offsets from one base
+                const int c = c_part + j * kCTPK;
+                if (kChunks % kCTPK != 0 && c >= kChunks) break;
                 const void *src = KVT == kV4Model1 && c == kRowChunks ? (k.row ? k.scales : base) : base + c * 16;
                 cp_async16(dst + c * 16, src, bytes);
             }
-            if (my_part == 0) valid_s[slot * kN + my_key] = (signed char)k.kind;
+            if (c_part == 0) valid_s[slot * kN + c_key] = (signed char)k.kind;
         };
+        // The widening: every thread of the group, kTPK a key (thread gt: key gt / kTPK, units gt % kTPK,
+        // gt % kTPK + kTPK, ...).
+        constexpr int kTPK = kGT / kN;
+        const int my_key = gt / kTPK, my_part = gt % kTPK;
 
         for (int r0 = pc.rb; r0 < pc.re; r0 += kM) {
             // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
@@ -1411,16 +1427,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
 
-            // The thread's key in the group's tile t (called for t = 0, 1, ... in order, by whole
-            // warps). V4 keys (a list entry, then a page lookup: most of the issue's integer work):
-            // the kTPK threads of a key look it up for kTPK tiles at once, thread my_part for tile
-            // t0 + my_part, and hand each tile's lookup round by shuffles (V4D-h16-k1024-b128 70.3
-            // -> 67.5 us). Paged keys (a page id and a shift): each thread looks its key up itself;
-            // the shuffles measured slower there (D1-fp8 194 -> 199 us). `next` holds the entry, or
-            // the batch's entries, of the following lookup, loaded a tile (a batch) ahead, so a
-            // lookup does not wait on memory.
-            constexpr int kBatch = is_v4(KVT) ? kTPK : 1;
-            int32_t next = key_entry<KVT>(p, pc, key_of(kBatch > 1 ? my_part : 0));
+            // The copier's key in the group's tile t (called for t = 0, 1, ... in order, by whole
+            // warps). V4 keys (a list entry, then a page lookup: most of the issue's integer work)
+            // copied by the whole group: the kCTPK threads of a key look it up for kCTPK tiles at
+            // once, thread c_part for tile t0 + c_part, and hand each tile's lookup round by
+            // shuffles (V4D-h16-k1024-b128 70.3 -> 67.5 us). Late copies (6 threads a key, not a
+            // lane group) and paged keys (a page id and a shift): each thread looks its key up
+            // itself; the shuffles measured slower for paged keys (D1-fp8 194 -> 199 us), and for
+            // MODEL1 late copies by 4 warps in lane groups of 4 (V4D-h16-k512-b128 47.5 against
+            // 41.5 us; 180 bytes of spills). `next` holds the entry, or the batch's entries, of
+            // the following lookup, loaded a tile (a batch) ahead, so a lookup does not wait on memory.
+            constexpr int kBatch = is_v4(KVT) && !kLateCopies ? kCTPK : 1;
+            static_assert((kBatch & (kBatch - 1)) == 0 && 32 % kBatch == 0, "a lookup batch is a lane group");
+            int32_t next = copier ? key_entry<KVT>(p, pc, key_of(kBatch > 1 ? c_part : 0)) : 0;
             [[maybe_unused]] KeyRef batch{};
             auto tile_key = [&](int t) -> KeyRef {
                 if constexpr (kBatch == 1) {
@@ -1429,8 +1448,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     return k;
                 } else {
                     if (t % kBatch == 0) {
-                        batch = key_ref<KVT>(p, pc, key_of(t + my_part), next);
-                        next = key_entry<KVT>(p, pc, key_of(t + kBatch + my_part));
+                        batch = key_ref<KVT>(p, pc, key_of(t + c_part), next);
+                        next = key_entry<KVT>(p, pc, key_of(t + kBatch + c_part));
                     }
                     const int from = (lane & ~(kBatch - 1)) | (t % kBatch);
                     KeyRef k{};
@@ -1441,7 +1460,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
             };
             for (int i = 0; i < kStages - 1; i++) {
-                if (i < ntiles) load_tile(i, tile_key(i));
+                if (i < ntiles && copier) load_tile(i, tile_key(i));
                 cp_async_commit();
             }
             if (kF16) {
@@ -1468,8 +1487,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // everyone's are (tile i landed); the group is done with tile i - 1
                 if (i == 0) first_tile_sync();
                 else group_sync();
-                if (i + kStages - 1 < ntiles) load_tile(i + kStages - 1, tile_key(i + kStages - 1));
-                cp_async_commit();
+                if constexpr (!kLateCopies) {
+                    if (i + kStages - 1 < ntiles) load_tile(i + kStages - 1, tile_key(i + kStages - 1));
+                    cp_async_commit();
+                }
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
                 const int nk = (int)min((int64_t)kN, pc.n - k0);
                 const unsigned char *kt = ring + slot * S::stage;
@@ -1482,7 +1503,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     constexpr int kCopy = kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
                     auto convert = [&](auto rule) { // FnuzRule: e4m3fn, e4m3fnuz, or as the key's kind says
                         [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
-                        // the thread's key of the copies, units my_part, my_part + kTPK, ...: fixed
+                        // the thread's key, units my_part, my_part + kTPK, ...: fixed
                         // offsets, and 8 threads read (write) 64 (128) consecutive bytes of a row
                         const unsigned char *row = kt + my_key * kPitch;
                         unsigned char *out = wide + my_key * kRowB;
@@ -1703,7 +1724,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         m_s[r] = m_new;
                         alpha_s[r] = alpha;
                     }
+                } else if (kLateCopies && copier && i + kStages - 1 < ntiles) {
+                    // the next tile's copies while the softmax runs, into the slot of tile i - 1
+                    // (its widening and products are done; this tile's softmax reads slot i's flags)
+                    load_tile(i + kStages - 1, tile_key(i + kStages - 1));
                 }
+                if constexpr (kLateCopies) cp_async_commit();
                 group_sync();
 
                 // O = O * alpha + P V over this warp's kNT * 8 latent dims
