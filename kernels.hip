@@ -1463,6 +1463,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 if (i < ntiles && copier) load_tile(i, tile_key(i));
                 cp_async_commit();
             }
+            // during tile i: the copies of tile i + kStages - 1, into the slot of tile i - 1
+            auto copy_ahead = [&](int i) {
+                if (i + kStages - 1 < ntiles) load_tile(i + kStages - 1, tile_key(i + kStages - 1));
+            };
             if (kF16) {
                 cp_async_wait<kStages - 1>(); // this thread's copies of Q
                 __syncthreads();
@@ -1488,7 +1492,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 if (i == 0) first_tile_sync();
                 else group_sync();
                 if constexpr (!kLateCopies) {
-                    if (i + kStages - 1 < ntiles) load_tile(i + kStages - 1, tile_key(i + kStages - 1));
+                    copy_ahead(i);
                     cp_async_commit();
                 }
                 const int64_t k0 = (int64_t)(grp + i * kGroups) * kN;
@@ -1724,10 +1728,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         m_s[r] = m_new;
                         alpha_s[r] = alpha;
                     }
-                } else if (kLateCopies && copier && i + kStages - 1 < ntiles) {
+                } else if (kLateCopies && copier) {
                     // the next tile's copies while the softmax runs, into the slot of tile i - 1
                     // (its widening and products are done; this tile's softmax reads slot i's flags)
-                    load_tile(i + kStages - 1, tile_key(i + kStages - 1));
+                    copy_ahead(i);
                 }
                 if constexpr (kLateCopies) cp_async_commit();
                 group_sync();
@@ -2664,7 +2668,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 }
                 // the indices of the thread's keys in tiles 0 and 1 (the split scheme: a pair ahead;
                 // else tile 1's come with tile 0's lookup)
-                int32_t next_a[kLookups], next_b[kLookups];
+                int32_t next_a[kLookups], next_b[kSplit ? kLookups : 1];
 #pragma unroll
                 for (int q = 0; q < kLookups; q++) {
                     next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));

@@ -1895,7 +1895,8 @@ typedef struct v4_list {
 
 /* format: 0 MODEL1 pages (fp8 flavour fp8), 1 bf16 rows, 2 f32 rows. Entries: random slots
  * with -1 holes, slots past the cache and duplicates; token 1 has none valid, token 2 an
- * empty list. Dense with lens (dense = 1) or ragged. */
+ * empty list. Dense with lens (dense = 1) or ragged. MODEL1 rows have a random padding byte
+ * after their 7 scales, which readers ignore. */
 static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, test_rng *rng) {
     const int bs = format == 0 ? (fp8 == AITER_MLA_FP8_E4M3FNUZ ? 5 : 16) : 1; /* 5: odd, the scale copies need the padding */
     const int64_t blocks = format == 0 ? 40 : 700, slots = blocks * bs;
@@ -1924,6 +1925,11 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
         w.num_tokens = slots;
         w.fp8_dtype = fp8;
         CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        for (i = 0; i < slots; i++) {
+            unsigned char *page = (unsigned char *)l->cache + i / bs * aiter_mla_v4_page_bytes(bs);
+            page[(int64_t)bs * AITER_MLA_V4_ROW_BYTES + i % bs * AITER_MLA_V4_SCALE_BYTES + AITER_MLA_V4_SCALE_BYTES - 1] =
+                (unsigned char)rng_int(rng, 0, 255);
+        }
         free(src);
         free(map);
     } else {
