@@ -147,14 +147,16 @@ static void launch_graph(bench_launch launch, void *ctx, int run) {
  * launch), while the stream is held, so nothing waits on the device. Printed at the end. */
 enum { MAX_HOST_ROWS = 64 };
 static const char *g_row; /* the row being timed */
-/* Starts row id: its name for the host-cost list, and the random draws (contexts, positions,
- * indices) seeded from the name, so that a row measures the same inputs whether it runs alone
- * or after others ("-graph" rows the inputs of the row they replay). */
+/* Starts row id: its name for the host-cost list; how it launches (a "-graph" row replays
+ * captured graphs, every other row launches directly); and the random draws (contexts,
+ * positions, indices) seeded from the name, so that a row measures the same inputs whether it
+ * runs alone or after others (a "-graph" row the inputs of the row it replays). */
 static void start_row(const char *id) {
     const char *end = strstr(id, "-graph");
     const size_t n = end ? (size_t)(end - id) : strlen(id);
     size_t i;
     g_row = id;
+    g_graph = end != NULL;
     rng = 0xcbf29ce484222325ull; /* FNV-1a of the name; never 0, which xorshift would keep */
     for (i = 0; i < n; i++) rng = (rng ^ (unsigned char)id[i]) * 0x100000001b3ull;
     if (rng == 0) rng = 1;
@@ -1035,10 +1037,8 @@ int main(int argc, char **argv) {
             printf("|----------|-----|---|-------|-------|-----|-------|-----------|---------|---------|---------|---------|\n");
             decode_header = 1;
         }
-        g_graph = strstr(rows[i].id, "-graph") != NULL;
         start_row(rows[i].id);
         bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
-        g_graph = 0; /* the other rows launch directly */
     }
     for (i = 0; i < (int)(sizeof srows / sizeof srows[0]); i++) {
         if (!wanted(argc, argv, srows[i].id)) continue;
@@ -1057,10 +1057,8 @@ int main(int argc, char **argv) {
             printf("|-----------------------|-----|------|------------|--------|-----------|---------|---------|---------|---------|\n");
             v4_header = 1;
         }
-        g_graph = strstr(vrows[i].id, "-graph") != NULL;
         start_row(vrows[i].id);
         bench_v4(&vrows[i], copy, gemm, gpu_l2_bytes(), gpu_num_cu());
-        g_graph = 0;
     }
     if (wanted(argc, argv, "IDX") || wanted(argc, argv, "IDX-L") || wanted(argc, argv, "DSW") || wanted(argc, argv, "GATH")) {
         printf("\n| row   | shape                                                | median us |    GB/s | %% copy  |\n");
