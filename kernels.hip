@@ -309,7 +309,7 @@ __device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c,
         k.kind = 1;
         if (!L.rows) {
             k.row += (int64_t)k.pos * AITER_MLA_V4_ROW_BYTES;
-            k.scales = k.at + (int64_t)L.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)(k.pos & ~1) * AITER_MLA_V4_SCALE_BYTES;
+            k.scales = k.at + aiter_mla__v4_scales_at(L.block_size, k.pos & ~1);
             k.kind |= (L.dtype == AITER_MLA_FP8_E4M3FNUZ ? kKindFnuz : 0) | (k.pos & 1 ? kKindOddScales : 0);
         }
     } else {
@@ -4951,7 +4951,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla
         const int pos = (int)(slot % a.block_size);
         unsigned char *page = static_cast<unsigned char *>(a.kv_cache) + slot / a.block_size * a.page_stride_bytes;
         unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
-        unsigned char *sc = page + (int64_t)a.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES;
+        unsigned char *sc = page + aiter_mla__v4_scales_at(a.block_size, pos);
         float amax = 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
@@ -5011,8 +5011,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_g
                 if (lane < kV4NopeLanes) {
                     uint32_t w[2];
                     load_words(row + lane * 8, w);
-                    const float scale = aiter_mla__ue8m0_to_f32(
-                        page[(int64_t)a.block_size * AITER_MLA_V4_ROW_BYTES + (int64_t)pos * AITER_MLA_V4_SCALE_BYTES + lane / 8]);
+                    const float scale = aiter_mla__ue8m0_to_f32(page[aiter_mla__v4_scales_at(a.block_size, pos) + lane / 8]);
 #pragma unroll
                     for (int k = 0; k < 8; k++) v[k] = aiter_mla__dequant_fp8(word_byte(w, k), scale, fp8);
                 } else {

@@ -1927,8 +1927,7 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
         CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
         for (i = 0; i < slots; i++) {
             unsigned char *page = (unsigned char *)l->cache + i / bs * aiter_mla_v4_page_bytes(bs);
-            page[(int64_t)bs * AITER_MLA_V4_ROW_BYTES + i % bs * AITER_MLA_V4_SCALE_BYTES + AITER_MLA_V4_SCALE_BYTES - 1] =
-                (unsigned char)rng_int(rng, 0, 255);
+            page[aiter_mla__v4_scales_at(bs, i % bs) + AITER_MLA_V4_SCALE_BYTES - 1] = (unsigned char)rng_int(rng, 0, 255);
         }
         free(src);
         free(map);
