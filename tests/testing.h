@@ -115,9 +115,11 @@ typedef struct test_rng {
     uint64_t s;
 } test_rng;
 
+/* Mixed into every seed (test_host --seed N: the same cases over other draws); 0 unless set. */
+static uint64_t testing_seed_mix;
 static inline test_rng rng_seed(uint64_t seed) {
     test_rng r;
-    r.s = seed;
+    r.s = seed ^ testing_seed_mix;
     return r;
 }
 static inline uint64_t rng_u64(test_rng *r) {
