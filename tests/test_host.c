@@ -6916,7 +6916,7 @@ static void fuzz_sparse_attention(test_rng *r) {
 /* Varlen prefill (SPEC 2, 2c) and its persistent plan: cu_seqlens and plan entries as garbage.
  * q/k/v/o hold TQ and TK rows; garbage the checks pass that asks for more is skipped. */
 static void fuzz_prefill(test_rng *r) {
-    enum { B = 2, H = 2, DQK = 64, DV = 64, TQ = 40, TK = 72, ITERS = 40 };
+    enum { B = 2, H = 2, DQK = 64, DV = 64, TQ = 40, TK = 72, ITERS = 96 };
     const int32_t cq0[B + 1] = {0, 20, 37}, ck0[B + 1] = {0, 30, 70};
     int32_t cq[B + 1], ck[B + 1], *plan, *plan2;
     uint16_t *q = (uint16_t *)alloc_elems(TQ * H * DQK, AITER_MLA_BF16), *k = (uint16_t *)alloc_elems(TK * H * DQK, AITER_MLA_BF16),
