@@ -1433,6 +1433,9 @@ AITER_MLA_HD uint8_t aiter_mla__ue8m0_encode(float amax, float fp8_max) {
     const uint32_t e = aiter_mla__pow2_ceil_exponent((amax > 1e-4f ? amax : 1e-4f) / fp8_max);
     return (uint8_t)(e > 254u ? 254u : e);
 }
+/* Byte offset in a MODEL1 page of the 576-byte row (448 fp8 + 64 bf16) of the token at
+ * offset pos: rows come first, one after another. */
+AITER_MLA_HD int64_t aiter_mla__v4_row_at(int pos) { return (int64_t)pos * AITER_MLA_V4_ROW_BYTES; }
 /* Byte offset in a MODEL1 page of block_size tokens of the 8-byte scale record (7 UE8M0
  * exponents + a pad byte) of the token at offset pos: the records follow all of the rows. */
 AITER_MLA_HD int64_t aiter_mla__v4_scales_at(int block_size, int pos) {
@@ -1440,7 +1443,7 @@ AITER_MLA_HD int64_t aiter_mla__v4_scales_at(int block_size, int pos) {
 }
 /* Element d (0..511) of the token at offset pos of a MODEL1 page. */
 AITER_MLA_HD float aiter_mla__v4_load(const unsigned char *page, int block_size, int pos, int d, aiter_mla_dtype fp8) {
-    const unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+    const unsigned char *row = page + aiter_mla__v4_row_at(pos);
     uint16_t h;
     if (d < AITER_MLA_V4_NOPE_DIM)
         return aiter_mla__dequant_fp8(row[d], aiter_mla__ue8m0_to_f32(page[aiter_mla__v4_scales_at(block_size, pos) + d / AITER_MLA_V4_GROUP]),
@@ -1457,7 +1460,7 @@ AITER_MLA_HD uint8_t aiter_mla__v4_quant(float x, float scale, float fp8_max, ai
 /* Quantise one 512-value row (src elements src_off ..) into offset pos of a MODEL1 page. */
 AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size, int pos, const void *src, int64_t src_off,
                                             aiter_mla_dtype src_dtype, aiter_mla_dtype fp8, float fp8_max) {
-    unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+    unsigned char *row = page + aiter_mla__v4_row_at(pos);
     unsigned char *sc = page + aiter_mla__v4_scales_at(block_size, pos);
     int g, i;
     for (g = 0; g < AITER_MLA_V4_NOPE_DIM / AITER_MLA_V4_GROUP; g++) {

@@ -308,7 +308,7 @@ __device__ __forceinline__ KeyRef key_ref(const DecodeParams &p, const Piece &c,
         k.row = k.at;
         k.kind = 1;
         if (!L.rows) {
-            k.row += (int64_t)k.pos * AITER_MLA_V4_ROW_BYTES;
+            k.row += aiter_mla__v4_row_at(k.pos);
             k.scales = k.at + aiter_mla__v4_scales_at(L.block_size, k.pos & ~1);
             k.kind |= (L.dtype == AITER_MLA_FP8_E4M3FNUZ ? kKindFnuz : 0) | (k.pos & 1 ? kKindOddScales : 0);
         }
@@ -4958,7 +4958,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla
         if (slot < 0 || slot >= num_slots) continue; // padding or out of range
         const int pos = (int)(slot % a.block_size);
         unsigned char *page = static_cast<unsigned char *>(a.kv_cache) + slot / a.block_size * a.page_stride_bytes;
-        unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+        unsigned char *row = page + aiter_mla__v4_row_at(pos);
         unsigned char *sc = page + aiter_mla__v4_scales_at(a.block_size, pos);
         float amax = 0.0f;
 #pragma unroll
@@ -5014,7 +5014,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_gather_kernel(aiter_mla_v4_g
         } else {
             const int pos = p % a.block_size;
             const unsigned char *page = static_cast<const unsigned char *>(a.kv_cache) + (int64_t)id * a.page_stride_bytes;
-            const unsigned char *row = page + (int64_t)pos * AITER_MLA_V4_ROW_BYTES;
+            const unsigned char *row = page + aiter_mla__v4_row_at(pos);
             if constexpr (kVec) {
                 if (lane < kV4NopeLanes) {
                     uint32_t w[2];
