@@ -4359,6 +4359,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                             *reinterpret_cast<uint4 *>(o_row + ((row0 + r) * a.o_stride_token + part * 64 + c * 8) * 2) = v;
                     }
                 }
+            } else if (u.loc >= 0) {
+                // a split tile's fp32 partial rows (prefill_store_o's layout): the row's address
+                // once, two dims a store
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int row = half ? rb : ra;
+                    if (row >= rows) continue;
+                    const float s = half ? scale_b : scale_a;
+                    float *dst = p.part_o + ((int64_t)(u.loc + prow0 + row) * a.num_heads + u.h) * DV + (lane & 3) * 2;
+#pragma unroll
+                    for (int j = 0; j < DV / 8; j++)
+                        *reinterpret_cast<float2 *>(dst + j * 8) = make_float2(acc[4 * j + 2 * half] * s, acc[4 * j + 2 * half + 1] * s);
+                }
             } else {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
