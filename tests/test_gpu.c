@@ -3080,10 +3080,8 @@ int main(int argc, char **argv) {
             g_matched[i] = ARG_OPTION;
         }
         if (!strcmp(argv[i], "--seed")) {
-            char *end = NULL;
             g_matched[i] = ARG_OPTION;
-            if (i + 1 < argc) testing_seed_mix = strtoull(argv[i + 1], &end, 0);
-            if (i + 1 >= argc || end == argv[i + 1] || *end) {
+            if (i + 1 >= argc || !testing_set_seed_mix(argv[i + 1])) {
                 fprintf(stderr, "test_gpu: --seed takes a number\n");
                 return 1;
             }

@@ -7848,11 +7848,7 @@ static void test_fuzz_index_contents(void) {
 
 int main(int argc, char **argv) {
     int usage_ok = argc == 1;
-    if (argc == 3 && !strcmp(argv[1], "--seed")) { /* other draws for every test's cases */
-        char *end = NULL;
-        testing_seed_mix = strtoull(argv[2], &end, 0);
-        usage_ok = end != argv[2] && !*end;
-    }
+    if (argc == 3 && !strcmp(argv[1], "--seed")) usage_ok = testing_set_seed_mix(argv[2]); /* other draws for every test's cases */
     if (!usage_ok) {
         fprintf(stderr, "usage: test_host [--seed N]\n");
         return 1;

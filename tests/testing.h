@@ -115,8 +115,15 @@ typedef struct test_rng {
     uint64_t s;
 } test_rng;
 
-/* Mixed into every seed (test_host --seed N: the same cases over other draws); 0 unless set. */
+/* Mixed into every seed (test_host and test_gpu --seed N: the same cases over other draws);
+ * 0 unless set. */
 static uint64_t testing_seed_mix;
+/* --seed's value (a number in C's notations) into testing_seed_mix; 0 if s is not one. */
+static inline int testing_set_seed_mix(const char *s) {
+    char *end = NULL;
+    testing_seed_mix = strtoull(s, &end, 0);
+    return end != s && !*end;
+}
 static inline test_rng rng_seed(uint64_t seed) {
     test_rng r;
     r.s = seed ^ testing_seed_mix;
