@@ -3491,6 +3491,11 @@ __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     }
 }
 
+// Row i of a split unit (u.loc >= 0): its index among the partial rows (part_lse's values,
+// part_o's rows of dv).
+__device__ __forceinline__ int64_t prefill_part_row(const PrefillParams &p, const PrefillUnit &u, int i, int prow0) {
+    return (int64_t)(u.loc + prow0 + i - u.r0) * p.a.num_heads + u.h;
+}
 // Row i of a unit is done: o (or the partial row) = acc * scale, lse (natural log, -inf
 // when no key). lse [H, Tq] with Tq = cu_seqlens_q[batch].
 __device__ __forceinline__ void prefill_store_lse(const PrefillParams &p, const PrefillUnit &u, int i, int prow0, float lse) {
@@ -3498,7 +3503,7 @@ __device__ __forceinline__ void prefill_store_lse(const PrefillParams &p, const 
     if (u.loc < 0) {
         if (a.lse) a.lse[(int64_t)u.h * a.cu_seqlens_q[a.batch] + u.q0 + i] = lse;
     } else {
-        p.part_lse[(int64_t)(u.loc + prow0 + i - u.r0) * a.num_heads + u.h] = lse;
+        p.part_lse[prefill_part_row(p, u, i, prow0)] = lse;
     }
 }
 __device__ __forceinline__ void prefill_store_o(const PrefillParams &p, const PrefillUnit &u, int i, int prow0, int d, float v) {
@@ -3506,7 +3511,7 @@ __device__ __forceinline__ void prefill_store_o(const PrefillParams &p, const Pr
     if (u.loc < 0)
         aiter_mla_store_f32(a.o, (int64_t)(u.q0 + i) * a.o_stride_token + (int64_t)u.h * a.o_stride_head + d, a.o_dtype, v);
     else
-        p.part_o[((int64_t)(u.loc + prow0 + i - u.r0) * a.num_heads + u.h) * a.dv + d] = v;
+        p.part_o[prefill_part_row(p, u, i, prow0) * a.dv + d] = v;
 }
 
 // Portable path: 16 rows per pass, keys in tiles of 8 through shared memory (fp32), one
@@ -4367,7 +4372,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     const int row = half ? rb : ra;
                     if (row >= rows) continue;
                     const float s = half ? scale_b : scale_a;
-                    float *dst = p.part_o + ((int64_t)(u.loc + prow0 + row) * a.num_heads + u.h) * DV + (lane & 3) * 2;
+                    float *dst = p.part_o + prefill_part_row(p, u, u.r0 + row, prow0) * DV + (lane & 3) * 2;
 #pragma unroll
                     for (int j = 0; j < DV / 8; j++)
                         *reinterpret_cast<float2 *>(dst + j * 8) = make_float2(acc[4 * j + 2 * half] * s, acc[4 * j + 2 * half + 1] * s);
