@@ -46,7 +46,7 @@
  *   V4 sparse: index lists                   aiter_mla_v4_swa_indices, _v4_global_topk, _v4_c128_indices,
  *                                            _v4_combine, _v4_copy_ragged (GPU)
  *   V4 sparse: attention                     aiter_mla_v4_attention (GPU, decode and prefill lists)
- *   V4 chunked prefill (vLLM's workspace)    aiter_mla_v4_prefill_ref (CPU)
+ *   V4 chunked prefill (vLLM's workspace)    aiter_mla_v4_prefill (GPU)
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
@@ -921,7 +921,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  *                         (compute_global_topk_ragged_indices_and_indptr), _v4_c128_indices(_ref),
  *                         _v4_combine(_ref) (combine_topk_swa_indices_ragged), _v4_workspace_rows,
  *                         _v4_copy_ragged(_ref) (_copy_ragged_to_graph_buffers)
- *   attention (GPU)       _v4_attention(_ref) (decode, or any key lists), _v4_prefill_ref
+ *   attention (GPU)       _v4_attention(_ref) (decode, or any key lists), _v4_prefill(_ref)
  *                         (vLLM's chunked prefill: gather, combine, attend per chunk)
  *
  * A decode step of one layer: aiter_mla_v4_swa_indices (SWA cache block table) and, for
@@ -931,12 +931,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  * also as a _ref on host arrays); aiter_mla_v4_attention attends with keys = SWA cache,
  * extra_keys = compressed cache. A prefill can do the same per token (the SWA list and the
  * top-k list over the caches themselves: the same keys as vLLM's workspace, without the
- * gather), or follow vLLM's chunks as aiter_mla_v4_prefill_ref does: aiter_mla_v4_gather
- * of the compressed entries and of the raw tokens into the bf16 workspace, aiter_mla_v4_combine,
- * then aiter_mla_v4_attention with keys = the workspace rows (rows = 1). On the H100 the
- * chunked way is the faster (4 requests x 4096 tokens at 64 heads: 3990 against 5055 us,
- * gathers and combine included): each key is widened from fp8 once per chunk instead of
- * once per token that lists it. */
+ * gather), or follow vLLM's chunks in one call, aiter_mla_v4_prefill (and _ref): per chunk
+ * aiter_mla_v4_gather of the compressed entries and of the raw tokens into the bf16 workspace,
+ * aiter_mla_v4_combine, then aiter_mla_v4_attention with keys = the workspace rows (rows =
+ * 1). On the H100 the chunked way is the faster (4 requests x 4096 tokens at 64 heads: 3990
+ * against 5055 us, gathers and combine included): each key is widened from fp8 once per
+ * chunk instead of once per token that lists it. */
 enum {
     AITER_MLA_V4_HEAD_DIM = 512,   /* 448 nope + 64 rope; also V's width */
     AITER_MLA_V4_NOPE_DIM = 448,   /* fp8 part of a cache row */
@@ -1311,6 +1311,9 @@ typedef struct aiter_mla_v4_prefill_args {
     int batch;                   /* prefill requests, >= 1 */
     const int32_t *query_start_loc; /* [batch + 1] monotone; request b's token i is row
                                        query_start_loc[b] - query_start_loc[0] + i of q and o */
+    const int32_t *query_start_loc_host; /* GPU call only: [batch + 1], query_start_loc's values
+                                       in host memory (vLLM's query_start_loc_cpu), which place
+                                       each chunk's tokens; the reference ignores it */
     const int32_t *seq_lens;     /* [batch] keys incl. the new tokens, >= q_len */
     int compress_ratio;          /* 1 (SWA only) or more (4, 128); 0 means 1 */
     int window;                  /* W, 1..65536; 0 means 128 */
@@ -1337,15 +1340,26 @@ typedef struct aiter_mla_v4_prefill_args {
     const int32_t *compressed_block_table; /* [batch, compressed_block_table_stride] */
     int64_t compressed_block_table_stride; /* >= 1 when ratio > 1 */
     aiter_mla_dtype workspace_dtype; /* bf16, f16 or f32; DEFAULT means bf16 (vLLM's) */
-    void *workspace;             /* aiter_mla_v4_prefill_workspace_size bytes, 4-byte aligned */
+    void *workspace;             /* aiter_mla_v4_prefill_workspace_size bytes, 4-byte aligned
+                                    (device memory for the GPU call) */
     size_t workspace_bytes;
 } aiter_mla_v4_prefill_args;
 
 /* Bytes of workspace the prefill needs, from the sizing fields only (chunk_size,
  * compress_ratio, window, max_model_len, max_num_batched_tokens, topk, workspace_dtype):
- * chunk_size * M rows of 512 plus the chunk's index lists. */
+ * chunk_size * M rows of 512 plus the chunk's request data and index lists. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_mla_v4_prefill_args *a, size_t *bytes);
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *a);
+/* The same on the GPU, the four steps of each chunk enqueued on the stream (one small launch
+ * first that derives the chunk's gather lengths from query_start_loc and seq_lens on the
+ * device); no host sync, no allocation. Every pointer is a device pointer except
+ * query_start_loc_host, which must hold query_start_loc's values: the host reads only it
+ * (to check it and to place each chunk's tokens in q, o, lse and topk_indices). Device data
+ * the host cannot check is data, not a fault: a request whose seq_len is below its q_len
+ * (or whose device query_start_loc disagrees with the host copy) gathers nothing and its
+ * tokens get o = 0 and lse = +inf; nothing is read or written outside the buffers. attn's
+ * num_cu passes to aiter_mla_v4_attention (give the device's multiprocessors). */
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_args *a, void *stream);
 
 #ifdef __cplusplus
 }
@@ -1757,6 +1771,9 @@ int aiter_mla__launch_v4_global_topk(const aiter_mla_v4_topk_args *a, void *stre
 int aiter_mla__launch_v4_c128_indices(const aiter_mla_v4_c128_args *a, void *stream);
 int aiter_mla__launch_v4_combine(const aiter_mla_v4_combine_args *a, void *stream);
 int aiter_mla__launch_v4_copy_ragged(const aiter_mla_v4_ragged_copy_args *a, void *stream);
+int aiter_mla__launch_v4_prefill_lens(const int32_t *query_start_loc, const int32_t *seq_lens, int num_reqs, int32_t tokens,
+                                      int window, int compress_ratio, int32_t *chunk_qsl, int32_t *gather_lens,
+                                      int32_t *compressed_lens, void *stream);
 const char *aiter_mla__native_error_string(int code);
 #ifdef __cplusplus
 }
@@ -4285,7 +4302,7 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
     *width = (a->compress_ratio > 1 ? a->topk : 0) + (int64_t)a->window;
     rows = *M * a->chunk_size;
     *bytes = (size_t)rows * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype) +
-             sizeof(int32_t) * (size_t)(2 * (int64_t)a->chunk_size + a->max_num_batched_tokens + 1 +
+             sizeof(int32_t) * (size_t)(3 * (int64_t)a->chunk_size + 1 + a->max_num_batched_tokens + 1 +
                                         a->max_num_batched_tokens * *width);
     return AITER_MLA_OK;
 }
@@ -4300,125 +4317,195 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_m
     return aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, bytes);
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *in) {
-    const char *op = "v4_prefill_ref";
+/* A prefill resolved: the args with defaults, the sizes, and the workspace's parts after the
+ * rows (per chunk: each request's gathered raw tokens and compressed entries, the chunk's
+ * token offsets from its first token, then the combine's ragged lists). */
+typedef struct aiter_mla__v4_prefill {
     aiter_mla_v4_prefill_args a;
-    aiter_mla_v4_attention_args at;
     int64_t M, N, width, tokens;
+    int32_t *gather_lens, *compressed_lens, *chunk_qsl, *indptr, *lists; /* [chunk_size] x 2, [chunk_size + 1],
+                                                                            [max_num_batched_tokens + 1], the entries */
+} aiter_mla__v4_prefill;
+
+/* Every check either form makes. qsl: query_start_loc as the host reads it (the GPU call's
+ * host copy); seq_lens: the host's (the reference), or NULL (the GPU call: device data). */
+static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aiter_mla_v4_prefill_args *in, int gpu,
+                                                      aiter_mla__v4_prefill *r) {
+    aiter_mla_v4_prefill_args *a = &r->a;
+    aiter_mla_v4_attention_args at;
+    const int32_t *qsl;
     size_t bytes;
-    int32_t *glens, *clens, *indptr, *lists;
-    int b, cs;
+    int b;
     AITER_MLA__NEED(op, in, "args");
-    a = *in;
-    AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, &bytes));
-    AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
-    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a.swa_num_blocks, &a.swa_block_size, &a.swa_page_stride_bytes,
-                                                 &a.swa_fp8_dtype, "fp8_dtype", 64));
-    AITER_MLA__RANGE(op, a.swa_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "swa_block_table_stride");
-    AITER_MLA__NEED(op, a.query_start_loc, "query_start_loc");
-    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
-    AITER_MLA__NEED(op, a.swa_cache, "swa_cache");
-    AITER_MLA__NEED(op, a.swa_block_table, "swa_block_table");
-    if (a.compress_ratio > 1) {
-        AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "compressed_", a.compressed_num_blocks, &a.compressed_block_size,
-                                                     &a.compressed_page_stride_bytes, &a.compressed_fp8_dtype, "fp8_dtype",
-                                                     aiter_mla__v4_compressed_block_size(a.compress_ratio)));
-        AITER_MLA__RANGE(op, a.compressed_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "compressed_block_table_stride");
-        AITER_MLA__NEED(op, a.compressed_cache, "compressed_cache");
-        AITER_MLA__NEED(op, a.compressed_block_table, "compressed_block_table");
-        AITER_MLA__NEED(op, a.topk_indices, "topk_indices");
+    *a = *in;
+    AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, a, &r->M, &r->N, &r->width, &bytes));
+    AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
+    AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a->swa_num_blocks, &a->swa_block_size, &a->swa_page_stride_bytes,
+                                                 &a->swa_fp8_dtype, "fp8_dtype", 64));
+    AITER_MLA__RANGE(op, a->swa_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "swa_block_table_stride");
+    AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
+    if (gpu) AITER_MLA__NEED(op, a->query_start_loc_host, "query_start_loc_host");
+    AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
+    AITER_MLA__NEED(op, a->swa_cache, "swa_cache");
+    AITER_MLA__NEED(op, a->swa_block_table, "swa_block_table");
+    if (a->compress_ratio > 1) {
+        AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "compressed_", a->compressed_num_blocks, &a->compressed_block_size,
+                                                     &a->compressed_page_stride_bytes, &a->compressed_fp8_dtype, "fp8_dtype",
+                                                     aiter_mla__v4_compressed_block_size(a->compress_ratio)));
+        AITER_MLA__RANGE(op, a->compressed_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "compressed_block_table_stride");
+        AITER_MLA__NEED(op, a->compressed_cache, "compressed_cache");
+        AITER_MLA__NEED(op, a->compressed_block_table, "compressed_block_table");
+        AITER_MLA__NEED(op, a->topk_indices, "topk_indices");
     }
-    AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.batch));
-    for (b = 0; b < a.batch; b++)
-        if (a.seq_lens[b] > a.max_model_len)
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d exceeds max_model_len = %lld", op, b,
-                                   a.seq_lens[b], (long long)a.max_model_len);
-    tokens = (int64_t)a.query_start_loc[a.batch] - a.query_start_loc[0];
-    if (tokens > a.max_num_batched_tokens)
+    if (gpu) {
+        qsl = a->query_start_loc_host;
+        AITER_MLA__CHECK(aiter_mla__indptr_start(op, qsl, "", "query_start_loc_host"));
+        for (b = 0; b < a->batch; b++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, qsl, b, "", "query_start_loc_host"));
+    } else {
+        qsl = a->query_start_loc;
+        AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, qsl, a->seq_lens, a->batch));
+        for (b = 0; b < a->batch; b++)
+            if (a->seq_lens[b] > a->max_model_len)
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens[%d] = %d exceeds max_model_len = %lld", op, b,
+                                       a->seq_lens[b], (long long)a->max_model_len);
+    }
+    r->tokens = (int64_t)qsl[a->batch] - qsl[0];
+    if (r->tokens > a->max_num_batched_tokens)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: the batch has %lld tokens, more than max_num_batched_tokens = %lld",
-                               op, (long long)tokens, (long long)a.max_num_batched_tokens);
-    a.attn.num_tokens = tokens;
-    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a.attn, &at, 0, 1));
-    a.attn = at;
-    if (tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__check_workspace(op, a.workspace, a.workspace_bytes, bytes, "the prefill's key rows and lists"));
-    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 4, "workspace"));
-    glens = (int32_t *)((char *)a.workspace + (size_t)M * a.chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a.workspace_dtype));
-    clens = glens + a.chunk_size;
-    indptr = clens + a.chunk_size;
-    lists = indptr + a.max_num_batched_tokens + 1;
-    for (cs = 0; cs < a.batch; cs += a.chunk_size) {
-        const int n = a.batch - cs < a.chunk_size ? a.batch - cs : a.chunk_size;
-        const int64_t row0 = (int64_t)a.query_start_loc[cs] - a.query_start_loc[0];
-        aiter_mla_v4_gather_args g;
+                               op, (long long)r->tokens, (long long)a->max_num_batched_tokens);
+    a->attn.num_tokens = r->tokens;
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a->attn, &at, 0, !gpu));
+    a->attn = at;
+    if (r->tokens == 0) return AITER_MLA_OK;
+    AITER_MLA__CHECK(aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, bytes, "the prefill's key rows and lists"));
+    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a->workspace, 4, "workspace"));
+    r->gather_lens = (int32_t *)((char *)a->workspace +
+                                 (size_t)r->M * a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
+    r->compressed_lens = r->gather_lens + a->chunk_size;
+    r->chunk_qsl = r->compressed_lens + a->chunk_size;
+    r->indptr = r->chunk_qsl + a->chunk_size + 1;
+    r->lists = r->indptr + a->max_num_batched_tokens + 1;
+    return AITER_MLA_OK;
+}
+
+/* A chunk's gather from one cache's pages, its block table from request cs's row. */
+static void aiter_mla__v4_gather_pages(aiter_mla_v4_gather_args *g, const void *cache, int64_t num_blocks, int block_size,
+                                       int64_t page_stride_bytes, aiter_mla_dtype fp8_dtype, const int32_t *block_table,
+                                       int64_t block_table_stride, int cs) {
+    g->kv_cache = cache;
+    g->num_blocks = num_blocks;
+    g->block_size = block_size;
+    g->page_stride_bytes = page_stride_bytes;
+    g->fp8_dtype = fp8_dtype;
+    g->block_table = block_table + (int64_t)cs * block_table_stride;
+    g->block_table_stride = block_table_stride;
+}
+
+/* The steps of the chunk of n requests from request cs (its tokens: rows row0 .. row0 +
+ * tokens of q and o; chunk_qsl: its query_start_loc as the combine reads it): (1) the
+ * compressed gather, (2) the SWA gather, (3) the combine, (4) the attention. */
+static void aiter_mla__v4_prefill_chunk(const aiter_mla__v4_prefill *r, int cs, int n, int64_t row0, int64_t tokens,
+                                        const int32_t *chunk_qsl, aiter_mla_v4_gather_args *gc, aiter_mla_v4_gather_args *gs,
+                                        aiter_mla_v4_combine_args *c, aiter_mla_v4_attention_args *at) {
+    const aiter_mla_v4_prefill_args *a = &r->a;
+    memset(gc, 0, sizeof *gc);
+    gc->batch = n;
+    gc->out = a->workspace;
+    gc->out_rows = r->M;
+    gc->out_dtype = a->workspace_dtype;
+    *gs = *gc;
+    if (a->compress_ratio > 1) /* (1) compressed entries to rows [0, N) (ratio > 1: the tables are given) */
+        aiter_mla__v4_gather_pages(gc, a->compressed_cache, a->compressed_num_blocks, a->compressed_block_size,
+                                   a->compressed_page_stride_bytes, a->compressed_fp8_dtype, a->compressed_block_table,
+                                   a->compressed_block_table_stride, cs);
+    gc->seq_lens = r->compressed_lens;
+    /* (2) the window's raw tokens to rows [N, N + gather_len) */
+    aiter_mla__v4_gather_pages(gs, a->swa_cache, a->swa_num_blocks, a->swa_block_size, a->swa_page_stride_bytes,
+                               a->swa_fp8_dtype, a->swa_block_table, a->swa_block_table_stride, cs);
+    gs->seq_lens = a->seq_lens + cs;
+    gs->gather_lens = r->gather_lens;
+    gs->offset = r->N;
+    memset(c, 0, sizeof *c); /* (3) each token's rows */
+    if (a->compress_ratio > 1) {
+        c->topk_indices = a->topk_indices + row0 * a->topk_stride;
+        c->topk_stride = a->topk_stride;
+        c->topk = a->topk;
+    }
+    c->query_start_loc = chunk_qsl;
+    c->seq_lens = a->seq_lens + cs;
+    c->gather_lens = r->gather_lens;
+    c->num_reqs = n;
+    c->window = a->window;
+    c->compress_ratio = a->compress_ratio;
+    c->M = r->M;
+    c->N = r->N;
+    c->out.indices = r->lists;
+    c->out.indptr = r->indptr;
+    c->out.capacity = a->max_num_batched_tokens * r->width;
+    *at = a->attn; /* (4) attend over the workspace rows */
+    at->q = (const char *)a->attn.q + (size_t)(row0 * a->attn.q_stride_token) * aiter_mla_dtype_size(a->attn.q_dtype);
+    at->o = (char *)a->attn.o + (size_t)(row0 * a->attn.o_stride_token) * aiter_mla_dtype_size(a->attn.o_dtype);
+    at->lse = a->attn.lse ? a->attn.lse + row0 * a->attn.num_heads : NULL;
+    at->num_tokens = tokens;
+    memset(&at->keys, 0, sizeof at->keys);
+    memset(&at->extra_keys, 0, sizeof at->extra_keys);
+    at->keys.cache = a->workspace;
+    at->keys.num_blocks = (int64_t)n * r->M;
+    at->keys.rows = 1;
+    at->keys.dtype = a->workspace_dtype;
+    at->keys.indices = r->lists;
+    at->keys.indptr = r->indptr;
+}
+
+/* Both forms: the chunks in turn, each one's request data (the reference's from the host
+ * arrays; the GPU call's by one launch from the device arrays), then its four steps. */
+static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_mla_v4_prefill_args *in, int gpu, void *stream) {
+    aiter_mla__v4_prefill r;
+    int cs;
+    AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
+    for (cs = 0; r.tokens > 0 && cs < r.a.batch; cs += r.a.chunk_size) {
+        const aiter_mla_v4_prefill_args *a = &r.a;
+        const int n = a->batch - cs < a->chunk_size ? a->batch - cs : a->chunk_size;
+        const int32_t *qsl = gpu ? a->query_start_loc_host : a->query_start_loc; /* as the host reads it */
+        const int64_t row0 = (int64_t)qsl[cs] - qsl[0], tokens = (int64_t)qsl[cs + n] - qsl[cs];
+        aiter_mla_v4_gather_args gc, gs;
         aiter_mla_v4_combine_args c;
+        aiter_mla_v4_attention_args at;
         int i;
-        for (i = 0; i < n; i++) {
-            const int32_t q_len = a.query_start_loc[cs + i + 1] - a.query_start_loc[cs + i];
-            glens[i] = aiter_mla__v4_gather_len(NULL, 0, q_len, a.seq_lens[cs + i], a.window);
-            clens[i] = a.seq_lens[cs + i] / a.compress_ratio;
+        if (tokens == 0) continue; /* no new tokens: nothing attends */
+        if (gpu) {
+            AITER_MLA__CHECK(AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_prefill_lens(a->query_start_loc + cs, a->seq_lens + cs, n,
+                                                                                     (int32_t)tokens, a->window, a->compress_ratio,
+                                                                                     r.chunk_qsl, r.gather_lens, r.compressed_lens,
+                                                                                     stream)));
+        } else {
+            for (i = 0; i < n; i++) {
+                r.gather_lens[i] = aiter_mla__v4_gather_len(NULL, 0, qsl[cs + i + 1] - qsl[cs + i], a->seq_lens[cs + i], a->window);
+                r.compressed_lens[i] = a->seq_lens[cs + i] / a->compress_ratio;
+            }
         }
-        memset(&g, 0, sizeof g);
-        g.batch = n;
-        g.out = a.workspace;
-        g.out_rows = M;
-        g.out_dtype = a.workspace_dtype;
-        if (a.compress_ratio > 1) { /* (1) compressed entries to rows [0, N) */
-            g.kv_cache = a.compressed_cache;
-            g.num_blocks = a.compressed_num_blocks;
-            g.block_size = a.compressed_block_size;
-            g.page_stride_bytes = a.compressed_page_stride_bytes;
-            g.fp8_dtype = a.compressed_fp8_dtype;
-            g.block_table = a.compressed_block_table + (int64_t)cs * a.compressed_block_table_stride;
-            g.block_table_stride = a.compressed_block_table_stride;
-            g.seq_lens = clens;
-            AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&g));
+        aiter_mla__v4_prefill_chunk(&r, cs, n, row0, tokens, gpu ? r.chunk_qsl : qsl + cs, &gc, &gs, &c, &at);
+        if (gpu) {
+            if (a->compress_ratio > 1) AITER_MLA__CHECK(aiter_mla_v4_gather(&gc, stream));
+            AITER_MLA__CHECK(aiter_mla_v4_gather(&gs, stream));
+            AITER_MLA__CHECK(aiter_mla_v4_combine(&c, stream));
+            AITER_MLA__CHECK(aiter_mla_v4_attention(&at, stream));
+        } else {
+            if (a->compress_ratio > 1) AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&gc));
+            AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&gs));
+            AITER_MLA__CHECK(aiter_mla_v4_combine_ref(&c));
+            AITER_MLA__CHECK(aiter_mla_v4_attention_ref(&at));
         }
-        g.kv_cache = a.swa_cache; /* (2) the window's raw tokens to rows [N, N + gather_len) */
-        g.num_blocks = a.swa_num_blocks;
-        g.block_size = a.swa_block_size;
-        g.page_stride_bytes = a.swa_page_stride_bytes;
-        g.fp8_dtype = a.swa_fp8_dtype;
-        g.block_table = a.swa_block_table + (int64_t)cs * a.swa_block_table_stride;
-        g.block_table_stride = a.swa_block_table_stride;
-        g.seq_lens = a.seq_lens + cs;
-        g.gather_lens = glens;
-        g.offset = N;
-        AITER_MLA__CHECK(aiter_mla_v4_gather_ref(&g));
-        memset(&c, 0, sizeof c); /* (3) each token's rows */
-        if (a.compress_ratio > 1) {
-            c.topk_indices = a.topk_indices + row0 * a.topk_stride;
-            c.topk_stride = a.topk_stride;
-            c.topk = a.topk;
-        }
-        c.query_start_loc = a.query_start_loc + cs;
-        c.seq_lens = a.seq_lens + cs;
-        c.gather_lens = glens;
-        c.num_reqs = n;
-        c.window = a.window;
-        c.compress_ratio = a.compress_ratio;
-        c.M = M;
-        c.N = N;
-        c.out.indices = lists;
-        c.out.indptr = indptr;
-        c.out.capacity = a.max_num_batched_tokens * width;
-        AITER_MLA__CHECK(aiter_mla_v4_combine_ref(&c));
-        at = a.attn; /* (4) attend over the workspace rows */
-        at.q = (const char *)a.attn.q + (size_t)(row0 * a.attn.q_stride_token) * aiter_mla_dtype_size(a.attn.q_dtype);
-        at.o = (char *)a.attn.o + (size_t)(row0 * a.attn.o_stride_token) * aiter_mla_dtype_size(a.attn.o_dtype);
-        at.lse = a.attn.lse ? a.attn.lse + row0 * a.attn.num_heads : NULL;
-        at.num_tokens = (int64_t)a.query_start_loc[cs + n] - a.query_start_loc[cs];
-        memset(&at.keys, 0, sizeof at.keys);
-        memset(&at.extra_keys, 0, sizeof at.extra_keys);
-        at.keys.cache = a.workspace;
-        at.keys.num_blocks = (int64_t)n * M;
-        at.keys.rows = 1;
-        at.keys.dtype = a.workspace_dtype;
-        at.keys.indices = lists;
-        at.keys.indptr = indptr;
-        AITER_MLA__CHECK(aiter_mla_v4_attention_ref(&at));
     }
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *a) {
+    return aiter_mla__v4_prefill_run("v4_prefill_ref", a, 0, NULL);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_args *a, void *stream) {
+    return aiter_mla__v4_prefill_run("v4_prefill", a, 1, stream);
 }
 
 #ifdef __cplusplus

@@ -5273,6 +5273,26 @@ __global__ void __launch_bounds__(kSmallThreads) v4_copy_kernel(aiter_mla_v4_rag
     }
 }
 
+// The GPU prefill's chunk data (aiter_mla_v4_prefill), from the device's query_start_loc and
+// seq_lens of the chunk's n requests: request i's first token among the chunk's `tokens` (the
+// host's count) in chunk_qsl[i], clamped into [0, tokens], and chunk_qsl[n] = tokens, so that
+// the combine lists exactly the rows the attention reads whatever the device arrays hold;
+// its SWA gather length (-1, gathering nothing, when seq_len < q_len) and its compressed
+// entries seq_len / ratio (-1 for a negative seq_len).
+__global__ void __launch_bounds__(kSmallThreads) v4_prefill_lens_kernel(const int32_t *qsl, const int32_t *seq_lens, int n,
+                                                                        int32_t tokens, int window, int ratio, int32_t *chunk_qsl,
+                                                                        int32_t *gather_lens, int32_t *compressed_lens) {
+    auto first = [&](int i) { return i == n ? tokens : (int32_t)min(max((int64_t)qsl[i] - qsl[0], (int64_t)0), (int64_t)tokens); };
+    for (int i = blockIdx.x * kSmallThreads + threadIdx.x; i <= n; i += gridDim.x * kSmallThreads) {
+        const int32_t q0 = first(i);
+        chunk_qsl[i] = q0;
+        if (i == n) continue;
+        const int32_t q_len = first(i + 1) - q0, seq_len = seq_lens[i];
+        gather_lens[i] = q_len >= 0 && seq_len >= q_len ? aiter_mla__v4_gather_len(nullptr, i, q_len, seq_len, window) : -1;
+        compressed_lens[i] = seq_len >= 0 ? seq_len / ratio : -1;
+    }
+}
+
 // ==== merge of attention states (SPEC 2a) ==================================================
 // One group of threads per (token, head) row; 16-byte accesses (8 bf16/f16 or 4 f32 values)
 // when head_dim and the pointers allow, one value at a time otherwise. fp32 math with the
@@ -6163,6 +6183,14 @@ extern "C" int aiter_mla__launch_v4_global_topk(const aiter_mla_v4_topk_args *a,
         v4_scan_kernel<<<1, kScanThreads, 0, s>>>(V4Lens<V4Topk>{V4Topk{*a}});
         v4_topk_kernel<true><<<grid, kSmallThreads, 0, s>>>(*a);
     }
+    AITER_MLA__LAUNCH_CHECK();
+}
+
+extern "C" int aiter_mla__launch_v4_prefill_lens(const int32_t *query_start_loc, const int32_t *seq_lens, int num_reqs,
+                                                 int32_t tokens, int window, int compress_ratio, int32_t *chunk_qsl,
+                                                 int32_t *gather_lens, int32_t *compressed_lens, void *stream) {
+    v4_prefill_lens_kernel<<<grid_for((int64_t)num_reqs + 1, kSmallThreads), kSmallThreads, 0, (hipStream_t)stream>>>(
+        query_start_loc, seq_lens, num_reqs, tokens, window, compress_ratio, chunk_qsl, gather_lens, compressed_lens);
     AITER_MLA__LAUNCH_CHECK();
 }
 

@@ -669,10 +669,10 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
  * multiprocessors idle. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
  * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
  * 512) compressed entries straight from the MODEL1 pages; FLOPs 2 * H * keys * (512 + 512).
- * V4P-h{H}-ws: the same tokens and keys the way vLLM runs a prefill chunk (SPEC 7): each
- * timed step gathers the requests' compressed entries and raw tokens into the bf16
- * workspace (two aiter_mla_v4_gather), builds the per-token lists into it
- * (aiter_mla_v4_combine, ragged) and attends over its rows; same FLOPs. */
+ * V4P-h{H}-ws: the same tokens and keys the way vLLM runs a prefill chunk (SPEC 7), one
+ * aiter_mla_v4_prefill a timed step: it gathers the requests' compressed entries and raw
+ * tokens into the bf16 workspace, builds the per-token lists into it and attends over its
+ * rows; same FLOPs. */
 typedef struct v4_row {
     const char *id;
     int heads, topk, batch, q_len; /* q_len: tokens per request (1: decode) */
@@ -684,21 +684,17 @@ typedef struct v4_run {
     void **q;
     int32_t **swa, **cmp; /* per set: the dense lists */
     int sets;
-    /* the workspace flow: the gathers and the combine before the attention */
-    aiter_mla_v4_gather_args *gather_cmp, *gather_swa;
-    aiter_mla_v4_combine_args *combine;
+    aiter_mla_v4_prefill_args *prefill; /* the workspace flow (V4P-*-ws) */
 } v4_run;
 static void launch_v4(void *ctx, int i) {
     v4_run *r = (v4_run *)ctx;
-    r->a->q = r->q[i % r->sets];
-    if (r->combine) {
-        TRY(aiter_mla_v4_gather(r->gather_cmp, g_stream));
-        TRY(aiter_mla_v4_gather(r->gather_swa, g_stream));
-        TRY(aiter_mla_v4_combine(r->combine, g_stream));
-    } else {
-        r->a->keys.indices = r->swa[i % r->sets];
-        r->a->extra_keys.indices = r->cmp[i % r->sets];
+    if (r->prefill) {
+        TRY(aiter_mla_v4_prefill(r->prefill, g_stream));
+        return;
     }
+    r->a->q = r->q[i % r->sets];
+    r->a->keys.indices = r->swa[i % r->sets];
+    r->a->extra_keys.indices = r->cmp[i % r->sets];
     TRY(aiter_mla_v4_attention(r->a, g_stream));
 }
 
@@ -810,23 +806,19 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.num_splits > AITER_MLA_V4_MAX_SPLITS) a.num_splits = AITER_MLA_V4_MAX_SPLITS;
     if (a.num_splits < 1) a.num_splits = 1;
     a.num_cu = num_cu; /* past that, blocks taking several tokens each */
-    v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL, NULL, NULL};
-    aiter_mla_v4_gather_args gc = {0}, gs = {0};
-    aiter_mla_v4_combine_args cb = {0};
-    int32_t *d_meta = NULL, *d_local = NULL, *d_list = NULL;
-    void *d_rows = NULL;
+    v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL};
+    aiter_mla_v4_prefill_args pf = {0};
+    int32_t *meta = NULL, *d_meta = NULL, *d_local = NULL;
     void *d_o_pages = NULL; /* the workspace flow's o is checked against the pages' */
     if (r->workspace) { /* one chunk of B requests, each with Q new tokens and no prefix */
         const int64_t swa_pp = (Q + BS - 1) / BS, cmp_pp = (Q / 4 + BS - 1) / BS; /* pages per request */
-        int64_t N, M = aiter_mla_v4_workspace_rows(Q, 4, W, Q, &N);
-        /* query_start_loc [B + 1], seq_lens [B], compressed entries [B], the two block tables */
-        const size_t meta_bytes = (size_t)(3 * B + 1 + B * (swa_pp + cmp_pp)) * 4;
-        int32_t *meta = (int32_t *)malloc(meta_bytes);
-        int32_t *qsl = meta, *seq = qsl + B + 1, *ncmp = seq + B, *swa_bt = ncmp + B, *cmp_bt = swa_bt + B * swa_pp;
+        /* query_start_loc [B + 1], seq_lens [B], the two block tables */
+        const size_t meta_bytes = (size_t)(2 * B + 1 + B * (swa_pp + cmp_pp)) * 4;
+        meta = (int32_t *)malloc(meta_bytes);
+        int32_t *qsl = meta, *seq = qsl + B + 1, *swa_bt = seq + B, *cmp_bt = swa_bt + B * swa_pp;
         for (b = 0; b <= B; b++) qsl[b] = b * Q;
         for (b = 0; b < B; b++) {
             seq[b] = Q;
-            ncmp[b] = Q / 4;
             for (j = 0; j < swa_pp; j++) swa_bt[b * swa_pp + j] = (int32_t)(b * swa_pp + j);
             for (j = 0; j < cmp_pp; j++) cmp_bt[b * cmp_pp + j] = (int32_t)(b * cmp_pp + j);
         }
@@ -835,35 +827,29 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
 #define ON_DEVICE(host) (d_meta + ((host) - meta)) /* the same array in d_meta */
         d_local = (int32_t *)gpu_malloc((size_t)T * K * 4);
         gpu_upload(d_local, local, (size_t)T * K * 4);
-        d_list = (int32_t *)gpu_malloc((size_t)(T * (K + W) + T + 1) * 4);
-        d_rows = gpu_malloc((size_t)(B * M) * 512 * 2);
-        gc.kv_cache = cmp_cache;
-        gc.num_blocks = cmp_pages;
-        gc.block_table = ON_DEVICE(cmp_bt);
-        gc.block_table_stride = cmp_pp;
-        gc.seq_lens = ON_DEVICE(ncmp);
-        gc.batch = B;
-        gc.out = d_rows;
-        gc.out_rows = M;
-        gs = gc;
-        gs.kv_cache = swa_cache;
-        gs.num_blocks = swa_pages;
-        gs.block_table = ON_DEVICE(swa_bt);
-        gs.block_table_stride = swa_pp;
-        gs.seq_lens = ON_DEVICE(seq);
-        gs.offset = N;
-        cb.topk_indices = d_local;
-        cb.topk = K;
-        cb.query_start_loc = ON_DEVICE(qsl);
-        cb.seq_lens = ON_DEVICE(seq);
-        cb.num_reqs = B;
-        cb.window = W;
-        cb.compress_ratio = 4;
-        cb.M = M;
-        cb.N = N;
-        cb.out.indices = d_list;
-        cb.out.capacity = T * (K + W);
-        cb.out.indptr = d_list + T * (K + W);
+        pf.batch = B;
+        pf.query_start_loc = ON_DEVICE(qsl);
+        pf.query_start_loc_host = qsl; /* meta lives until the row's end */
+        pf.seq_lens = ON_DEVICE(seq);
+        pf.compress_ratio = 4;
+        pf.window = W;
+        pf.max_model_len = Q;
+        pf.max_num_batched_tokens = T;
+        pf.chunk_size = B;
+        pf.topk_indices = d_local;
+        pf.topk = K;
+        pf.swa_cache = swa_cache;
+        pf.swa_num_blocks = swa_pages;
+        pf.swa_block_size = BS;
+        pf.swa_block_table = ON_DEVICE(swa_bt);
+        pf.swa_block_table_stride = swa_pp;
+        pf.compressed_cache = cmp_cache;
+        pf.compressed_num_blocks = cmp_pages;
+        pf.compressed_block_size = BS;
+        pf.compressed_block_table = ON_DEVICE(cmp_bt);
+        pf.compressed_block_table_stride = cmp_pp;
+        TRY(aiter_mla_v4_prefill_workspace_size(&pf, &pf.workspace_bytes));
+        pf.workspace = gpu_malloc(pf.workspace_bytes);
         d_o_pages = gpu_malloc((size_t)T * H * 512 * 2);
         a.o = d_o_pages;
         a.q = d_q[0];
@@ -873,19 +859,15 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
         a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
         TRY(aiter_mla_v4_attention(&a, g_stream));
         if (a.workspace) gpu_free(a.workspace);
-        a.o = d_o;
-        memset(&a.keys, 0, sizeof a.keys);
-        memset(&a.extra_keys, 0, sizeof a.extra_keys);
-        a.keys.cache = d_rows;
-        a.keys.num_blocks = B * M;
-        a.keys.rows = 1;
-        a.keys.indices = cb.out.indices;
-        a.keys.indptr = cb.out.indptr;
-        run.gather_cmp = &gc;
-        run.gather_swa = &gs;
-        run.combine = &cb;
+        pf.attn = a; /* q, o, lse, the sink, heads, num_cu; the call sets the tokens and keys */
+        pf.attn.o = d_o;
+        pf.attn.num_tokens = 0;
+        pf.attn.workspace = NULL; /* one split: none needed */
+        pf.attn.workspace_bytes = 0;
+        memset(&pf.attn.keys, 0, sizeof pf.attn.keys);
+        memset(&pf.attn.extra_keys, 0, sizeof pf.attn.extra_keys);
+        run.prefill = &pf;
 #undef ON_DEVICE
-        free(meta);
     }
     TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
@@ -927,8 +909,8 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.workspace) gpu_free(a.workspace);
     if (d_meta) gpu_free(d_meta);
     if (d_local) gpu_free(d_local);
-    if (d_list) gpu_free(d_list);
-    if (d_rows) gpu_free(d_rows);
+    if (pf.workspace) gpu_free(pf.workspace);
+    free(meta);
     free(local);
     free(d_q); free(d_swa); free(d_cmp); free(ctx); free(swa); free(cmp); free(swa_len); free(cmp_len); free(pick);
 }
@@ -1008,10 +990,13 @@ int main(int argc, char **argv) {
     static const v4_row vrows[] = {
         {"V4D-h16-k512-b4", 16, 512, 4, 1, 0},       {"V4D-h16-k512-b4-graph", 16, 512, 4, 1, 0},
         {"V4D-h16-k512-b32", 16, 512, 32, 1, 0},     {"V4D-h16-k512-b128", 16, 512, 128, 1, 0},
-        {"V4D-h16-k512-b512", 16, 512, 512, 1, 0},   {"V4D-h16-k1024-b128", 16, 1024, 128, 1, 0},
-        {"V4D-h64-k512-b4", 64, 512, 4, 1, 0},       {"V4D-h64-k512-b32", 64, 512, 32, 1, 0},
-        {"V4D-h64-k512-b128", 64, 512, 128, 1, 0},   {"V4D-h64-k512-b512", 64, 512, 512, 1, 0},
-        {"V4D-h64-k1024-b128", 64, 1024, 128, 1, 0}, {"V4P-h64", 64, 512, 4, 4096, 0},
+        {"V4D-h16-k512-b512", 16, 512, 512, 1, 0},   {"V4D-h16-k1024-b4", 16, 1024, 4, 1, 0},
+        {"V4D-h16-k1024-b32", 16, 1024, 32, 1, 0},   {"V4D-h16-k1024-b128", 16, 1024, 128, 1, 0},
+        {"V4D-h16-k1024-b512", 16, 1024, 512, 1, 0}, {"V4D-h64-k512-b4", 64, 512, 4, 1, 0},
+        {"V4D-h64-k512-b32", 64, 512, 32, 1, 0},     {"V4D-h64-k512-b128", 64, 512, 128, 1, 0},
+        {"V4D-h64-k512-b512", 64, 512, 512, 1, 0},   {"V4D-h64-k1024-b4", 64, 1024, 4, 1, 0},
+        {"V4D-h64-k1024-b32", 64, 1024, 32, 1, 0},   {"V4D-h64-k1024-b128", 64, 1024, 128, 1, 0},
+        {"V4D-h64-k1024-b512", 64, 1024, 512, 1, 0}, {"V4P-h64", 64, 512, 4, 4096, 0},
         {"V4P-h128", 128, 512, 4, 4096, 0},          {"V4P-h64-ws", 64, 512, 4, 4096, 1},
         {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };

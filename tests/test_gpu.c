@@ -2118,11 +2118,33 @@ static void test_v4_attention_gpu(test_rng *rng) {
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
-/* A V4 prefill on the GPU the direct way: each token's SWA list (aiter_mla_v4_swa_indices)
- * and compressed list (ratio 4: aiter_mla_v4_global_topk on the indexer's rows; ratio 128:
- * aiter_mla_v4_c128_indices) over the caches themselves, attended by aiter_mla_v4_attention,
- * against vLLM's workspace-based chunked prefill on the CPU (aiter_mla_v4_prefill_ref). */
-static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
+/* Compares a GPU prefill's o and lse (bf16 o, [T, H]) with the reference's; every element
+ * written (the outputs were poisoned). */
+static void check_v4_prefill_out(const char *what, const uint16_t *o_gpu, const float *lse_gpu, const uint16_t *o_ref,
+                                 const float *lse_ref, int64_t T, int H, double rel_tol, double cos_tol) {
+    const int64_t nq = T * H * 512;
+    float *g = (float *)test_malloc((size_t)nq * 4), *f = (float *)test_malloc((size_t)nq * 4);
+    int64_t unwritten = 0, e;
+    to_f32(o_gpu, g, nq, AITER_MLA_BF16);
+    to_f32(o_ref, f, nq, AITER_MLA_BF16);
+    for (e = 0; e < nq; e++) unwritten += g[e] != g[e];
+    CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
+    CHECK_CLOSE(what, g, f, nq, rel_tol, cos_tol);
+    CHECK_LSE(what, lse_gpu, lse_ref, T * H);
+    free(g);
+    free(f);
+}
+
+/* A V4 prefill on the GPU two ways, each against vLLM's workspace-based chunked prefill on the
+ * CPU (aiter_mla_v4_prefill_ref, chunks of chunk_size requests over a ws_dtype workspace):
+ * - directly: each token's SWA list (aiter_mla_v4_swa_indices) and compressed list (ratio 4:
+ *   aiter_mla_v4_global_topk on the indexer's rows; ratio 128: aiter_mla_v4_c128_indices) over
+ *   the caches themselves, attended by aiter_mla_v4_attention;
+ * - vLLM's way in one call, aiter_mla_v4_prefill, on a poisoned workspace (a row listed before
+ *   it was gathered would show as NaN); then, with garbage in the first chunk's device
+ *   query_start_loc and seq_lens, every output still written and finite where the lse is,
+ *   and the other chunks' rows unchanged bit for bit. */
+static void run_v4_prefill_gpu_case(int ratio, int H, int chunk_size, aiter_mla_dtype ws_dtype, test_rng *rng) {
     enum { B = 5, SWA_BS = 64, MAXLEN = 1536, W = 128, TOPK4 = 48 };
     const int32_t q_lens[B] = {5, 4, 3, 6, 1}, prefix[B] = {0, 3, 200, 1000, 127};
     const int swa_pages = MAXLEN / SWA_BS, cbs = ratio > 1 ? 256 / ratio : 1, c_pages = ratio > 1 ? MAXLEN / ratio / cbs + 1 : 1;
@@ -2211,6 +2233,8 @@ static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
     p.compressed_num_blocks = (int64_t)B * c_pages;
     p.compressed_block_table = c_bt;
     p.compressed_block_table_stride = c_pages;
+    p.chunk_size = chunk_size;
+    p.workspace_dtype = ws_dtype;
     CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_OK, "");
     void *ws = test_malloc(bytes);
     p.workspace = ws;
@@ -2298,17 +2322,72 @@ static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
     gpu_sync();
     gpu_download(o_gpu, d_o, (size_t)nq * 2);
     gpu_download(lse_gpu, d_lse, (size_t)T * H * 4);
-    {
-        float *g = (float *)test_malloc((size_t)nq * 4), *f = (float *)test_malloc((size_t)nq * 4);
-        int64_t unwritten = 0, e;
-        to_f32(o_gpu, g, nq, AITER_MLA_BF16);
-        to_f32(o_ref, f, nq, AITER_MLA_BF16);
-        for (e = 0; e < nq; e++) unwritten += g[e] != g[e];
-        CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
-        CHECK_CLOSE(what, g, f, nq, TOL_FP8_REL, TOL_FP8_COS);
-        CHECK_LSE(what, lse_gpu, lse_ref, (int64_t)T * H);
-        free(g);
-        free(f);
+    check_v4_prefill_out(what, o_gpu, lse_gpu, o_ref, lse_ref, T, H, TOL_FP8_REL, TOL_FP8_COS);
+
+    { /* vLLM's chunks in one call: the same rows as the reference's, so bf16's tolerance */
+        aiter_mla_v4_prefill_args g = p;
+        void *d_ws = gpu_malloc(bytes);
+        int32_t bad_qsl[B + 1], bad_seq[B], *d_bad_qsl, *d_bad_seq;
+        uint16_t *o_bad = (uint16_t *)test_malloc((size_t)nq * 2);
+        float *lse_bad = (float *)test_malloc((size_t)T * H * 4);
+        const int first_chunk = chunk_size ? chunk_size : AITER_MLA_V4_PREFILL_CHUNK;
+        int64_t e, nan_lse = 0, nan_o = 0, moved = 0;
+        snprintf(what, sizeof what, "v4 prefill in one GPU call, ratio %d, H=%d, chunks of %d, %s workspace", ratio, H, first_chunk,
+                 aiter_mla_dtype_name(ws_dtype ? ws_dtype : AITER_MLA_BF16));
+        g.attn.q = d_q;
+        g.attn.o = d_o;
+        g.attn.lse = d_lse;
+        g.attn.attn_sink = d_sink;
+        g.attn.num_cu = 5;
+        g.query_start_loc = d_qsl;
+        g.query_start_loc_host = qsl;
+        g.seq_lens = d_seq;
+        g.topk_indices = ratio > 1 ? d_local : NULL;
+        g.swa_cache = d_swa;
+        g.swa_block_table = d_swa_bt;
+        g.compressed_cache = ratio > 1 ? d_comp : NULL;
+        g.compressed_block_table = d_c_bt;
+        g.workspace = d_ws;
+        gpu_memset(d_ws, 0xff, bytes);
+        gpu_memset(d_o, 0xff, (size_t)nq * 2);
+        gpu_memset(d_lse, 0xff, (size_t)T * H * 4);
+        CHECK_STATUS(aiter_mla_v4_prefill(&g, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(o_gpu, d_o, (size_t)nq * 2);
+        gpu_download(lse_gpu, d_lse, (size_t)T * H * 4);
+        check_v4_prefill_out(what, o_gpu, lse_gpu, o_ref, lse_ref, T, H, TOL_BF16_REL, TOL_BF16_COS);
+
+        /* the first chunk's device arrays garbled: a request's seq_len below its q_len, one
+         * negative, one past any page, and query_start_loc disagreeing with the host copy */
+        memcpy(bad_qsl, qsl, sizeof bad_qsl);
+        memcpy(bad_seq, seq, sizeof bad_seq);
+        bad_seq[0] = INT32_MAX;
+        bad_seq[1] = q_lens[1] - 1;
+        bad_seq[2] = -5;
+        bad_qsl[2] += 100;
+        d_bad_qsl = (int32_t *)upload_copy(bad_qsl, sizeof bad_qsl);
+        d_bad_seq = (int32_t *)upload_copy(bad_seq, sizeof bad_seq);
+        g.query_start_loc = d_bad_qsl;
+        g.seq_lens = d_bad_seq;
+        gpu_memset(d_o, 0xff, (size_t)nq * 2);
+        gpu_memset(d_lse, 0xff, (size_t)T * H * 4);
+        CHECK_STATUS(aiter_mla_v4_prefill(&g, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(o_bad, d_o, (size_t)nq * 2);
+        gpu_download(lse_bad, d_lse, (size_t)T * H * 4);
+        for (e = 0; e < (int64_t)T * H; e++) nan_lse += lse_bad[e] != lse_bad[e];
+        for (e = 0; e < nq; e++) nan_o += (o_bad[e] & 0x7fff) > 0x7f80; /* bf16 NaN */
+        /* requests 0 .. 2 garbled: the chunks from the first boundary past them are clean */
+        const int clean = (3 + first_chunk - 1) / first_chunk * first_chunk < B ? (3 + first_chunk - 1) / first_chunk * first_chunk : B;
+        for (e = (int64_t)qsl[clean] * H * 512; e < nq; e++) moved += o_bad[e] != o_gpu[e];
+        CHECK(nan_o == 0 && nan_lse == 0, "%s, garbled device arrays: %lld o and %lld lse elements NaN or unwritten", what,
+              (long long)nan_o, (long long)nan_lse);
+        CHECK(moved == 0, "%s, garbled device arrays: %lld o elements of requests %d.. changed", what, (long long)moved, clean);
+        gpu_free(d_ws);
+        gpu_free(d_bad_qsl);
+        gpu_free(d_bad_seq);
+        free(o_bad);
+        free(lse_bad);
     }
     gpu_free(d_swa); gpu_free(d_comp); gpu_free(d_qsl); gpu_free(d_seq); gpu_free(d_swa_bt); gpu_free(d_c_bt);
     gpu_free(d_local); gpu_free(d_req); gpu_free(d_pos); gpu_free(d_swa_list); gpu_free(d_swa_len); gpu_free(d_c_list);
@@ -2319,10 +2398,10 @@ static void run_v4_prefill_gpu_case(int ratio, int H, test_rng *rng) {
 
 static void test_v4_prefill_gpu(test_rng *rng) {
     const int before = testing_failed;
-    run_v4_prefill_gpu_case(4, 16, rng);
-    run_v4_prefill_gpu_case(128, 64, rng);
-    run_v4_prefill_gpu_case(1, 16, rng);
-    run_v4_prefill_gpu_case(4, 128, rng);
+    run_v4_prefill_gpu_case(4, 16, 0, AITER_MLA_DTYPE_DEFAULT, rng);
+    run_v4_prefill_gpu_case(128, 64, 2, AITER_MLA_F16, rng);
+    run_v4_prefill_gpu_case(1, 16, 1, AITER_MLA_F32, rng);
+    run_v4_prefill_gpu_case(4, 128, 3, AITER_MLA_BF16, rng);
     printf("v4 prefill on the GPU: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 

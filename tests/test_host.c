@@ -5817,7 +5817,7 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
     {
         const int64_t N = n_comp, M = N + 128 + MBT;
         const size_t want = (size_t)((chunk_size ? chunk_size : 4) * M * 512) * test_dtype_bytes(ws_dtype ? ws_dtype : AITER_MLA_BF16) +
-                            4 * (size_t)(2 * (chunk_size ? chunk_size : 4) + MBT + 1 + MBT * (topk + 128));
+                            4 * (size_t)(3 * (chunk_size ? chunk_size : 4) + 1 + MBT + 1 + MBT * (topk + 128));
         CHECK(bytes == want, "v4 prefill workspace: %zu bytes, expected %zu", bytes, want);
     }
     ws = test_malloc(bytes);
@@ -5861,6 +5861,31 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.workspace_dtype = AITER_MLA_FP8_E4M3FN;
         CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &bytes), AITER_MLA_ERR_UNSUPPORTED, "workspace_dtype");
+        {
+            /* The GPU call reads only query_start_loc_host on the host: its device arrays here are
+             * addresses no host read survives, and it passes validation (ERR_NO_GPU in this build). */
+            const int32_t *device = (const int32_t *)(uintptr_t)64;
+            int32_t bad_qsl[B + 1];
+            e = p;
+            e.query_start_loc = device;
+            e.seq_lens = device;
+            e.topk_indices = device;
+            e.swa_block_table = device;
+            e.compressed_block_table = device;
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "query_start_loc_host");
+            e.query_start_loc_host = qsl;
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            memcpy(bad_qsl, qsl, sizeof bad_qsl);
+            bad_qsl[2] = bad_qsl[1] - 1;
+            e.query_start_loc_host = bad_qsl;
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "query_start_loc_host");
+            e.query_start_loc_host = qsl;
+            e.max_num_batched_tokens = T - 1;
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_num_batched_tokens");
+            e.max_num_batched_tokens = p.max_num_batched_tokens;
+            e.workspace_bytes = bytes - 1;
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+        }
         {
             /* An absent SWA page (request 4's page 14, keys 896..959 of its window 873..1005):
              * the gather writes its keys as zero rows and the combine lists them, so they count
