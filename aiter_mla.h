@@ -1355,10 +1355,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
  * device); no host sync, no allocation. Every pointer is a device pointer except
  * query_start_loc_host, which must hold query_start_loc's values: the host reads only it
  * (to check it and to place each chunk's tokens in q, o, lse and topk_indices). Device data
- * the host cannot check is data, not a fault: a request whose seq_len is below its q_len
- * (or whose device query_start_loc disagrees with the host copy) gathers nothing and its
- * tokens get o = 0 and lse = +inf; nothing is read or written outside the buffers. attn's
- * num_cu passes to aiter_mla_v4_attention (give the device's multiprocessors). */
+ * the host cannot check is data, not a fault: nothing is read or written outside the
+ * buffers and every token's o and lse are written; a request whose seq_len is below its
+ * q_len gathers nothing and its tokens get o = 0 and lse = +inf; where the device's
+ * query_start_loc disagrees with the host copy, its offsets (clamped into the chunk) say
+ * which request each of the chunk's tokens belongs to. attn's num_cu passes to
+ * aiter_mla_v4_attention (give the device's multiprocessors). */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_args *a, void *stream);
 
 #ifdef __cplusplus
@@ -4327,8 +4329,8 @@ typedef struct aiter_mla__v4_prefill {
                                                                             [max_num_batched_tokens + 1], the entries */
 } aiter_mla__v4_prefill;
 
-/* Every check either form makes. qsl: query_start_loc as the host reads it (the GPU call's
- * host copy); seq_lens: the host's (the reference), or NULL (the GPU call: device data). */
+/* Every check either form makes: the reference (gpu = 0) checks query_start_loc and seq_lens,
+ * host arrays; the GPU call reads only query_start_loc_host on the host. */
 static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aiter_mla_v4_prefill_args *in, int gpu,
                                                       aiter_mla__v4_prefill *r) {
     aiter_mla_v4_prefill_args *a = &r->a;
