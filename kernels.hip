@@ -243,12 +243,14 @@ __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t t
     if (p.max_logits) p.max_logits[tok * p.a.num_heads + h] = any ? m_log2 * kLn2 : neg_inf();
 }
 
-// A finished row of a pass, from its softmax totals (m in log2 units, l): its lse (natural
-// log; +inf for a final row that saw no key, -inf for such a partial), written with max_logits
-// (final rows) or as the partial lse when `publish`; *inv: the factor of its o (1 / l, times
-// the fp8 V scale and the sink). Returns where its o row (final) or partial row starts.
+// A finished row of a pass, from its softmax totals (m in log2 units, the max its exponentials
+// were taken against; l): its lse (natural log; +inf for a final row that saw no key, -inf for
+// such a partial), written with max_logits (final rows; top, the row's largest logit in log2
+// units: m, or above it by less than kLazyRise) or as the partial lse when `publish`; *inv: the
+// factor of its o (1 / l, times the fp8 V scale and the sink). Returns where its o row (final)
+// or partial row starts.
 __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
-                                                float *inv) {
+                                                float *inv, float top) {
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
     const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
@@ -257,7 +259,7 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
     if (pc.loc < 0) {
         if (publish) {
             if (a.lse) a.lse[tok * H + h] = lse;
-            store_max_logit(p, tok, (int)h, l > 0.0f, m);
+            store_max_logit(p, tok, (int)h, l > 0.0f, top);
         }
         return tok * a.o_stride_token + h * a.o_stride_head;
     }
@@ -450,7 +452,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
             for (int r = 0; r < kR; r++) {
                 if (r < nr) {
                     float inv;
-                    const long long at = finish_row(p, pc, r0 + r, m_s[r], l_s[r], tid == 0, &inv);
+                    const long long at = finish_row(p, pc, r0 + r, m_s[r], l_s[r], tid == 0, &inv, m_s[r]);
 #pragma unroll
                     for (int j = 0; j < kDimsPerThread; j++) {
                         const int d = tid + j * kThreads;
@@ -882,7 +884,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                     const int r = 16 * wave + 4 * g + i;
                     if (r < nr) {
                         float inv;
-                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv);
+                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv, m[i]);
                         // a small body, so that the 128 stores unroll: O indexed by a loop
                         // counter would keep all of it in scratch memory
 #pragma unroll
@@ -943,7 +945,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                 });
                 if (sk == 0 && sr < nr) {
                     float inv;
-                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
+                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv, m);
                     inv_s[sr] = inv;
                 }
                 __syncthreads();
@@ -1829,7 +1831,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             m = mm;
                         }
                         float inv;
-                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv);
+                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv, m);
 #pragma unroll
                         for (int nt = 0; nt < kNT; nt++) {
                             const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
@@ -2192,17 +2194,26 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb
 // The online softmax over a warpgroup's accumulator rows (shared by the decode and the
 // prefill): this thread's scores s[j] of row ra (j & 2 == 0) and rb (j & 2), a row's keys on
 // the 4 lanes of its quad; unscaled, masked ones -inf; scale > 0 (it includes log2 e). ma, mb:
-// the rows' running max of scale * s (-inf before any key); la, lb: this thread's share of
-// their sums. s becomes P = exp2(scale * s - m), the product rounded first so that the row's
-// largest score gets P = 1 exactly (an fma here would leave its rounding error in P: a lone
-// key's o would then miss V by an ulp); fa, fb: the factors of the rows' O.
+// the rows' running max of scale * s (-inf before any key; with kLazy, below, the max P is
+// taken against); la, lb: this thread's share of their sums. s becomes P = exp2(scale * s -
+// m), the product rounded first so that the row's largest score gets P = 1 exactly (an fma
+// here would leave its rounding error in P: a lone key's o would then miss V by an ulp); fa,
+// fb: the factors of the rows' O.
 // kFused (fp8 prefill, whose softmax no longer hides behind the other consumer's shorter
 // products): the max over the unscaled scores (scale > 0 keeps their order), then P =
 // exp2(fma(s, scale, -m)), one instruction an element fewer (P3-fp8 16.8 -> 16.2 ms); the ulp
 // it costs a lone key is far inside fp8's tolerance.
-template <int N, bool kFused = false>
+// kLazy (the one-softmax decode's warpgroup 0): a row's m moves only when a tile's max rises
+// above it by more than kLazyRise (log2 units; FlashAttention 4's rule), so P may reach
+// 2^kLazyRise (fp32 sums, bf16/f16 P: the same relative rounding) and a row's factor is exactly
+// 1 on most tiles, which lets a warp skip O's rescale; lse = m + log2 l holds for any such m.
+// ta, tb then track the rows' true maxima (max_logits). H200, against exact maxima with the
+// rescale always done, three runs each: D3 328-329 -> 322-323 us, D4 572-583 -> 560-568, SD1
+// 525-528 -> 516-518, V4P-h64 4869-4957 -> 4700-4824, D3-fp8 491-492 -> 484-485.
+constexpr float kLazyRise = 8.0f;
+template <int N, bool kFused = false, bool kLazy = false>
 __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, float &ma, float &mb, float &la, float &lb, float &fa,
-                                                    float &fb) {
+                                                    float &fb, float *ta = nullptr, float *tb = nullptr) {
     float xa = neg_inf(), xb = neg_inf();
 #pragma unroll
     for (int j = 0; j < N; j++) {
@@ -2219,10 +2230,16 @@ __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, 
         xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, o));
         xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, o));
     }
-    const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+    float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+    if constexpr (kLazy) {
+        *ta = fmaxf(*ta, xa);
+        *tb = fmaxf(*tb, xb);
+        if (!(xa > ma + kLazyRise)) na = ma;
+        if (!(xb > mb + kLazyRise)) nb = mb;
+    }
     const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
-    fa = fast_exp2(ma - ua);
-    fb = fast_exp2(mb - ub);
+    fa = kLazy && na == ma ? 1.0f : fast_exp2(ma - ua);
+    fb = kLazy && nb == mb ? 1.0f : fast_exp2(mb - ub);
     ma = na;
     mb = nb;
     float sa = 0.0f, sbs = 0.0f;
@@ -2405,13 +2422,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     };
     // Warpgroup 0 at a pass's end, from its rows' totals (m in log2 units, l): the rows' lse (and
     // max_logits), o factors and starts.
-    auto publish_rows = [&](const Piece &pc, int r0, int R, float ma, float mb, float la, float lb) {
+    auto publish_rows = [&](const Piece &pc, int r0, int R, float ma, float mb, float la, float lb, float ta, float tb) {
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int row = half ? rb : ra;
             if (row >= R || (lane & 3) != 0) continue;
             float inv;
-            row_at[row] = finish_row(p, pc, r0 + row, half ? mb : ma, half ? lb : la, true, &inv);
+            row_at[row] = finish_row(p, pc, r0 + row, half ? mb : ma, half ? lb : la, true, &inv, half ? tb : ta);
             inv_s[row] = inv;
         }
     };
@@ -2855,7 +2872,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     quad_sum(la);
                     quad_sum(lb);
                     wait(kSums); // warpgroup 1's row sums are in l_s
-                    publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb]);
+                    publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb], ma, mb);
                     finish_pass(acc, pc, R);
                 }
             });
@@ -2953,6 +2970,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #pragma unroll
                 for (int e = 0; e < 128; e++) acc[e] = 0.0f;
                 float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
+                float ta = neg_inf(), tb = neg_inf();                             // the rows' true maxima
                 wait(kQReady);
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
@@ -2969,7 +2987,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     if (i + 1 == ntiles) arrive(kQFree); // the pass's last read of Q
                     mask_tile(s, pc, i, lima, limb, present);
                     float fa, fb;
-                    online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
+                    online_softmax_rows<32, false, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
                     uint32_t pa[4][4];
                     p_frags(s, pa);
                     store_p(pa, slot); // S, its only other reader, is done
@@ -2979,7 +2997,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     fence_async_shared();
                     arrive(kPReady + slot);
-                    rescale_rows(acc, fa, fb);
+                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
                     pv_regs(acc, pa, slot, 0);
@@ -2991,7 +3009,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 if (ntiles == 0) arrive(kQFree);
                 quad_sum(la);
                 quad_sum(lb);
-                publish_rows(pc, r0, R, ma, mb, la, lb);
+                publish_rows(pc, r0, R, ma, mb, la, lb, ta, tb);
                 finish_pass(acc, pc, R);
             }
         });
@@ -3009,7 +3027,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
-                    rescale_rows(acc, alpha_s[slot * kM + ra], alpha_s[slot * kM + rb]);
+                    const float fa = alpha_s[slot * kM + ra], fb = alpha_s[slot * kM + rb];
+                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
                     pv_smem(acc, slot, slot, 1);
