@@ -1307,7 +1307,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
 typedef struct aiter_mla_v4_prefill_args {
     aiter_mla_v4_attention_args attn; /* q, o, lse, attn_sink, strides, num_heads, sm_scale,
                                          dtypes; num_tokens, keys and extra_keys are set per
-                                         chunk (leave them 0) */
+                                         chunk (leave them 0). GPU call: num_cu as for the
+                                         attention; num_splits > 1 needs attn.workspace for the
+                                         largest chunk's tokens */
     int batch;                   /* prefill requests, >= 1 */
     const int32_t *query_start_loc; /* [batch + 1] monotone; request b's token i is row
                                        query_start_loc[b] - query_start_loc[0] + i of q and o */
@@ -4381,6 +4383,22 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     if (r->tokens == 0) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, bytes, "the prefill's key rows and lists"));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a->workspace, 4, "workspace"));
+    if (gpu && at.num_splits > 1) { /* the GPU attention's split partials, sized by the largest chunk */
+        int64_t cs, need;
+        at.num_tokens = 0;
+        for (cs = 0; cs < a->batch; cs += a->chunk_size) {
+            const int64_t end = cs + a->chunk_size < a->batch ? cs + a->chunk_size : a->batch;
+            if (qsl[end] - qsl[cs] > at.num_tokens) at.num_tokens = qsl[end] - qsl[cs];
+        }
+        AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &at));
+        need = (int64_t)aiter_mla__v4_attn_workspace(&at);
+        AITER_MLA__NEED(op, at.workspace, "attn.workspace");
+        if ((int64_t)at.workspace_bytes < need)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL,
+                                   "%s: attn.workspace_bytes = %llu, the split partials of the largest chunk (%lld tokens) need %lld",
+                                   op, (unsigned long long)at.workspace_bytes, (long long)at.num_tokens, (long long)need);
+        AITER_MLA__CHECK(aiter_mla__check_aligned(op, at.workspace, 4, "attn.workspace"));
+    }
     r->gather_lens = (int32_t *)((char *)a->workspace +
                                  (size_t)r->M * a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
     r->compressed_lens = r->gather_lens + a->chunk_size;
@@ -4463,11 +4481,11 @@ static void aiter_mla__v4_prefill_chunk(const aiter_mla__v4_prefill *r, int cs, 
  * arrays; the GPU call's by one launch from the device arrays), then its four steps. */
 static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_mla_v4_prefill_args *in, int gpu, void *stream) {
     aiter_mla__v4_prefill r;
-    int cs;
+    int64_t c0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
-    for (cs = 0; r.tokens > 0 && cs < r.a.batch; cs += r.a.chunk_size) {
+    for (c0 = 0; r.tokens > 0 && c0 < r.a.batch; c0 += r.a.chunk_size) {
         const aiter_mla_v4_prefill_args *a = &r.a;
-        const int n = a->batch - cs < a->chunk_size ? a->batch - cs : a->chunk_size;
+        const int cs = (int)c0, n = a->batch - cs < a->chunk_size ? a->batch - cs : a->chunk_size;
         const int32_t *qsl = gpu ? a->query_start_loc_host : a->query_start_loc; /* as the host reads it */
         const int64_t row0 = (int64_t)qsl[cs] - qsl[0], tokens = (int64_t)qsl[cs + n] - qsl[cs];
         aiter_mla_v4_gather_args gc, gs;

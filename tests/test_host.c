@@ -5885,6 +5885,18 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             e.max_num_batched_tokens = p.max_num_batched_tokens;
             e.workspace_bytes = bytes - 1;
             CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+            e.workspace_bytes = bytes;
+            { /* split attention: partials of the largest chunk (requests 0..3: 14 tokens), checked before any launch */
+                const size_t split_need = (size_t)(qsl[4] - qsl[0]) * 2 * H * 513 * 4;
+                e.attn.num_splits = 2;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "attn.workspace");
+                e.attn.workspace = ws;
+                e.attn.workspace_bytes = split_need - 1;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "attn.workspace_bytes");
+                e.attn.workspace_bytes = split_need;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+                CHECK(qsl[4] - qsl[0] > qsl[6] - qsl[4], "v4 prefill test: the first chunk must be the largest");
+            }
         }
         {
             /* An absent SWA page (request 4's page 14, keys 896..959 of its window 873..1005):
