@@ -1937,14 +1937,14 @@ static aiter_mla_status aiter_mla__check_aligned(const char *op, const void *p, 
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned", op, field, align);
     return AITER_MLA_OK;
 }
-/* The caller's workspace when `need` bytes of it are needed (`what` names them): present and
- * at least that large. */
-static aiter_mla_status aiter_mla__check_workspace(const char *op, const void *ws, uint64_t bytes, uint64_t need,
+/* The caller's workspace (field `field`, its size `field`_bytes) when `need` bytes of it are
+ * needed (`what` names them): present and at least that large. */
+static aiter_mla_status aiter_mla__check_workspace(const char *op, const char *field, const void *ws, uint64_t bytes, uint64_t need,
                                                    const char *what) {
     if (need == 0) return AITER_MLA_OK;
-    AITER_MLA__NEED(op, ws, "workspace");
+    AITER_MLA__NEED(op, ws, field);
     if (bytes < need)
-        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: workspace_bytes = %llu, %s need %llu", op,
+        return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s_bytes = %llu, %s need %llu", op, field,
                                (unsigned long long)bytes, what, (unsigned long long)need);
     return AITER_MLA_OK;
 }
@@ -2595,7 +2595,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (a->batch > a->plan_info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op,
                                a->batch, a->plan_info->desc.max_batch);
-    return aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, a->plan_info->workspace_bytes,
+    return aiter_mla__check_workspace(op, "workspace", a->workspace, a->workspace_bytes, a->plan_info->workspace_bytes,
                                       "the plan's partials");
 }
 
@@ -3589,7 +3589,7 @@ static aiter_mla_status aiter_mla__prefill_plan_args(const char *op, const aiter
     if (a->batch > info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, a->batch,
                                info->desc.max_batch);
-    return aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, info->workspace_bytes, "the plan's partials");
+    return aiter_mla__check_workspace(op, "workspace", a->workspace, a->workspace_bytes, info->workspace_bytes, "the plan's partials");
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
@@ -4250,6 +4250,16 @@ static aiter_mla_status aiter_mla__v4_splits_fit(const char *op, const aiter_mla
     return AITER_MLA_OK;
 }
 
+/* The GPU attention's splits (resolved args; field names the workspace): they fit int32 rows
+ * and, past one, have a 4-byte aligned workspace for their partials (`what`). */
+static aiter_mla_status aiter_mla__v4_splits_check(const char *op, const char *field, const aiter_mla_v4_attention_args *a,
+                                                   const char *what) {
+    AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, a));
+    if (a->num_splits <= 1) return AITER_MLA_OK;
+    AITER_MLA__CHECK(aiter_mla__check_workspace(op, field, a->workspace, a->workspace_bytes, aiter_mla__v4_attn_workspace(a), what));
+    return aiter_mla__check_aligned(op, a->workspace, 4, field);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter_mla_v4_attention_args *in, size_t *bytes) {
     const char *op = "v4_attention_workspace_size";
     aiter_mla_v4_attention_args a;
@@ -4269,12 +4279,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attenti
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &a));
-    if (a.num_splits > 1) {
-        AITER_MLA__CHECK(aiter_mla__check_workspace(op, a.workspace, a.workspace_bytes, aiter_mla__v4_attn_workspace(&a),
-                                                    "the splits' partials"));
-        AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 4, "workspace"));
-    }
+    AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_attention(&a, stream));
 }
 
@@ -4381,23 +4386,16 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "attn.", &a->attn, &at, 0, !gpu));
     a->attn = at;
     if (r->tokens == 0) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__check_workspace(op, a->workspace, a->workspace_bytes, bytes, "the prefill's key rows and lists"));
+    AITER_MLA__CHECK(aiter_mla__check_workspace(op, "workspace", a->workspace, a->workspace_bytes, bytes, "the prefill's key rows and lists"));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a->workspace, 4, "workspace"));
-    if (gpu && at.num_splits > 1) { /* the GPU attention's split partials, sized by the largest chunk */
-        int64_t cs, need;
+    if (gpu) { /* the GPU attention's splits, checked once for the largest chunk before anything runs */
+        int64_t cs;
         at.num_tokens = 0;
         for (cs = 0; cs < a->batch; cs += a->chunk_size) {
             const int64_t end = cs + a->chunk_size < a->batch ? cs + a->chunk_size : a->batch;
             if (qsl[end] - qsl[cs] > at.num_tokens) at.num_tokens = qsl[end] - qsl[cs];
         }
-        AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &at));
-        need = (int64_t)aiter_mla__v4_attn_workspace(&at);
-        AITER_MLA__NEED(op, at.workspace, "attn.workspace");
-        if ((int64_t)at.workspace_bytes < need)
-            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL,
-                                   "%s: attn.workspace_bytes = %llu, the split partials of the largest chunk (%lld tokens) need %lld",
-                                   op, (unsigned long long)at.workspace_bytes, (long long)at.num_tokens, (long long)need);
-        AITER_MLA__CHECK(aiter_mla__check_aligned(op, at.workspace, 4, "attn.workspace"));
+        AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "attn.workspace", &at, "the largest chunk's split partials"));
     }
     r->gather_lens = (int32_t *)((char *)a->workspace +
                                  (size_t)r->M * a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
