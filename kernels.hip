@@ -2203,13 +2203,17 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb
 // products): the max over the unscaled scores (scale > 0 keeps their order), then P =
 // exp2(fma(s, scale, -m)), one instruction an element fewer (P3-fp8 16.8 -> 16.2 ms); the ulp
 // it costs a lone key is far inside fp8's tolerance.
-// kLazy (the one-softmax decode's warpgroup 0): a row's m moves only when a tile's max rises
-// above it by more than kLazyRise (log2 units; FlashAttention 4's rule), so P may reach
-// 2^kLazyRise (fp32 sums, bf16/f16 P: the same relative rounding) and a row's factor is exactly
-// 1 on most tiles, which lets a warp skip O's rescale; lse = m + log2 l holds for any such m.
-// ta, tb then track the rows' true maxima (max_logits). H200, against exact maxima with the
-// rescale always done, three runs each: D3 328-329 -> 322-323 us, D4 572-583 -> 560-568, SD1
-// 525-528 -> 516-518, V4P-h64 4869-4957 -> 4700-4824, D3-fp8 491-492 -> 484-485.
+// kLazy (every 64-row softmax: the one-softmax decode's warpgroup 0, both warpgroups of the
+// split scheme, the prefill's consumers): a row's m moves only when a tile's max rises above it
+// by more than kLazyRise (log2 units; FlashAttention 4's rule), so P may reach 2^kLazyRise
+// (fp32 sums, bf16/f16 P: the same relative rounding) and a row's factor is exactly 1 on most
+// tiles, which lets a warp skip O's rescale; lse = m + log2 l holds for any such m. ta, tb (when
+// given) track the rows' true maxima (max_logits). H200, against exact maxima with the rescale
+// always done, two or three runs each: D3 328-329 -> 322-323 us, D4 572-583 -> 560-568, SD1
+// 525-528 -> 516-518, V4P-h64 4869-4957 -> 4700-4824, D3-fp8 491-492 -> 484-485 (one-softmax);
+// SP1 4991-5020 -> 4923-4929, V4P-h64-ws 2973-2984 -> 2885-2888, V4P-h128-ws 5672-5682 ->
+// 5485-5498 (split); P3-fp8 15806-16008 -> 15486-15572, P4-fp8 3849-3855 -> 3785-3790, bf16
+// prefill within 1 %. test_decode_rising_keys and the sparse tests' ramp cases move m mid-pass.
 constexpr float kLazyRise = 8.0f;
 template <int N, bool kFused = false, bool kLazy = false>
 __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, float &ma, float &mb, float &la, float &lb, float &fa,
@@ -2232,8 +2236,10 @@ __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, 
     }
     float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
     if constexpr (kLazy) {
-        *ta = fmaxf(*ta, xa);
-        *tb = fmaxf(*tb, xb);
+        if (ta) { // inlined: the branch folds away where no true maxima are wanted
+            *ta = fmaxf(*ta, xa);
+            *tb = fmaxf(*tb, xb);
+        }
         if (!(xa > ma + kLazyRise)) na = ma;
         if (!(xb > mb + kLazyRise)) nb = mb;
     }
@@ -2784,8 +2790,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // P of i + 1 from warpgroup 1 through shared memory), warpgroup 1 dims 256 .. 511. A slot's
         // halves go back to the loader one by one as their last reader is done (slot 0's first
         // half after warpgroup 0's P V of it, ...), and the S of the next pair starts on the half
-        // that came first. The rows' maxima pass between the two by m_s; a pair's P and O end on
-        // warpgroup 1's maxima, which both keep.
+        // that came first. The rows' (lazy) maxima pass between the two by m_s; a pair's P and O
+        // end on warpgroup 1's maxima, which both keep. At a pass's end m_s brings warpgroup 1's
+        // true maxima to warpgroup 0 (max_logits).
         float *m_s = alpha_s, *l_s = alpha_s + kM;
         constexpr int kHalfSteps = 16; // the k-steps of a slot's first half (dims 0 .. 255)
         auto zero_max = [](float m) { return m == neg_inf() ? 0.0f : m; }; // no key yet: e = 0
@@ -2800,6 +2807,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #pragma unroll
                     for (int e = 0; e < 128; e++) acc[e] = 0.0f;
                     float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // l: this thread's share of the row sums
+                    float ta = neg_inf(), tb = neg_inf(); // the rows' true maxima over tiles i (max_logits)
                     float s[32];
                     wait(kQReady);
                     if (ntiles > 0) {
@@ -2816,7 +2824,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         const bool has_b = i + 1 < ntiles;
                         mask_tile(s, pc, i, lima, limb, present_of(0));
                         float fa, fb;
-                        online_softmax_rows(s, p.score_scale, ma, mb, la, lb, fa, fb);
+                        online_softmax_rows<32, false, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
                         if ((lane & 3) == 0) {
                             m_s[ra] = ma;
                             m_s[rb] = mb;
@@ -2824,7 +2832,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         arrive(kMaxA); // tile i's maxima are in m_s
                         uint32_t pa[4][4];
                         p_frags(s, pa);
-                        rescale_rows(acc, fa, fb);
+                        if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
                         pin(acc);
                         wgmma_fence();
                         pv_regs(acc, pa, 0, 0);
@@ -2837,15 +2845,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         const float ga = fast_exp2(ma - zero_max(na)), gb = fast_exp2(mb - zero_max(nb));
                         ma = na;
                         mb = nb;
+                        // mostly 1 (lazy maxima): then P's fragments stand and O and l keep their scale
+                        const bool moved = __any_sync(0xffffffffu, ga != 1.0f || gb != 1.0f);
+                        if (moved) {
 #pragma unroll
-                        for (int j = 0; j < 32; j++) s[j] *= (j & 2) ? gb : ga;
-                        p_frags(s, pa);
+                            for (int j = 0; j < 32; j++) s[j] *= (j & 2) ? gb : ga;
+                            p_frags(s, pa);
+                        }
                         store_p(pa, 0); // S, the only other reader of slot 0's rope block, is done
                         fence_async_shared();
                         arrive(kP0); // P of tile i is in
-                        rescale_rows(acc, ga, gb);
-                        la *= ga;
-                        lb *= gb;
+                        if (moved) {
+                            rescale_rows(acc, ga, gb);
+                            la *= ga;
+                            lb *= gb;
+                        }
                         if (has_b) {
                             wait(kP1); // P of tile i + 1 is in (so is the tile)
                             pin(acc);
@@ -2871,8 +2885,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     arrive(kQFree);
                     quad_sum(la);
                     quad_sum(lb);
-                    wait(kSums); // warpgroup 1's row sums are in l_s
-                    publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb], ma, mb);
+                    wait(kSums); // warpgroup 1's row sums are in l_s, its true maxima in m_s
+                    publish_rows(pc, r0, R, ma, mb, la + l_s[ra], lb + l_s[rb], fmaxf(ta, m_s[ra]), fmaxf(tb, m_s[rb]));
                     finish_pass(acc, pc, R);
                 }
             });
@@ -2887,6 +2901,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #pragma unroll
                     for (int e = 0; e < 128; e++) acc[e] = 0.0f;
                     float ma = neg_inf(), mb = neg_inf(), la = 0.0f, lb = 0.0f; // the maxima O and l are at
+                    float ta = neg_inf(), tb = neg_inf(); // the rows' true maxima over tiles i + 1 (max_logits)
                     wait(kQReady);
                     for (int i = 0; i < ntiles; i += 2) {
                         const bool has_b = i + 1 < ntiles;
@@ -2905,8 +2920,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         wait(kMaxA); // tile i's maxima
                         float na = m_s[ra], nb = m_s[rb], sa = 0.0f, sbs = 0.0f;
                         if (has_b) {
-                            float unused_a, unused_b;
-                            online_softmax_rows(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b);
+                            float unused_a, unused_b; // lazy m: moves beyond warpgroup 0's only by more than kLazyRise
+                            online_softmax_rows<32, false, true>(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b, &ta, &tb);
                             __syncwarp(); // every lane has read warpgroup 0's maxima before they are replaced
                             if ((lane & 3) == 0) {
                                 m_s[ra] = na;
@@ -2919,7 +2934,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         mb = nb;
                         la = la * fa + sa;
                         lb = lb * fb + sbs;
-                        rescale_rows(acc, fa, fb);
+                        if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
                         pin(acc);
                         uint32_t pa[4][4];
                         if (has_b) {
@@ -2948,9 +2963,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     arrive(kQFree);
                     quad_sum(la);
                     quad_sum(lb);
-                    if ((lane & 3) == 0) {
+                    if ((lane & 3) == 0) { // m_s is free: warpgroup 0 read the last pair's maxima before kP0
                         l_s[ra] = la;
                         l_s[rb] = lb;
+                        m_s[ra] = ta;
+                        m_s[rb] = tb;
                     }
                     arrive(kSums);
                     finish_pass(acc, pc, R);
@@ -4275,7 +4292,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     for (int j = 0; j < 64; j++)
                         if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) sc[j] = neg_inf();
                 }
-                online_softmax_rows<64, FP8>(sc, p.score_scale, ma, mb, la, lb, fa, fb);
+                online_softmax_rows<64, FP8, true>(sc, p.score_scale, ma, mb, la, lb, fa, fb); // lazy m
             };
             auto pack_p = [&](const float (&sc)[64]) {
 #pragma unroll
@@ -4314,7 +4331,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     arrive(kPfKFree + slot);
                     softmax(s, u.j0 + i * kPfN, fa, fb);
                     pv_done(slot ^ 1);
-                    rescale_rows(acc, fa, fb);
+                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
                     pack_p(s);
                     pin(acc);
                 }

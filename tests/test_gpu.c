@@ -80,6 +80,7 @@ typedef struct decode_case {
     const int32_t *ctx; /* [batch] keys per request (the new tokens included) */
     int with_lse, strided;
     int q_exp; /* bf16 q rows times 2^(q_exp + [-3, 3]) each, sm_scale times 2^-q_exp (0: plain) */
+    int key_ramp; /* key k of a request times 1 + k / key_ramp (0: plain): the row maxima rise along the pass */
 } decode_case;
 
 static void run_decode_case(const decode_case *c, test_rng *rng) {
@@ -91,9 +92,9 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     int64_t pages_total = 0, T;
     const int kv_fp8 = dtype_is_fp8(c->kv_dtype);
     const float kv_scale = kv_fp8 ? 0.05f : 1.0f, q_scale = dtype_is_fp8(c->q_dtype) ? 0.25f : 1.0f;
-    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d", H, c->q_len, P, B,
-             c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
-             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp);
+    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d key_ramp=%d", H, c->q_len,
+             P, B, c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
+             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp);
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t pages = (c->ctx[b] + P - 1) / P;
@@ -119,6 +120,19 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     const int64_t kv_elems = num_pages * P * 576;
     void *kv = test_malloc((size_t)kv_elems * kv_e);
     fill_random(kv, kv_elems, c->kv_dtype, rng, -1.0f, 1.0f, kv_scale);
+    if (c->key_ramp) /* each request's keys grow with their position (the cache rows of its pages) */
+        for (b = 0; b < B; b++) {
+            int32_t k;
+            for (k = 0; k < c->ctx[b]; k++) {
+                const int32_t page = kv_indices[kvp[b] + k / P];
+                const float f = 1.0f + (float)k / (float)c->key_ramp;
+                int64_t d, at;
+                if (page < 0 || page >= num_pages) continue;
+                at = ((int64_t)page * P + k % P) * 576;
+                for (d = 0; d < 576; d++)
+                    aiter_mla_store_f32(kv, at + d, c->kv_dtype, aiter_mla_load_f32(kv, at + d, c->kv_dtype) * f);
+            }
+        }
     const int64_t q_stride_token = c->strided ? (int64_t)H * 576 + 64 : 0, o_stride_token = c->strided ? (int64_t)H * 512 + 32 : 0;
     const int64_t q_rows = c->strided ? q_stride_token : (int64_t)H * 576, o_rows = c->strided ? o_stride_token : (int64_t)H * 512;
     void *q = test_malloc((size_t)(T * q_rows + 1) * q_e);
@@ -342,6 +356,42 @@ static void test_decode_variants(test_rng *rng) {
         c.ctx = ctx;
         run_decode_case(&c, rng);
     }
+}
+
+/* Keys that grow along each request (times 1 + position / 512): a row's scores keep rising over
+ * the pass, so its running maximum moves many times after the first tile, by more than the
+ * 64-row kernel's lazy threshold (random keys of one scale never do that after the first
+ * tiles). 64 and 128 heads (the 64-row kernel), bf16 cache rows by TMA (pages of 64) and by
+ * cp.async (pages of 1), e4m3fn rows; few CUs, so each block's piece spans many tiles. */
+static void test_decode_rising_keys(test_rng *rng) {
+    static const int heads[] = {128, 64};
+    static const aiter_mla_dtype caches[] = {AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN};
+    const int before = testing_failed;
+    int32_t ctx[4];
+    int hi, ci, pi;
+    for (hi = 0; hi < 2; hi++)
+        for (ci = 0; ci < 2; ci++)
+            for (pi = 0; pi < 2; pi++) {
+                decode_case c;
+                if (g_quick && (hi + ci + pi) % 2) continue;
+                memset(&c, 0, sizeof c);
+                c.heads = heads[hi];
+                c.q_len = 1 + hi; /* 128 rows a token either way */
+                c.page = pi ? 1 : 64;
+                c.batch = 4;
+                c.num_cu = 3 + 5 * pi;
+                c.q_dtype = c.o_dtype = AITER_MLA_BF16;
+                c.kv_dtype = caches[ci];
+                c.with_lse = 1;
+                c.key_ramp = 512; /* e4m3 codes up to 20 (1 / kv_scale) times 9: inside 448 */
+                ctx[0] = 4096;
+                ctx[1] = rng_int(rng, 1500, 4000);
+                ctx[2] = rng_int(rng, 64, 700);
+                ctx[3] = 3000;
+                c.ctx = ctx;
+                run_decode_case(&c, rng);
+            }
+    printf("decode, rising keys: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
 /* Graph capture: capture decode (+ reduce) once, then change q, the cache and even the
@@ -960,7 +1010,22 @@ typedef struct sparse_case {
     aiter_mla_dtype q_dtype, o_dtype;
     int with_length, with_sink, holes;
     int num_cu; /* aiter_mla_sparse_args.num_cu: small counts make each block take several tokens */
+    int ramp;   /* slot s's latent times 1 + s / ramp and each token's list in ascending order (0: plain):
+                   the row maxima rise along the list */
 } sparse_case;
+
+static int cmp_i32(const void *x, const void *y) {
+    const int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+/* Slot s's `width` values of `rows` (row stride `stride`, 16-bit `t`) times 1 + s / ramp. */
+static void ramp_rows(void *rows, int64_t n, int64_t stride, int width, aiter_mla_dtype t, int ramp) {
+    int64_t s, d;
+    for (s = 0; s < n; s++)
+        for (d = 0; d < width; d++)
+            aiter_mla_store_f32(rows, s * stride + d, t,
+                                aiter_mla_load_f32(rows, s * stride + d, t) * (1.0f + (float)s / (float)ramp));
+}
 
 static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     const int T = c->tokens, H = c->heads, K = c->topk;
@@ -972,10 +1037,10 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     char what[200];
     int64_t i;
     int t, h;
-    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d", T, H, K,
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d", T, H, K,
              c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes,
-             c->num_cu);
+             c->num_cu, c->ramp);
     unsigned char *cache = (unsigned char *)test_malloc((size_t)slots * row_bytes);
     if (ds) { /* written by the reference writer from random latents */
         uint16_t *kv = (uint16_t *)test_malloc((size_t)slots * 512 * 2), *pe = (uint16_t *)test_malloc((size_t)slots * 64 * 2);
@@ -983,6 +1048,10 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         aiter_mla_ds_mla_write_args w;
         fill_random(kv, slots * 512, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
         fill_random(pe, slots * 64, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+        if (c->ramp) {
+            ramp_rows(kv, slots, 512, 512, AITER_MLA_BF16, c->ramp);
+            ramp_rows(pe, slots, 64, 64, AITER_MLA_BF16, c->ramp);
+        }
         for (i = 0; i < slots; i++) map[i] = i;
         memset(&w, 0, sizeof w);
         w.kv_c = kv;
@@ -999,6 +1068,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         free(map);
     } else {
         fill_random(cache, slots * 576, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
+        if (c->ramp) ramp_rows(cache, slots, 576, 576, AITER_MLA_BF16, c->ramp);
     }
     int32_t *idx = (int32_t *)test_malloc((size_t)T * K * 4), *len = (int32_t *)test_malloc((size_t)T * 4);
     for (t = 0; t < T; t++) {
@@ -1010,6 +1080,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
             else if (r < c->holes + 6 && i > 0) v = idx[(int64_t)t * K + i - 1]; /* duplicates */
             idx[(int64_t)t * K + i] = v;
         }
+        if (c->ramp) qsort(idx + (int64_t)t * K, (size_t)K, 4, cmp_i32);
         len[t] = rng_int(rng, 0, K);
         if (t == 1) /* a row with no valid entry */
             for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = -1;
@@ -1081,8 +1152,11 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
         if (ds) CHECK_CLOSE(what, g, f, no, TOL_FP8_REL, TOL_FP8_COS);
         else CHECK_CLOSE(what, g, f, no, TOL_BF16_REL, TOL_BF16_COS);
-        CHECK_LSE_TOL(what, lse_gpu, lse_ref, (int64_t)T * H, ds ? TOL_DS_MLA_LSE_ABS : TOL_LSE_ABS);
-        CHECK_LSE_TOL(what, ml_gpu, ml_ref, (int64_t)T * H, ds ? TOL_DS_MLA_LSE_ABS : TOL_LSE_ABS);
+        /* TOL_DS_MLA_LSE_ABS is a share of sum |q k| x sm_scale on keys of magnitude up to 1: a
+         * ramp's keys reach 1 + (slots - 1) / ramp times that */
+        const float lse_tol = ds ? TOL_DS_MLA_LSE_ABS * (c->ramp ? 1.0f + (float)(slots - 1) / (float)c->ramp : 1.0f) : TOL_LSE_ABS;
+        CHECK_LSE_TOL(what, lse_gpu, lse_ref, (int64_t)T * H, lse_tol);
+        CHECK_LSE_TOL(what, ml_gpu, ml_ref, (int64_t)T * H, lse_tol);
         free(g);
         free(f);
     }
@@ -1128,6 +1202,24 @@ static void test_sparse_attention(test_rng *rng) {
         c.num_cu = cache == 1 ? 0 : 4;
         run_sparse_case(&c, rng);
     }
+    /* rising keys (see test_decode_rising_keys): the 64-row kernel's bf16 (split scheme) and
+     * fp8_ds_mla (one-softmax) passes, max_logits from the true maxima */
+    for (cache = 0; cache <= 1; cache++)
+        for (hi = 2; hi <= 3; hi++) {
+            if (g_quick && hi == 2) continue;
+            memset(&c, 0, sizeof c);
+            c.tokens = 3;
+            c.heads = heads[hi];
+            c.topk = 2048;
+            c.cache = cache;
+            c.q_dtype = c.o_dtype = AITER_MLA_BF16;
+            c.with_length = hi == 3;
+            c.with_sink = cache;
+            c.holes = 5;
+            c.num_cu = 2;
+            c.ramp = 256;
+            run_sparse_case(&c, rng);
+        }
     printf("sparse attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
@@ -3179,6 +3271,7 @@ int main(int argc, char **argv) {
     RUN(test_expand_page_indices);
     RUN(test_kv_cache_write);
     RUN(test_decode_variants);
+    RUN(test_decode_rising_keys);
     RUN(test_decode_graph);
     RUN(test_decode_fp8_codes);
     RUN(test_decode_sweep);
