@@ -1612,6 +1612,14 @@ AITER_MLA_HD int32_t aiter_mla__v4_gather_len(const int32_t *gather_lens, int b,
     const int32_t prefix = seq_len - q_len;
     return gather_lens ? gather_lens[b] : q_len + (prefix < window - 1 ? prefix : window - 1);
 }
+/* A prefill chunk's request (SPEC 7): the raw tokens its workspace gathers and its compressed
+ * entries, -1 (nothing gathered) where the lengths contradict each other, which the reference's
+ * validation rules out and the GPU call's device arrays may still hold. */
+AITER_MLA_HD void aiter_mla__v4_prefill_lens(int32_t q_len, int32_t seq_len, int window, int ratio, int32_t *gather_len,
+                                             int32_t *compressed_len) {
+    *gather_len = q_len >= 0 && seq_len >= q_len ? aiter_mla__v4_gather_len(NULL, 0, q_len, seq_len, window) : -1;
+    *compressed_len = seq_len >= 0 ? seq_len / ratio : -1;
+}
 /* Combine: what entry k of a token needs. */
 typedef struct aiter_mla__v4_combine_tok {
     int64_t base;     /* the request's first workspace row, M * b */
@@ -4497,10 +4505,9 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
                                                                                      r.chunk_qsl, r.gather_lens, r.compressed_lens,
                                                                                      stream)));
         } else {
-            for (i = 0; i < n; i++) {
-                r.gather_lens[i] = aiter_mla__v4_gather_len(NULL, 0, qsl[cs + i + 1] - qsl[cs + i], a->seq_lens[cs + i], a->window);
-                r.compressed_lens[i] = a->seq_lens[cs + i] / a->compress_ratio;
-            }
+            for (i = 0; i < n; i++)
+                aiter_mla__v4_prefill_lens(qsl[cs + i + 1] - qsl[cs + i], a->seq_lens[cs + i], a->window, a->compress_ratio,
+                                           &r.gather_lens[i], &r.compressed_lens[i]);
         }
         aiter_mla__v4_prefill_chunk(&r, cs, n, row0, tokens, gpu ? r.chunk_qsl : qsl + cs, &gc, &gs, &c, &at);
         if (gpu) {

@@ -246,9 +246,9 @@ __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t t
 // A finished row of a pass, from its softmax totals (m in log2 units, the max its exponentials
 // were taken against; l): its lse (natural log; +inf for a final row that saw no key, -inf for
 // such a partial), written with max_logits (final rows; top, the row's largest logit in log2
-// units: m, or above it by less than kLazyRise) or as the partial lse when `publish`; *inv: the
-// factor of its o (1 / l, times the fp8 V scale and the sink). Returns where its o row (final)
-// or partial row starts.
+// units: above m by less than kLazyRise with lazy maxima, m itself in the overload below) or as
+// the partial lse when `publish`; *inv: the factor of its o (1 / l, times the fp8 V scale and
+// the sink). Returns where its o row (final) or partial row starts.
 __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
                                                 float *inv, float top) {
     const aiter_mla_decode_args &a = p.a;
@@ -265,6 +265,11 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
     }
     if (publish) p.part_lse[pr] = lse;
     return pr * kL;
+}
+// ... of a softmax with exact maxima: m is the row's largest logit.
+__device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
+                                                float *inv) {
+    return finish_row(p, pc, idx, m, l, publish, inv, m);
 }
 // Key j (0-based within the piece) of a format-KVT piece, in two steps so that a producer
 // can load the index of a later key while it issues the copy of this one.
@@ -452,7 +457,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeParams p) {
             for (int r = 0; r < kR; r++) {
                 if (r < nr) {
                     float inv;
-                    const long long at = finish_row(p, pc, r0 + r, m_s[r], l_s[r], tid == 0, &inv, m_s[r]);
+                    const long long at = finish_row(p, pc, r0 + r, m_s[r], l_s[r], tid == 0, &inv);
 #pragma unroll
                     for (int j = 0; j < kDimsPerThread; j++) {
                         const int d = tid + j * kThreads;
@@ -884,7 +889,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                     const int r = 16 * wave + 4 * g + i;
                     if (r < nr) {
                         float inv;
-                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv, m[i]);
+                        const long long at = finish_row(p, pc, r0 + r, m[i], l[i], c16 == 0, &inv);
                         // a small body, so that the 128 stores unroll: O indexed by a loop
                         // counter would keep all of it in scratch memory
 #pragma unroll
@@ -945,7 +950,7 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
                 });
                 if (sk == 0 && sr < nr) {
                     float inv;
-                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv, m);
+                    at_s[sr] = finish_row(p, pc, r0 + sr, m, l, true, &inv);
                     inv_s[sr] = inv;
                 }
                 __syncthreads();
@@ -1831,7 +1836,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                             m = mm;
                         }
                         float inv;
-                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv, m);
+                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv);
 #pragma unroll
                         for (int nt = 0; nt < kNT; nt++) {
                             const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
@@ -5323,9 +5328,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_prefill_lens_kernel(const in
         const int32_t q0 = first(i);
         chunk_qsl[i] = q0;
         if (i == n) continue;
-        const int32_t q_len = first(i + 1) - q0, seq_len = seq_lens[i];
-        gather_lens[i] = q_len >= 0 && seq_len >= q_len ? aiter_mla__v4_gather_len(nullptr, i, q_len, seq_len, window) : -1;
-        compressed_lens[i] = seq_len >= 0 ? seq_len / ratio : -1;
+        aiter_mla__v4_prefill_lens(first(i + 1) - q0, seq_lens[i], window, ratio, &gather_lens[i], &compressed_lens[i]);
     }
 }
 
