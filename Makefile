@@ -87,7 +87,7 @@ $(BUILD)/kernels_mfma.o: kernels.hip $(HEADER) | $(BUILD)
 $(BUILD)/test_gpu_mfma: $(BUILD)/test_gpu.o $(BUILD)/kernels_mfma.o $(BUILD)/gpu.o
 	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
 endif
-MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_graph test_sparse_attention test_decode_fp8_codes test_prefill \
+MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_rising_keys test_decode_graph test_sparse_attention test_decode_fp8_codes test_prefill \
               test_v4_attention_gpu test_v4_prefill_gpu
 
 # ---- the README's commands ------------------------------------------------------------------
