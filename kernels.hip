@@ -1938,8 +1938,9 @@ constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 
 // the bytes; that of bf16 keys only issues cp.async, and its registers go to the consumers,
 // which then need no spills (112 / 160 / 232 left the second 100 bytes of spills).
 constexpr int kRegsEntry = 65536 / kThreads / 8 * 8; // the register file over the block, in steps of 8: 168
-// A loader in a pair holds half as many bytes (88 / 168 / 248: no spills left in ds_mla e4m3fn's
-// code, where 112 / 160 / 232 left 36 bytes).
+// A loader in a pair holds half as many bytes (88 / 168 / 248, chosen when it left no spills in
+// ds_mla e4m3fn's code, where 112 / 160 / 232 left 36 bytes; the consumers have grown since:
+// ptxas now reports 96 bytes of spill stores a thread there).
 // In the split scheme (kSplit, below) both consumers hold an S beside their half of O and need
 // as many registers.
 template <bool kWide, bool kPair = false, bool kSplit = false>
