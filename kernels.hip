@@ -2197,6 +2197,12 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[N], float fa, float fb
         acc[4 * j + 3] *= fb;
     }
 }
+// The same where the factors are mostly exactly 1 (lazy maxima, below): a warp whose rows all
+// keep their scale skips the multiplies.
+template <int N>
+__device__ __forceinline__ void rescale_rows_unless_one(float (&acc)[N], float fa, float fb) {
+    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+}
 // The online softmax over a warpgroup's accumulator rows (shared by the decode and the
 // prefill): this thread's scores s[j] of row ra (j & 2 == 0) and rb (j & 2), a row's keys on
 // the 4 lanes of its quad; unscaled, masked ones -inf; scale > 0 (it includes log2 e). ma, mb:
@@ -2838,7 +2844,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         arrive(kMaxA); // tile i's maxima are in m_s
                         uint32_t pa[4][4];
                         p_frags(s, pa);
-                        if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+                        rescale_rows_unless_one(acc, fa, fb);
                         pin(acc);
                         wgmma_fence();
                         pv_regs(acc, pa, 0, 0);
@@ -2940,7 +2946,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         mb = nb;
                         la = la * fa + sa;
                         lb = lb * fb + sbs;
-                        if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+                        rescale_rows_unless_one(acc, fa, fb);
                         pin(acc);
                         uint32_t pa[4][4];
                         if (has_b) {
@@ -3020,7 +3026,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     fence_async_shared();
                     arrive(kPReady + slot);
-                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+                    rescale_rows_unless_one(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
                     pv_regs(acc, pa, slot, 0);
@@ -3051,7 +3057,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     const int slot = i & 1;
                     wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
                     const float fa = alpha_s[slot * kM + ra], fb = alpha_s[slot * kM + rb];
-                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+                    rescale_rows_unless_one(acc, fa, fb);
                     pin(acc);
                     wgmma_fence();
                     pv_smem(acc, slot, slot, 1);
@@ -4337,7 +4343,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     arrive(kPfKFree + slot);
                     softmax(s, u.j0 + i * kPfN, fa, fb);
                     pv_done(slot ^ 1);
-                    if (__any_sync(0xffffffffu, fa != 1.0f || fb != 1.0f)) rescale_rows(acc, fa, fb);
+                    rescale_rows_unless_one(acc, fa, fb);
                     pack_p(s);
                     pin(acc);
                 }
