@@ -1931,6 +1931,10 @@ struct Const { // a compile-time int argument of a generic lambda
     static constexpr int value = N;
 };
 constexpr int kPresentWords = kN / 16;          // a tile's present-key words: one per loader warp (16 keys)
+// Words of each slot's present keys in shared memory: kPresentWords, or in a pair of blocks one
+// for each of the pair's 8 loader warps (8 keys each, in its low 16 bits), which the consumers
+// put together; a warp's own word, so that it reaches the other block as one 4-byte st.async.
+constexpr int kValidWords = 2 * kPresentWords;
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
 // 168 at entry; the budgets redistribute exactly that (the softmax warpgroup holds S, P and half
@@ -1956,7 +1960,8 @@ struct Regs {
 // product that reads Q is complete (both consumers), so the next pass's Q may load while
 // this one ends; kDone: the pass's rows are stored, the slots and P are free (both consumers).
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
-// also release this block's loader, so kFull, kEmpty and kDone count both blocks' threads.
+// also release this block's loader, so kEmpty and kDone count both blocks' threads; kFull counts
+// this block's loader and the bytes the other's stores into the slot by st.async.
 // The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
 // of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest); kHalfFree + 2 s + f: the one
 // consumer that reads that half last is done with it. Its loader arrives on kQReady and on
@@ -1971,7 +1976,8 @@ constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kQFree = 2
 // scheme, the loader's two arrivals a thread on kQReady and kHalfReady.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair, bool split) {
     const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone || h == kQFree;
-    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree; // P and Q stay within a block
+    // P and Q stay within a block; so do the loaders' arrivals on kFull (the other block's half completes bytes)
+    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree && h != kFull && h != kFull + 1;
     const bool twice = split && (h == kQReady || (h >= kHalfReady && h < kHalfReady + 4));
     return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1) * (twice ? 2 : 1);
 }
@@ -2030,8 +2036,8 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     // running max passed between the consumers, [1] warpgroup 1's row sums at a pass's end
     static constexpr int alpha = pbuf + pbufs * kBlk;
     static constexpr int row_at = alpha + 2 * kM * 4; // int64 [64]: where each row's o (or partial) starts
-    static constexpr int valid = row_at + kM * 8;  // uint32 [2][kPresentWords]: each slot's present keys, key c at bits 2 c, 2 c + 1
-    static constexpr int inv = valid + 2 * kPresentWords * 4; // float [64]: each row's o factor at the end of a pass
+    static constexpr int valid = row_at + kM * 8;  // uint32 [2][kValidWords]: each slot's present keys, key c at bits 2 c, 2 c + 1
+    static constexpr int inv = valid + 2 * kValidWords * 4; // float [64]: each row's o factor at the end of a pass
     static constexpr int lut = inv + kM * 4;       // uint16 [256]: bf16 of each e4m3fnuz code
     static constexpr int bars = lut + (kLut ? 512 : 0); // uint64 [kHandoffs]
     static constexpr int total = bars + kHandoffs * 8 + 1024; // + the alignment of the base
@@ -2162,11 +2168,23 @@ __device__ __forceinline__ uint32_t peer_addr(uint32_t addr, int rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
     return d;
 }
-__device__ __forceinline__ void store16_cluster(uint32_t dst, uint4 v) {
-    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+// Sixteen (four) bytes into the other block's shared memory at dst, completing as many bytes
+// of the current phase of its mbarrier bar (both addresses from peer_addr): an asynchronous
+// store (st.async, one STAS on sm_90a) whose completion releases it at cluster scope, so the
+// writer needs neither a fence nor a release of its own (those cost a GPU-scope memory barrier
+// each, which waits for every outstanding store).
+__device__ __forceinline__ void store16_async(uint32_t dst, uint4 v, uint32_t bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+                 : "memory");
 }
-__device__ __forceinline__ void store2_cluster(uint32_t dst, uint16_t v) {
-    asm volatile("st.shared::cluster.u16 [%0], %1;\n" ::"r"(dst), "h"(v) : "memory");
+__device__ __forceinline__ void store4_async(uint32_t dst, uint32_t v, uint32_t bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(dst), "r"(v), "r"(bar) : "memory");
+}
+// This thread's arrival on mbarrier bar, adding `bytes` to the transactions its current phase
+// waits for (those the other block of a pair stores into this one).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 // This thread's arrival on an mbarrier of the other block (address from peer_addr), releasing
 // its earlier writes at cluster scope.
@@ -2178,8 +2196,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_cluster_relaxed(uint32_t bar) {
     asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Generic-proxy writes to either block's shared memory made visible to wgmma's reads.
-__device__ __forceinline__ void fence_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
 // Every thread of both blocks meets here (release / acquire at cluster scope); after the
 // mbarriers' initialisation, made visible to the other block first.
 __device__ __forceinline__ void cluster_sync() {
@@ -2375,6 +2391,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     // in a pair: this block's rank (its half of every tile: keys 32 rank ..) and the other's base
     const int rank = kPair ? cluster_rank() : 0;
     const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
+    // a tile's half from the other block of a pair: 32 widened rows and its 4 warps' present words
+    constexpr uint32_t kPeerTileBytes = kN / 2 * kDq * 2 + 4 * 4;
     if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair, kSplit));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
     if constexpr (kPair) { // the other block's mbarriers are ready before anything arrives on them
@@ -2454,7 +2472,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     // of S (absent keys, each row's key limit), P as wgmma A fragments, P into its block.
     auto present_of = [&](int slot) {
         static_assert(kPresentWords == 4, "a tile's present keys are read as one uint4");
-        return *reinterpret_cast<const uint4 *>(valid_s + slot * kPresentWords);
+        if constexpr (kPair) { // the 8 warps' words, 8 keys each
+            const uint4 lo = *reinterpret_cast<const uint4 *>(valid_s + slot * kValidWords);
+            const uint4 hi = *reinterpret_cast<const uint4 *>(valid_s + slot * kValidWords + 4);
+            return make_uint4(lo.x | lo.y << 16, lo.z | lo.w << 16, hi.x | hi.y << 16, hi.z | hi.w << 16);
+        }
+        return *reinterpret_cast<const uint4 *>(valid_s + slot * kValidWords);
     };
     auto mask_tile = [&](float (&s)[32], const Piece &pc, int i, long long lima, long long limb, const uint4 &present) {
         const int64_t k0 = (int64_t)i * kN;
@@ -2528,10 +2551,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // us, D6 319 -> 293, SP1 5845 -> 5577).
         regs_set<Regs<W::on, kPair, kSplit>::load>();
         const int my_part = t & (W::parts - 1);
-        // this block's writes to either block's slots made visible to wgmma (in a pair, the other's too)
-        auto fence_async = [] {
-            if constexpr (kPair) fence_async_all();
-            else fence_async_shared();
+        // Slot s holds tile i as far as this block's loader goes: its writes (cp.async copies
+        // waited for, or widened stores) made visible to wgmma, then each thread's arrival. In a
+        // pair the other block's half comes by st.async and completes its bytes on the same
+        // mbarrier: the first thread announces them (the phase then waits for both).
+        auto tile_full = [&](int s) {
+            fence_async_shared();
+            if (kPair && t == 0) mbar_arrive_expect_tx(bars + 8 * (kFull + s), kPeerTileBytes);
+            else arrive(kFull + s);
         };
         auto my_key = [&](int q) { return W::on ? 32 * rank + t / W::parts : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
         struct Staged {
@@ -2588,7 +2615,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     for (int j = 0; j < 4; j++) present |= (bal >> 8 * j & 1u) * (3u << 2 * (4 * q + j));
                 }
             }
-            if (present_too && lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = present;
+            if (present_too && lane == 0) valid_s[slot * kValidWords + (t >> 5)] = present;
         };
         // the key into slot `slot`: bf16 by put_rows; fp8 widened from st; rule (a FnuzRule) picks
         // the e4m3 flavour
@@ -2602,9 +2629,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                 [[maybe_unused]] const bool odd = (k.kind & kKindOddScales) != 0; // MODEL1 only
                 const uint32_t slot_off = S::keys + slot * S::slot;
+                [[maybe_unused]] const uint32_t peer_full = peer_sb + S::bars + 8 * (kFull + slot); // its tile's mbarrier in the other block
                 auto store = [&](uint32_t off, uint4 v) { // into this block's slot, and the other's in a pair
                     store16_shared(sb + slot_off + off, v);
-                    if constexpr (kPair) store16_cluster(peer_sb + slot_off + off, v);
+                    if constexpr (kPair) store16_async(peer_sb + slot_off + off, v, peer_full);
                 };
                 constexpr int kParts = W::parts;
 #pragma unroll
@@ -2635,16 +2663,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     store(swz(key, W::nope * 2 + my_part + kParts * (j - W::nope / kParts)), st.v[j]);
                 const uint32_t ballot = __ballot_sync(0xffffffffu, k.kind != 0);
                 if constexpr (!kPair) { // the tile's present keys: a warp's 16 keys, both threads of each, a word
-                    if (lane == 0) valid_s[slot * kPresentWords + (t >> 5)] = ballot;
-                } else { // a warp's 8 keys, four threads each: half a word (key c at bits 2 c, 2 c + 1), in both blocks
-                    uint32_t half = 0;
+                    if (lane == 0) valid_s[slot * kValidWords + (t >> 5)] = ballot;
+                } else { // a warp's 8 keys, four threads each: its word (key 8 w + c at bits 2 c, 2 c + 1), in both blocks
+                    uint32_t word = 0;
 #pragma unroll
-                    for (int c = 0; c < 8; c++) half |= (ballot >> 4 * c & 1u) * (3u << 2 * c);
-                    const int first = 32 * rank + 8 * (t >> 5); // the warp's first key
-                    const uint32_t at = S::valid + (slot * kPresentWords + (first >> 4)) * 4 + (first & 8 ? 2 : 0);
+                    for (int c = 0; c < 8; c++) word |= (ballot >> 4 * c & 1u) * (3u << 2 * c);
+                    const int w = 4 * rank + (t >> 5); // the warp's keys: 8 w ..
                     if (lane == 0) {
-                        *reinterpret_cast<uint16_t *>(base + at) = (uint16_t)half;
-                        store2_cluster(peer_sb + at, (uint16_t)half);
+                        valid_s[slot * kValidWords + w] = word;
+                        store4_async(peer_sb + S::valid + (slot * kValidWords + w) * 4, word, peer_full);
                     }
                 }
             }
@@ -2770,14 +2797,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     warm(pc, 2, next);
                     cp_async_wait<1>(); // Q and tile 0
-                    fence_async();
+                    fence_async_shared();
                     arrive(kQReady);
-                    if (ntiles > 0) arrive_both(kFull + 0);
+                    if (ntiles > 0) tile_full(0);
                     for (int i = 0; i < ntiles; i++) {
                         if (i + 1 < ntiles) { // tile i + 1 (put since tile i - 1)
                             cp_async_wait<0>();
-                            fence_async();
-                            arrive_both(kFull + ((i + 1) & 1));
+                            tile_full((i + 1) & 1);
                         }
                         if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
                             KeyRef keys[W::keys];
@@ -3004,6 +3030,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kFull + slot);
+                    if constexpr (kPair) fence_async_shared(); // the other block's st.async (generic writes) before wgmma reads
                     // the tile's present keys, read while S runs (after it, the read queues behind the
                     // loader's copies into shared memory)
                     const uint4 present = present_of(slot);
@@ -3056,6 +3083,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
+                    if constexpr (kPair) fence_async_shared(); // as warpgroup 0 after its wait for the tile
                     const float fa = alpha_s[slot * kM + ra], fb = alpha_s[slot * kM + rb];
                     rescale_rows_unless_one(acc, fa, fb);
                     pin(acc);
