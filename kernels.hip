@@ -2715,8 +2715,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // run). For bf16 rows (cp.async) and MODEL1 pages the same prefetch measured slower (D3
         // 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840); so did per-tensor e4m3 in
         // pairs of blocks (D3-fp8 611-624 -> 661-663).
+        constexpr bool kWarm = is_ds_mla(KVT) || KVT == AITER_MLA_FP8_E4M3FN || KVT == AITER_MLA_FP8_E4M3FNUZ;
         auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[kLookups]) { // tile i; entry: the thread's indices in it
-            if constexpr (is_ds_mla(KVT) || KVT == AITER_MLA_FP8_E4M3FN || KVT == AITER_MLA_FP8_E4M3FNUZ) {
+            if constexpr (kWarm) {
                 const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
                 if (my_part == 0 && k.row) prefetch_l2(k.row, cache_row_bytes(KVT));
             }
@@ -2736,13 +2737,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     arrive(kQReady);
                     cp_async_arrive_noinc(bars + 8 * kQReady);
                 }
-                // the indices of the thread's keys in tiles 0 and 1 (the split scheme: a pair ahead;
-                // else tile 1's come with tile 0's lookup)
-                int32_t next_a[kLookups], next_b[kSplit ? kLookups : 1];
+                // the indices of the thread's keys in tiles 0 and 1 (the split scheme, and rows warmed
+                // in the L2: two tiles ahead; else tile 1's come with tile 0's lookup)
+                constexpr bool kTwoAhead = kSplit || kWarm;
+                int32_t next_a[kLookups], next_b[kTwoAhead ? kLookups : 1];
 #pragma unroll
                 for (int q = 0; q < kLookups; q++) {
                     next_a[q] = key_entry<KVT>(p, pc, my_key(kShare ? lane & 3 : q));
-                    if constexpr (kSplit) next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
+                    if constexpr (kTwoAhead) next_b[q] = key_entry<KVT>(p, pc, kN + my_key(kShare ? lane & 3 : q));
                 }
                 if (!first) wait(kDone);
                 first = false;
@@ -2783,19 +2785,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         }
                     }
                 } else {
+                    // Tile i's keys; next_a then holds the indices of tile i + 1's. Warmed rows need
+                    // them a tile before their loads (warm), when the load of the indices would
+                    // otherwise just have been issued (SD1: 9 % of the loader's stall samples): their
+                    // indices come two tiles ahead, in next_a and next_b in turn.
+                    auto look_up_tile = [&](int i, KeyRef (&keys)[W::keys]) {
+                        if constexpr (kWarm) {
+                            look_up(pc, i, next_a, keys, 2);
+#pragma unroll
+                            for (int q = 0; q < kLookups; q++) {
+                                const int32_t e = next_a[q];
+                                next_a[q] = next_b[q];
+                                next_b[q] = e;
+                            }
+                        } else {
+                            look_up(pc, i, next_a, keys);
+                        }
+                    };
                     // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
-                    int32_t(&next)[kLookups] = next_a; // the indices of the keys the thread looks up in the next tile
                     for (int i = 0; i < 2; i++) {
                         if (i < ntiles) {
                             KeyRef keys[W::keys];
-                            look_up(pc, i, next, keys);
+                            look_up_tile(i, keys);
                             Staged st;
                             fetch(keys[0], st);
                             put(i, by_tma(pc, i, keys), keys, st);
                         }
                         cp_async_commit();
                     }
-                    warm(pc, 2, next);
+                    warm(pc, 2, next_a);
                     cp_async_wait<1>(); // Q and tile 0
                     fence_async_shared();
                     arrive(kQReady);
@@ -2807,10 +2825,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         }
                         if (i + 2 < ntiles) { // tile i + 2 into slot i & 1 once both consumers are done with tile i
                             KeyRef keys[W::keys];
-                            look_up(pc, i + 2, next, keys);
+                            look_up_tile(i + 2, keys);
                             Staged st;
                             fetch(keys[0], st); // in flight while the wait lasts
-                            warm(pc, i + 3, next);
+                            warm(pc, i + 3, next_a);
                             wait(kEmpty + (i & 1));
                             put(i & 1, by_tma(pc, i + 2, keys), keys, st);
                             cp_async_commit();
