@@ -1931,9 +1931,10 @@ struct Const { // a compile-time int argument of a generic lambda
     static constexpr int value = N;
 };
 constexpr int kPresentWords = kN / 16;          // a tile's present-key words: one per loader warp (16 keys)
-// Words of each slot's present keys in shared memory: kPresentWords, or in a pair of blocks one
-// for each of the pair's 8 loader warps (8 keys each, in its low 16 bits), which the consumers
-// put together; a warp's own word, so that it reaches the other block as one 4-byte st.async.
+// Words a slot keeps for its present keys: room for a pair of blocks, whose 8 loader warps write
+// one word each (8 keys, in its low 16 bits; a warp's own word, so that it reaches the other
+// block as one 4-byte st.async) and whose consumers put them together; an unpaired block uses
+// the first kPresentWords (16 keys each).
 constexpr int kValidWords = 2 * kPresentWords;
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
@@ -2036,7 +2037,7 @@ struct Smem {     // byte offsets from a 1024-byte aligned base
     // running max passed between the consumers, [1] warpgroup 1's row sums at a pass's end
     static constexpr int alpha = pbuf + pbufs * kBlk;
     static constexpr int row_at = alpha + 2 * kM * 4; // int64 [64]: where each row's o (or partial) starts
-    static constexpr int valid = row_at + kM * 8;  // uint32 [2][kValidWords]: each slot's present keys, key c at bits 2 c, 2 c + 1
+    static constexpr int valid = row_at + kM * 8;  // uint32 [2][kValidWords]: each slot's present keys (see kValidWords), key c of a word at bits 2 c, 2 c + 1
     static constexpr int inv = valid + 2 * kValidWords * 4; // float [64]: each row's o factor at the end of a pass
     static constexpr int lut = inv + kM * 4;       // uint16 [256]: bf16 of each e4m3fnuz code
     static constexpr int bars = lut + (kLut ? 512 : 0); // uint64 [kHandoffs]
