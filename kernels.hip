@@ -1962,7 +1962,9 @@ struct Regs {
 // this one ends; kDone: the pass's rows are stored, the slots and P are free (both consumers).
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kEmpty and kDone count both blocks' threads; kFull counts
-// this block's loader and the bytes of the other's bulk copy of its half into the slot.
+// this block's loader and the bytes of the other's bulk copy of its half into the slot; and
+// kFirst + s (kHalfReady's mbarriers, unused by pairs) hands over the slot's dims 0 .. 255
+// alike, before the rest, so that S starts on them while the rest is widened and copied.
 // The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
 // of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest); kHalfFree + 2 s + f: the one
 // consumer that reads that half last is done with it. Its loader arrives on kQReady and on
@@ -1971,14 +1973,16 @@ struct Regs {
 // 0); kMaxB: the pair's (warpgroup 1); kP0, kP1: P of tile i, i + 1 is in; kSums: warpgroup 1's
 // row sums at a pass's end.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12;
+constexpr int kFirst = kHalfReady; // in a pair (never split)
 constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kQFree = 21, kHandoffs = 22;
 // The arrivals that complete a phase of handoff h: both consumer warpgroups (256) or one
 // warpgroup (128); in a pair, twice that for all but the handoffs within a block; in the split
 // scheme, the loader's two arrivals a thread on kQReady and kHalfReady.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair, bool split) {
     const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone || h == kQFree;
-    // P and Q stay within a block; so do the loaders' arrivals on kFull (the other block's half completes bytes)
-    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree && h != kFull && h != kFull + 1;
+    // P and Q stay within a block; so do the loaders' arrivals on kFull and kFirst (the other block's half completes bytes)
+    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree && h != kFull && h != kFull + 1 &&
+                             h != kFirst && h != kFirst + 1;
     const bool twice = split && (h == kQReady || (h >= kHalfReady && h < kHalfReady + 4));
     return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1) * (twice ? 2 : 1);
 }
@@ -2391,8 +2395,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     // in a pair: this block's rank (its half of every tile: keys 32 rank ..) and the other's base
     const int rank = kPair ? cluster_rank() : 0;
     const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
-    // a tile's half from the other block of a pair: 32 widened rows and its 4 warps' present words
-    constexpr uint32_t kPeerTileBytes = kN / 2 * kDq * 2 + 4 * 4;
+    // a tile's half from the other block of a pair, in two hand-overs: 32 widened rows of the
+    // first kFirstBlocks 64-dim blocks (kFirst), then of the rest and its 4 warps' present words (kFull)
+    constexpr int kFirstBlocks = 4, kFirstKSteps = kFirstBlocks * 4;
+    constexpr uint32_t kPeerFirstBytes = kFirstBlocks * kBlk / 2, kPeerRestBytes = (kDq / 64 - kFirstBlocks) * kBlk / 2 + 4 * 4;
     if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair, kSplit));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
     if constexpr (kPair) { // the other block's mbarriers are ready before anything arrives on them
@@ -2554,32 +2560,36 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // Slot s holds tile i as far as this block's loader goes: its writes (cp.async copies
         // waited for, or widened stores) made visible to wgmma, then each thread's arrival. In a
         // pair each loader widens its half of the tile (keys 32 rank ..) into its own slot only;
-        // once all its threads have, the first copies that half into the other block's slot
-        // (rows 32 rank .. of each 64-row block, 4 KB contiguous, the same offsets in both; and
-        // its 4 present words), completing bytes on that block's kFull + s, and announces the
-        // other's half on its own. Its arrival waits for its copies' reads, since this block's
-        // consumers may write P into the slot's rope block once the tile is complete.
-        auto tile_full = [&](int s) {
+        // once all its threads have written the 64-dim blocks [b0, b1), the first copies those
+        // rows into the other block's slot (rows 32 rank .. of each 64-row block, 4 KB
+        // contiguous, the same offsets in both), completing bytes on that block's mbarrier h + s,
+        // and announces the other's on its own: kFirst + s for the first kFirstBlocks (put_as
+        // hands them over halfway), kFull + s for the rest with the 4 present words. Its arrival
+        // on kFull waits for its copies' reads, since this block's consumers may write P into
+        // the slot's rope block once the tile is complete.
+        auto hand_over = [&](int s, int h, int b0, int b1, uint32_t peer_bytes, bool words_too) {
             fence_async_shared();
             if constexpr (kPair) {
                 named_sync<2, 128>(); // the loader's threads (the consumers' barrier is 1)
                 if (t == 0) {
-                    const uint32_t slot_off = S::keys + s * S::slot, full = peer_sb + S::bars + 8 * (kFull + s);
-#pragma unroll
-                    for (int b = 0; b < S::blocks; b++) {
+                    const uint32_t slot_off = S::keys + s * S::slot, bar = peer_sb + S::bars + 8 * (h + s);
+                    for (int b = b0; b < b1; b++) {
                         const uint32_t off = slot_off + b * kBlk + rank * (kBlk / 2);
-                        copy_to_peer(peer_sb + off, sb + off, kBlk / 2, full);
+                        copy_to_peer(peer_sb + off, sb + off, kBlk / 2, bar);
                     }
-                    const uint32_t words = S::valid + (s * kValidWords + 4 * rank) * 4;
-                    copy_to_peer(peer_sb + words, sb + words, 16, full);
+                    if (words_too) {
+                        const uint32_t words = S::valid + (s * kValidWords + 4 * rank) * 4;
+                        copy_to_peer(peer_sb + words, sb + words, 16, bar);
+                    }
                     bulk_commit();
-                    bulk_reads_done();
-                    mbar_arrive_expect_tx(bars + 8 * (kFull + s), kPeerTileBytes);
+                    if (h == kFull) bulk_reads_done();
+                    mbar_arrive_expect_tx(bars + 8 * (h + s), peer_bytes);
                     return;
                 }
             }
-            arrive(kFull + s);
+            arrive(h + s);
         };
+        auto tile_full = [&](int s) { hand_over(s, kFull, kPair ? kFirstBlocks : 0, S::blocks, kPeerRestBytes, true); };
         auto my_key = [&](int q) { return W::on ? 32 * rank + t / W::parts : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
@@ -2673,6 +2683,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     store(swz(key, 2 * c), lo);
                     store(swz(key, 2 * c + 1), hi);
+                    // chunk j's dims are block j's: the first blocks are done
+                    if constexpr (kPair)
+                        if (j + 1 == kFirstBlocks) hand_over(slot, kFirst, 0, kFirstBlocks, kPeerFirstBytes, false);
                 }
 #pragma unroll
                 for (int j = W::nope / kParts; j < W::loads; j++) // the bf16 rope, as it is
@@ -3060,13 +3073,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 wait(kQReady);
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
+                    float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
+                    if constexpr (kPair) { // S over the first blocks while the rest comes
+                        wait(kFirst + slot);
+                        wgmma_fence();
+                        issue_s(s, slot, 0, kFirstKSteps, true);
+                    }
                     wait(kFull + slot);
                     // the tile's present keys, read while S runs (after it, the read queues behind the
                     // loader's copies into shared memory)
                     const uint4 present = present_of(slot);
-                    float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
-                    wgmma_fence();
-                    issue_s(s, slot, 0, kKSteps, true);
+                    if (!kPair) wgmma_fence();
+                    issue_s(s, slot, kPair ? kFirstKSteps : 0, kKSteps, !kPair);
                     wgmma_commit();
                     wgmma_wait0();
                     pin(s);
