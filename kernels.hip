@@ -1932,9 +1932,9 @@ struct Const { // a compile-time int argument of a generic lambda
 };
 constexpr int kPresentWords = kN / 16;          // a tile's present-key words: one per loader warp (16 keys)
 // Words a slot keeps for its present keys: room for a pair of blocks, whose 8 loader warps write
-// one word each (8 keys, in its low 16 bits; a warp's own word, so that it reaches the other
-// block as one 4-byte st.async) and whose consumers put them together; an unpaired block uses
-// the first kPresentWords (16 keys each).
+// one word each (8 keys, in its low 16 bits; a warp's own word, so that no two warps write one
+// word, and a block's 4 words lie together and reach the other block in one 16-byte copy) and
+// whose consumers put them together; an unpaired block uses the first kPresentWords (16 keys each).
 constexpr int kValidWords = 2 * kPresentWords;
 constexpr int kBlk = 64 * 128;                 // one swizzled block: 64 rows x 64 bf16
 // Registers per thread of each warpgroup after setmaxnreg. The launch bound gives every thread
@@ -1962,7 +1962,12 @@ struct Regs {
 // this one ends; kDone: the pass's rows are stored, the slots and P are free (both consumers).
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kEmpty and kDone count both blocks' threads; kFull counts
-// this block's loader and the bytes the other's stores into the slot by st.async.
+// this block's loader and the bytes of the other's bulk copy of its half into the slot; and
+// kFirst + s (kHalfReady's mbarriers, unused by pairs) hands over the slot's dims 0 .. 255
+// alike, before the rest, so that S starts on them while the rest is widened and copied;
+// kSent + s (kHalfFree's): the other block has its copies of slot s's tile (one arrival, from
+// its warpgroup 0 after its kFull wait), so this block may write over their source (P into the
+// rope block, o staged over the slots).
 // The split scheme (bf16 rows) hands over halves of a slot instead: kHalfReady + 2 s + f: half f
 // of slot s holds its tile (f = 0: dims 0 .. 255, 1: the rest); kHalfFree + 2 s + f: the one
 // consumer that reads that half last is done with it. Its loader arrives on kQReady and on
@@ -1971,15 +1976,18 @@ struct Regs {
 // 0); kMaxB: the pair's (warpgroup 1); kP0, kP1: P of tile i, i + 1 is in; kSums: warpgroup 1's
 // row sums at a pass's end.
 constexpr int kFull = 0, kEmpty = 2, kPReady = 4, kQReady = 6, kDone = 7, kHalfReady = 8, kHalfFree = 12;
+constexpr int kFirst = kHalfReady, kSent = kHalfFree; // in a pair (never split)
 constexpr int kMaxA = 16, kMaxB = 17, kP0 = 18, kP1 = 19, kSums = 20, kQFree = 21, kHandoffs = 22;
 // The arrivals that complete a phase of handoff h: both consumer warpgroups (256) or one
 // warpgroup (128); in a pair, twice that for all but the handoffs within a block; in the split
 // scheme, the loader's two arrivals a thread on kQReady and kHalfReady.
 __host__ __device__ constexpr int handoff_arrivals(int h, bool pair, bool split) {
     const bool consumers = h == kEmpty || h == kEmpty + 1 || h == kDone || h == kQFree;
-    // P and Q stay within a block; so do the loaders' arrivals on kFull (the other block's half completes bytes)
-    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree && h != kFull && h != kFull + 1;
+    // P and Q stay within a block; so do the loaders' arrivals on kFull and kFirst (the other block's half completes bytes)
+    const bool across_pair = h != kPReady && h != kPReady + 1 && h != kQReady && h != kQFree && h != kFull && h != kFull + 1 &&
+                             h != kFirst && h != kFirst + 1;
     const bool twice = split && (h == kQReady || (h >= kHalfReady && h < kHalfReady + 4));
+    if (pair && (h == kSent || h == kSent + 1)) return 1;
     return (consumers ? 256 : 128) * (pair && across_pair ? 2 : 1) * (twice ? 2 : 1);
 }
 
@@ -2169,18 +2177,16 @@ __device__ __forceinline__ uint32_t peer_addr(uint32_t addr, int rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
     return d;
 }
-// Sixteen (four) bytes into the other block's shared memory at dst, completing as many bytes
-// of the current phase of its mbarrier bar (both addresses from peer_addr): an asynchronous
-// store (st.async, one STAS on sm_90a) whose completion releases it at cluster scope, so the
-// writer needs neither a fence nor a release of its own (those cost a GPU-scope memory barrier
-// each, which waits for every outstanding store).
-__device__ __forceinline__ void store16_async(uint32_t dst, uint4 v, uint32_t bar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst), "r"(v.x),
-                 "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) of this block's shared memory at
+// src into the other block's at dst, completing as many bytes of the current phase of its
+// mbarrier bar (dst and bar from peer_addr): a bulk copy through the async proxy, so the
+// writes before it need fence.proxy.async.shared::cta. Its completion is that mbarrier's
+// alone (bulk groups do not track copies into shared memory): src may be rewritten only once
+// the other block has seen bar complete (kSent).
+__device__ __forceinline__ void copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "r"(src),
+                 "r"(bytes), "r"(bar)
                  : "memory");
-}
-__device__ __forceinline__ void store4_async(uint32_t dst, uint32_t v, uint32_t bar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(dst), "r"(v), "r"(bar) : "memory");
 }
 // This thread's arrival on mbarrier bar, adding `bytes` to the transactions its current phase
 // waits for (those the other block of a pair stores into this one).
@@ -2392,8 +2398,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     // in a pair: this block's rank (its half of every tile: keys 32 rank ..) and the other's base
     const int rank = kPair ? cluster_rank() : 0;
     const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
-    // a tile's half from the other block of a pair: 32 widened rows and its 4 warps' present words
-    constexpr uint32_t kPeerTileBytes = kN / 2 * kDq * 2 + 4 * 4;
+    // a tile's half from the other block of a pair, in two hand-overs: 32 widened rows of the
+    // first kFirstBlocks 64-dim blocks (kFirst), then of the rest and its 4 warps' present words (kFull)
+    constexpr int kFirstBlocks = 4, kFirstKSteps = kFirstBlocks * 4;
+    constexpr uint32_t kPeerFirstBytes = kFirstBlocks * kBlk / 2, kPeerRestBytes = (kDq / 64 - kFirstBlocks) * kBlk / 2 + 4 * 4;
     if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair, kSplit));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
     if constexpr (kPair) { // the other block's mbarriers are ready before anything arrives on them
@@ -2448,6 +2456,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // without keys, several a block).
         const bool counted = p.arrivals && pc.loc >= 0;
         consumers_sync();
+        if constexpr (kPair) fence_async_shared(); // the staged rows (generic) before the other block's copies over them
         arrive_both(kDone); // first: the loader waits for it before the next pass's Q, not for the fence
         if (counted && tid == 128) count_stored_rows(p, pc, R); // warpgroup 1, which waits for warpgroup 0's P next
     };
@@ -2554,13 +2563,34 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         const int my_part = t & (W::parts - 1);
         // Slot s holds tile i as far as this block's loader goes: its writes (cp.async copies
         // waited for, or widened stores) made visible to wgmma, then each thread's arrival. In a
-        // pair the other block's half comes by st.async and completes its bytes on the same
-        // mbarrier: the first thread announces them (the phase then waits for both).
-        auto tile_full = [&](int s) {
+        // pair each loader widens its half of the tile (keys 32 rank ..) into its own slot only;
+        // once all its threads have written the 64-dim blocks [b0, b1), the first copies those
+        // rows into the other block's slot (rows 32 rank .. of each 64-row block, 4 KB
+        // contiguous, the same offsets in both), completing bytes on that block's mbarrier h + s,
+        // and announces the other's on its own: kFirst + s for the first kFirstBlocks (put_as
+        // hands them over halfway), kFull + s for the rest with the 4 present words. Its arrival
+        // on kFull does not wait for its copies: warpgroup 0 waits for kSent before it writes P.
+        auto hand_over = [&](int s, int h, int b0, int b1, uint32_t peer_bytes, bool words_too) {
             fence_async_shared();
-            if (kPair && t == 0) mbar_arrive_expect_tx(bars + 8 * (kFull + s), kPeerTileBytes);
-            else arrive(kFull + s);
+            if constexpr (kPair) {
+                named_sync<2, 128>(); // the loader's threads (the consumers' barrier is 1)
+                if (t == 0) {
+                    const uint32_t slot_off = S::keys + s * S::slot, bar = peer_sb + S::bars + 8 * (h + s);
+                    for (int b = b0; b < b1; b++) {
+                        const uint32_t off = slot_off + b * kBlk + rank * (kBlk / 2);
+                        copy_to_peer(peer_sb + off, sb + off, kBlk / 2, bar);
+                    }
+                    if (words_too) {
+                        const uint32_t words = S::valid + (s * kValidWords + 4 * rank) * 4;
+                        copy_to_peer(peer_sb + words, sb + words, 16, bar);
+                    }
+                    mbar_arrive_expect_tx(bars + 8 * (h + s), peer_bytes);
+                    return;
+                }
+            }
+            arrive(h + s);
         };
+        auto tile_full = [&](int s) { hand_over(s, kFull, kPair ? kFirstBlocks : 0, S::blocks, kPeerRestBytes, true); };
         auto my_key = [&](int q) { return W::on ? 32 * rank + t / W::parts : (t >> 5) * 16 + (lane >> 3) + 4 * q; };
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
@@ -2630,11 +2660,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const bool fnuz = kRule == kFnuzByKind ? (k.kind & kKindFnuz) != 0 : kRule == kFnuzAlways;
                 [[maybe_unused]] const bool odd = (k.kind & kKindOddScales) != 0; // MODEL1 only
                 const uint32_t slot_off = S::keys + slot * S::slot;
-                [[maybe_unused]] const uint32_t peer_full = peer_sb + S::bars + 8 * (kFull + slot); // its tile's mbarrier in the other block
-                auto store = [&](uint32_t off, uint4 v) { // into this block's slot, and the other's in a pair
-                    store16_shared(sb + slot_off + off, v);
-                    if constexpr (kPair) store16_async(peer_sb + slot_off + off, v, peer_full);
-                };
+                auto store = [&](uint32_t off, uint4 v) { store16_shared(sb + slot_off + off, v); };
                 constexpr int kParts = W::parts;
 #pragma unroll
                 for (int j = 0; j < W::nope / kParts; j++) {
@@ -2658,6 +2684,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     }
                     store(swz(key, 2 * c), lo);
                     store(swz(key, 2 * c + 1), hi);
+                    // chunk j's dims are block j's: the first blocks are done
+                    if constexpr (kPair)
+                        if (j + 1 == kFirstBlocks) hand_over(slot, kFirst, 0, kFirstBlocks, kPeerFirstBytes, false);
                 }
 #pragma unroll
                 for (int j = W::nope / kParts; j < W::loads; j++) // the bf16 rope, as it is
@@ -2665,15 +2694,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const uint32_t ballot = __ballot_sync(0xffffffffu, k.kind != 0);
                 if constexpr (!kPair) { // the tile's present keys: a warp's 16 keys, both threads of each, a word
                     if (lane == 0) valid_s[slot * kValidWords + (t >> 5)] = ballot;
-                } else { // a warp's 8 keys, four threads each: its word (key 8 w + c at bits 2 c, 2 c + 1), in both blocks
+                } else { // a warp's 8 keys, four threads each: its word (key 8 w + c at bits 2 c, 2 c + 1)
                     uint32_t word = 0;
 #pragma unroll
                     for (int c = 0; c < 8; c++) word |= (ballot >> 4 * c & 1u) * (3u << 2 * c);
                     const int w = 4 * rank + (t >> 5); // the warp's keys: 8 w ..
-                    if (lane == 0) {
-                        valid_s[slot * kValidWords + w] = word;
-                        store4_async(peer_sb + S::valid + (slot * kValidWords + w) * 4, word, peer_full);
-                    }
+                    if (lane == 0) valid_s[slot * kValidWords + w] = word;
                 }
             }
         };
@@ -3048,14 +3074,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 wait(kQReady);
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
+                    float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
+                    if constexpr (kPair) { // S over the first blocks while the rest comes
+                        wait(kFirst + slot);
+                        wgmma_fence();
+                        issue_s(s, slot, 0, kFirstKSteps, true);
+                    }
                     wait(kFull + slot);
-                    if constexpr (kPair) fence_async_shared(); // the other block's st.async (generic writes) before wgmma reads
+                    if constexpr (kPair) // this block has the other's copies of the tile: it may overwrite their source
+                        if (t == 0) mbar_arrive_cluster(peer_sb + S::bars + 8 * (kSent + slot));
                     // the tile's present keys, read while S runs (after it, the read queues behind the
                     // loader's copies into shared memory)
                     const uint4 present = present_of(slot);
-                    float s[32]; // S rows ra, rb; keys 8 j + 2 (lane & 3) (+1) in s[4 j ..]
-                    wgmma_fence();
-                    issue_s(s, slot, 0, kKSteps, true);
+                    if (!kPair) wgmma_fence();
+                    issue_s(s, slot, kPair ? kFirstKSteps : 0, kKSteps, !kPair);
                     wgmma_commit();
                     wgmma_wait0();
                     pin(s);
@@ -3065,6 +3097,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     online_softmax_rows<32, false, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
                     uint32_t pa[4][4];
                     p_frags(s, pa);
+                    if constexpr (kPair) wait(kSent + slot); // the other block's copies of this slot's rows are in
                     store_p(pa, slot); // S, its only other reader, is done
                     if ((lane & 3) == 0) {
                         alpha_s[slot * kM + ra] = fa;
@@ -3102,7 +3135,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 for (int i = 0; i < ntiles; i++) {
                     const int slot = i & 1;
                     wait(kPReady + slot); // P and alpha of tile i are written (after the tile landed)
-                    if constexpr (kPair) fence_async_shared(); // as warpgroup 0 after its wait for the tile
                     const float fa = alpha_s[slot * kM + ra], fb = alpha_s[slot * kM + rb];
                     rescale_rows_unless_one(acc, fa, fb);
                     pin(acc);
