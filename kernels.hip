@@ -3143,7 +3143,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     wgmma_commit();
                     wgmma_wait0();
                     pin(acc);
-                    if (i + 2 < ntiles) arrive_both(kEmpty + slot, true);
+                    // released at cluster scope: it covers warpgroup 0's P (written into the slot's
+                    // rope block, read here) before the other block's loader copies rows over it
+                    if (i + 2 < ntiles) arrive_both(kEmpty + slot);
                 }
                 finish_pass(acc, pc, R);
             }
