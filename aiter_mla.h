@@ -2063,7 +2063,7 @@ static aiter_mla_status aiter_mla__expand_resolve(const char *op, const aiter_ml
     if (!a->kernel_block_size) a->kernel_block_size = 1;
     AITER_MLA__RANGE(op, a->batch, 0, INT32_MAX - 1, "batch");
     AITER_MLA__POW2(op, a->kernel_block_size, 1, AITER_MLA_MAX_PAGE_SIZE, "kernel_block_size");
-    AITER_MLA__RANGE(op, a->block_table_stride, 1, INT64_MAX, "block_table_stride");
+    AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->page_indices_capacity, 0, INT32_MAX, "page_indices_capacity");
     if (a->batch == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->block_table, "block_table");
@@ -2119,6 +2119,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
     qlen = a.q_len ? a.q_len : 1;
     AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__POW2(op, ps, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
+    AITER_MLA__RANGE(op, a.block_table_stride, 0, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__NEED(op, a.block_table, "block_table");
     AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a.qo_indptr, "qo_indptr");
@@ -2863,6 +2864,7 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
     AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size"); /* slot * 576 stays in int64 */
     AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     if (!aiter_mla__is_16bit(a->src_dtype))

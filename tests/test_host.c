@@ -691,6 +691,8 @@ static void test_expand_page_indices(void) {
                 a.cu_num_tokens = cu;
                 a.block_table_stride = 0;
                 CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+                a.block_table_stride = INT64_MAX; /* b * stride would overflow */
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
                 a.block_table_stride = stride;
                 a.page_indices_capacity = -1;
                 CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT,
@@ -845,6 +847,8 @@ static void test_metadata_build(void) {
         if (it < 12 && maxp > 1 && use_ql) {
             int32_t saved_q = ql[0];
             a.block_table_stride = maxp - 1; /* narrower than the longest request needs */
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+            a.block_table_stride = INT64_MAX; /* b * stride would overflow */
             CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
             a.block_table_stride = stride;
             ql[0] = 9; /* more than AITER_MLA_MAX_Q_LEN */
@@ -2575,6 +2579,10 @@ static void test_kv_cache_write(void) {
             b = a;
             b.block_size = -2;
             CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "block_size");
+            b = a; /* each in range, their product past int64 once times the row's 576 values */
+            b.num_blocks = INT64_MAX / (1 << 20);
+            b.block_size = 1 << 16;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks * block_size");
         }
         free(kvc);
         free(kpe);
