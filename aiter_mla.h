@@ -1889,6 +1889,14 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
 #define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
 #define AITER_MLA__MAX_PREFILL_HEADS 65535 /* heads of a prefill plan and its reduce: the prefill kernels take heads along grid y */
 #define AITER_MLA__CHECK(expr) do { aiter_mla_status st_ = (expr); if (st_ != AITER_MLA_OK) return st_; } while (0)
+/* A paged cache of num_blocks pages of block_size slots: each in range, and slot * 1024 (a row's
+ * values or bytes, with room) inside int64. */
+static aiter_mla_status aiter_mla__check_cache_slots(const char *op, int64_t num_blocks, int64_t block_size) {
+    AITER_MLA__RANGE(op, num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
+    AITER_MLA__RANGE(op, block_size, 1, 1 << 16, "block_size");
+    AITER_MLA__RANGE(op, num_blocks * block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
+    return AITER_MLA_OK;
+}
 
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
 #ifdef AITER_MLA_NO_GPU
@@ -2862,9 +2870,7 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     if (a->cache_dtype == AITER_MLA_DTYPE_DEFAULT) a->cache_dtype = a->src_dtype;
     if (a->scale == 0.0f) a->scale = 1.0f;
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
-    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size"); /* slot * 576 stays in int64 */
+    AITER_MLA__CHECK(aiter_mla__check_cache_slots(op, a->num_blocks, a->block_size));
     AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     if (!aiter_mla__is_16bit(a->src_dtype))
@@ -3002,9 +3008,7 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     if (a->fp8_dtype == AITER_MLA_DTYPE_DEFAULT) a->fp8_dtype = AITER_MLA_FP8_E4M3FN;
     if (a->fp8_max == 0.0f) a->fp8_max = aiter_mla_fp8_max(a->fp8_dtype);
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
-    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
-    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
+    AITER_MLA__CHECK(aiter_mla__check_cache_slots(op, a->num_blocks, a->block_size));
     AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     AITER_MLA__RANGE(op, a->pow2_scales, 0, 1, "pow2_scales");
@@ -3170,9 +3174,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
     if (a->out_dtype == AITER_MLA_DTYPE_DEFAULT) a->out_dtype = AITER_MLA_BF16;
     if (a->scale == 0.0f) a->scale = 1.0f;
     AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
-    AITER_MLA__RANGE(op, a->num_blocks, 1, INT64_MAX / (1 << 20), "num_blocks");
-    AITER_MLA__RANGE(op, a->block_size, 1, 1 << 16, "block_size");
-    AITER_MLA__RANGE(op, a->num_blocks * a->block_size, 1, INT64_MAX / 1024, "num_blocks * block_size");
+    AITER_MLA__CHECK(aiter_mla__check_cache_slots(op, a->num_blocks, a->block_size));
     AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
     AITER_MLA__RANGE(op, a->cache_is_ds_mla, 0, 1, "cache_is_ds_mla");
