@@ -683,7 +683,7 @@ typedef struct aiter_mla_prefill_plan_desc {
     int64_t max_q_tokens;   /* >= 1: query rows of a batch at most */
     int num_heads;          /* >= 1 */
     int num_cu;             /* >= 1 */
-    int dv;                 /* 64..256; 0 means 128 (sizes the workspace) */
+    int dv;                 /* 64, 128, 192 or 256, the prefill call's; 0 means 128 (sizes the workspace) */
     int tile_q;             /* power of two 16..1024; 0 means 256 */
     int kv_granularity;     /* power of two 16..4096; 0 means 128 */
 } aiter_mla_prefill_plan_desc;
@@ -2018,6 +2018,13 @@ static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_
                                "%s: num_heads = %d is neither a divisor nor a multiple of 16", op, a->num_heads);
     if (!aiter_mla_dtype_size(a->dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %d is not a known dtype", op, (int)a->dtype);
+    { /* the padded tensor's bytes fit int64: every offset into either tensor is computed in it */
+        const int64_t row_bytes = (int64_t)aiter_mla_padded_num_heads(a->num_heads) * a->head_dim * (int64_t)aiter_mla_dtype_size(a->dtype);
+        if (a->num_tokens > INT64_MAX / row_bytes)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: num_tokens = %lld tokens of %lld bytes (max(num_heads, 16) x head_dim x element size) pass int64",
+                                   op, (long long)a->num_tokens, (long long)row_bytes);
+    }
     if (a->num_tokens > 0) {
         AITER_MLA__NEED(op, a->src, "src");
         AITER_MLA__NEED(op, a->dst, "dst");
@@ -3371,7 +3378,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
     AITER_MLA__RANGE(op, d.max_q_tokens, 1, 1 << 26, "max_q_tokens");
     AITER_MLA__RANGE(op, d.num_heads, 1, AITER_MLA__MAX_PREFILL_HEADS, "num_heads");
     AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
-    AITER_MLA__RANGE(op, d.dv, 64, 256, "dv");
+    if (!aiter_mla__prefill_dim_ok(d.dv)) /* the prefill call's own rule: a plan for any other dv fits no call */
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: dv = %d is not 64, 128, 192 or 256", op, d.dv);
     AITER_MLA__POW2(op, d.tile_q, 16, 1024, "tile_q");
     AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
     memset(info, 0, sizeof *info);

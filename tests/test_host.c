@@ -597,6 +597,18 @@ static void test_head_padding(void) {
                         a.num_tokens = N;
                         a.head_dim = -3;
                         CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "head_dim");
+                        /* each field in range, the tensor's bytes past int64 (2^30 heads of 2^16 fp32 for 2^20 tokens) */
+                        a.num_tokens = 1 << 20;
+                        a.num_heads = 1 << 30;
+                        a.head_dim = 65536;
+                        a.dtype = AITER_MLA_F32;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+                        a.num_tokens = N;
+                        a.num_heads = h;
+                        a.head_dim = hd_arg;
+                        a.dtype = dt;
                     }
                     free(src);
                     free(dst);
@@ -7107,6 +7119,8 @@ static void fuzz_prefill(test_rng *r) {
     dd = d, dd.num_cu = -1;
     CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
     dd = d, dd.dv = 32;
+    CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+    dd = d, dd.dv = 100; /* in 64..256, but no prefill call takes it */
     CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
     dd = d, dd.tile_q = 24;
     CHECK_STATUS(aiter_mla_prefill_plan_get_info(&dd, &info2), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
