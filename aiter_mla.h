@@ -3232,7 +3232,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
 }
 
 /* ---- varlen prefill attention --------------------------------------------------------------- */
-static int aiter_mla__prefill_dim_ok(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
+/* A prefill head dim (field `name`): 64, 128, 192 or 256; another value fails with status st. */
+static aiter_mla_status aiter_mla__check_prefill_dim(const char *op, int d, const char *name, aiter_mla_status st) {
+    if (d == 64 || d == 128 || d == 192 || d == 256) return AITER_MLA_OK;
+    return aiter_mla__fail(st, "%s: %s = %d is not 64, 128, 192 or 256", op, name, d);
+}
 
 /* Host cu_seqlens_q and cu_seqlens_k start at >= 0 and never decrease (the reference and the
  * planner check them alike). */
@@ -3266,11 +3270,10 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     AITER_MLA__RANGE(op, a.num_heads, 1, 65536, "num_heads");
     AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu"); /* used only by the GPU without a plan, wrong anywhere */
     AITER_MLA__RANGE(op, a.causal, 0, 1, "causal");
-    if (!aiter_mla__prefill_dim_ok(a.dqk))
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dqk = %d is not 64, 128, 192 or 256", op, a.dqk);
-    if (!aiter_mla__prefill_dim_ok(a.dv) || a.dv > a.dqk)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dv = %d is not 64, 128, 192 or 256 and at most dqk = %d", op,
-                               a.dv, a.dqk);
+    AITER_MLA__CHECK(aiter_mla__check_prefill_dim(op, a.dqk, "dqk", AITER_MLA_ERR_UNSUPPORTED));
+    AITER_MLA__CHECK(aiter_mla__check_prefill_dim(op, a.dv, "dv", AITER_MLA_ERR_UNSUPPORTED));
+    if (a.dv > a.dqk)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dv = %d is more than dqk = %d", op, a.dv, a.dqk);
     if (!aiter_mla__is_16bit(a.qkv_dtype) && !aiter_mla__is_fp8(a.qkv_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: qkv_dtype %s is not bf16, f16 or fp8", op,
                                aiter_mla_dtype_name(a.qkv_dtype));
@@ -3378,8 +3381,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
     AITER_MLA__RANGE(op, d.max_q_tokens, 1, 1 << 26, "max_q_tokens");
     AITER_MLA__RANGE(op, d.num_heads, 1, AITER_MLA__MAX_PREFILL_HEADS, "num_heads");
     AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
-    if (!aiter_mla__prefill_dim_ok(d.dv)) /* the prefill call's own rule: a plan for any other dv fits no call */
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: dv = %d is not 64, 128, 192 or 256", op, d.dv);
+    /* the prefill call's own rule: a plan for any other dv fits no call */
+    AITER_MLA__CHECK(aiter_mla__check_prefill_dim(op, d.dv, "dv", AITER_MLA_ERR_INVALID_ARGUMENT));
     AITER_MLA__POW2(op, d.tile_q, 16, 1024, "tile_q");
     AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
     memset(info, 0, sizeof *info);
