@@ -2250,7 +2250,7 @@ __device__ __forceinline__ void rescale_rows_unless_one(float (&acc)[N], float f
 // 5485-5498 (split); P3-fp8 15806-16008 -> 15486-15572, P4-fp8 3849-3855 -> 3785-3790, bf16
 // prefill within 1 %. test_decode_rising_keys and the sparse tests' ramp cases move m mid-pass.
 constexpr float kLazyRise = 8.0f;
-template <int N, bool kFused = false, bool kLazy = false>
+template <int N, bool kFused = false, bool kLazy = false, int kRise = (int)kLazyRise> // kRise: log2 of how far P may reach
 __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, float &ma, float &mb, float &la, float &lb, float &fa,
                                                     float &fb, float *ta = nullptr, float *tb = nullptr) {
     float xa = neg_inf(), xb = neg_inf();
@@ -2275,8 +2275,8 @@ __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, 
             *ta = fmaxf(*ta, xa);
             *tb = fmaxf(*tb, xb);
         }
-        if (!(xa > ma + kLazyRise)) na = ma;
-        if (!(xb > mb + kLazyRise)) nb = mb;
+        if (!(xa > ma + (float)kRise)) na = ma;
+        if (!(xb > mb + (float)kRise)) nb = mb;
     }
     const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb; // no key yet: e = 0
     fa = kLazy && na == ma ? 1.0f : fast_exp2(ma - ua);
@@ -2366,6 +2366,20 @@ __device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a
     else AITER_MLA__WGMMA_64x128_RS("bf16");
 }
 
+// O += P V over 32 keys in e4m3: m64n128k32, P's A fragments from registers, V^T (K-major) by descriptor.
+__device__ __forceinline__ void mma_64x128_rs_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " AITER_MLA__REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : AITER_MLA__ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// Four floats (the first in the low byte) to e4m3fn, rounded to nearest, saturating.
+__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float a, float b, float c, float d) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
 // kPair: launched in clusters of two blocks that take the same keys (rows side by side), each
 // widening half of every tile into both (fp8 keys; FlashMLA's "crossover"): the widening, the
 // loader's bottleneck with 64 rows, is paid once per pair instead of once per block.
@@ -4142,9 +4156,9 @@ struct PfSmem { // byte offsets from a 1024-byte aligned base
     static constexpr int kslot = qk_blocks * kPfPanel;
     static constexpr int q = 0;                           // Q: qk_blocks blocks
     static constexpr int k = q + kslot;                   // two slots of K
-    static constexpr int v = k + 2 * kslot;               // two slots of V (16-bit), DV / 64 blocks each
-    static constexpr int vslot = DV / 64 * kPfPanel;
-    static constexpr int vstage = v + 2 * vslot;          // fp8: two slots of V's e4m3 rows as copied, [kPfN][DV]
+    static constexpr int v = k + 2 * kslot;               // two slots of V: 16-bit, DV / 64 blocks; fp8: V^T, [DV][kPfN] e4m3
+    static constexpr int vslot = FP8 ? DV * kPfN : DV / 64 * kPfPanel;
+    static constexpr int vstage = v + 2 * vslot;          // fp8: two slots of V's e4m3 rows as copied, [kPfN][DV], swizzled
     static constexpr int vstage_slot = FP8 ? kPfN * DV : 0;
     static constexpr int bars = vstage + 2 * vstage_slot; // uint64 [kPfHandoffs]
     static constexpr int stage_warp = 16 * 128;           // a consumer warp's o: 16 rows, 64 16-bit dims at a time
@@ -4186,12 +4200,13 @@ __device__ __forceinline__ void mma_64x128_ss_e4m3(float (&d)[64], uint64_t da, 
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// FP8: e4m3fn q, k, v (per-tensor scales in score_scale and v_scale): S by e4m3 products, P V
-// in f16 (F16) over V widened by the loader.
+// FP8: e4m3fn q, k, v (per-tensor scales in score_scale and v_scale): S and P V by e4m3 products,
+// P rounded to e4m3 after a factor kPUp, V transposed by the loader (wgmma reads an 8-bit B
+// operand only K-major, and V's K dimension is the keys). F16 does not apply (instances take true).
 template <int DQK, int DV, bool F16, bool FP8>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p, const __grid_constant__ PfMaps maps) {
 #if defined(__CUDA_ARCH__)
-    static_assert(!FP8 || F16, "fp8's P V runs in f16");
+    static_assert(!FP8 || F16, "one fp8 instance a shape: F16 = true");
     using S = PfSmem<DQK, DV, FP8>;
     constexpr int kElt = FP8 ? 1 : 2; // bytes of a q, k, v element
     extern __shared__ __align__(128) unsigned char smem[];
@@ -4255,7 +4270,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 cp_async_commit();
             };
             // V of tile i: into its slot (16-bit), or (FP8) as e4m3 rows into its staging slot,
-            // which only the loader reads (widen_v)
+            // which only the loader reads (transpose_v)
             auto copy_v = [&](int i) {
                 if (i < ntiles) {
                     const int slot = (n0 + i) & 1, kb = u.j0 + i * kPfN;
@@ -4264,7 +4279,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                         if (whole(kb)) {
                             tma_rows(maps.v, sb + S::vstage + slot * S::vstage_slot, 1, u.k0 + kb, kPfVStaged + slot);
                             if (t == 0) arrive(kPfVStaged + slot);
-                        } else pf_copy_rows<kVChunks, false>(sb + S::vstage + slot * S::vstage_slot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
+                        } else pf_copy_rows<kVChunks>(sb + S::vstage + slot * S::vstage_slot, v + kb * vs, vs, min(kPfN, jend - kb), kPfN, t);
                     } else {
                         if (n0 + i >= 2) wait(kPfVFree + slot);
                         if (whole(kb)) tma_rows(maps.v, sb + S::v + slot * S::vslot, DV / 64, u.k0 + kb, kPfVFull + slot);
@@ -4273,23 +4288,42 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
                 cp_async_commit();
             };
-            // FP8: the staged V of tile i (landed: this thread's copies, or TMA's) widened to f16
-            // into its slot, once the slot is free; the loader's threads meet first (named barrier
-            // 4: each widens rows others copied, and TMA's next copy into the staging slot follows
+            // FP8: the staged V of tile i (landed: this thread's copies, or TMA's) transposed into
+            // its slot, once the slot is free; the loader's threads meet first (named barrier 4:
+            // each reads rows others copied, and TMA's next copy into the staging slot follows
             // everyone's reads of it).
-            auto widen_v = [&](int i) {
+            auto transpose_v = [&](int i) {
                 if constexpr (FP8) {
                     const int slot = (n0 + i) & 1;
                     if (whole(u.j0 + i * kPfN)) wait(kPfVStaged + slot);
                     if (n0 + i >= 2) wait(kPfVFree + slot);
                     named_sync<4, 128>();
-                    const unsigned char *st = base + S::vstage + slot * S::vstage_slot;
-                    const uint32_t dst = sb + S::v + slot * S::vslot;
-                    for (int c = t; c < kPfN * kVChunks; c += 128) {
-                        const int r = c / kVChunks, part = c % kVChunks;
-                        const uint4 x = *reinterpret_cast<const uint4 *>(st + c * 16);
-                        store16_shared(dst + swz<kPfN>(r, 2 * part), mma::e4m3x8_to_f16x8(make_uint2(x.x, x.y)));
-                        store16_shared(dst + swz<kPfN>(r, 2 * part + 1), mma::e4m3x8_to_f16x8(make_uint2(x.z, x.w)));
+                    // V^T (DV rows of kPfN slots, 128-byte rows, swizzled as wgmma reads them) from the
+                    // staged rows (swizzled alike) by ldmatrix.trans / stmatrix on 16-bit pairs of e4m3:
+                    // ldmatrix.trans of keys 16 g + 0..7 and 16 g + 8..15 at dim chunk D gives lane
+                    // (c, q) = (lane / 4, lane % 4) keys 2 q, 2 q + 1 and 8 + 2 q, 9 + 2 q of dims
+                    // 16 D + 2 c, 2 c + 1; one byte permute each makes dim 2 c's and dim 2 c + 1's word
+                    // of slots 4 q .. 4 q + 3, the keys in the order pack_p gives P's. Lanes c >= 4 put the odd
+                    // dim in the even matrix, so that each stored matrix's 8 rows (dims) have 8
+                    // distinct (row & 7) and meet 8 distinct bank groups. Warp w: chunks 2 w, 2 w + 1.
+                    static_assert(DV == kPfN && DV == 128, "V^T's rows are 128-byte rows of one swizzled panel");
+                    const uint32_t st = sb + S::vstage + slot * S::vstage_slot, vt = sb + S::v + slot * S::vslot;
+                    const int w = t >> 5, lr = lane & 7, lm = lane >> 3, odd_first = (lane >> 4) & 1;
+                    const uint32_t sel0 = odd_first ? 0x7531u : 0x6420u, sel1 = odd_first ? 0x6420u : 0x7531u;
+                    // this lane's row addresses: ldmatrix (key 8 (lm & 1) + lr of a group, chunk 2 w + (lm >> 1)),
+                    // stmatrix (dim d of V^T, its chunk g ^ (d & 7) for group g)
+                    const uint32_t ld_row = st + (8 * (lm & 1) + lr) * 128 + (((2 * w + (lm >> 1)) ^ lr) << 4);
+                    const int d = 16 * (2 * w + (lm >> 1)) + 2 * lr + ((lm & 1) ^ (lr >> 2));
+                    const uint32_t st_row = vt + d * 128;
+#pragma unroll 1
+                    for (int g0 = 0; g0 < kPfN / 16; g0 += 4) { // four groups at a time: their loads in flight together
+                        uint32_t x[4][4];
+#pragma unroll
+                        for (int j = 0; j < 4; j++) mma::ldsm_x4_trans(ld_row + (g0 + j) * 2048, x[j]);
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            stmatrix_x4(st_row + (((g0 + j) ^ (d & 7)) << 4), __byte_perm(x[j][0], x[j][1], sel0), __byte_perm(x[j][0], x[j][1], sel1),
+                                        __byte_perm(x[j][2], x[j][3], sel0), __byte_perm(x[j][2], x[j][3], sel1));
                     }
                 }
             };
@@ -4312,7 +4346,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 fence_async_shared();
                 if (i + 1 < ntiles) arrive(kPfKFull + ((n + 1) & 1));
                 cp_async_wait<1>();
-                widen_v(i);
+                transpose_v(i);
                 fence_async_shared();
                 arrive(kPfVFull + (n & 1));
                 copy_v(i + 1);
@@ -4351,13 +4385,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             // S of tile i is issued before P V of tile i - 1, and the softmax of tile i runs while
             // that P V does; O's rescale waits for it.
             const int mine = lim_hi > u.j0 ? min(ntiles, (lim_hi - u.j0 + kPfN - 1) / kPfN) : 0;
-            uint32_t pa[kPfN / 16][4]; // P of the previous tile: the A fragments of its k-steps
+            // P of the previous tile: the A fragments of its k-steps (FP8: e4m3, times kPUp, k-steps of 32 keys)
+            constexpr int kPSteps = FP8 ? kPfN / 32 : kPfN / 16;
+            constexpr float kPUp = FP8 ? 16.0f : 1.0f; // P into e4m3's normal range (SPEC 8's bound on long rows)
+            uint32_t pa[kPSteps][4];
             auto pv = [&](int slot) { // O += P V, issued
                 wait(kPfVFull + slot);
                 wgmma_fence(); // after the wait's loop, else ptxas adds one (and says so)
+                if constexpr (FP8) {
 #pragma unroll
-                for (int kk = 0; kk < kPfN / 16; kk++) // P's k-step kk: keys 16 kk .. 16 kk + 15
-                    mma_64x128_rs<F16>(acc, pa[kk], desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
+                    for (int kk = 0; kk < kPSteps; kk++) // keys 32 kk .. 32 kk + 31, V^T's slots in the same order
+                        mma_64x128_rs_e4m3(acc, pa[kk], desc(sb + S::v + slot * S::vslot + kk * 32, 16, 1024));
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < kPfN / 16; kk++) // P's k-step kk: keys 16 kk .. 16 kk + 15
+                        mma_64x128_rs<F16>(acc, pa[kk], desc(sb + S::v + slot * S::vslot + kk * 2048, kPfPanel, 1024));
+                }
                 wgmma_commit();
             };
             auto pv_done = [&](int slot) {
@@ -4385,15 +4428,32 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                     for (int j = 0; j < 64; j++)
                         if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) sc[j] = neg_inf();
                 }
-                online_softmax_rows<64, FP8, true>(sc, p.score_scale, ma, mb, la, lb, fa, fb); // lazy m
+                // lazy m; e4m3 P: a rise of 2^4 at most, so that P times kPUp stays below e4m3's 448
+                online_softmax_rows<64, FP8, true, FP8 ? 4 : (int)kLazyRise>(sc, p.score_scale, ma, mb, la, lb, fa, fb);
             };
             auto pack_p = [&](const float (&sc)[64]) {
+                if constexpr (FP8) {
+                    // e4m3 A fragments straight from the accumulator, no values moved between lanes:
+                    // k-step kk's slots 4 q .. 4 q + 3 (q = lane & 3) stand for keys 2 q, 2 q + 1, 8 + 2 q,
+                    // 9 + 2 q of its first 16, the thread's own n8-tiles 4 kk, 4 kk + 1 (a0: row ra,
+                    // a1: rb), then 4 kk + 2, 4 kk + 3 for the next 16 (a2, a3); V^T's slots take
+                    // the same order (transpose_v)
 #pragma unroll
-                for (int kk = 0; kk < kPfN / 16; kk++) {
-                    pa[kk][0] = pack16x2<F16>(sc[8 * kk], sc[8 * kk + 1]);
-                    pa[kk][1] = pack16x2<F16>(sc[8 * kk + 2], sc[8 * kk + 3]);
-                    pa[kk][2] = pack16x2<F16>(sc[8 * kk + 4], sc[8 * kk + 5]);
-                    pa[kk][3] = pack16x2<F16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+                    for (int kk = 0; kk < kPSteps; kk++) {
+                        const float *x = sc + 16 * kk;
+                        pa[kk][0] = f32x4_to_e4m3x4(x[0] * kPUp, x[1] * kPUp, x[4] * kPUp, x[5] * kPUp);
+                        pa[kk][1] = f32x4_to_e4m3x4(x[2] * kPUp, x[3] * kPUp, x[6] * kPUp, x[7] * kPUp);
+                        pa[kk][2] = f32x4_to_e4m3x4(x[8] * kPUp, x[9] * kPUp, x[12] * kPUp, x[13] * kPUp);
+                        pa[kk][3] = f32x4_to_e4m3x4(x[10] * kPUp, x[11] * kPUp, x[14] * kPUp, x[15] * kPUp);
+                    }
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < kPfN / 16; kk++) {
+                        pa[kk][0] = pack16x2<F16>(sc[8 * kk], sc[8 * kk + 1]);
+                        pa[kk][1] = pack16x2<F16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+                        pa[kk][2] = pack16x2<F16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+                        pa[kk][3] = pack16x2<F16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+                    }
                 }
             };
             wait(kPfQFull);
@@ -4457,7 +4517,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             la += __shfl_xor_sync(0xffffffffu, la, 2);
             lb += __shfl_xor_sync(0xffffffffu, lb, 1);
             lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-            const float scale_a = la > 0.0f ? p.v_scale / la : 0.0f, scale_b = lb > 0.0f ? p.v_scale / lb : 0.0f;
+            const float scale_a = la > 0.0f ? p.v_scale / (kPUp * la) : 0.0f, scale_b = lb > 0.0f ? p.v_scale / (kPUp * lb) : 0.0f;
             if (p.o_rows16 && u.loc < 0) {
                 // 16-bit o: the warp's 16 rows through its staging, 64 dims at a time (stmatrix, rows
                 // of 128 B with their 16-byte chunks rotated by the row, so that neither side
@@ -5824,8 +5884,7 @@ static wg::PfMaps prefill_maps(const aiter_mla_prefill_args &a, bool fp8) {
     const CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B;
     m.on = encode_pf_map(&m.q, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token, box, sw) &&
            encode_pf_map(&m.k, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token, box, sw) &&
-           encode_pf_map(&m.v, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, fp8 ? a.dv : box,
-                         fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE : sw);
+           encode_pf_map(&m.v, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, box, sw);
     return m;
 }
 
