@@ -621,12 +621,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
  * else to bf16); with AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the
  * wgmma kernel (128 query rows a block; e4m3fn takes q K^T as e4m3 products, whose sums on
- * Hopper keep about 14 bits: lse within 3e-3, o within SPEC 8's fp8 bounds, and P V in f16
- * over V widened exactly); on AMD builds those two pairs run the matrix-core (MFMA) kernel
- * (64 query rows a block; bf16 and f16 products in their type, fp8 widened exactly to f16,
- * P rounded to the product type); anything else runs a portable kernel. cu_seqlens live on the
- * device and are trusted like the q/k/v/o they index (ERRORS); a decreasing pair gives an
- * empty request. */
+ * Hopper keep about 14 bits: lse within 3e-3, o within SPEC 8's fp8 bounds; P V as e4m3
+ * products too, P rounded to e4m3 after a factor 2^4); on AMD builds those two pairs run the
+ * matrix-core (MFMA) kernel (64 query rows a block; bf16 and f16 products in their type,
+ * fp8 widened exactly to f16, P rounded to the product type); anything else runs a portable
+ * kernel. cu_seqlens live on the device and are trusted like the q/k/v/o they index (ERRORS);
+ * a decreasing pair gives an empty request. */
 typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
     const void *k;               /* [Tk, H, dqk] qkv_dtype */
