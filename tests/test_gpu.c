@@ -881,6 +881,23 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     free(cq); free(ck); free(q); free(k); free(v); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu); free(plan);
 }
 
+/* A case with lse, no plan, packed strides: the fields most cases set. */
+static prefill_case prefill_case_of(int heads, int dqk, int dv, int batch, int causal, int max_len, aiter_mla_dtype dtype,
+                                    aiter_mla_dtype o_dtype) {
+    prefill_case c;
+    memset(&c, 0, sizeof c);
+    c.heads = heads;
+    c.dqk = dqk;
+    c.dv = dv;
+    c.batch = batch;
+    c.causal = causal;
+    c.max_len = max_len;
+    c.dtype = dtype;
+    c.o_dtype = o_dtype;
+    c.with_lse = 1;
+    return c;
+}
+
 static void test_prefill(test_rng *rng) {
     static const int dims[][2] = {{64, 64}, {128, 64}, {128, 128}, {192, 64}, {192, 128}, {192, 192},
                                   {256, 64}, {256, 128}, {256, 192}, {256, 256}};
@@ -892,16 +909,7 @@ static void test_prefill(test_rng *rng) {
     /* every head-dim pair, causal and not, bf16 (f16 and fp8 on the DeepSeek shape below) */
     for (di = 0; di < 10; di++)
         for (causal = 0; causal < 2; causal++) {
-            memset(&c, 0, sizeof c);
-            c.heads = 3;
-            c.dqk = dims[di][0];
-            c.dv = dims[di][1];
-            c.batch = 5;
-            c.causal = causal;
-            c.max_len = g_quick ? 70 : 300;
-            c.dtype = AITER_MLA_BF16;
-            c.o_dtype = AITER_MLA_BF16;
-            c.with_lse = 1;
+            c = prefill_case_of(3, dims[di][0], dims[di][1], 5, causal, g_quick ? 70 : 300, AITER_MLA_BF16, AITER_MLA_BF16);
             run_prefill_case(&c, rng);
             if (c.dqk == 128 && c.dv == 128) { /* f16 and fp8 have kernels of their own for this pair too */
                 c.dtype = AITER_MLA_F16;
@@ -921,15 +929,8 @@ static void test_prefill(test_rng *rng) {
                     /* --quick keeps 128 heads for bf16 without a plan: more grid blocks than an
                        H100 has SMs, so the wgmma kernel's resident blocks run under the sanitizers */
                     if (g_quick && (mode == 2 || (hi == 2 && (ti != 0 || mode != 0)))) continue;
-                    memset(&c, 0, sizeof c);
-                    c.heads = heads[hi];
-                    c.dqk = 192;
-                    c.dv = 128;
-                    c.batch = heads[hi] == 128 ? 4 : 6;
-                    c.causal = causal;
-                    c.max_len = heads[hi] == 128 ? 160 : (g_quick ? 100 : 600);
-                    c.dtype = types[ti];
-                    c.o_dtype = ti == 1 ? AITER_MLA_F16 : (ti == 0 && causal ? AITER_MLA_F32 : AITER_MLA_BF16);
+                    c = prefill_case_of(heads[hi], 192, 128, heads[hi] == 128 ? 4 : 6, causal, heads[hi] == 128 ? 160 : (g_quick ? 100 : 600),
+                                        types[ti], ti == 1 ? AITER_MLA_F16 : (ti == 0 && causal ? AITER_MLA_F32 : AITER_MLA_BF16));
                     c.with_lse = !(ti == 1 && causal);
                     c.plan_cu = mode == 1 ? 1 + rng_int(rng, 0, 131) : 0;
                     /* no plan: an H100's SM count, or a few blocks that each walk many grid blocks */
@@ -947,16 +948,8 @@ static void test_prefill(test_rng *rng) {
     for (di = 0; di < 2; di++)
         for (ti = 0; ti < 2; ti++)
             for (causal = 0; causal < 2; causal++) {
-                memset(&c, 0, sizeof c);
-                c.heads = 16;
-                c.dqk = di ? 128 : 192;
-                c.dv = 128;
-                c.batch = 4;
-                c.causal = causal;
-                c.max_len = g_quick ? 150 : 400;
-                c.dtype = ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
-                c.o_dtype = causal ? AITER_MLA_F16 : AITER_MLA_BF16;
-                c.with_lse = 1;
+                c = prefill_case_of(16, di ? 128 : 192, 128, 4, causal, g_quick ? 150 : 400, ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16,
+                                    causal ? AITER_MLA_F16 : AITER_MLA_BF16);
                 c.o_pad = 3;
                 run_prefill_case(&c, rng);
                 c.o_pad = 8;
@@ -967,16 +960,7 @@ static void test_prefill(test_rng *rng) {
        in their request come by TMA, through tensor maps encoded at capture), with and without a plan */
     for (ti = 0; ti < 2; ti++)
         for (causal = 0; causal < 2; causal++) {
-            memset(&c, 0, sizeof c);
-            c.heads = 16;
-            c.dqk = 192;
-            c.dv = 128;
-            c.batch = 3;
-            c.causal = causal;
-            c.max_len = 600;
-            c.dtype = ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
-            c.o_dtype = AITER_MLA_BF16;
-            c.with_lse = 1;
+            c = prefill_case_of(16, 192, 128, 3, causal, 600, ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16, AITER_MLA_BF16);
             c.graph = 1;
             run_prefill_case(&c, rng);
             c.plan_cu = 1 + rng_int(rng, 0, 131);
@@ -994,17 +978,9 @@ static void test_prefill_long_rows(test_rng *rng) {
     for (ti = 0; ti < 2; ti++)
         for (causal = 0; causal < 2; causal++)
             for (mode = 0; mode < 2; mode++) {
-                memset(&c, 0, sizeof c);
-                c.heads = 2;
-                c.dqk = 192;
-                c.dv = 128;
-                c.batch = 2;
-                c.causal = causal;
-                c.max_len = 160; /* query rows; causal rows end at the last key (bottom-right) */
+                /* up to 160 query rows; causal rows end at the last key (bottom-right) */
+                c = prefill_case_of(2, 192, 128, 2, causal, 160, ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16, AITER_MLA_BF16);
                 c.sk_fixed = g_quick ? 4096 : 16384;
-                c.dtype = ti ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
-                c.o_dtype = AITER_MLA_BF16;
-                c.with_lse = 1;
                 c.plan_cu = mode ? 1 + rng_int(rng, 0, 131) : 0;
                 run_prefill_case(&c, rng);
             }
