@@ -72,6 +72,17 @@ __device__ __forceinline__ void wait_for_producer() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// Four floats (a in the low byte) to e4m3fn by the hardware converter: round to nearest even,
+// saturating to +-448; a value that rounds to zero keeps its sign (0x80) and NaN is 0x7f or
+// 0xff (f32x4_to_fp8x4 mends both to the header's codes).
+__device__ __forceinline__ uint32_t f32x4_to_e4m3x4_hw(float a, float b, float c, float d) {
+    uint16_t lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+#endif
 
 // ==== dense decode: portable path ==========================================================
 // One block per CU runs that CU's work items of the plan. A work item is a query tile of one
@@ -2249,8 +2260,8 @@ __device__ __forceinline__ void rescale_rows_unless_one(float (&acc)[N], float f
 // SP1 4991-5020 -> 4923-4929, V4P-h64-ws 2973-2984 -> 2885-2888, V4P-h128-ws 5672-5682 ->
 // 5485-5498 (split); P3-fp8 15806-16008 -> 15486-15572, P4-fp8 3849-3855 -> 3785-3790, bf16
 // prefill within 1 %. test_decode_rising_keys and the sparse tests' ramp cases move m mid-pass.
-constexpr float kLazyRise = 8.0f;
-template <int N, bool kFused = false, bool kLazy = false, int kRise = (int)kLazyRise> // kRise: log2 of how far P may reach
+constexpr int kLazyRise = 8;
+template <int N, bool kFused = false, bool kLazy = false, int kRise = kLazyRise> // kRise: log2 of how far P may reach
 __device__ __forceinline__ void online_softmax_rows(float (&s)[N], float scale, float &ma, float &mb, float &la, float &lb, float &fa,
                                                     float &fb, float *ta = nullptr, float *tb = nullptr) {
     float xa = neg_inf(), xb = neg_inf();
@@ -2341,44 +2352,39 @@ __device__ __forceinline__ void mma_64x256_ss(float (&d)[128], uint64_t da, uint
                  : "l"(da), "l"(db), "r"(1));
 }
 
-// D (+)= A B, m64n128k16 over 16-bit operands (f16 when F16, else bf16), A and B by
-// descriptor, both K-major; accumulate = 0 starts D afresh.
-#define AITER_MLA__WGMMA_64x128_SS(T)                                                                           \
+// m64n128 products. KT: the shape's k and the operand types ("k16.f32.bf16.bf16"); IMMS: the
+// scales of A and B (1) and, for 16-bit operands only, the transpose flags (8-bit operands are
+// K-major only, and have none).
+// D (+)= A B, A and B by descriptor; accumulate = 0 starts D afresh.
+#define AITER_MLA__WGMMA_64x128_SS(KT, IMMS)                                                                     \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " AITER_MLA__REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128" KT " " AITER_MLA__REGS64 ", %64, %65, p, " IMMS ";\n}\n"  \
                  : AITER_MLA__ACC64(d)                                                                          \
                  : "l"(da), "l"(db), "r"(accumulate))
-template <bool F16>
-__device__ __forceinline__ void mma_64x128_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
-    if constexpr (F16) AITER_MLA__WGMMA_64x128_SS("f16");
-    else AITER_MLA__WGMMA_64x128_SS("bf16");
-}
-// D += A B, m64n128k16, A from registers (the m16n8k16 A fragment of each warp's 16 rows), B by
-// descriptor, MN-major.
-#define AITER_MLA__WGMMA_64x128_RS(T)                                                                           \
+// D += A B, A from registers (each warp's 16 rows as an mma.sync A fragment of the type), B by descriptor.
+#define AITER_MLA__WGMMA_64x128_RS(KT, IMMS)                                                                     \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T " " AITER_MLA__REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128" KT " " AITER_MLA__REGS64 ", {%64, %65, %66, %67}, %68, p, " IMMS ";\n}\n" \
                  : AITER_MLA__ACC64(d)                                                                          \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+// k16 over 16-bit operands (f16 when F16, else bf16), both K-major.
+template <bool F16>
+__device__ __forceinline__ void mma_64x128_ss(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (F16) AITER_MLA__WGMMA_64x128_SS("k16.f32.f16.f16", "1, 1, 0, 0");
+    else AITER_MLA__WGMMA_64x128_SS("k16.f32.bf16.bf16", "1, 1, 0, 0");
+}
+// k16 over 16-bit operands, B MN-major.
 template <bool F16>
 __device__ __forceinline__ void mma_64x128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    if constexpr (F16) AITER_MLA__WGMMA_64x128_RS("f16");
-    else AITER_MLA__WGMMA_64x128_RS("bf16");
+    if constexpr (F16) AITER_MLA__WGMMA_64x128_RS("k16.f32.f16.f16", "1, 1, 1");
+    else AITER_MLA__WGMMA_64x128_RS("k16.f32.bf16.bf16", "1, 1, 1");
 }
-
-// O += P V over 32 keys in e4m3: m64n128k32, P's A fragments from registers, V^T (K-major) by descriptor.
+// k32 over e4m3: S += Q K^T (both by descriptor), O += P V (P from registers, V^T by descriptor).
+__device__ __forceinline__ void mma_64x128_ss_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    AITER_MLA__WGMMA_64x128_SS("k32.f32.e4m3.e4m3", "1, 1");
+}
 __device__ __forceinline__ void mma_64x128_rs_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " AITER_MLA__REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-                 : AITER_MLA__ACC64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-// Four floats (the first in the low byte) to e4m3fn, rounded to nearest, saturating.
-__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float a, float b, float c, float d) {
-    uint16_t lo, hi;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
-    return (uint32_t)lo | (uint32_t)hi << 16;
+    AITER_MLA__WGMMA_64x128_RS("k32.f32.e4m3.e4m3", "1, 1");
 }
 // kPair: launched in clusters of two blocks that take the same keys (rows side by side), each
 // widening half of every tile into both (fp8 keys; FlashMLA's "crossover"): the widening, the
@@ -4169,8 +4175,8 @@ struct PfSmem { // byte offsets from a 1024-byte aligned base
 
 // Tensor maps of q, k and v for the loader's TMA copies: dims (head dim, head, row), boxes of
 // 128 bytes x 1 head x 128 rows in the 128-byte swizzle, i.e. one shared block of the layout
-// above (fp8 K's second block of a 192-dim row takes dims 128..255, the map's zeros past 191);
-// fp8 V's box is a whole row of dv bytes, unswizzled, as its staging slot holds it. The row
+// above (fp8 K's second block of a 192-dim row takes dims 128..255, the map's zeros past 191;
+// fp8 V's 128-byte rows land in its staging slot). The row
 // extent is unbounded (the host knows no token count): only whole tiles within a request are
 // copied this way. on == 0: no maps (cp.async for everything).
 struct PfMaps {
@@ -4179,26 +4185,19 @@ struct PfMaps {
 };
 
 // Rows [0, valid) of a tensor view of kChunks 16-byte chunks a row (row stride in bytes) into
-// `rows` rows at dst, swizzled (kSwz) or packed, by the loader's 128 threads; rows past `valid`
+// `rows` rows at dst, swizzled, by the loader's 128 threads; rows past `valid`
 // are zeros. Each thread keeps one chunk of the row and steps over rows (kChunks threads a row,
 // the rest idle), so that the addresses advance by additions.
-template <int kChunks, bool kSwz = true>
+template <int kChunks>
 __device__ __forceinline__ void pf_copy_rows(uint32_t dst, const unsigned char *src, int64_t row_stride, int valid, int rows, int t) {
     constexpr int kStep = 128 / kChunks; // rows a round
     const int part = t % kChunks;
     if (t >= kStep * kChunks) return;
     const unsigned char *g = src + (t / kChunks) * row_stride + part * 16;
     for (int r = t / kChunks; r < rows; r += kStep, g += kStep * row_stride)
-        cp_async16(dst + (kSwz ? swz<kPfN>(r, part) : (uint32_t)(r * kChunks + part) * 16), r < valid ? g : src, r < valid ? 16 : 0);
+        cp_async16(dst + swz<kPfN>(r, part), r < valid ? g : src, r < valid ? 16 : 0);
 }
 
-// S += Q K^T over one k-step of 32 e4m3 values: m64n128k32, both operands K-major by descriptor.
-__device__ __forceinline__ void mma_64x128_ss_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " AITER_MLA__REGS64 ", %64, %65, p, 1, 1;\n}\n"
-                 : AITER_MLA__ACC64(d)
-                 : "l"(da), "l"(db), "r"(accumulate));
-}
 
 // FP8: e4m3fn q, k, v (per-tensor scales in score_scale and v_scale): S and P V by e4m3 products,
 // P rounded to e4m3 after a factor kPUp, V transposed by the loader (wgmma reads an 8-bit B
@@ -4429,7 +4428,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                         if (kb + (j >> 2) * 8 + (lane & 3) * 2 + (j & 1) >= ((j & 2) ? limb : lima)) sc[j] = neg_inf();
                 }
                 // lazy m; e4m3 P: a rise of 2^4 at most, so that P times kPUp stays below e4m3's 448
-                online_softmax_rows<64, FP8, true, FP8 ? 4 : (int)kLazyRise>(sc, p.score_scale, ma, mb, la, lb, fa, fb);
+                online_softmax_rows<64, FP8, true, FP8 ? 4 : kLazyRise>(sc, p.score_scale, ma, mb, la, lb, fa, fb);
             };
             auto pack_p = [&](const float (&sc)[64]) {
                 if constexpr (FP8) {
@@ -4441,10 +4440,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
 #pragma unroll
                     for (int kk = 0; kk < kPSteps; kk++) {
                         const float *x = sc + 16 * kk;
-                        pa[kk][0] = f32x4_to_e4m3x4(x[0] * kPUp, x[1] * kPUp, x[4] * kPUp, x[5] * kPUp);
-                        pa[kk][1] = f32x4_to_e4m3x4(x[2] * kPUp, x[3] * kPUp, x[6] * kPUp, x[7] * kPUp);
-                        pa[kk][2] = f32x4_to_e4m3x4(x[8] * kPUp, x[9] * kPUp, x[12] * kPUp, x[13] * kPUp);
-                        pa[kk][3] = f32x4_to_e4m3x4(x[10] * kPUp, x[11] * kPUp, x[14] * kPUp, x[15] * kPUp);
+                        pa[kk][0] = f32x4_to_e4m3x4_hw(x[0] * kPUp, x[1] * kPUp, x[4] * kPUp, x[5] * kPUp);
+                        pa[kk][1] = f32x4_to_e4m3x4_hw(x[2] * kPUp, x[3] * kPUp, x[6] * kPUp, x[7] * kPUp);
+                        pa[kk][2] = f32x4_to_e4m3x4_hw(x[8] * kPUp, x[9] * kPUp, x[12] * kPUp, x[13] * kPUp);
+                        pa[kk][3] = f32x4_to_e4m3x4_hw(x[10] * kPUp, x[11] * kPUp, x[14] * kPUp, x[15] * kPUp);
                     }
                 } else {
 #pragma unroll
@@ -4775,10 +4774,7 @@ __device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[
 __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dtype fp8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     if (fp8 == AITER_MLA_FP8_E4M3FN) {
-        uint16_t lo, hi;
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(v[1]), "f"(v[0]));
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(v[3]), "f"(v[2]));
-        const uint32_t w = lo | (uint32_t)hi << 16, m = w & 0x7f7f7f7fu;
+        const uint32_t w = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]), m = w & 0x7f7f7f7fu;
         return m | (w & (m + 0x7f7f7f7fu) & ~(m + 0x01010101u) & 0x80808080u);
     }
 #endif
@@ -5865,13 +5861,13 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 constexpr int kPfResidentTiles = 64;
 
 // The map of a [rows, heads, cols] tensor of `elt`-byte elements (strides in elements) with
-// boxes of `box_cols` x 1 x wg::kPfN (wg::PfMaps).
+// boxes of 128 bytes x 1 x wg::kPfN in the 128-byte swizzle (wg::PfMaps).
 static bool encode_pf_map(CUtensorMap *m, const void *base, CUtensorMapDataType type, int elt, int cols, int heads, int64_t stride_head,
-                          int64_t stride_token, int box_cols, CUtensorMapSwizzle swizzle) {
+                          int64_t stride_token) {
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, 0x7fffffffu};
     const cuuint64_t strides[2] = {(cuuint64_t)(stride_head * elt), (cuuint64_t)(stride_token * elt)};
-    const cuuint32_t box[3] = {(cuuint32_t)box_cols, 1, (cuuint32_t)wg::kPfN};
-    return encode_tensor_map(m, type, 3, base, dims, strides, box, swizzle);
+    const cuuint32_t box[3] = {(cuuint32_t)(128 / elt), 1, (cuuint32_t)wg::kPfN};
+    return encode_tensor_map(m, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 // q, k and v's maps for the wgmma prefill; on = 0 (the loader copies by cp.async) where the
 // driver has no encoder or refuses a layout.
@@ -5880,11 +5876,10 @@ static wg::PfMaps prefill_maps(const aiter_mla_prefill_args &a, bool fp8) {
     const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                      : a.qkv_dtype == AITER_MLA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                     : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    const int elt = fp8 ? 1 : 2, box = 128 / elt; // one 128-byte swizzled block of a row
-    const CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B;
-    m.on = encode_pf_map(&m.q, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token, box, sw) &&
-           encode_pf_map(&m.k, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token, box, sw) &&
-           encode_pf_map(&m.v, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token, box, sw);
+    const int elt = fp8 ? 1 : 2;
+    m.on = encode_pf_map(&m.q, a.q, type, elt, a.dqk, a.num_heads, a.q_stride_head, a.q_stride_token) &&
+           encode_pf_map(&m.k, a.k, type, elt, a.dqk, a.num_heads, a.k_stride_head, a.k_stride_token) &&
+           encode_pf_map(&m.v, a.v, type, elt, a.dv, a.num_heads, a.v_stride_head, a.v_stride_token);
     return m;
 }
 
