@@ -225,8 +225,9 @@ AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t);
 /* ---- converters (host and device; round to nearest even) ------------------------------
  * bf16/f16: IEEE behaviour (overflow to inf, NaN stays NaN).
  * fp8: saturating: finite values and infinities beyond the maximum become +-max
- * (448 e4m3fn, 240 e4m3fnuz); NaN becomes the format's NaN. fnuz has no negative zero:
- * -0 and values that round to zero encode as 0x00. */
+ * (448 e4m3fn, 240 e4m3fnuz); NaN becomes the format's NaN (0x7f e4m3fn, 0x80 fnuz). A value
+ * that rounds to zero keeps its sign in e4m3fn (-0 is 0x80, as torch's float8_e4m3fn and the
+ * hardware converters of vLLM's cache writers give); fnuz has no negative zero: 0x00. */
 AITER_MLA_HD uint32_t aiter_mla__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 AITER_MLA_HD float aiter_mla__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -292,7 +293,7 @@ AITER_MLA_HD uint8_t aiter_mla_f32_to_fp8(float f, aiter_mla_dtype t) {
         code = (e - 1 + bias) * 8 + (int)rintf((mant * 2.0f - 1.0f) * 8.0f);
         if (code > max_code) code = max_code;
     }
-    if (code == 0) return 0; /* fnuz: no -0; fn: +0 and -0 both decode to 0 */
+    if (code == 0) return fnuz ? 0u : (uint8_t)(neg << 7); /* fnuz: no -0 (0x80 is its NaN) */
     return (uint8_t)((neg << 7) | (uint32_t)code);
 }
 

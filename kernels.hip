@@ -74,8 +74,8 @@ __device__ __forceinline__ void wait_for_producer() {
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // Four floats (a in the low byte) to e4m3fn by the hardware converter: round to nearest even,
-// saturating to +-448; a value that rounds to zero keeps its sign (0x80) and NaN is 0x7f or
-// 0xff (f32x4_to_fp8x4 mends both to the header's codes).
+// saturating to +-448; a value that rounds to zero keeps its sign (0x80), as the header's
+// converter does, and NaN is 0x7f or 0xff (f32x4_to_fp8x4 mends it to the header's 0x7f).
 __device__ __forceinline__ uint32_t f32x4_to_e4m3x4_hw(float a, float b, float c, float d) {
     uint16_t lo, hi;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
@@ -4766,16 +4766,15 @@ __device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[
 
 // Four floats v[0..3] as e4m3 codes (v[0] in the low byte), aiter_mla_f32_to_fp8's codes bit for
 // bit. e4m3fn on sm_89+: the hardware converter (round to nearest even, saturating to
-// +-448), with its two differences from the header mended per byte: a value that rounds to
-// zero is code 0 (the converter keeps the sign: 0x80), and NaN is 0x7f whatever its sign.
-// Per byte m = code & 0x7f: m + 0x7f carries into bit 7 unless m is 0, m + 1 only when m is
-// 0x7f, and neither carries into the next byte. Everything else: the header's converter
-// (the writers' cost was this encoding: DSW 44 % of copy with it in software).
+// +-448), with its one difference from the header mended per byte: NaN is 0x7f whatever its
+// sign. Per byte m = code & 0x7f: m + 1 carries into bit 7 only when m is 0x7f (NaN), and never
+// into the next byte. Everything else: the header's converter (the writers' cost was this
+// encoding: DSW 44 % of copy with it in software).
 __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dtype fp8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     if (fp8 == AITER_MLA_FP8_E4M3FN) {
-        const uint32_t w = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]), m = w & 0x7f7f7f7fu;
-        return m | (w & (m + 0x7f7f7f7fu) & ~(m + 0x01010101u) & 0x80808080u);
+        const uint32_t w = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]);
+        return w & ~(((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u);
     }
 #endif
     uint32_t w = 0u;

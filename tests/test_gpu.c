@@ -1537,8 +1537,8 @@ static void test_ds_mla_write_gpu(test_rng *rng) {
 /* The writers' fp8 encoding against the header's, code by code: every bf16 value of
  * magnitude up to the format's max, NaNs included, goes through the fp8_ds_mla writer with
  * its group scale pinned to 1 (each group of 128 holds the max itself), so the cache holds
- * fp8(x) of each. Covers rounding ties, subnormals, negatives that round to zero (code 0,
- * not 0x80) and NaN of either sign (0x7f / 0x80): the GPU may use a hardware converter. */
+ * fp8(x) of each. Covers rounding ties, subnormals, negatives that round to zero (e4m3fn
+ * 0x80, fnuz 0x00) and NaN of either sign (0x7f / 0x80): the GPU may use a hardware converter. */
 static void test_fp8_encode_gpu(test_rng *rng) {
     int v;
     for (v = 0; v < 4; v++) {

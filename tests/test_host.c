@@ -82,7 +82,8 @@ static void test_status_and_dtypes(void) {
  * converters
  * ===================================================================================== */
 /* Expected e4m3 code of x by brute force: the nearest finite code (saturating), ties to the
- * even code. Zero results: fnuz 0x00 only; e4m3fn 0x00 (0x80 accepted in *alt). */
+ * even code. Zero results: fnuz 0x00; e4m3fn keeps x's sign (0x80 for -0 and negatives that
+ * round to zero, as torch's float8_e4m3fn does). *alt: a second accepted code (-NaN's 0xff). */
 static int ref_f32_to_fp8(float x, int fnuz, int *alt) {
     int c, best = -1, max_code = fnuz ? 0x7f : 0x7e;
     double best_d = INFINITY;
@@ -104,10 +105,7 @@ static int ref_f32_to_fp8(float x, int fnuz, int *alt) {
             best = c;
         }
     }
-    if (ref_fp8_to_f64((uint8_t)best, fnuz) == 0.0) {
-        best = 0;
-        if (!fnuz) *alt = 0x80;
-    }
+    if (ref_fp8_to_f64((uint8_t)best, fnuz) == 0.0) best = !fnuz && signbit(x) ? 0x80 : 0;
     return best;
 }
 
@@ -278,7 +276,9 @@ static void test_fp8_encode(void) {
             } else {
                 CHECK(aiter_mla_f32_to_fp8(NAN, t) == 0x7f, "fn NaN -> 0x%02x", aiter_mla_f32_to_fp8(NAN, t));
                 CHECK((aiter_mla_f32_to_fp8(-NAN, t) & 0x7f) == 0x7f, "fn -NaN -> 0x%02x", aiter_mla_f32_to_fp8(-NAN, t));
-                CHECK(aiter_mla_fp8_to_f32(aiter_mla_f32_to_fp8(-0.0f, t), t) == 0.0f, "fn -0.0 does not encode a zero");
+                CHECK(aiter_mla_f32_to_fp8(-0.0f, t) == 0x80, "fn -0.0 -> 0x%02x, want 0x80", aiter_mla_f32_to_fp8(-0.0f, t));
+                CHECK(aiter_mla_f32_to_fp8(-1e-30f, t) == 0x80, "fn -1e-30 -> 0x%02x, want 0x80",
+                      aiter_mla_f32_to_fp8(-1e-30f, t));
                 CHECK(aiter_mla_f32_to_fp8(0.0f, t) == 0x00, "fn +0 -> 0x%02x", aiter_mla_f32_to_fp8(0.0f, t));
             }
         }
