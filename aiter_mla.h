@@ -1888,6 +1888,18 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
     } while (0)
 /* Strides above 2^32 elements are refused: row * stride then stays far inside int64. */
 #define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
+/* A token stride left at 0 becomes num_heads * the head stride, under the same bound as a
+ * stride given (a valid head stride times many heads can pass it). */
+static aiter_mla_status aiter_mla__default_token_stride(const char *op, const char *pre, const char *field, int64_t *stride,
+                                                       int64_t heads, int64_t head_stride, const char *head_field) {
+    if (*stride) return AITER_MLA_OK;
+    if (heads * head_stride > AITER_MLA__MAX_STRIDE)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: %s%s = 0 means num_heads x %s%s = %lld x %lld, above 2^32: set %s%s", op, pre, field, pre,
+                               head_field, (long long)heads, (long long)head_stride, pre, field);
+    *stride = heads * head_stride;
+    return AITER_MLA_OK;
+}
 #define AITER_MLA__MAX_PREFILL_HEADS 65535 /* heads of a prefill plan and its reduce: the prefill kernels take heads along grid y */
 #define AITER_MLA__CHECK(expr) do { aiter_mla_status st_ = (expr); if (st_ != AITER_MLA_OK) return st_; } while (0)
 /* A paged cache of num_blocks pages of block_size slots: each in range, and slot * 1024 (a row's
@@ -2161,8 +2173,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
     if (pages > a.kv_indices_capacity)
         return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: kv_indices needs %lld entries, kv_indices_capacity = %lld",
                                op, (long long)pages, (long long)a.kv_indices_capacity);
-    if (pages > INT32_MAX || tokens > INT32_MAX)
+    if (pages > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_lens add up to more than 2^31 pages", op);
+    if (tokens > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s add up to more than 2^31 query tokens", op,
+                               a.q_lens ? "q_lens" : "batch x q_len");
     a.qo_indptr[0] = 0;
     a.kv_indptr[0] = 0;
     for (b = 0; b < a.batch; b++) {
@@ -2585,9 +2600,11 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
     AITER_MLA__RANGE(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_HEAD_DIM;
-    if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "q_stride_token", &a->q_stride_token, a->num_heads,
+                                                     a->q_stride_head, "q_stride_head"));
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
-    if (!a->o_stride_token) a->o_stride_token = (int64_t)a->num_heads * a->o_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a->o_stride_token, a->num_heads,
+                                                     a->o_stride_head, "o_stride_head"));
 
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
@@ -2759,7 +2776,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!a.lse_stride_head) a.lse_stride_head = 1;
     if (!a.lse_stride_token) a.lse_stride_token = a.num_heads;
     if (!a.o_stride_head) a.o_stride_head = a.dv;
-    if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
+                                                     a.o_stride_head, "o_stride_head"));
     if (a.num_tiles == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.partial_o, "partial_o");
     AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
@@ -3292,13 +3310,17 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
     AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     if (!a.q_stride_head) a.q_stride_head = a.dqk;
-    if (!a.q_stride_token) a.q_stride_token = (int64_t)a.num_heads * a.q_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "q_stride_token", &a.q_stride_token, a.num_heads,
+                                                     a.q_stride_head, "q_stride_head"));
     if (!a.k_stride_head) a.k_stride_head = a.dqk;
-    if (!a.k_stride_token) a.k_stride_token = (int64_t)a.num_heads * a.k_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "k_stride_token", &a.k_stride_token, a.num_heads,
+                                                     a.k_stride_head, "k_stride_head"));
     if (!a.v_stride_head) a.v_stride_head = a.dv;
-    if (!a.v_stride_token) a.v_stride_token = (int64_t)a.num_heads * a.v_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "v_stride_token", &a.v_stride_token, a.num_heads,
+                                                     a.v_stride_head, "v_stride_head"));
     if (!a.o_stride_head) a.o_stride_head = a.dv;
-    if (!a.o_stride_token) a.o_stride_token = (int64_t)a.num_heads * a.o_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
+                                                     a.o_stride_head, "o_stride_head"));
     AITER_MLA__NEED(op, a.q, "q");
     AITER_MLA__NEED(op, a.k, "k");
     AITER_MLA__NEED(op, a.v, "v");
@@ -3766,6 +3788,13 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
     AITER_MLA__RANGE(op, a->offset, 0, a->out_rows, "offset");
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
+    { /* out's bytes fit int64: every offset into it is computed in it */
+        const int64_t row_bytes = AITER_MLA_V4_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->out_dtype);
+        if (a->out_rows > 0 && a->batch > INT64_MAX / row_bytes / a->out_rows)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: batch x out_rows = %d x %lld rows of %lld bytes (512 x element size) pass int64", op,
+                                   a->batch, (long long)a->out_rows, (long long)row_bytes);
+    }
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
@@ -4177,9 +4206,11 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_V4_HEAD_DIM;
-    if (!a->q_stride_token) a->q_stride_token = (int64_t)a->num_heads * a->q_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "q_stride_token", &a->q_stride_token, a->num_heads,
+                                                     a->q_stride_head, "q_stride_head"));
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
-    if (!a->o_stride_token) a->o_stride_token = (int64_t)a->num_heads * a->o_stride_head;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", &a->o_stride_token, a->num_heads,
+                                                     a->o_stride_head, "o_stride_head"));
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
     if (!aiter_mla__is_16bit(a->q_dtype))

@@ -5846,7 +5846,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
 static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
     const unsigned heads = (unsigned)min(a->num_heads, kMaxGrid);
     if (a->plan) return dim3((unsigned)a->plan_info->desc.num_cu, heads, 1);
-    return dim3((unsigned)((a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
+    return dim3((unsigned)(((int64_t)a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
 }
 
 #ifdef AITER_MLA_HAS_WGMMA

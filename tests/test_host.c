@@ -2324,6 +2324,11 @@ static void test_reduce_ref(void) {
             b = a;
             b.o_stride_head = -512;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head");
+            b = a;
+            b.o_stride_token = 0;
+            b.o_stride_head = (int64_t)1 << 32; /* within 2^32, but not num_heads times it */
+            if (b.num_heads < 2) b.num_heads = 2;  /* refused before anything is read */
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 0 means");
             {
                 int32_t bad_fm[2 * 8], bad_pm[64], bad_ri[9];
                 memcpy(bad_fm, fm, sizeof(int32_t) * 2 * ntiles);
@@ -2779,6 +2784,15 @@ static void test_hardening(void) {
         if (info.workspace_bytes <= sizeof ws - 32) CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
         a.q_stride_token = (int64_t)1 << 40;
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token");
+        /* head strides within 2^32 whose default token strides (16 x them) are not */
+        a.q_stride_token = 0;
+        a.q_stride_head = (int64_t)1 << 32;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token = 0 means");
+        CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token = 0 means");
+        a.q_stride_head = 0;
+        a.o_stride_head = (int64_t)1 << 32;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 0 means");
+        a.o_stride_head = 0;
     }
     /* a slot that does not fit int32 expands to -1, not to an overflowed value */
     {
@@ -3990,6 +4004,7 @@ static void test_small_op_wrappers(void) {
         V4G_CASE(b.out_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4G_CASE(b.offset = 5, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4G_CASE(b.offset = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        V4G_CASE((b.batch = (1 << 23) + 2, b.out_rows = INT32_MAX), AITER_MLA_ERR_INVALID_ARGUMENT); /* out's bytes pass int64 */
         V4G_CASE(b.block_table = NULL, AITER_MLA_ERR_NULL_POINTER);
         V4G_CASE(b.seq_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
         V4G_CASE(b.out = NULL, AITER_MLA_ERR_NULL_POINTER);
@@ -4329,6 +4344,7 @@ static void test_attention_wrappers(void) {
     PF_CASE(b.qkv_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
     PF_CASE(b.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.q_stride_token = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
+    PF_CASE(b.k_stride_head = (int64_t)1 << 32, AITER_MLA_ERR_INVALID_ARGUMENT); /* x 2 heads: the default token stride */
     PF_CASE(b.v_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.num_cu = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
     PF_CASE(b.num_cu = 65537, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4336,6 +4352,9 @@ static void test_attention_wrappers(void) {
     b = a; /* the message names the scale that is wrong */
     b.k_scale = -1.0f;
     CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "k_scale");
+    b = a; /* and the token stride whose default passes 2^32 */
+    b.v_stride_head = (int64_t)1 << 32;
+    CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "v_stride_token = 0 means");
     /* what only the GPU path checks; cu_seqlens contents are device data there */
     b = a;
     b.max_seqlen_q = 0;
@@ -5496,6 +5515,8 @@ static void test_v4_attention(void) {
             V4A_CASE(e.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.sm_scale = -1.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.q_stride_head = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE((e.num_heads = 2, e.q_stride_token = 0, e.o_stride_token = 0, e.o_stride_head = (int64_t)1 << 32),
+                     AITER_MLA_ERR_INVALID_ARGUMENT); /* the default o_stride_token, 2 x 2^32 */
             V4A_CASE(e.o = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_OK);
             V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_INVALID_ARGUMENT);
