@@ -4766,15 +4766,19 @@ __device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[
 
 // Four floats v[0..3] as e4m3 codes (v[0] in the low byte), aiter_mla_f32_to_fp8's codes bit for
 // bit. e4m3fn on sm_89+: the hardware converter (round to nearest even, saturating to
-// +-448), with its one difference from the header mended per byte: NaN is 0x7f whatever its
-// sign. Per byte m = code & 0x7f: m + 1 carries into bit 7 only when m is 0x7f (NaN), and never
-// into the next byte. Everything else: the header's converter (the writers' cost was this
-// encoding: DSW 44 % of copy with it in software).
+// +-448) for each code's magnitude m = code & 0x7f, and the sign bit from the float itself
+// (the header's rule: a value that rounds to zero keeps its sign), except for NaN, 0x7f
+// whatever its sign: m + 1 carries into bit 7 only when m is 0x7f, and never into the next
+// byte. Everything else: the header's converter (the writers' cost was this encoding: DSW
+// 44 % of copy with it in software).
 __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dtype fp8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     if (fp8 == AITER_MLA_FP8_E4M3FN) {
-        const uint32_t w = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]);
-        return w & ~(((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u);
+        const uint32_t m = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]) & 0x7f7f7f7fu;
+        const uint32_t lo = __byte_perm(__float_as_uint(v[0]), __float_as_uint(v[1]), 0x73); // their top bytes
+        const uint32_t hi = __byte_perm(__float_as_uint(v[2]), __float_as_uint(v[3]), 0x73);
+        const uint32_t sign = __byte_perm(lo, hi, 0x5410) & 0x80808080u;
+        return m | (sign & ~((m + 0x01010101u) & 0x80808080u));
     }
 #endif
     uint32_t w = 0u;
@@ -4790,7 +4794,8 @@ __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dty
 // q within an ulp, each residual is exact by FMA, and by Markstein's theorem the second step
 // gives RN(x / s) whenever no intermediate underflows, which the bounds on s ensure for
 // every |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the group's largest value). Smaller
-// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway.
+// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway
+// (+-0: q takes x's sign, which the FMA steps lose for x = -0, and e4m3fn keeps).
 template <int N>
 __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N]) {
     if (s >= 0x1p-60f && s <= 0x1p100f) {
@@ -4799,7 +4804,7 @@ __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, floa
         for (int i = 0; i < N; i++) {
             float v = x[i] * y;
             v = fmaf(fmaf(-v, s, x[i]), y, v);
-            q[i] = fmaf(fmaf(-v, s, x[i]), y, v);
+            q[i] = copysignf(fmaf(fmaf(-v, s, x[i]), y, v), x[i]);
         }
     } else {
 #pragma unroll
