@@ -74,8 +74,9 @@ __device__ __forceinline__ void wait_for_producer() {
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // Four floats (a in the low byte) to e4m3fn by the hardware converter: round to nearest even,
-// saturating to +-448; a value that rounds to zero keeps its sign (0x80), as the header's
-// converter does, and NaN is 0x7f or 0xff (f32x4_to_fp8x4 mends it to the header's 0x7f).
+// saturating to +-448; a value that rounds to zero keeps its sign (0x80) and NaN of either
+// sign is 0x7f: the header's converter's codes, bit for bit (sm_90, the GPU test of every
+// bf16 value through the writers).
 __device__ __forceinline__ uint32_t f32x4_to_e4m3x4_hw(float a, float b, float c, float d) {
     uint16_t lo, hi;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
@@ -4765,21 +4766,11 @@ __device__ __forceinline__ void store_vals(void *p, int64_t i, const float (&v)[
 }
 
 // Four floats v[0..3] as e4m3 codes (v[0] in the low byte), aiter_mla_f32_to_fp8's codes bit for
-// bit. e4m3fn on sm_89+: the hardware converter (round to nearest even, saturating to
-// +-448) for each code's magnitude m = code & 0x7f, and the sign bit from the float itself
-// (the header's rule: a value that rounds to zero keeps its sign), except for NaN, 0x7f
-// whatever its sign: m + 1 carries into bit 7 only when m is 0x7f, and never into the next
-// byte. Everything else: the header's converter (the writers' cost was this encoding: DSW
-// 44 % of copy with it in software).
+// bit: e4m3fn on sm_89+ by the hardware converter, everything else by the header's converter
+// (the writers' cost was this encoding: DSW 44 % of copy with it in software).
 __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dtype fp8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if (fp8 == AITER_MLA_FP8_E4M3FN) {
-        const uint32_t m = f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]) & 0x7f7f7f7fu;
-        const uint32_t lo = __byte_perm(__float_as_uint(v[0]), __float_as_uint(v[1]), 0x73); // their top bytes
-        const uint32_t hi = __byte_perm(__float_as_uint(v[2]), __float_as_uint(v[3]), 0x73);
-        const uint32_t sign = __byte_perm(lo, hi, 0x5410) & 0x80808080u;
-        return m | (sign & ~((m + 0x01010101u) & 0x80808080u));
-    }
+    if (fp8 == AITER_MLA_FP8_E4M3FN) return f32x4_to_e4m3x4_hw(v[0], v[1], v[2], v[3]);
 #endif
     uint32_t w = 0u;
 #pragma unroll
@@ -4790,12 +4781,13 @@ __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dty
 // q[i] = x[i] / s for the values of one fp8 group, as far as fp8 can tell: the writers'
 // reference divides each value (IEEE, round to nearest), and a division costs ~10
 // instructions with its range check. For s in [2^-60, 2^100] (else: the division) this takes
-// y = RN(1/s) once, q = RN(x y), then twice q = RN(q + RN(x - q s) y): the first step leaves
+// y = RN(1/s) once, q = RN(x y), then twice q = RN(q - RN(q s - x) y): the first step leaves
 // q within an ulp, each residual is exact by FMA, and by Markstein's theorem the second step
 // gives RN(x / s) whenever no intermediate underflows, which the bounds on s ensure for
 // every |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the group's largest value). Smaller
-// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway
-// (+-0: q takes x's sign, which the FMA steps lose for x = -0, and e4m3fn keeps).
+// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway.
+// The residual is taken as q s - x, not x - q s (the same value negated, exactly), so that x
+// = -0 gives q = -0 + -0 = -0, the sign e4m3fn keeps (x - q s made it +0).
 template <int N>
 __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N]) {
     if (s >= 0x1p-60f && s <= 0x1p100f) {
@@ -4803,8 +4795,8 @@ __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, floa
 #pragma unroll
         for (int i = 0; i < N; i++) {
             float v = x[i] * y;
-            v = fmaf(fmaf(-v, s, x[i]), y, v);
-            q[i] = copysignf(fmaf(fmaf(-v, s, x[i]), y, v), x[i]);
+            v = fmaf(-fmaf(v, s, -x[i]), y, v);
+            q[i] = fmaf(-fmaf(v, s, -x[i]), y, v);
         }
     } else {
 #pragma unroll
