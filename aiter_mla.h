@@ -439,7 +439,8 @@ typedef struct aiter_mla_decode_plan_desc {
     int max_batch;      /* >= 1: most requests in one step */
     int num_heads;      /* H, 1..128 */
     int max_q_len;      /* 1..8: most query tokens of one request */
-    int num_cu;         /* >= 1: multiprocessors / CUs the decode kernel may fill (see num_lists) */
+    int num_cu;         /* 1..65535: multiprocessors / CUs the decode kernel may fill (see num_lists;
+                           a grid dimension holds at most 65535 of them) */
     int page_size;      /* power of two 1..256; 0 means 1 */
     int kv_granularity; /* tokens per planning block, power of two 16..4096; 0 means 64 */
     int overhead_blocks; /* fixed cost of a work item in blocks, 1..64; 0 means 1 */
@@ -2031,11 +2032,12 @@ static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_
                                "%s: num_heads = %d is neither a divisor nor a multiple of 16", op, a->num_heads);
     if (!aiter_mla_dtype_size(a->dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: dtype %d is not a known dtype", op, (int)a->dtype);
-    { /* the padded tensor's bytes fit int64: every offset into either tensor is computed in it */
+    { /* the padded tensor's bytes stay under 2^62: every offset into either tensor is computed
+         in int64, and so are the GPU's element counts rounded up to blocks and its grid-stride steps */
         const int64_t row_bytes = (int64_t)aiter_mla_padded_num_heads(a->num_heads) * a->head_dim * (int64_t)aiter_mla_dtype_size(a->dtype);
-        if (a->num_tokens > INT64_MAX / row_bytes)
+        if (a->num_tokens > ((int64_t)1 << 62) / row_bytes)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: num_tokens = %lld tokens of %lld bytes (max(num_heads, 16) x head_dim x element size) pass int64",
+                                   "%s: num_tokens = %lld tokens of %lld bytes (max(num_heads, 16) x head_dim x element size) pass 2^62",
                                    op, (long long)a->num_tokens, (long long)row_bytes);
     }
     if (a->num_tokens > 0) {
@@ -2206,7 +2208,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     AITER_MLA__RANGE(op, d.max_batch, 1, 1 << 20, "max_batch");
     AITER_MLA__RANGE(op, d.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
     AITER_MLA__RANGE(op, d.max_q_len, 1, AITER_MLA_MAX_Q_LEN, "max_q_len");
-    AITER_MLA__RANGE(op, d.num_cu, 1, 65536, "num_cu");
+    AITER_MLA__RANGE(op, d.num_cu, 1, 65535, "num_cu"); /* its lists can be a grid's y dimension */
     AITER_MLA__POW2(op, d.page_size, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
     AITER_MLA__POW2(op, d.kv_granularity, 16, 4096, "kv_granularity");
     AITER_MLA__RANGE(op, d.overhead_blocks, 1, 64, "overhead_blocks");

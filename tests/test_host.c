@@ -605,6 +605,14 @@ static void test_head_padding(void) {
                         CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
                         CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
                         CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
+                        /* 2^63 - 32 bytes of fp8: inside int64, but a launch's count rounded up to
+                           blocks (+ 255) or a grid-stride step past the end would leave it */
+                        a.num_tokens = 486737;
+                        a.num_heads = 291184224;
+                        a.head_dim = 65077;
+                        a.dtype = AITER_MLA_FP8_E4M3FN;
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "pass 2^62");
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "pass 2^62");
                         a.num_tokens = N;
                         a.num_heads = h;
                         a.head_dim = hd_arg;
@@ -2735,6 +2743,8 @@ static void test_hardening(void) {
     d.max_batch = 2;
     d.num_heads = 16;
     d.max_q_len = 1;
+    d.num_cu = 65536; /* a list per CU can be a grid's y dimension: at most 65535 */
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
     d.num_cu = 4;
     CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
     plan = (int32_t *)test_malloc((size_t)info.plan_ints * sizeof(int32_t));
