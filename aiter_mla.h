@@ -356,7 +356,7 @@ typedef struct aiter_mla_expand_page_indices_args {
     const int32_t *seq_lens;     /* [batch] tokens per request */
     int32_t *page_indices;       /* [page_indices_capacity] output */
     int64_t page_indices_capacity; /* elements in page_indices (>= cu_num_tokens[batch]) */
-    int batch;                   /* >= 0 */
+    int batch;                   /* >= 0; the GPU takes at most 2^31 - 65537 */
     int kernel_block_size;       /* K, power of two 1..256; 0 means 1 */
 } aiter_mla_expand_page_indices_args;
 
@@ -641,7 +641,7 @@ typedef struct aiter_mla_prefill_args {
     void *o;                     /* [Tq, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
-    int batch;                   /* >= 1 */
+    int batch;                   /* >= 1; without a plan the GPU takes at most 2^31 - 65537 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
                                     grid (an understated value costs time, every row is still done) */
     int num_cu;                  /* GPU without a plan, optional: the device's multiprocessors (CUs,
@@ -1889,6 +1889,8 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
     } while (0)
 /* Strides above 2^32 elements are refused: row * stride then stays far inside int64. */
 #define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
+/* Most requests a GPU call that walks them in 32-bit steps of up to 65535 blocks takes. */
+#define AITER_MLA__MAX_GRID_BATCH (INT32_MAX - 65536)
 /* A token stride left at 0 becomes num_heads * the head stride, under the same bound as a
  * stride given (a valid head stride times many heads can pass it). */
 static aiter_mla_status aiter_mla__default_token_stride(const char *op, const char *pre, const char *field, int64_t *stride,
@@ -2133,6 +2135,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
 AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_expand_page_indices_args *in, void *stream) {
     aiter_mla_expand_page_indices_args a;
     AITER_MLA__CHECK(aiter_mla__expand_resolve("expand_page_indices", in, &a));
+    AITER_MLA__RANGE("expand_page_indices", a.batch, 0, AITER_MLA__MAX_GRID_BATCH, "batch");
     if (a.batch == 0) return AITER_MLA_OK;
     return AITER_MLA__LAUNCH("expand_page_indices", aiter_mla__launch_expand_page_indices(&a, stream));
 }
@@ -3649,6 +3652,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
+        AITER_MLA__RANGE(op, a.batch, 1, AITER_MLA__MAX_GRID_BATCH, "batch");
     }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
 }

@@ -687,7 +687,12 @@ static void test_expand_page_indices(void) {
             if (out[cu[batch]] != SENT || out[cu[batch] + 1] != SENT) bad++;
             CHECK(bad == 0, "expand K=%d batch=%d: %d wrong entries (first request %d token %d)", K, batch, bad, first_b,
                   first_t);
-            if (ki == 0 && it == 0) CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+            if (ki == 0 && it == 0) {
+                CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                a.batch = INT32_MAX - 1; /* the GPU walks requests in int steps of up to 65535 */
+                CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+                a.batch = batch;
+            }
             if (ki == 2 && it == 0) {
                 a.kernel_block_size = 3;
                 CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "kernel_block_size");
@@ -4369,6 +4374,9 @@ static void test_attention_wrappers(void) {
     b = a;
     b.max_seqlen_q = 0;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+    b = a;
+    b.batch = INT32_MAX - 1; /* the reference's limit; the grid walks requests in int steps of 65535 */
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
     b = a;
     b.num_cu = -1;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
