@@ -1501,17 +1501,18 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
         memcpy(row + AITER_MLA_V4_NOPE_DIM + 2 * i, &h, 2);
     }
 }
-/* Token t's entries of a V4 key list (SPEC 7): how many, *start their first index into
- * k->indices; 0 when the list is unused. A ragged length below zero counts as none (the
- * GPU cannot refuse a non-monotone indptr; the reference refuses it first). */
-AITER_MLA_HD int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, int64_t *start) {
+/* Token t of num_tokens: its entries of a V4 key list (SPEC 7), how many, *start their first
+ * index into k->indices; 0 when the list is unused. A ragged row that is not inside
+ * [0, indptr[num_tokens]] (the entries indices holds) counts as none: the GPU cannot refuse a
+ * non-monotone indptr (the reference refuses it first). */
+AITER_MLA_HD int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, int64_t num_tokens, int64_t *start) {
     int64_t n;
     *start = 0;
     if (!k->indices) return 0;
     if (k->indptr) {
         *start = k->indptr[t];
         n = (int64_t)k->indptr[t + 1] - k->indptr[t];
-        return *start >= 0 && n > 0 ? n : 0;
+        return *start >= 0 && n > 0 && k->indptr[t + 1] <= k->indptr[num_tokens] ? n : 0;
     }
     *start = t * k->indices_stride;
     n = k->indices_stride;
@@ -4267,7 +4268,7 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
         for (src = 0; src < 2; src++) {
             const aiter_mla_v4_keys *k = src ? &a->extra_keys : &a->keys;
             int64_t start, e;
-            const int64_t n = aiter_mla__v4_keys_of(k, t, &start);
+            const int64_t n = aiter_mla__v4_keys_of(k, t, a->num_tokens, &start);
             for (e = 0; e < n; e++) {
                 int pos;
                 const unsigned char *at = aiter_mla__v4_key_at(k, k->indices[start + e], &pos);

@@ -207,8 +207,8 @@ __device__ __forceinline__ Piece sparse_piece(const DecodeParams &p, int t) {
 // group of heads. Keys [tok0, tok0 + n) of the token's kv_len.
 __device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
     Piece c = sparse_piece(p, t);
-    c.v4_n0 = aiter_mla__v4_keys_of(&p.v4_keys[0], c.b, &c.v4_start[0]);
-    c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, &c.v4_start[1]);
+    c.v4_n0 = aiter_mla__v4_keys_of(&p.v4_keys[0], c.b, p.tokens, &c.v4_start[0]);
+    c.kv_len = c.v4_n0 + aiter_mla__v4_keys_of(&p.v4_keys[1], c.b, p.tokens, &c.v4_start[1]);
     c.n = c.kv_len;
     if (p.v4_splits > 1) {
         const int64_t z = blockIdx.z, lo = c.kv_len * z / p.v4_splits, hi = c.kv_len * (z + 1) / p.v4_splits;
@@ -1403,7 +1403,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int ct = gt - (kGW - kCopyWarps) * 32; // this thread's place among the copiers (< 0: none)
         const bool copier = ct >= 0;                 // whole warps
         const int c_key = copier ? ct / kCTPK : 0, c_part = copier ? ct % kCTPK : 0;
-        auto key_of = [&](int i) { return (grp + i * kGroups) * kN + c_key; };
+        auto key_of = [&](int i) { return (int64_t)(grp + i * kGroups) * kN + c_key; }; // past 2^31 keys: int64
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = i % kStages;
             const uint32_t dst = smem_addr(ring + slot * S::stage + c_key * kPitch);
@@ -4610,12 +4610,14 @@ constexpr int kMaxGrid = 65535;
 
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
     for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
-        const int32_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
+        const int32_t start = a.cu_num_tokens[r];
+        // only positions inside the output are visited: garbage starts and lengths stop there
+        const int64_t n = min((int64_t)a.seq_lens[r], a.page_indices_capacity - start), t0 = start < 0 ? -(int64_t)start : 0;
         const int32_t *row = a.block_table + (int64_t)r * a.block_table_stride;
-        for (int32_t t = threadIdx.x; t < n; t += blockDim.x) {
+        for (int64_t t = t0 + threadIdx.x; t < n; t += blockDim.x) {
             const int64_t i = (int64_t)start + t;
             if (i >= 0 && i < a.page_indices_capacity)
-                a.page_indices[i] = aiter_mla__expand_one(row, a.block_table_stride, t, a.kernel_block_size);
+                a.page_indices[i] = aiter_mla__expand_one(row, a.block_table_stride, (int32_t)t, a.kernel_block_size);
         }
     }
 }

@@ -5340,6 +5340,28 @@ static void v4_compare(const char *what, const void *o, aiter_mla_dtype ot, cons
     free(got);
 }
 
+/* A token's rows of a ragged V4 key list, as the GPU reads them from any indptr (device data
+ * there): a row outside [0, indptr[T]], the entries indices holds, is empty. */
+static void test_v4_keys_of_bounds(void) {
+    static const int32_t good[3] = {0, 2, 4}, past[3] = {0, 1000000, 4}, late[3] = {5, 6, 4}, neg[3] = {-3, 1, 4};
+    static const int32_t *const ptrs[4] = {good, past, late, neg};
+    static const int64_t want[4][2] = {{2, 2}, {0, 0}, {0, 0}, {0, 3}};
+    int32_t idx[4] = {0, 1, 2, 3};
+    int c, t;
+    for (c = 0; c < 4; c++) {
+        aiter_mla_v4_keys k;
+        memset(&k, 0, sizeof k);
+        k.indices = idx;
+        k.indptr = ptrs[c];
+        for (t = 0; t < 2; t++) {
+            int64_t start = -7, n = aiter_mla__v4_keys_of(&k, t, 2, &start);
+            CHECK(n == want[c][t] && (n == 0 || (start >= 0 && start + n <= ptrs[c][2])),
+                  "v4_keys_of case %d token %d: %lld entries from %lld, want %lld inside [0, %d]", c, t, (long long)n,
+                  (long long)start, (long long)want[c][t], ptrs[c][2]);
+        }
+    }
+}
+
 static void test_v4_attention(void) {
     /* key sources: A = MODEL1 e4m3fn pages of 16, B = MODEL1 e4m3fnuz pages of 2 (padded
      * stride), C = bf16 rows (a prefill workspace) */
@@ -7987,6 +8009,7 @@ int main(int argc, char **argv) {
     test_v4_c128_indices();
     test_v4_combine();
     test_v4_copy_ragged();
+    test_v4_keys_of_bounds();
     test_v4_attention();
     test_v4_decode();
     test_v4_prefill();
