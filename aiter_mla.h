@@ -1230,7 +1230,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
 /* One key list per token, over MODEL1 pages or over plain 512-wide rows (the prefill
  * workspace). An entry is a slot (MODEL1: page * block_size + offset) or a row number;
  * entries < 0 or >= the cache's slots are skipped. Ragged form (indptr set): token t's
- * entries are indices[indptr[t] .. indptr[t + 1]). Dense form (indptr NULL): the first
+ * entries are indices[indptr[t] .. indptr[t + 1]); the reference refuses an indptr that is
+ * not monotone or starts below 0, and the GPU, which cannot read it on the host, takes a row
+ * outside 0 <= indptr[t] < indptr[t + 1] <= indptr[T] as empty. Dense form (indptr NULL): the first
  * lens[t] of indices[t * indices_stride ..] (lens clamped to 0..indices_stride; all
  * indices_stride when lens is NULL). */
 typedef struct aiter_mla_v4_keys {
