@@ -4607,6 +4607,10 @@ __global__ void head_pad_kernel(const T *src, T *dst, int64_t total, int dst_hea
 // Grids of the small ops are capped (kMaxGrid blocks) and loop: HIP limits a launch to
 // 2^32 threads in all.
 constexpr int kMaxGrid = 65535;
+// The x dimension of the attention grids with a block per token (sparse, V4) or query tile
+// (prefill without a plan): capped at 2^22 blocks for the same limit (blocks of up to 1024
+// threads), far past any batch; their blocks step through the tokens (tiles) by gridDim.x.
+static unsigned token_blocks(int64_t n) { return (unsigned)min(n, (int64_t)1 << 22); }
 
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
     for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
@@ -5845,7 +5849,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
 static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
     const unsigned heads = (unsigned)min(a->num_heads, kMaxGrid);
     if (a->plan) return dim3((unsigned)a->plan_info->desc.num_cu, heads, 1);
-    return dim3((unsigned)(((int64_t)a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
+    return dim3(token_blocks(((int64_t)a->max_seqlen_q + rows_per_pass - 1) / rows_per_pass), heads, (unsigned)min(a->batch, kMaxGrid));
 }
 
 #ifdef AITER_MLA_HAS_WGMMA
@@ -6058,7 +6062,7 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
 #if defined(AITER_MLA_HAS_MFMA)
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
         if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
@@ -6067,7 +6071,7 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
 #elif defined(AITER_MLA_HAS_MMA)
     if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
         hipError_t e;
         if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, a->num_cu);
         else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, a->num_cu);
@@ -6078,7 +6082,7 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
 #endif
     if (!launched) {
         p.rows_per_block = 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + 63) / 64));
+        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + 63) / 64));
         if (kvt == AITER_MLA_BF16) decode_kernel<AITER_MLA_BF16><<<grid, kThreads, 0, s>>>(p);
         else if (kvt == kDsMlaFn) decode_kernel<kDsMlaFn><<<grid, kThreads, 0, s>>>(p);
         else decode_kernel<kDsMlaFnuz><<<grid, kThreads, 0, s>>>(p);
@@ -6128,7 +6132,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
     if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
         if (a->keys.rows) launch_mfma<kV4Bf16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else launch_mfma<kV4Model1, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         launched = true;
@@ -6141,7 +6145,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     };
     if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
         p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid((unsigned)a->num_tokens, (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
         const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, a->num_cu)
                                           : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, a->num_cu);
         if (e != hipSuccess) return (int)e;
@@ -6150,7 +6154,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
 #endif
     if (!launched) {
         p.rows_per_block = 64;
-        decode_kernel<kV4Any><<<dim3((unsigned)a->num_tokens, (unsigned)((H + 63) / 64), splits), kThreads, 0, s>>>(p);
+        decode_kernel<kV4Any><<<dim3(token_blocks(a->num_tokens), (unsigned)((H + 63) / 64), splits), kThreads, 0, s>>>(p);
     }
     if (splits > 1) {
         const hipError_t e = hipGetLastError();
