@@ -1892,8 +1892,6 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
     } while (0)
 /* Strides above 2^32 elements are refused: row * stride then stays far inside int64. */
 #define AITER_MLA__MAX_STRIDE ((int64_t)1 << 32)
-/* Most requests a GPU call that walks them in 32-bit steps of up to 65535 blocks takes. */
-#define AITER_MLA__MAX_GRID_BATCH (INT32_MAX - 65536)
 /* A token stride left at 0 becomes num_heads * the head stride, under the same bound as a
  * stride given (a valid head stride times many heads can pass it). */
 static aiter_mla_status aiter_mla__default_token_stride(const char *op, const char *pre, const char *field, int64_t *stride,
@@ -2138,7 +2136,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
 AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_expand_page_indices_args *in, void *stream) {
     aiter_mla_expand_page_indices_args a;
     AITER_MLA__CHECK(aiter_mla__expand_resolve("expand_page_indices", in, &a));
-    AITER_MLA__RANGE("expand_page_indices", a.batch, 0, AITER_MLA__MAX_GRID_BATCH, "batch");
     if (a.batch == 0) return AITER_MLA_OK;
     return AITER_MLA__LAUNCH("expand_page_indices", aiter_mla__launch_expand_page_indices(&a, stream));
 }
@@ -3655,7 +3652,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
-        AITER_MLA__RANGE(op, a.batch, 1, AITER_MLA__MAX_GRID_BATCH, "batch");
     }
     return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
 }

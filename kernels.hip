@@ -3584,8 +3584,8 @@ __device__ __forceinline__ void grid_block_units(const PrefillParams &p, int bx,
     PrefillUnit u;
     u.loc = -1;
     for (u.h = by; u.h < a.num_heads; u.h += g.y) {
-        for (int b = bz; b < a.batch; b += g.z) {
-            prefill_request(a, b, u);
+        for (int64_t b = bz; b < a.batch; b += g.z) { // int64: b + g.z passes INT32_MAX near the end
+            prefill_request(a, (int)b, u);
             u.j0 = 0;
             u.j1 = u.sk;
             // a max_seqlen_q below the truth costs time, not rows: the tiles wrap around
@@ -4613,7 +4613,7 @@ constexpr int kMaxGrid = 65535;
 static unsigned token_blocks(int64_t n) { return (unsigned)min(n, (int64_t)1 << 22); }
 
 __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a) {
-    for (int r = blockIdx.x; r < a.batch; r += gridDim.x) {
+    for (int64_t r = blockIdx.x; r < a.batch; r += gridDim.x) { // int64: r + gridDim.x passes INT32_MAX near the end
         const int32_t start = a.cu_num_tokens[r];
         // only positions inside the output are visited: garbage starts and lengths stop there
         const int64_t n = min((int64_t)a.seq_lens[r], a.page_indices_capacity - start), t0 = start < 0 ? -(int64_t)start : 0;

@@ -689,7 +689,9 @@ static void test_expand_page_indices(void) {
                   first_t);
             if (ki == 0 && it == 0) {
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
-                a.batch = INT32_MAX - 1; /* the GPU walks requests in int steps of up to 65535 */
+                a.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (its kernel counts requests in int64) */
+                CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                a.batch = INT32_MAX; /* cu_num_tokens has batch + 1 entries */
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
                 a.batch = batch;
             }
@@ -4375,7 +4377,9 @@ static void test_attention_wrappers(void) {
     b.max_seqlen_q = 0;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
     b = a;
-    b.batch = INT32_MAX - 1; /* the reference's limit; the grid walks requests in int steps of 65535 */
+    b.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (the grid counts requests in int64) */
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    b.batch = INT32_MAX; /* cu_seqlens have batch + 1 entries */
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
     b = a;
     b.num_cu = -1;
