@@ -4793,10 +4793,16 @@ __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dty
 // every |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the group's largest value). Smaller
 // quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway.
 // The residual is taken as q s - x, not x - q s (the same value negated, exactly), so that x
-// = -0 gives q = -0 + -0 = -0, the sign e4m3fn keeps (x - q s made it +0).
+// = -0 gives q = -0 + -0 = -0, the sign e4m3fn keeps (x - q s made it +0). A power-of-two s
+// (pow2: MODEL1's UE8M0 scales, fp8_ds_mla's pow2_scales) takes one multiply by 1/s, exact:
+// x / 2^k and x 2^-k are the same number, rounded once (s = +inf: 1/s = 0, as x / inf).
 template <int N>
-__device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N]) {
-    if (s >= 0x1p-60f && s <= 0x1p100f) {
+__device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N], bool pow2) {
+    if (pow2) {
+        const float y = 1.0f / s;
+#pragma unroll
+        for (int i = 0; i < N; i++) q[i] = x[i] * y;
+    } else if (s >= 0x1p-60f && s <= 0x1p100f) {
         const float y = 1.0f / s;
 #pragma unroll
         for (int i = 0; i < N; i++) {
@@ -4988,7 +4994,7 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
             for (int o = kDsGroupLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
             const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
             float q[kDsVals]; // aiter_mla__ds_mla_quant: fp8(x / scale)
-            fp8_quotients(x, scale, q);
+            fp8_quotients(x, scale, q, a.pow2_scales != 0);
             uint32_t w[kDsVals / 4];
 #pragma unroll
             for (int k = 0; k < kDsVals / 4; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
@@ -5000,12 +5006,22 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
                 if (lane % kDsGroupLanes == 0) memcpy(row + 512 + 4 * (lane / kDsGroupLanes), &scale, 4);
             }
             if (lane < 8) {
-                float r[8];
-                raw_to_f32<SRC, 8>(rope[u], r);
                 uint32_t h[4];
+                if constexpr (SRC == AITER_MLA_BF16) {
+                    // bf16 -> f32 -> bf16 is the identity but for NaN, which the header's
+                    // converter quiets (| 0x40): the same bits in a few integer operations
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
+                    for (int k = 0; k < 4; k++) {
+                        const uint32_t w = rope[u][k], lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;
+                        h[k] = w | (lo > 0x7f80u ? 0x40u : 0u) | (hi > 0x7f80u ? 0x400000u : 0u);
+                    }
+                } else {
+                    float r[8];
+                    raw_to_f32<SRC, 8>(rope[u], r);
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
+                }
                 if constexpr (kVec) {
                     store_words(row + 528 + lane * 16, h);
                 } else {
@@ -5174,7 +5190,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla
             const uint8_t e = aiter_mla__ue8m0_encode(amax, a.fp8_max);
             const float scale = aiter_mla__ue8m0_to_f32(e);
             float q[8]; // aiter_mla__v4_quant: fp8(clamp(x / scale))
-            fp8_quotients(x, scale, q);
+            fp8_quotients(x, scale, q, true); // UE8M0: a power of two
             for (float &v : q) v = aiter_mla__v4_clamp(v, a.fp8_max);
             uint32_t w[2];
 #pragma unroll
