@@ -1403,7 +1403,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         const int ct = gt - (kGW - kCopyWarps) * 32; // this thread's place among the copiers (< 0: none)
         const bool copier = ct >= 0;                 // whole warps
         const int c_key = copier ? ct / kCTPK : 0, c_part = copier ? ct % kCTPK : 0;
-        auto key_of = [&](int i) { return (int64_t)(grp + i * kGroups) * kN + c_key; }; // past 2^31 keys: int64
+        // 32-bit unsigned: a piece has fewer than 2^32 keys (V4: two lists of int32 lengths),
+        // and int64 arithmetic here cost the fp8 and V4 rows 2-7 %
+        auto key_of = [&](int i) { return (uint32_t)(grp + i * kGroups) * kN + c_key; };
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = i % kStages;
             const uint32_t dst = smem_addr(ring + slot * S::stage + c_key * kPitch);
