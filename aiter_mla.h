@@ -505,11 +505,13 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * are skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
  * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
- * elements) over a bf16 or fp8 cache takes the tensor-core kernel (with kernels.hip built
- * with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query tile has more than 16
- * rows); everything else the portable one. fp8 keys are widened exactly: to bf16, except
- * e4m3fn keys in passes of up to 16 rows, widened to f16 with q rows scaled by powers of two
- * into f16's range and P rounded to f16 (finer than bf16 on [0, 1]). AMD builds take the
+ * elements) over a bf16 or fp8 cache, or an e4m3 q (8-byte aligned, the same strides,
+ * widened exactly to bf16 as it loads) over its fp8 cache, takes the tensor-core kernel
+ * (with kernels.hip built with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query
+ * tile has more than 16 rows); everything else the portable one. fp8 keys are widened
+ * exactly: to bf16, except e4m3fn keys in passes of up to 16 rows, widened to f16 with q
+ * rows scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
+ * [0, 1]). AMD builds take the
  * matrix-core (MFMA) kernel for a bf16 or f16 q (the same alignment) over a cache of q's type
  * or fp8, keys widened exactly to q's type and P rounded to it, and for an e4m3 q (8-byte
  * aligned, strides multiples of 8) over a cache of the same flavour, both widened exactly to

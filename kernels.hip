@@ -141,6 +141,9 @@ __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn |
 __host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
 // Dims of q . k: 576 for MLA decode and V3.2, 512 for V4 (V is the first 512 either way).
 __host__ __device__ constexpr int qk_dims(int kvt) { return is_v4(kvt) ? kV4D : kD; }
+// Whether a decode over format kvt may have an e4m3 q: only over a per-tensor fp8 cache of
+// q's flavour (the header refuses other pairs).
+__host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_MLA_FP8_E4M3FN || kvt == AITER_MLA_FP8_E4M3FNUZ; }
 // Bytes of one cache row of format kvt as it is copied (kV4Any: the fp32 row in shared memory).
 __host__ __device__ constexpr int cache_row_bytes(int kvt) {
     return is_ds_mla(kvt)            ? kDsRow
@@ -1111,18 +1114,6 @@ template <int ID, int N>
 __device__ __forceinline__ void named_sync() { asm volatile("barrier.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
 template <int ID, int N>
 __device__ __forceinline__ void named_arrive() { asm volatile("barrier.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
-// Query rows r0 .. r0 + rows of a pass (bf16 rows of kDq; zeros past R) into shared memory by
-// cp.async, threads tid, tid + threads, ... taking 16-byte chunks; dst(r, chunk) is a chunk's
-// shared address.
-template <int kDq, typename Dst>
-__device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, const Piece &pc, int r0, int R, int rows, int tid,
-                                            int threads, Dst dst) {
-    for (int c = tid; c < rows * (kDq / 8); c += threads) {
-        const int r = c / (kDq / 8), part = c - r * (kDq / 8);
-        const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
-        cp_async16(dst(r, part), src, r < R ? 16 : 0);
-    }
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -1204,6 +1195,31 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
                                aiter_mla_fp8_to_f32((uint8_t)(pair(i) >> 8), AITER_MLA_FP8_E4M3FNUZ));
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// Query rows r0 .. r0 + rows of a pass (kDq values each, as bf16; zeros past R) into shared
+// memory, threads tid, tid + threads, ... taking 16-byte chunks; dst(r, chunk) is a chunk's
+// shared address. A bf16 q goes by cp.async (in the caller's commit group); an e4m3 q (8-byte
+// rows, widened exactly to bf16), where the instance may meet one (kQ8: takes_fp8_q), by
+// plain loads and stores, which the callers' publication of Q covers as well: a block barrier
+// (decode_mma_kernel), or a proxy fence and an mbarrier arrival (decode_wgmma_kernel's
+// loader; its split scheme, which takes no fence, serves only bf16 rows). Instances without
+// kQ8 keep the cp.async loop alone: the branch cost D2-fp8 4 % where it was not needed.
+template <int kDq, bool kQ8, typename Dst>
+__device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, const Piece &pc, int r0, int R, int rows, int tid,
+                                            int threads, Dst dst) {
+    const bool fp8 = kQ8 && (a.q_dtype == AITER_MLA_FP8_E4M3FN || a.q_dtype == AITER_MLA_FP8_E4M3FNUZ);
+    for (int c = tid; c < rows * (kDq / 8); c += threads) {
+        const int r = c / (kDq / 8), part = c - r * (kDq / 8);
+        if (fp8) {
+            uint2 v8 = make_uint2(0u, 0u);
+            if (r < R) v8 = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8);
+            const uint4 w = e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst(r, part)), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+        } else {
+            const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
+            cp_async16(dst(r, part), src, r < R ? 16 : 0);
+        }
+    }
 }
 // Eight e4m3 values (low byte first) to eight f16 (F16: the products run in f16) or bf16,
 // exactly; fnuz and lut as for e4m3x8_to_bf16x8 (the table holds bf16, so f16 goes without).
@@ -1431,8 +1447,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // m-tiles of this pass; a constant in the 16-row variant, so its loops unroll
             const int R = min(kM, pc.re - r0), MT = kM == 16 ? 1 : (R + 15) >> 4;
             // Q rows (bf16, zeros past R) by cp.async in the first tile's commit group: their latency
-            // overlaps the keys'. The first iteration's barrier is the block's, for Q, lim, m, l.
-            copy_q_rows<kDq>(a, pc, r0, R, MT * 16, tid, kThreads,
+            // overlaps the keys' (an e4m3 q: plain loads, widened). The first iteration's barrier
+            // is the block's, for Q, lim, m, l.
+            copy_q_rows<kDq, takes_fp8_q(KVT)>(a, pc, r0, R, MT * 16, tid, kThreads,
                              [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
             if (kF16) cp_async_commit(); // Q in a group of its own, converted before the first tile
             if (tid < kM) lim_s[tid] = row_key_limit(pc, r0 + tid, H);
@@ -2782,7 +2799,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 // the first keys, then the slots once that pass's rows are stored
                 if (!first) wait(kQFree);
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
-                    copy_q_rows<kDq>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
+                    copy_q_rows<kDq, takes_fp8_q(KVT)>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
                 if constexpr (kSplit) {
                     arrive(kQReady);
                     cp_async_arrive_noinc(bars + 8 * kQReady);
@@ -5807,9 +5824,10 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         }
     }
 #elif defined(AITER_MLA_HAS_MMA)
-    // tensor-core path: bf16 q (16-byte rows), bf16 or fp8 cache
-    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && a->q_stride_token % 8 == 0 &&
-                      a->q_stride_head % 8 == 0;
+    // tensor-core path: bf16 q (16-byte rows) or e4m3 q (8-byte rows, widened to bf16 as it
+    // loads), bf16 or fp8 cache
+    const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
+                      ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
     if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
         launched = true;
         hipError_t e = hipSuccess;

@@ -9,6 +9,8 @@
  * several cache copies rotated so that the bytes read are several times the L2; each run
  * timed with device events after warm-up; the median is reported.
  * Bytes: every KV row read once + q + o. FLOPs: sum 2 * H * q_len * ctx * (576 + 512).
+ * Rows *-fp8 have an e4m3fn cache and a bf16 q; *-fp8q an e4m3fn q as well (vLLM's fp8
+ * decode, which quantises q for an fp8 cache).
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
  * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
@@ -230,7 +232,7 @@ static int32_t *shuffled_ids(int64_t n) {
 typedef struct bench_row {
     const char *id;
     int heads, q_len, batch, mean_ctx, page;
-    aiter_mla_dtype kv;
+    aiter_mla_dtype kv, q; /* q: bf16, or e4m3fn over an e4m3fn cache (vLLM's fp8 decode) */
 } bench_row;
 
 typedef struct decode_run {
@@ -247,7 +249,7 @@ static void launch_decode(void *ctx, int i) {
 
 static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops, int num_cu, size_t l2) {
     const int B = r->batch, H = r->heads, P = r->page;
-    const size_t kv_e = aiter_mla_dtype_size(r->kv);
+    const size_t kv_e = aiter_mla_dtype_size(r->kv), q_e = aiter_mla_dtype_size(r->q);
     int32_t *qo = (int32_t *)malloc((B + 1) * 4), *kvp = (int32_t *)malloc((B + 1) * 4), *last = (int32_t *)malloc(B * 4);
     int64_t pages = 0, keys = 0;
     int b, s;
@@ -280,9 +282,9 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     void **d_cache = (void **)malloc(sizeof(void *) * sets), **d_q = (void **)malloc(sizeof(void *) * sets);
     for (s = 0; s < sets; s++) {
         d_cache[s] = gpu_malloc(cache_bytes);
-        d_q[s] = gpu_malloc((size_t)T * H * 576 * 2);
+        d_q[s] = gpu_malloc((size_t)T * H * 576 * q_e);
         gpu_fill_uniform(d_cache[s], (long long)(cache_bytes / kv_e), r->kv, -1.0f, 1.0f, 100 + s, g_stream);
-        gpu_fill_uniform(d_q[s], (long long)T * H * 576, AITER_MLA_BF16, -1.0f, 1.0f, 200 + s, g_stream);
+        gpu_fill_uniform(d_q[s], (long long)T * H * 576, r->q, -1.0f, 1.0f, 200 + s, g_stream);
     }
     int32_t *d_meta = (int32_t *)gpu_malloc((size_t)(3 * B + 2) * 4), *d_idx = (int32_t *)gpu_malloc((size_t)pages * 4);
     int32_t *d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
@@ -309,13 +311,14 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     a.batch = B;
     a.num_heads = H;
     a.page_size = P;
+    a.q_dtype = r->q;
     a.kv_dtype = r->kv;
     a.kv_scale = 1.0f;
     a.sm_scale = 0.1352f;
 
     decode_run run = {&a, d_cache, d_q, sets};
     double us = time_median_us(launch_decode, &run);
-    double bytes = (double)keys * 576 * kv_e + (double)T * H * (576 + 512) * 2;
+    double bytes = (double)keys * 576 * kv_e + (double)T * H * (576 * q_e + 512 * 2);
     double flops = 2.0 * H * r->q_len * (double)keys * (576 + 512);
     double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-8s | %3d | %d | %5d | %5d | %3d | %-5s | %9.1f | %7.0f | %6.1f | %5.1f %% | %5.1f %% |\n", r->id, H,
@@ -970,14 +973,20 @@ static int wanted(int argc, char **argv, const char *id) {
 
 int main(int argc, char **argv) {
     static const bench_row rows[] = {
-        {"D1", 16, 1, 128, 4096, 64, AITER_MLA_BF16},    {"D1-p1", 16, 1, 128, 4096, 1, AITER_MLA_BF16},
-        {"D1-fp8", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN},
-        {"D2", 16, 1, 128, 8192, 64, AITER_MLA_BF16},    {"D2-p1", 16, 1, 128, 8192, 1, AITER_MLA_BF16},
-        {"D2-fp8", 16, 1, 128, 8192, 64, AITER_MLA_FP8_E4M3FN},
-        {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16},   {"D3-fp8", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN},
-        {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16},
-        {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16},      {"D5-graph", 16, 1, 1, 8192, 64, AITER_MLA_BF16},
-        {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16},
+        {"D1", 16, 1, 128, 4096, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D1-p1", 16, 1, 128, 4096, 1, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D1-fp8", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
+        {"D1-fp8q", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN},
+        {"D2", 16, 1, 128, 8192, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D2-p1", 16, 1, 128, 8192, 1, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D2-fp8", 16, 1, 128, 8192, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
+        {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D3-fp8", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
+        {"D3-fp8q", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN},
+        {"D4", 128, 2, 128, 4096, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D5", 16, 1, 1, 8192, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D5-graph", 16, 1, 1, 8192, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {"D6", 64, 1, 128, 4096, 64, AITER_MLA_BF16, AITER_MLA_BF16},
     };
     static const prefill_row prows[] = {
         {"P1", 128, 1, 4096, 4096, 1, AITER_MLA_BF16, 0},   {"P2", 128, 4, 4096, 4096, 1, AITER_MLA_BF16, 0},

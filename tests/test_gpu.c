@@ -306,7 +306,8 @@ static void test_decode_sweep(test_rng *rng) {
                     c.page = pages[pi];
                     c.batch = batches[(hi + qi + pi + ci) % 3]; /* every batch meets every other axis */
                     c.num_cu = gpu_num_cu();
-                    c.q_dtype = AITER_MLA_BF16;
+                    /* an e4m3fn q over the e4m3fn cache (vLLM's fp8 decode) at 4, 16 and 64 heads */
+                    c.q_dtype = ci == 1 && hi % 2 ? AITER_MLA_FP8_E4M3FN : AITER_MLA_BF16;
                     c.kv_dtype = caches[ci];
                     c.o_dtype = AITER_MLA_BF16;
                     c.with_lse = 1;
@@ -337,6 +338,14 @@ static void test_decode_variants(test_rng *rng) {
         /* 100 heads: two 64-row blocks over each fp8 key tile, the second of 36 rows */
         {100, 2, 64, 4, 9, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
         {16, 1, 16, 3, 5, AITER_MLA_BF16, AITER_MLA_BF16, AITER_MLA_BF16, 1, 0, 60},
+        /* e4m3 q over its flavour's cache (NVIDIA: widened to bf16 as the tensor-core kernels
+         * load it): 16-row passes, 64-row passes */
+        {16, 1, 64, 6, 7, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
+        {16, 2, 16, 5, 3, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 1, 1, 0},
+        {128, 1, 64, 3, 5, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
+        {64, 2, 64, 4, 9, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_F16, 1, 1, 0},
+        {128, 1, 1, 3, 4, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 0, 0, 0},
+        {32, 1, 1, 5, 6, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_F32, 1, 0, 0},
     };
     for (k = 0; k < (int)(sizeof v / sizeof v[0]); k++) {
         if (g_quick && k % 2) continue;
