@@ -141,9 +141,6 @@ __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn |
 __host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
 // Dims of q . k: 576 for MLA decode and V3.2, 512 for V4 (V is the first 512 either way).
 __host__ __device__ constexpr int qk_dims(int kvt) { return is_v4(kvt) ? kV4D : kD; }
-// Whether a decode over format kvt may have an e4m3 q: only over a per-tensor fp8 cache of
-// q's flavour (the header refuses other pairs).
-__host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_MLA_FP8_E4M3FN || kvt == AITER_MLA_FP8_E4M3FNUZ; }
 // Bytes of one cache row of format kvt as it is copied (kV4Any: the fp32 row in shared memory).
 __host__ __device__ constexpr int cache_row_bytes(int kvt) {
     return is_ds_mla(kvt)            ? kDsRow
@@ -1196,6 +1193,9 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+// Whether a decode over format kvt may have an e4m3 q: only over a per-tensor fp8 cache of
+// q's flavour (the header refuses other pairs).
+__host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_MLA_FP8_E4M3FN || kvt == AITER_MLA_FP8_E4M3FNUZ; }
 // Query rows r0 .. r0 + rows of a pass (kDq values each, as bf16; zeros past R) into shared
 // memory, threads tid, tid + threads, ... taking 16-byte chunks; dst(r, chunk) is a chunk's
 // shared address. A bf16 q goes by cp.async (in the caller's commit group); an e4m3 q (8-byte
@@ -1940,6 +1940,7 @@ using mma::cp_async_wait;
 using mma::named_arrive;
 using mma::named_sync;
 using mma::copy_q_rows;
+using mma::takes_fp8_q;
 using mma::fill_fnuz_lut;
 using mma::shfl_bytes_ptr;
 using mma::fast_exp2;
