@@ -92,22 +92,22 @@ MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_rising_keys tes
 
 # ---- the README's commands ------------------------------------------------------------------
 run: $(BUILD)/decode
-	./$(BUILD)/decode
+	$(abspath $(BUILD))/decode
 
 test:
 	@GPU=$(GPU) NVCC="$(NVCC)" HIPCC="$(HIPCC)" CC="$(CC)" CXX="$(CXX)" BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_tests.sh
 
 test-host: $(BUILD)/test_host
-	./$(BUILD)/test_host
+	$(abspath $(BUILD))/test_host
 
 test-gpu: $(BUILD)/test_gpu
-	./$(BUILD)/test_gpu
+	$(abspath $(BUILD))/test_gpu
 
 test-gpu-mfma: $(BUILD)/test_gpu_mfma
-	./$(BUILD)/test_gpu_mfma $(MFMA_TESTS)
+	$(abspath $(BUILD))/test_gpu_mfma $(MFMA_TESTS)
 
 bench: $(BUILD)/bench
-	./$(BUILD)/bench
+	$(abspath $(BUILD))/bench
 
 clean:
 	rm -rf $(BUILD)
