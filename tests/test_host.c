@@ -5513,6 +5513,33 @@ static void test_v4_attention(void) {
             CHECK(lse_ref[0] == INFINITY, "%s: token 0 should see no key", what);
             CHECK(zeros_ok, "%s: a +inf sink or an empty token did not give o = 0 (or the lse is off)", what);
         }
+        if (c == 1) { /* padded q and o rows, o_dtype left DEFAULT (q's bf16): the same o, the gaps untouched */
+            const int64_t qsh = 520, qst = H * qsh + 8, osh = 528, ost = H * osh + 16;
+            uint16_t *qs = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)(T * qst)), *os = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)(T * ost));
+            aiter_mla_v4_attention_args e = a;
+            int64_t i, bad = 0, gaps = 0;
+            for (i = 0; i < T * qst; i++) qs[i] = 0x7fc1; /* NaN in the gaps: read, it would spoil o */
+            for (t = 0; t < T; t++)
+                for (h = 0; h < H; h++) memcpy(qs + t * qst + h * qsh, (const uint16_t *)q + ((int64_t)t * H + h) * 512, 512 * 2);
+            for (i = 0; i < T * ost; i++) os[i] = 0x7fc3;
+            e.q = qs;
+            e.q_stride_token = qst;
+            e.q_stride_head = qsh;
+            e.o = os;
+            e.o_stride_token = ost;
+            e.o_stride_head = osh;
+            e.o_dtype = AITER_MLA_DTYPE_DEFAULT;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
+            for (i = 0; i < T * ost; i++) {
+                const int64_t tt = i / ost, rem = i % ost, hh = rem / osh, d = rem % osh;
+                if (hh < H && d < 512) bad += os[i] != ((const uint16_t *)o)[(tt * H + hh) * 512 + d];
+                else gaps += os[i] != 0x7fc3;
+            }
+            CHECK(bad == 0 && gaps == 0, "v4 attention, padded q/o rows: %lld values differ from the dense call's, %lld gap values written",
+                  (long long)bad, (long long)gaps);
+            free(qs);
+            free(os);
+        }
         if (c == 1) {
             aiter_mla_v4_attention_args e = a;
             float nan_sink[16];
@@ -5621,10 +5648,12 @@ static void test_v4_attention(void) {
 /* One decode step of a layer of compress ratio `ratio` with H heads, built the way a
  * runtime builds it (writer, builders, graph-buffer copy), against a naive computation that
  * takes every key set from positions. Requests: shorter than one compressed block, at the
- * window's edge (two tokens), below the window, long; plus a padding token. */
+ * window's edge (two tokens), below the window, long (two tokens, the last marked invalid:
+ * its request, position and top-k entries would give it keys, so only is_valid_token
+ * empties its lists). */
 static void run_v4_decode_case(int ratio, int H, uint64_t seed) {
     enum { B = 4, T = 6, SWA_BS = 64, MAXLEN = 1024, TOPK = 32 };
-    const int32_t qsl[B + 1] = {0, 1, 3, 4, 5}, seq[B] = {3, 130, 100, 700};
+    const int32_t qsl[B + 1] = {0, 1, 3, 4, 6}, seq[B] = {3, 130, 100, 700};
     const int32_t t2r[T] = {0, 1, 1, 2, 3, 3};
     const uint8_t valid[T] = {1, 1, 1, 1, 1, 0};
     const int swa_pages = MAXLEN / SWA_BS, cbs = 256 / ratio, c_pages = ratio > 1 ? MAXLEN / ratio / cbs + 1 : 1;
@@ -5662,7 +5691,7 @@ static void run_v4_decode_case(int ratio, int H, uint64_t seed) {
         free(kv);
         free(sl);
     }
-    for (t = 0; t < T; t++) positions[t] = t == 5 ? 0 : seq[t2r[t]] - (qsl[t2r[t] + 1] - qsl[t2r[t]]) + (t - qsl[t2r[t]]);
+    for (t = 0; t < T; t++) positions[t] = seq[t2r[t]] - (qsl[t2r[t] + 1] - qsl[t2r[t]]) + (t - qsl[t2r[t]]);
     /* the indexer: min(n, TOPK) entries j < n = (pos + 1) / 4, valid first; token 1: half as
      * many, with holes between them; token 3: empty */
     for (t = 0; t < T; t++) {
@@ -5778,7 +5807,7 @@ static void run_v4_decode_case(int ratio, int H, uint64_t seed) {
     }
     snprintf(what, sizeof what, "v4 decode ratio %d H=%d", ratio, H);
     v4_compare(what, o, AITER_MLA_F32, lse, o_ref, lse_ref, T, H);
-    CHECK(lse[5 * H] == INFINITY && o[(int64_t)5 * H * 512] == 0.0f, "%s: the padding token must give o = 0, lse = +inf", what);
+    CHECK(lse[5 * H] == INFINITY && o[(int64_t)5 * H * 512] == 0.0f, "%s: the invalid token must give o = 0, lse = +inf", what);
     v4_outs_free(&swa_o);
     if (ratio > 1) v4_outs_free(&c_o);
     free(swa);
@@ -5994,6 +6023,14 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
                 e.attn.workspace_bytes = split_need;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
                 CHECK(qsl[4] - qsl[0] > qsl[6] - qsl[4], "v4 prefill test: the first chunk must be the largest");
+                /* a request a chunk: the largest is request 4 (6 tokens), not the first (5) */
+                CHECK(qsl[5] - qsl[4] > qsl[1] - qsl[0], "v4 prefill test: request 4 must be the longest");
+                e.chunk_size = 1;
+                e.attn.workspace_bytes = (size_t)(qsl[5] - qsl[4]) * 2 * H * 513 * 4 - 1;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "attn.workspace_bytes");
+                e.attn.workspace_bytes++;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+                e.chunk_size = p.chunk_size;
             }
         }
         {
@@ -7547,7 +7584,7 @@ static void fuzz_v4_combine(test_rng *r) {
     int32_t qsl[NREQ + 1], seq[NREQ], gl[NREQ], *topk = alloc_i32(TA * TSTRIDE), exp[TA * WIDTH], exp_len[TA];
     v4_outs ob;
     aiter_mla_v4_combine_args c, e;
-    int it, t, i, ok_runs = 0, err_runs = 0;
+    int it, t, i, ok_runs = 0, err_runs = 0, ok_gather_runs = 0;
     memset(&c, 0, sizeof c);
     c.topk_indices = topk;
     c.topk_stride = TSTRIDE;
@@ -7568,7 +7605,7 @@ static void fuzz_v4_combine(test_rng *r) {
         if (mode == 1) fuzz_fill(r, qsl, NREQ + 1, TA + 1, it % 2);
         if (mode == 2) fuzz_fill(r, seq, NREQ, 41, it % 2);
         if (mode == 3) fuzz_fill(r, gl, NREQ, 41, it % 2);
-        c.gather_lens = mode == 3 || it % 2 ? gl : NULL;
+        c.gather_lens = mode == 3 || (it / 4) % 2 ? gl : NULL; /* given lengths also with valid arrays */
         c.window = windows[rng_int(r, 0, 2)];
         c.compress_ratio = ratios[rng_int(r, 0, 2)];
         count = (int64_t)qsl[NREQ] - qsl[0];
@@ -7583,6 +7620,7 @@ static void fuzz_v4_combine(test_rng *r) {
         if (fuzz_answer(st, "v4_combine_ref", it)) {
             const int wd = TOPK + c.window;
             ok_runs++;
+            ok_gather_runs += c.gather_lens != NULL;
             for (t = 0; t < TA; t++) {
                 const int64_t tok = qsl[0] + t;
                 const int32_t b = fuzz_req_of(qsl, NREQ, tok);
@@ -7612,7 +7650,8 @@ static void fuzz_v4_combine(test_rng *r) {
         }
         v4_outs_free(&ob);
     }
-    CHECK(ok_runs > 0 && err_runs > 0, "v4_combine fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    CHECK(ok_runs > 0 && err_runs > 0 && ok_gather_runs > 0, "v4_combine fuzz: %d runs (%d with gather_lens), %d refusals", ok_runs,
+          ok_gather_runs, err_runs);
     memcpy(qsl, qsl0, sizeof qsl);
     memcpy(seq, seq0, sizeof seq);
     memcpy(gl, gl0, sizeof gl);
@@ -7650,11 +7689,11 @@ static void fuzz_v4_combine(test_rng *r) {
  * entries: a monotone indptr that asks for more is skipped (that length is trusted). */
 static void fuzz_v4_copy_ragged(test_rng *r) {
     enum { ROWS = 4, NIDX = 10, MAXE = 4, CAP = ROWS * MAXE, ITERS = 40 };
-    const int32_t ptr0[ROWS + 1] = {0, 3, 3, 8, 10};
+    const int32_t ptr0[ROWS + 1] = {0, 3, 3, 7, 10}; /* every row fits MAXE: taken without clamp too */
     int32_t *idx = alloc_i32(NIDX), ptr[ROWS + 1], ibuf[CAP], pbuf[ROWS + 1];
     int64_t dropped;
     aiter_mla_v4_ragged_copy_args a, e;
-    int it, i, row, ok_runs = 0, err_runs = 0;
+    int it, i, row, ok_runs = 0, err_runs = 0, ok_unclamped = 0;
     memset(&a, 0, sizeof a);
     a.indices = idx;
     a.indptr = ptr;
@@ -7685,6 +7724,7 @@ static void fuzz_v4_copy_ragged(test_rng *r) {
         if (fuzz_answer(st, "v4_copy_ragged_ref", it)) {
             int64_t out = 0, cut = 0;
             ok_runs++;
+            ok_unclamped += !a.clamp;
             bad += pbuf[0] != 0;
             for (row = 0; row < ROWS; row++) {
                 const int32_t n = ptr[row + 1] - ptr[row], take = n < MAXE ? n : MAXE;
@@ -7704,7 +7744,8 @@ static void fuzz_v4_copy_ragged(test_rng *r) {
             CHECK(bad == 0 && dropped == -7, "v4_copy_ragged_ref, iteration %d: written before the refusal", it);
         }
     }
-    CHECK(ok_runs > 0 && err_runs > 0, "v4_copy_ragged fuzz: %d runs, %d refusals", ok_runs, err_runs);
+    CHECK(ok_runs > 0 && err_runs > 0 && ok_unclamped > 0, "v4_copy_ragged fuzz: %d runs (%d without clamp), %d refusals", ok_runs,
+          ok_unclamped, err_runs);
     memcpy(ptr, ptr0, sizeof ptr);
     a.clamp = 1;
     e = a, e.num_rows = -1;
@@ -7717,7 +7758,8 @@ static void fuzz_v4_copy_ragged(test_rng *r) {
     CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indptr_buffer_capacity");
     e = a, e.indices_buffer_capacity = CAP - 1;
     CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "indices_buffer_capacity");
-    e = a, e.clamp = 0; /* row 2 holds 5 entries */
+    ptr[3] = 8; /* row 2 holds 5 entries, one more than a row of the buffers */
+    e = a, e.clamp = 0;
     CHECK_STATUS(aiter_mla_v4_copy_ragged_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "max_entries_per_row");
     free(idx);
 }
