@@ -356,7 +356,7 @@ typedef struct aiter_mla_expand_page_indices_args {
     const int32_t *seq_lens;     /* [batch] tokens per request */
     int32_t *page_indices;       /* [page_indices_capacity] output */
     int64_t page_indices_capacity; /* elements in page_indices (>= cu_num_tokens[batch]) */
-    int batch;                   /* >= 0; the GPU takes at most 2^31 - 65537 */
+    int batch;                   /* >= 0 */
     int kernel_block_size;       /* K, power of two 1..256; 0 means 1 */
 } aiter_mla_expand_page_indices_args;
 
@@ -643,7 +643,7 @@ typedef struct aiter_mla_prefill_args {
     void *o;                     /* [Tq, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
-    int batch;                   /* >= 1; without a plan the GPU takes at most 2^31 - 65537 */
+    int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
                                     grid (an understated value costs time, every row is still done) */
     int num_cu;                  /* GPU without a plan, optional: the device's multiprocessors (CUs,
