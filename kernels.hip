@@ -1193,6 +1193,9 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 v8, bool fnuz, const uin
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
+__device__ __forceinline__ void store16_shared(uint32_t dst, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 // Whether a decode over format kvt may have an e4m3 q: only over a per-tensor fp8 cache of
 // q's flavour (the header refuses other pairs).
 __host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_MLA_FP8_E4M3FN || kvt == AITER_MLA_FP8_E4M3FNUZ; }
@@ -1214,7 +1217,7 @@ __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, cons
             uint2 v8 = make_uint2(0u, 0u);
             if (r < R) v8 = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8);
             const uint4 w = e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr);
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst(r, part)), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w) : "memory");
+            store16_shared(dst(r, part), w);
         } else {
             const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
             cp_async16(dst(r, part), src, r < R ? 16 : 0);
@@ -1941,6 +1944,7 @@ using mma::named_arrive;
 using mma::named_sync;
 using mma::copy_q_rows;
 using mma::takes_fp8_q;
+using mma::store16_shared;
 using mma::fill_fnuz_lut;
 using mma::shfl_bytes_ptr;
 using mma::fast_exp2;
@@ -2177,9 +2181,6 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
 // Brings `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2.
 __device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void store16_shared(uint32_t dst, uint4 v) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 __device__ __forceinline__ uint4 load16_shared(uint32_t src) {
     uint4 v;
