@@ -4639,11 +4639,8 @@ __global__ void expand_page_indices_kernel(aiter_mla_expand_page_indices_args a)
         // only positions inside the output are visited: garbage starts and lengths stop there
         const int64_t n = min((int64_t)a.seq_lens[r], a.page_indices_capacity - start), t0 = start < 0 ? -(int64_t)start : 0;
         const int32_t *row = a.block_table + (int64_t)r * a.block_table_stride;
-        for (int64_t t = t0 + threadIdx.x; t < n; t += blockDim.x) {
-            const int64_t i = (int64_t)start + t;
-            if (i >= 0 && i < a.page_indices_capacity)
-                a.page_indices[i] = aiter_mla__expand_one(row, a.block_table_stride, (int32_t)t, a.kernel_block_size);
-        }
+        for (int64_t t = t0 + threadIdx.x; t < n; t += blockDim.x) // start + t in [0, capacity) by t0 and n
+            a.page_indices[start + t] = aiter_mla__expand_one(row, a.block_table_stride, (int32_t)t, a.kernel_block_size);
     }
 }
 
