@@ -152,11 +152,13 @@ static const char *g_row; /* the row being timed */
 /* Starts row id: its name for the host-cost list; how it launches (a "-graph" row replays
  * captured graphs, every other row launches directly); and the random draws (contexts,
  * positions, indices) seeded from the name, so that a row measures the same inputs whether it
- * runs alone or after others (a "-graph" row the inputs of the row it replays). */
+ * runs alone or after others; a "-graph" row the inputs of the row it replays, and a "-fp8q"
+ * row those of its "-fp8" row (rows that differ in q's type alone compare at equal bytes). */
 static void start_row(const char *id) {
     const char *end = strstr(id, "-graph");
-    const size_t n = end ? (size_t)(end - id) : strlen(id);
+    size_t n = end ? (size_t)(end - id) : strlen(id);
     size_t i;
+    if (n >= 5 && !strncmp(id + n - 5, "-fp8q", 5)) n--;
     g_row = id;
     g_graph = end != NULL;
     rng = 0xcbf29ce484222325ull; /* FNV-1a of the name; never 0, which xorshift would keep */
