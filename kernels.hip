@@ -1207,17 +1207,42 @@ __host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_ML
 // (decode_mma_kernel), or a proxy fence and an mbarrier arrival (decode_wgmma_kernel's
 // loader; its split scheme, which takes no fence, serves only bf16 rows). Instances without
 // kQ8 keep the cp.async loop alone: the branch cost D2-fp8 4 % where it was not needed.
-template <int kDq, bool kQ8, typename Dst>
+// kBatch > 1 (the warpgroup kernel's loader, 4): an e4m3 q's loads go kBatch at a time
+// before their stores, whose memory clobber would hold each load until the store before:
+// D3-fp8q 527 -> 496 us (H200). The 16-row kernel keeps one at a time: the batched loop made
+// its fp8 instances spill (D1-fp8 166 -> 170 us, bf16 q) and gained nothing there.
+template <int kDq, bool kQ8, int kBatch, typename Dst>
 __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, const Piece &pc, int r0, int R, int rows, int tid,
                                             int threads, Dst dst) {
     const bool fp8 = kQ8 && (a.q_dtype == AITER_MLA_FP8_E4M3FN || a.q_dtype == AITER_MLA_FP8_E4M3FNUZ);
-    for (int c = tid; c < rows * (kDq / 8); c += threads) {
+    auto load8 = [&](int r, int part) {
+        return r < R ? *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8)
+                     : make_uint2(0u, 0u);
+    };
+    auto store8 = [&](int r, int part, uint2 v8) { store16_shared(dst(r, part), e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr)); };
+    const int chunks = rows * (kDq / 8);
+    if constexpr (kBatch > 1) {
+        if (fp8) {
+            for (int c0 = tid; c0 < chunks; c0 += kBatch * threads) {
+                uint2 v8[kBatch];
+#pragma unroll
+                for (int j = 0; j < kBatch; j++) {
+                    const int c = c0 + j * threads, r = c / (kDq / 8);
+                    v8[j] = c < chunks ? load8(r, c - r * (kDq / 8)) : make_uint2(0u, 0u);
+                }
+#pragma unroll
+                for (int j = 0; j < kBatch; j++) {
+                    const int c = c0 + j * threads, r = c / (kDq / 8);
+                    if (c < chunks) store8(r, c - r * (kDq / 8), v8[j]);
+                }
+            }
+            return;
+        }
+    }
+    for (int c = tid; c < chunks; c += threads) {
         const int r = c / (kDq / 8), part = c - r * (kDq / 8);
         if (fp8) {
-            uint2 v8 = make_uint2(0u, 0u);
-            if (r < R) v8 = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8);
-            const uint4 w = e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr);
-            store16_shared(dst(r, part), w);
+            store8(r, part, load8(r, part));
         } else {
             const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
             cp_async16(dst(r, part), src, r < R ? 16 : 0);
@@ -1452,7 +1477,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // Q rows (bf16, zeros past R) by cp.async in the first tile's commit group: their latency
             // overlaps the keys' (an e4m3 q: plain loads, widened). The first iteration's barrier
             // is the block's, for Q, lim, m, l.
-            copy_q_rows<kDq, takes_fp8_q(KVT)>(a, pc, r0, R, MT * 16, tid, kThreads,
+            copy_q_rows<kDq, takes_fp8_q(KVT), 1>(a, pc, r0, R, MT * 16, tid, kThreads,
                              [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
             if (kF16) cp_async_commit(); // Q in a group of its own, converted before the first tile
             if (tid < kM) lim_s[tid] = row_key_limit(pc, r0 + tid, H);
@@ -2801,7 +2826,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 // the first keys, then the slots once that pass's rows are stored
                 if (!first) wait(kQFree);
                 if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
-                    copy_q_rows<kDq, takes_fp8_q(KVT)>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
+                    copy_q_rows<kDq, takes_fp8_q(KVT), 4>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
                 if constexpr (kSplit) {
                     arrive(kQReady);
                     cp_async_arrive_noinc(bars + 8 * kQReady);
