@@ -1372,6 +1372,7 @@ static void test_sparse_indices_gpu(test_rng *rng) {
         {37, 63, 0, 1, 1, 3, 100, 0},    {37, 6, 0, 1, 2, 2, 64, 0},     {300, 2048, 0, 1, 0, 0, 64, 0},
         {300, 2048, 1, 1, 0, 4, 64, 0},  {129, 100, 1, 0, 0, 0, 64, 1},  {77, 2048, 0, 0, 0, 0, 16, 1},
         {600, 2048, 0, 1, 0, 0, 64, 0},  {2000, 512, 1, 1, 4, 0, 64, 0}, {5, 4096, 0, 1, 0, 0, 1, 0},
+        {50, 65, 0, 1, 1, 0, 64, 0},     {61, 512, 0, 0, 0, 0, 64, 1}, /* block size 64 on scalar loads */
     };
     int c;
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
@@ -1389,7 +1390,8 @@ static void test_sparse_indices_gpu(test_rng *rng) {
         int64_t i, d;
         char what[160];
         for (i = 0; i < nreq * width; i++) bt[i] = rng_int(rng, 0, 9) == 0 ? -1 : rng_int(rng, 0, 5000);
-        bt[0] = 40000000;                                    /* times 64 is past int32: -1 */
+        bt[0] = INT32_MAX / bs + (bs > 1);                   /* its slots past int32 (-1), or at its edge for bs 1 */
+        if (nreq * width > 1) bt[1] = INT32_MAX / bs - 1;    /* its slots just inside int32 */
         for (i = 0; i < nreq; i++) starts[i] = rng_int(rng, 0, 100000);
         starts[0] = INT32_MAX - 1000;                        /* prefill slots past int32: -1 */
         for (i = 0; i < T; i++) req[i] = rng_int(rng, 0, 19) == 0 ? (rng_int(rng, 0, 1) ? -1 : nreq) : rng_int(rng, 0, nreq - 1);
