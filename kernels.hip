@@ -1210,7 +1210,7 @@ __host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_ML
 // kBatch > 1 (the warpgroup kernel's loader, 4): an e4m3 q's loads go kBatch at a time
 // before their stores, whose memory clobber would hold each load until the store before:
 // D3-fp8q 527 -> 496 us (H200). The 16-row kernel keeps one at a time: the batched loop made
-// its fp8 instances spill (D1-fp8 166 -> 170 us, bf16 q) and gained nothing there.
+// its fp8 instances spill (D1-fp8 164 -> 172 us, bf16 q) and gained nothing there.
 template <int kDq, bool kQ8, int kBatch, typename Dst>
 __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, const Piece &pc, int r0, int R, int rows, int tid,
                                             int threads, Dst dst) {
