@@ -20,7 +20,9 @@
  * The host planner's cost (batch 256) is timed on the CPU. The launch floor (one and two
  * empty kernels, timed as the rows are) is what any row's time includes at the least.
  * The last lines give each row's host cost: the CPU time of the library calls of one run.
- * Usage: bench [ROW ...]   (no argument: every row) */
+ * Usage: bench [--decode-cu N] [ROW ...]   (no row: every row). --decode-cu N plans the
+ * decode rows for N CUs instead of the device's count (N > the count: more work lists than
+ * multiprocessors, which the hardware hands out as blocks finish). */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
@@ -1015,7 +1017,17 @@ int main(int argc, char **argv) {
         {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
-    int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0;
+    int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
+    if (argc >= 3 && !strcmp(argv[1], "--decode-cu")) {
+        decode_cu = atoi(argv[2]);
+        if (decode_cu < 1) {
+            fprintf(stderr, "bench: --decode-cu needs a count >= 1\n");
+            return 1;
+        }
+        argv[2] = argv[0];
+        argv += 2;
+        argc -= 2;
+    }
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
@@ -1029,6 +1041,7 @@ int main(int argc, char **argv) {
            kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
     bench_planner(gpu_num_cu());
     bench_floor();
+    if (decode_cu) printf("decode rows planned for %d CUs\n", decode_cu);
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {
@@ -1037,7 +1050,7 @@ int main(int argc, char **argv) {
             decode_header = 1;
         }
         start_row(rows[i].id);
-        bench_decode(&rows[i], copy, gemm, gpu_num_cu(), gpu_l2_bytes());
+        bench_decode(&rows[i], copy, gemm, decode_cu ? decode_cu : gpu_num_cu(), gpu_l2_bytes());
     }
     for (i = 0; i < (int)(sizeof srows / sizeof srows[0]); i++) {
         if (!wanted(argc, argv, srows[i].id)) continue;
