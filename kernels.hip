@@ -1219,7 +1219,7 @@ __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, cons
         return r < R ? *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8)
                      : make_uint2(0u, 0u);
     };
-    auto store8 = [&](int r, int part, uint2 v8) { store16_shared(dst(r, part), e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr)); };
+    auto widen_store = [&](int r, int part, uint2 v8) { store16_shared(dst(r, part), e4m3x8_to_bf16x8(v8, a.q_dtype == AITER_MLA_FP8_E4M3FNUZ, nullptr)); };
     const int chunks = rows * (kDq / 8);
     if constexpr (kBatch > 1) {
         if (fp8) {
@@ -1233,7 +1233,7 @@ __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, cons
 #pragma unroll
                 for (int j = 0; j < kBatch; j++) {
                     const int c = c0 + j * threads, r = c / (kDq / 8);
-                    if (c < chunks) store8(r, c - r * (kDq / 8), v8[j]);
+                    if (c < chunks) widen_store(r, c - r * (kDq / 8), v8[j]);
                 }
             }
             return;
@@ -1242,7 +1242,7 @@ __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, cons
     for (int c = tid; c < chunks; c += threads) {
         const int r = c / (kDq / 8), part = c - r * (kDq / 8);
         if (fp8) {
-            store8(r, part, load8(r, part));
+            widen_store(r, part, load8(r, part));
         } else {
             const void *src = r < R ? static_cast<const uint16_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8 : a.q;
             cp_async16(dst(r, part), src, r < R ? 16 : 0);
