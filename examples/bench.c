@@ -1018,16 +1018,23 @@ int main(int argc, char **argv) {
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
     int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
-    if (argc >= 3 && !strcmp(argv[1], "--decode-cu")) {
-        decode_cu = atoi(argv[2]);
-        if (decode_cu < 1) {
-            fprintf(stderr, "bench: --decode-cu needs a count >= 1\n");
+    if (argc >= 2 && !strcmp(argv[1], "--decode-cu")) {
+        char *end = NULL;
+        const long n = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
+        if (argc < 3 || *end || n < 1 || n > 65536) {
+            fprintf(stderr, "bench: --decode-cu needs a CU count in 1..65536\n");
             return 1;
         }
-        argv[2] = argv[0];
+        decode_cu = (int)n;
+        argv[2] = argv[0]; /* the rows after it, behind the program's name */
         argv += 2;
         argc -= 2;
     }
+    for (i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2)) {
+            fprintf(stderr, "bench: unknown option %s (usage: bench [--decode-cu N] [ROW ...])\n", argv[i]);
+            return 1;
+        }
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
