@@ -47,6 +47,8 @@
  *                                            _v4_combine, _v4_copy_ragged (GPU)
  *   V4 sparse: attention                     aiter_mla_v4_attention (GPU, decode and prefill lists)
  *   V4 chunked prefill (vLLM's workspace)    aiter_mla_v4_prefill (GPU)
+ *   which GPU kernel an attention call takes aiter_mla_decode_kernel, _prefill_kernel,
+ *                                            _sparse_attention_kernel, _v4_attention_kernel
  *
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
@@ -1371,6 +1373,30 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefi
  * aiter_mla_v4_attention (give the device's multiprocessors). */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_args *a, void *stream);
 
+/* ---- which kernel a call takes ----------------------------------------------------------
+ * The attention ops pick their GPU kernel from the arguments (dtypes, alignment and strides,
+ * rows per tile) and the targets kernels.hip was built for. These report that pick without
+ * launching anything, after the same checks as the call (the same status and message for
+ * bad arguments): for logs, and for tests that hold each kernel to its own bound. Device
+ * arrays are not read. AITER_MLA_NO_GPU builds report AITER_MLA_KERNEL_NONE. */
+typedef enum aiter_mla_kernel {
+    AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
+    AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
+    AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile) */
+    AITER_MLA_KERNEL_MMA,      /* NVIDIA sm_90 mma.sync: 64-row passes (builds without
+                                  AITER_MLA_WGMMA) and prefill's other head dims and e4m3fnuz */
+    AITER_MLA_KERNEL_WGMMA,    /* NVIDIA sm_90a warpgroup kernels (AITER_MLA_WGMMA builds): 64-row
+                                  passes; prefill at head dims 192/128 and 128/128 (e4m3fn as e4m3
+                                  products) */
+    AITER_MLA_KERNEL_MFMA      /* AMD matrix cores (gfx90a, gfx94x, gfx950; emulated elsewhere) */
+} aiter_mla_kernel;
+/* "portable", "mma16", "mma", "wgmma", "mfma", "none"; "?" for other values. */
+AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k);
+AITER_MLA_API aiter_mla_status aiter_mla_decode_kernel(const aiter_mla_decode_args *a, aiter_mla_kernel *kernel);
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_kernel(const aiter_mla_sparse_args *a, aiter_mla_kernel *kernel);
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_kernel(const aiter_mla_prefill_args *a, aiter_mla_kernel *kernel);
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_kernel(const aiter_mla_v4_attention_args *a, aiter_mla_kernel *kernel);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1770,13 +1796,14 @@ AITER_MLA_HD void aiter_mla__gather_elem(const aiter_mla_gather_cache_args *a, i
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The attention launchers, given kernel != NULL, only write the kernel they would launch there. */
 int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
-                             void *stream);
+                             aiter_mla_kernel *kernel, void *stream);
 int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream);
 int aiter_mla__launch_expand_page_indices(const aiter_mla_expand_page_indices_args *a, void *stream);
 int aiter_mla__launch_kv_cache_write(const aiter_mla_kv_cache_write_args *a, void *stream);
-int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream);
-int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream);
+int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_mla_kernel *kernel, void *stream);
+int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_mla_kernel *kernel, void *stream);
 int aiter_mla__launch_convert_sparse_indices(const aiter_mla_sparse_index_args *a, void *stream);
 int aiter_mla__launch_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream);
 int aiter_mla__launch_ds_mla_write(const aiter_mla_ds_mla_write_args *a, void *stream);
@@ -1784,7 +1811,7 @@ int aiter_mla__launch_gather_cache(const aiter_mla_gather_cache_args *a, void *s
 int aiter_mla__launch_merge_attn_states(const aiter_mla_merge_args *a, void *stream);
 int aiter_mla__launch_v4_cache_write(const aiter_mla_v4_cache_write_args *a, void *stream);
 int aiter_mla__launch_v4_gather(const aiter_mla_v4_gather_args *a, void *stream);
-int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
+int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, aiter_mla_kernel *kernel, void *stream);
 int aiter_mla__launch_v4_swa_indices(const aiter_mla_v4_swa_index_args *a, void *stream);
 int aiter_mla__launch_v4_global_topk(const aiter_mla_v4_topk_args *a, void *stream);
 int aiter_mla__launch_v4_c128_indices(const aiter_mla_v4_c128_args *a, void *stream);
@@ -1935,6 +1962,33 @@ static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
 #else
 #define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, (call))
 #endif
+/* An attention launch, or with kernel != NULL only its kernel (NONE without a GPU). */
+static aiter_mla_status aiter_mla__launch_or_pick(const char *op, aiter_mla_kernel *kernel, int native) {
+#ifdef AITER_MLA_NO_GPU
+    if (kernel) {
+        *kernel = AITER_MLA_KERNEL_NONE;
+        return AITER_MLA_OK;
+    }
+#endif
+    return kernel ? AITER_MLA_OK : aiter_mla__gpu_result(op, native);
+}
+#ifdef AITER_MLA_NO_GPU
+#define AITER_MLA__LAUNCH_OR_PICK(op, kernel, call) ((void)sizeof(call), aiter_mla__launch_or_pick(op, kernel, 0))
+#else
+#define AITER_MLA__LAUNCH_OR_PICK(op, kernel, call) aiter_mla__launch_or_pick(op, kernel, (call))
+#endif
+
+AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k) {
+    switch (k) {
+    case AITER_MLA_KERNEL_NONE: return "none";
+    case AITER_MLA_KERNEL_PORTABLE: return "portable";
+    case AITER_MLA_KERNEL_MMA16: return "mma16";
+    case AITER_MLA_KERNEL_MMA: return "mma";
+    case AITER_MLA_KERNEL_WGMMA: return "wgmma";
+    case AITER_MLA_KERNEL_MFMA: return "mfma";
+    default: return "?";
+    }
+}
 
 /* ---- dtypes -------------------------------------------------------------------------- */
 AITER_MLA_API size_t aiter_mla_dtype_size(aiter_mla_dtype t) {
@@ -2752,13 +2806,21 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     return aiter_mla_reduce_ref(&r);
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in, void *stream) {
-    const char *op = "decode";
+/* The decode's launch, or with kernel != NULL its kernel (aiter_mla_decode_kernel). */
+static aiter_mla_status aiter_mla__decode_call(const char *op, const aiter_mla_decode_args *in, aiter_mla_kernel *kernel,
+                                               void *stream) {
     aiter_mla_decode_args a;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
-    return AITER_MLA__LAUNCH(op, aiter_mla__launch_decode(&a, a.plan_info, stream));
+    return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_decode(&a, a.plan_info, kernel, stream));
+}
+AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in, void *stream) {
+    return aiter_mla__decode_call("decode", in, NULL, stream);
+}
+AITER_MLA_API aiter_mla_status aiter_mla_decode_kernel(const aiter_mla_decode_args *in, aiter_mla_kernel *kernel) {
+    AITER_MLA__NEED("decode_kernel", kernel, "kernel");
+    return aiter_mla__decode_call("decode_kernel", in, kernel, NULL);
 }
 
 /* ---- reduce -------------------------------------------------------------------------- */
@@ -3184,16 +3246,25 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
     return AITER_MLA_OK;
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
-    const char *op = "sparse_attention";
+/* Sparse attention's launch, or with kernel != NULL its kernel (no tokens: the one a call
+ * with tokens would take). */
+static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_sparse_args *in, aiter_mla_kernel *kernel,
+                                               void *stream) {
     aiter_mla_sparse_args a;
     AITER_MLA__CHECK(aiter_mla__sparse_resolve(op, in, &a));
     if (a.num_tokens * (int64_t)a.topk > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * topk = %lld exceeds 2^31 - 1 (split the batch)", op,
                                (long long)(a.num_tokens * (int64_t)a.topk));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
-    return AITER_MLA__LAUNCH(op, aiter_mla__launch_sparse(&a, stream));
+    return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));
+}
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
+    return aiter_mla__sparse_call("sparse_attention", in, NULL, stream);
+}
+AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_kernel(const aiter_mla_sparse_args *in, aiter_mla_kernel *kernel) {
+    AITER_MLA__NEED("sparse_attention_kernel", kernel, "kernel");
+    return aiter_mla__sparse_call("sparse_attention_kernel", in, kernel, NULL);
 }
 
 /* ---- context gather ---------------------------------------------------------------------- */
@@ -3645,8 +3716,9 @@ static aiter_mla_status aiter_mla__prefill_plan_args(const char *op, const aiter
     return aiter_mla__check_workspace(op, "workspace", a->workspace, a->workspace_bytes, info->workspace_bytes, "the plan's partials");
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
-    const char *op = "prefill";
+/* The prefill's launch, or with kernel != NULL its kernel (aiter_mla_prefill_kernel). */
+static aiter_mla_status aiter_mla__prefill_call(const char *op, const aiter_mla_prefill_args *in, aiter_mla_kernel *kernel,
+                                                void *stream) {
     aiter_mla_prefill_args a;
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 0));
     if (a.plan) {
@@ -3655,7 +3727,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *i
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
-    return AITER_MLA__LAUNCH(op, aiter_mla__launch_prefill(&a, stream));
+    return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_prefill(&a, kernel, stream));
+}
+AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
+    return aiter_mla__prefill_call("prefill", in, NULL, stream);
+}
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_kernel(const aiter_mla_prefill_args *in, aiter_mla_kernel *kernel) {
+    AITER_MLA__NEED("prefill_kernel", kernel, "kernel");
+    return aiter_mla__prefill_call("prefill_kernel", in, kernel, NULL);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *in) {
@@ -4336,13 +4415,22 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
     return AITER_MLA_OK;
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
-    const char *op = "v4_attention";
+/* V4 attention's launch, or with kernel != NULL its kernel (no tokens: the one a call with
+ * tokens would take). */
+static aiter_mla_status aiter_mla__v4_attention_call(const char *op, const aiter_mla_v4_attention_args *in,
+                                                     aiter_mla_kernel *kernel, void *stream) {
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
-    return AITER_MLA__LAUNCH(op, aiter_mla__launch_v4_attention(&a, stream));
+    return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_v4_attention(&a, kernel, stream));
+}
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
+    return aiter_mla__v4_attention_call("v4_attention", in, NULL, stream);
+}
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_kernel(const aiter_mla_v4_attention_args *in, aiter_mla_kernel *kernel) {
+    AITER_MLA__NEED("v4_attention_kernel", kernel, "kernel");
+    return aiter_mla__v4_attention_call("v4_attention_kernel", in, kernel, NULL);
 }
 
 /* ---- chunked prefill ------------------------------------------------------------------------ */

@@ -5669,6 +5669,12 @@ static constexpr bool wgmma_rows(int tile_rows) {
 }
 
 #ifdef AITER_MLA_HAS_MMA
+// The tensor-core kernel launch_mma takes for tile_rows query rows per tile: the 16-row kernel
+// up to 16 rows, else the warpgroup kernel where the build has it (64-row mma.sync otherwise).
+static constexpr aiter_mla_kernel mma_kernel_of(int tile_rows) {
+    return tile_rows <= 16 ? AITER_MLA_KERNEL_MMA16 : wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
+}
+
 // A kernel with more than 48 KB of dynamic shared memory. The limit is per device and cheap
 // to set: set it at every launch.
 template <typename... P, typename... A>
@@ -5744,7 +5750,7 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
-    if (tile_rows <= 16) return launch_mma_rows<KVT, 16>(grid, s, p);
+    if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
     // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
@@ -5798,8 +5804,34 @@ static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p, int til
 }
 #endif
 
+// The decode kernel for these arguments: the matrix units' where q's rows and the cache suit
+// them, else the portable kernel (tile_rows: a query tile's rows, tokens_per_tile x H).
+static aiter_mla_kernel decode_kernel_of(const aiter_mla_decode_args *a, [[maybe_unused]] int tile_rows) {
+    [[maybe_unused]] const bool kv_fp8 = a->kv_dtype == AITER_MLA_FP8_E4M3FN || a->kv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    [[maybe_unused]] const bool q_fp8 = a->q_dtype == AITER_MLA_FP8_E4M3FN || a->q_dtype == AITER_MLA_FP8_E4M3FNUZ;
+#if defined(AITER_MLA_HAS_MFMA)
+    // matrix cores: 16-bit q over a cache of q's type or per-tensor fp8; e4m3 q over a cache
+    // of its flavour
+    if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || (kv_fp8 && !q_fp8)))
+        return AITER_MLA_KERNEL_MFMA;
+#elif defined(AITER_MLA_HAS_MMA)
+    // tensor cores: bf16 q (16-byte rows) or e4m3 q (8-byte rows, widened to bf16 as it
+    // loads), bf16 or fp8 cache
+    const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
+                      ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
+    if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) return mma_kernel_of(tile_rows);
+#endif
+    return AITER_MLA_KERNEL_PORTABLE;
+}
+
 extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const aiter_mla_decode_plan_info *info,
-                                        void *stream) {
+                                        aiter_mla_kernel *kernel, void *stream) {
+    const int tile_rows = info->tokens_per_tile * a->num_heads; // a query tile's rows
+    const aiter_mla_kernel k = decode_kernel_of(a, tile_rows);
+    if (kernel) {
+        *kernel = k;
+        return 0;
+    }
     hipStream_t s = (hipStream_t)stream;
     int32_t *plan = a->plan;
     DecodeParams p{};
@@ -5817,15 +5849,12 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     // A query tile of more than 64 rows: blocks (x, y) take rows [64 x, 64 x + 64) of work list
     // y side by side (row_split), sharing its keys in the L2 (info->num_lists: num_cu / slices).
     // The warpgroup kernel takes its rows so at any height (a grid of one slice then).
-    const int tile_rows = info->tokens_per_tile * a->num_heads, slices = aiter_mla_decode_slices(info);
+    const int slices = aiter_mla_decode_slices(info);
     p.row_split = slices > 1 || wgmma_rows(tile_rows);
     const dim3 grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : dim3(info->num_lists), block(kThreads);
-    bool launched = false;
+    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
 #if defined(AITER_MLA_HAS_MFMA)
-    // matrix-core path: 16-bit q over a cache of q's type or per-tensor fp8; e4m3 q over a
-    // cache of its flavour
-    if (mfma_q_rows(a->q, a->q_dtype, a->q_stride_token, a->q_stride_head) && (a->kv_dtype == a->q_dtype || (kv_fp8 && !q_fp8))) {
-        launched = true;
+    if (launched) {
         const bool f16 = a->q_dtype == AITER_MLA_F16;
         const int rows = p.row_split ? (int)AITER_MLA_SLICE_ROWS : tile_rows; // a block's
         if (q_fp8 && a->q_dtype == AITER_MLA_FP8_E4M3FN) {
@@ -5848,17 +5877,12 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
         }
     }
 #elif defined(AITER_MLA_HAS_MMA)
-    // tensor-core path: bf16 q (16-byte rows) or e4m3 q (8-byte rows, widened to bf16 as it
-    // loads), bf16 or fp8 cache
-    const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
-                      ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
-    if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) {
-        launched = true;
+    if (launched) {
         hipError_t e = hipSuccess;
         // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
         // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
         // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.
-        if (wgmma_rows(tile_rows) && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
+        if (k == AITER_MLA_KERNEL_WGMMA && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
         switch (a->kv_dtype) {
         case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
         case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
@@ -5991,7 +6015,40 @@ static void launch_prefill_mfma(hipStream_t s, const PrefillParams &p) {
     mfma::prefill_mfma_kernel<ET, DQK, DV><<<prefill_grid(&p.a, mfma::kPfM), mfma::kThreads, 0, s>>>(p);
 }
 #endif
-extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *stream) {
+// The prefill kernel for these arguments: the matrix units' for 16-byte aligned q, k, v with
+// strides in whole 16-byte units (AMD: head dims 192/128 and 128/128; NVIDIA: the warpgroup
+// kernel for bf16, f16 and e4m3fn at those dims, mma.sync for the other pairs and e4m3fnuz,
+// f16 at those dims only), else the portable kernel.
+static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
+    const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes
+    const bool aligned = (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
+                         a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
+                         a->k_stride_head % unit == 0 && a->v_stride_token % unit == 0 && a->v_stride_head % unit == 0;
+    [[maybe_unused]] const bool common = (a->dqk == 192 || a->dqk == 128) && a->dv == 128;
+#if defined(AITER_MLA_HAS_MFMA)
+    if (aligned && common) return AITER_MLA_KERNEL_MFMA;
+#elif defined(AITER_MLA_HAS_MMA)
+    if (mma::kPrefillEnabled && aligned) {
+#ifdef AITER_MLA_HAS_WGMMA
+        // e4m3fn: e4m3 products (wgmma has none for e4m3fnuz, which stays on the staged path)
+        if (common && a->qkv_dtype != AITER_MLA_FP8_E4M3FNUZ) return AITER_MLA_KERNEL_WGMMA;
+#endif
+        // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
+        // other pairs run portable, fp8's widen to bf16 on the way in
+        if (a->qkv_dtype != AITER_MLA_F16 || common) return AITER_MLA_KERNEL_MMA;
+    }
+#endif
+    (void)aligned;
+    return AITER_MLA_KERNEL_PORTABLE;
+}
+
+extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_mla_kernel *kernel, void *stream) {
+    const aiter_mla_kernel k = prefill_kernel_of(a);
+    if (kernel) {
+        *kernel = k;
+        return 0;
+    }
     hipStream_t s = (hipStream_t)stream;
     const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
     PrefillParams p;
@@ -6010,49 +6067,38 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
         p.part_o = (float *)a->workspace;
         p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * a->dv : nullptr;
     }
-    bool launched = false;
-    const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes
-    const bool aligned = (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
-                         a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
-                         a->k_stride_head % unit == 0 && a->v_stride_token % unit == 0 && a->v_stride_head % unit == 0;
-    const bool p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
+    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
+    [[maybe_unused]] const bool p192 = a->dqk == 192 && a->dv == 128, p128 = a->dqk == 128 && a->dv == 128;
 #if defined(AITER_MLA_HAS_MFMA)
-    if (aligned && (p192 || p128)) {
-        launched = true;
+    if (launched) {
         switch (a->qkv_dtype) {
         case AITER_MLA_BF16: p192 ? launch_prefill_mfma<AITER_MLA_BF16, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_BF16, 128, 128>(s, p); break;
         case AITER_MLA_F16: p192 ? launch_prefill_mfma<AITER_MLA_F16, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_F16, 128, 128>(s, p); break;
         case AITER_MLA_FP8_E4M3FN:
             p192 ? launch_prefill_mfma<AITER_MLA_FP8_E4M3FN, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_FP8_E4M3FN, 128, 128>(s, p);
             break;
-        case AITER_MLA_FP8_E4M3FNUZ:
+        default:
             p192 ? launch_prefill_mfma<AITER_MLA_FP8_E4M3FNUZ, 192, 128>(s, p) : launch_prefill_mfma<AITER_MLA_FP8_E4M3FNUZ, 128, 128>(s, p);
             break;
-        default: launched = false;
         }
     }
 #elif defined(AITER_MLA_HAS_MMA)
-    if (mma::kPrefillEnabled && aligned) {
-        // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
-        // other pairs run portable, fp8's widen to bf16 on the way in
+    if (launched) {
         const bool f16 = a->qkv_dtype == AITER_MLA_F16;
         hipError_t e = hipSuccess;
-        launched = true;
 #ifdef AITER_MLA_HAS_WGMMA
-        // e4m3fn: e4m3 products (wgmma has none for e4m3fnuz, which stays on the staged path)
-        const bool fn = a->qkv_dtype == AITER_MLA_FP8_E4M3FN;
-        if (!fp8 && p192) e = f16 ? launch_prefill_wgmma<192, 128, true>(s, p) : launch_prefill_wgmma<192, 128, false>(s, p);
-        else if (!fp8 && p128) e = f16 ? launch_prefill_wgmma<128, 128, true>(s, p) : launch_prefill_wgmma<128, 128, false>(s, p);
-        else if (fn && p192) e = launch_prefill_wgmma<192, 128, true, true>(s, p);
-        else if (fn && p128) e = launch_prefill_wgmma<128, 128, true, true>(s, p);
-        else
+        if (k == AITER_MLA_KERNEL_WGMMA) {
+            if (!fp8 && p192) e = f16 ? launch_prefill_wgmma<192, 128, true>(s, p) : launch_prefill_wgmma<192, 128, false>(s, p);
+            else if (!fp8) e = f16 ? launch_prefill_wgmma<128, 128, true>(s, p) : launch_prefill_wgmma<128, 128, false>(s, p);
+            else if (p192) e = launch_prefill_wgmma<192, 128, true, true>(s, p);
+            else e = launch_prefill_wgmma<128, 128, true, true>(s, p);
+        } else
 #endif
         if (fp8 && p192) e = launch_prefill_mma<192, 128, true, true>(s, p);
         else if (fp8 && p128) e = launch_prefill_mma<128, 128, true, true>(s, p);
         else if (!f16) e = launch_prefill_mma_bf16(s, p);
         else if (p192) e = launch_prefill_mma<192, 128, true>(s, p);
-        else if (p128) e = launch_prefill_mma<128, 128, true>(s, p);
-        else launched = false;
+        else e = launch_prefill_mma<128, 128, true>(s, p);
         if (e != hipSuccess) return (int)e;
     }
 #endif
@@ -6088,8 +6134,29 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, void *
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+// Row groups of heads of the sparse and V4 blocks on the matrix units: 16 rows up to 16 heads,
+// else 64 (the portable kernel's blocks take 64).
+static int sparse_rows_per_block(int H) { return H <= 16 ? 16 : 64; }
+
+// The sparse attention kernel for these arguments: the matrix units' for a bf16 q in 16-byte
+// aligned rows, else the portable kernel.
+static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
+#if defined(AITER_MLA_HAS_MFMA)
+    if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, (int64_t)a->num_heads * kD, kD)) return AITER_MLA_KERNEL_MFMA;
+#elif defined(AITER_MLA_HAS_MMA)
+    if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
+#endif
+    (void)a;
+    return AITER_MLA_KERNEL_PORTABLE;
+}
+
 // Sparse attention: the decode kernels without a plan (grid: token x row group of heads).
-extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *stream) {
+extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_mla_kernel *kernel, void *stream) {
+    const aiter_mla_kernel k = sparse_kernel_of(a);
+    if (kernel) {
+        *kernel = k;
+        return 0;
+    }
     hipStream_t s = (hipStream_t)stream;
     const int H = a->num_heads;
     DecodeParams p{};
@@ -6118,31 +6185,25 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     p.attn_sink = a->attn_sink;
     p.max_logits = a->max_logits;
     const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
-    bool launched = false;
+    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
+    p.rows_per_block = launched ? sparse_rows_per_block(H) : 64;
+    const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
 #if defined(AITER_MLA_HAS_MFMA)
-    if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, d.q_stride_token, d.q_stride_head)) {
-        p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+    if (launched) {
         if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        launched = true;
     }
 #elif defined(AITER_MLA_HAS_MMA)
-    if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) {
-        p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
+    if (launched) {
         hipError_t e;
         if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, a->num_cu);
         else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, a->num_cu);
         else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block, a->num_cu);
         if (e != hipSuccess) return (int)e;
-        launched = true;
     }
 #endif
     if (!launched) {
-        p.rows_per_block = 64;
-        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + 63) / 64));
         if (kvt == AITER_MLA_BF16) decode_kernel<AITER_MLA_BF16><<<grid, kThreads, 0, s>>>(p);
         else if (kvt == kDsMlaFn) decode_kernel<kDsMlaFn><<<grid, kThreads, 0, s>>>(p);
         else decode_kernel<kDsMlaFnuz><<<grid, kThreads, 0, s>>>(p);
@@ -6150,8 +6211,38 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, void *st
     AITER_MLA__LAUNCH_CHECK();
 }
 
+// The V4 attention kernel for these arguments: the matrix units' for a bf16 q in 16-byte rows
+// over two lists of MODEL1 pages or two of bf16 rows (16-byte aligned), else the portable
+// kernel (any mix of formats).
+static aiter_mla_kernel v4_kernel_of(const aiter_mla_v4_attention_args *a) {
+#if defined(AITER_MLA_HAS_MFMA) || defined(AITER_MLA_HAS_MMA)
+    const aiter_mla_v4_keys *k1 = a->extra_keys.indices ? &a->extra_keys : &a->keys;
+    auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
+    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
+#endif
+#if defined(AITER_MLA_HAS_MFMA)
+    auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
+    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) return AITER_MLA_KERNEL_MFMA;
+#elif defined(AITER_MLA_HAS_MMA)
+    // (the scale bytes are copied 16 at a time: an odd block size needs 8 bytes of page padding)
+    auto model1 = [](const aiter_mla_v4_keys *k) {
+        return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
+               (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
+    };
+    if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1))))
+        return mma_kernel_of(sparse_rows_per_block(a->num_heads));
+#endif
+    (void)a;
+    return AITER_MLA_KERNEL_PORTABLE;
+}
+
 // V4 attention: the sparse mode of the decode kernels over two key lists.
-extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, void *stream) {
+extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args *a, aiter_mla_kernel *kernel, void *stream) {
+    const aiter_mla_kernel k = v4_kernel_of(a);
+    if (kernel) {
+        *kernel = k;
+        return 0;
+    }
     hipStream_t s = (hipStream_t)stream;
     const int H = a->num_heads;
     DecodeParams p{};
@@ -6181,41 +6272,22 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
         p.part_lse = p.part_o + a->num_tokens * p.v4_splits * H * kL;
     }
     const unsigned splits = (unsigned)p.v4_splits;
-    bool launched = false;
-#if defined(AITER_MLA_HAS_MFMA) || defined(AITER_MLA_HAS_MMA)
-    // matrix units: bf16 q in 16-byte rows, both lists MODEL1 pages or both bf16 rows, 16-byte aligned
-    const aiter_mla_v4_keys *k1 = a->extra_keys.indices ? &a->extra_keys : &a->keys;
-    auto bf16_rows = [](const aiter_mla_v4_keys *k) { return k->rows && k->dtype == AITER_MLA_BF16 && aligned16(k->cache); };
-    const bool q_ok = a->q_dtype == AITER_MLA_BF16 && aligned16(a->q) && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
-#endif
+    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
+    p.rows_per_block = launched ? sparse_rows_per_block(H) : 64;
+    const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
 #if defined(AITER_MLA_HAS_MFMA)
-    auto model1 = [](const aiter_mla_v4_keys *k) { return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0; };
-    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
-        p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+    if (launched) {
         if (a->keys.rows) launch_mfma<kV4Bf16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
         else launch_mfma<kV4Model1, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        launched = true;
     }
 #elif defined(AITER_MLA_HAS_MMA)
-    // (the scale bytes are copied 16 at a time: an odd block size needs 8 bytes of page padding)
-    auto model1 = [](const aiter_mla_v4_keys *k) {
-        return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
-               (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
-    };
-    if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1)))) {
-        p.rows_per_block = H <= 16 ? 16 : 64;
-        const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+    if (launched) {
         const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, a->num_cu)
                                           : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, a->num_cu);
         if (e != hipSuccess) return (int)e;
-        launched = true;
     }
 #endif
-    if (!launched) {
-        p.rows_per_block = 64;
-        decode_kernel<kV4Any><<<dim3(token_blocks(a->num_tokens), (unsigned)((H + 63) / 64), splits), kThreads, 0, s>>>(p);
-    }
+    if (!launched) decode_kernel<kV4Any><<<grid, kThreads, 0, s>>>(p);
     if (splits > 1) {
         const hipError_t e = hipGetLastError();
         if (e != hipSuccess) return (int)e;

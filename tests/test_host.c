@@ -42,12 +42,45 @@ static double *alloc_f64(int64_t n) { return (double *)test_malloc((size_t)(n > 
 static void *alloc_elems(int64_t n, aiter_mla_dtype t) {
     return test_malloc((size_t)(n > 0 ? n : 1) * test_dtype_bytes(t));
 }
+/* A failure message without its op name ("decode: num_heads ..." -> "num_heads ..."). */
+static const char *after_op_name(const char *msg) {
+    const char *p = strstr(msg, ": ");
+    return p ? p + 2 : msg;
+}
+
+/* aiter_mla_<op>_kernel against aiter_mla_<op> on the same args: the same refusal (status and
+ * message after the op name), or where the call gets past its checks (ERR_NO_GPU in this
+ * build; OK with nothing to launch) OK and AITER_MLA_KERNEL_NONE. */
+#define CHECK_KERNEL_LIKE_CALL(op, args)                                                                      \
+    do {                                                                                                              \
+        char kc_msg_[320];                                                                                            \
+        aiter_mla_kernel kc_k_ = AITER_MLA_KERNEL_MFMA;                                                               \
+        const aiter_mla_status kc_call_ = aiter_mla_##op((args), NULL);                                              \
+        aiter_mla_status kc_query_;                                                                                   \
+        snprintf(kc_msg_, sizeof kc_msg_, "%s", kc_call_ == AITER_MLA_OK ? "" : aiter_mla_last_error());             \
+        kc_query_ = aiter_mla_##op##_kernel((args), &kc_k_);                                                          \
+        if (kc_call_ == AITER_MLA_OK || kc_call_ == AITER_MLA_ERR_NO_GPU)                                             \
+            CHECK(kc_query_ == AITER_MLA_OK && kc_k_ == AITER_MLA_KERNEL_NONE,                                        \
+                  "%s_kernel(%s): %s \"%s\", kernel %s; the call: %s", #op, #args, testing_status_name(kc_query_),     \
+                  aiter_mla_last_error(), aiter_mla_kernel_name(kc_k_), testing_status_name(kc_call_));               \
+        else                                                                                                          \
+            CHECK(kc_query_ == kc_call_ && !strcmp(after_op_name(kc_msg_), after_op_name(aiter_mla_last_error())),    \
+                  "%s_kernel(%s): %s \"%s\"; the call: %s \"%s\"", #op, #args, testing_status_name(kc_query_),          \
+                  aiter_mla_last_error(), testing_status_name(kc_call_), kc_msg_);                                    \
+    } while (0)
 
 /* =====================================================================================
  * status strings, dtype helpers
  * ===================================================================================== */
 static void test_status_and_dtypes(void) {
     int i, j;
+    for (i = AITER_MLA_KERNEL_NONE; i <= AITER_MLA_KERNEL_MFMA; i++) { /* kernel names: distinct, none "?" */
+        const char *s = aiter_mla_kernel_name((aiter_mla_kernel)i);
+        CHECK(s[0] != '\0' && strcmp(s, "?") != 0, "kernel %d has no name", i);
+        for (j = AITER_MLA_KERNEL_NONE; j < i; j++)
+            CHECK(strcmp(s, aiter_mla_kernel_name((aiter_mla_kernel)j)) != 0, "kernels %d and %d share a name", i, j);
+    }
+    CHECK(!strcmp(aiter_mla_kernel_name((aiter_mla_kernel)(AITER_MLA_KERNEL_MFMA + 1)), "?"), "an unknown kernel's name");
     for (i = 0; i < (int)AITER_MLA_STATUS_COUNT; i++) {
         const char *s = aiter_mla_status_string((aiter_mla_status)i);
         CHECK(s != NULL && s[0] != '\0', "status %d has no string", i);
@@ -2666,12 +2699,18 @@ static void test_decode_validation(void) {
     CHECK_STATUS(aiter_mla_decode_ref(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode_ref_scheduled(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode(&base, NULL), AITER_MLA_ERR_NO_GPU, "");
+    CHECK_KERNEL_LIKE_CALL(decode, &base);
+    CHECK_STATUS(aiter_mla_decode_kernel(&base, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
+    CHECK_STATUS(aiter_mla_prefill_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
+    CHECK_STATUS(aiter_mla_sparse_attention_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
+    CHECK_STATUS(aiter_mla_v4_attention_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
 
 #define DEC_CASE(fn, mutate, status, field) \
     do {                                    \
         a = base;                           \
         mutate;                             \
         CHECK_STATUS(fn, status, field);    \
+        CHECK_KERNEL_LIKE_CALL(decode, &a); \
     } while (0)
     /* pointers */
     DEC_CASE(aiter_mla_decode_ref(&a), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
@@ -2797,11 +2836,14 @@ static void test_hardening(void) {
         a.num_heads = 16;
         CHECK(info.workspace_bytes > 0, "the plan splits (its partials need a workspace)");
         CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace");
+        CHECK_KERNEL_LIKE_CALL(decode, &a);
         a.workspace = (void *)(((uintptr_t)ws + 15) & ~(uintptr_t)15);
         a.kv_cache = (char *)a.kv_cache + 2; /* bf16-aligned, not 16-byte aligned */
         CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache");
+        CHECK_KERNEL_LIKE_CALL(decode, &a);
         a.kv_cache = (void *)(((uintptr_t)cache + 15) & ~(uintptr_t)15);
         CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
+        CHECK_KERNEL_LIKE_CALL(decode, &a);
         a.q_stride_token = (int64_t)1 << 40;
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token");
         /* head strides within 2^32 whose default token strides (16 x them) are not */
@@ -2809,6 +2851,7 @@ static void test_hardening(void) {
         a.q_stride_head = (int64_t)1 << 32;
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token = 0 means");
         CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "q_stride_token = 0 means");
+        CHECK_KERNEL_LIKE_CALL(decode, &a);
         a.q_stride_head = 0;
         a.o_stride_head = (int64_t)1 << 32;
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 0 means");
@@ -3791,10 +3834,6 @@ static void test_prefill_plan(void) {
  * message after the op name), ERR_NO_GPU only once it passes, nothing launched for empty
  * work; device-array contents are not checked by the wrappers
  * ===================================================================================== */
-static const char *after_op_name(const char *msg) {
-    const char *p = strstr(msg, ": ");
-    return p ? p + 2 : msg;
-}
 /* ref_call and gpu_call on the same args; expect is the case's outcome. OK or ERR_NO_GPU:
  * the reference accepts (returns OK) and the wrapper returns expect (ERR_NO_GPU in this build,
  * OK when there is nothing to launch). Any other status: the reference refuses with exactly
@@ -4388,22 +4427,29 @@ static void test_attention_wrappers(void) {
     b = a;
     b.max_seqlen_q = 0;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b = a;
     b.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (the grid counts requests in int64) */
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b.batch = INT32_MAX; /* cu_seqlens have batch + 1 entries */
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b = a;
     b.num_cu = -1;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b.num_cu = 65537;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b.num_cu = 65536;
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     b = a;
     cq[1] = 9; /* not monotone: the reference refuses, the GPU wrapper cannot read it */
     CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_q");
     CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+    CHECK_KERNEL_LIKE_CALL(prefill, &b);
     cq[1] = 1;
     { /* with a persistent plan: plan_info must match, the workspace fit and be aligned */
         aiter_mla_prefill_plan_desc pd;
@@ -4427,20 +4473,26 @@ static void test_attention_wrappers(void) {
         b.workspace_bytes = info.workspace_bytes;
         CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&b), AITER_MLA_OK, "");
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         b.workspace = (char *)ws + 4;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         b.workspace = ws;
         b.workspace_bytes = info.workspace_bytes - 4;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         b.workspace_bytes = info.workspace_bytes;
         b.num_heads = 1;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_PLAN_MISMATCH, "num_heads");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         b.num_heads = 2;
         info.off_work_info += 1000000; /* a tampered offset the launch would trust */
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         info.off_work_info -= 1000000;
         b.plan_info = NULL;
         CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NULL_POINTER, "plan_info");
+        CHECK_KERNEL_LIKE_CALL(prefill, &b);
         free(plan);
         free(ws);
     }
@@ -4469,9 +4521,11 @@ static void test_attention_wrappers(void) {
     t.num_tokens = 1 << 20;
     t.topk = 1 << 12; /* 2^32 entries: past the kernels' 32-bit index range */
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_UNSUPPORTED, "num_tokens");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     t = s;
     t.kv_cache = (const char *)cache + 2;
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     free(cache);
 }
 
@@ -4520,6 +4574,7 @@ static void test_null_and_zeroed_args(void) {
     CHECK_STATUS(aiter_mla_decode_plan_build(NULL, one, one, one, 1, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
     CHECK_STATUS(aiter_mla_decode_plan_check(NULL, one, one, one, 1, plan), AITER_MLA_ERR_NULL_POINTER, "plan_info");
     CHECK_STATUS(aiter_mla_decode(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_KERNEL_LIKE_CALL(decode, NULL);
     CHECK_STATUS(aiter_mla_decode_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_decode_ref_scheduled(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_reduce_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
@@ -4535,7 +4590,9 @@ static void test_null_and_zeroed_args(void) {
     CHECK_STATUS(aiter_mla_ds_mla_write_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_sparse_attention_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     CHECK_STATUS(aiter_mla_sparse_attention(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, NULL);
     CHECK_STATUS(aiter_mla_prefill(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+    CHECK_KERNEL_LIKE_CALL(prefill, NULL);
     CHECK_STATUS(aiter_mla_gather_cache_ref(NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     /* zeroed structs: refused with a status (which field depends on the op), or a no-op */
     CHECK_STATUS(aiter_mla_pad_q_ref(&hp), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
@@ -5615,11 +5672,14 @@ static void test_v4_attention(void) {
                 CHECK(need == (size_t)e.num_tokens * 4 * e.num_heads * 513 * 4, "v4 attention workspace: %zu bytes", need);
                 CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "workspace");
+                CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.workspace = ws_small;
                 e.workspace_bytes = sizeof ws_small;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+                CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.workspace_bytes = need;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+                CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.num_splits = 1;
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
                 CHECK(need == 0, "v4 attention workspace for one split: %zu bytes", need);
@@ -5629,10 +5689,13 @@ static void test_v4_attention(void) {
             e = a;
             e.attn_sink = nan_sink;
             CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
             e = a;
             e.extra_keys.indptr = bad_ptr;
             CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
             CHECK_STATUS(aiter_mla_v4_attention(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
+            CHECK_KERNEL_LIKE_CALL(v4_attention, NULL);
         }
         free(q);
         free(o);

@@ -263,8 +263,9 @@ static inline void fill_random_at(void *p, int64_t base, int64_t n, aiter_mla_dt
 #define TOL_FP8_REL 3e-2
 #define TOL_FP8_COS 0.999
 #define TOL_LSE_ABS 1e-3
-/* fp8_ds_mla keys on the 64-row tensor-core path are dequantised to bf16 once (e4m3 times the
- * fp32 group scale, rounded; FlashMLA's kernels round the scale to bf16 as well), which moves
+/* fp8_ds_mla keys on the warpgroup (sm_90a) and AMD matrix-core kernels are dequantised to bf16
+ * once (e4m3 times the fp32 group scale, rounded; FlashMLA's kernels round the scale to bf16 as
+ * well; aiter_mla_sparse_attention_kernel says which kernel a case takes), which moves
  * a score by up to 2^-9 of sum |q k| x sm_scale: about 1e-3 on the tests' data. Three times the
  * bf16 bound, as for o (SPEC 8's fp8 tolerances). */
 #define TOL_DS_MLA_LSE_ABS 3e-3
