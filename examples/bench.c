@@ -20,9 +20,11 @@
  * The host planner's cost (batch 256) is timed on the CPU. The launch floor (one and two
  * empty kernels, timed as the rows are) is what any row's time includes at the least.
  * The last lines give each row's host cost: the CPU time of the library calls of one run.
- * Usage: bench [--decode-cu N] [ROW ...]   (no row: every row). --decode-cu N plans the
- * decode rows for N CUs instead of the device's count (N > the count: more work lists than
- * multiprocessors, which the hardware hands out as blocks finish). */
+ * Usage: bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [ROW ...]
+ * (no row: every row). The options set the decode rows' plan: --decode-cu N plans for N CUs
+ * instead of the device's count (N > the count: more work lists than multiprocessors, which
+ * the hardware hands out as blocks finish); --decode-overhead and --decode-granularity set
+ * aiter_mla_decode_plan_desc's overhead_blocks and kv_granularity. */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
@@ -72,6 +74,9 @@ static double host_us(void) {
 
 static void *g_stream;
 static gpu_timer *g_timer;
+/* the decode plans' desc fields overhead_blocks and kv_granularity (0: the library's default) */
+static int g_decode_overhead, g_decode_granularity;
+static const char *const kUsage = "bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [ROW ...]";
 
 /* Start the timer behind a spin of ~100 us on the stream (gpu_hold): every timed run then
  * measures the device's time for the work, not the host's launch cost in front of it (the
@@ -150,7 +155,14 @@ static void launch_graph(bench_launch launch, void *ctx, int run) {
  * (validation, plan checks, tensor-map encoding, the launches; for -graph rows the graph's
  * launch), while the stream is held, so nothing waits on the device. Printed at the end. */
 enum { MAX_HOST_ROWS = 64 };
-static const char *g_row; /* the row being timed */
+static const char *g_row;    /* the row being timed */
+static const char *g_kernel; /* its attention kernel's name (NOTE_KERNEL), NULL for other ops */
+/* The row's attention kernel as aiter_mla_<op>_kernel reports it for args, listed at the end. */
+#define NOTE_KERNEL(op, args)                                                                                       \
+    do {                                                                                                            \
+        aiter_mla_kernel k_ = AITER_MLA_KERNEL_NONE;                                                                \
+        g_kernel = aiter_mla_##op##_kernel(args, &k_) == AITER_MLA_OK ? aiter_mla_kernel_name(k_) : "?";            \
+    } while (0)
 /* Starts row id: its name for the host-cost list; how it launches (a "-graph" row replays
  * captured graphs, every other row launches directly); and the random draws (contexts,
  * positions, indices) seeded from the name, so that a row measures the same inputs whether it
@@ -162,12 +174,13 @@ static void start_row(const char *id) {
     size_t i;
     if (n >= 5 && !strncmp(id + n - 5, "-fp8q", 5)) n--;
     g_row = id;
+    g_kernel = NULL;
     g_graph = end != NULL;
     rng = 0xcbf29ce484222325ull; /* FNV-1a of the name; never 0, which xorshift would keep */
     for (i = 0; i < n; i++) rng = (rng ^ (unsigned char)id[i]) * 0x100000001b3ull;
     if (rng == 0) rng = 1;
 }
-static const char *g_host_ids[MAX_HOST_ROWS];
+static const char *g_host_ids[MAX_HOST_ROWS], *g_host_kernels[MAX_HOST_ROWS];
 static double g_host_us[MAX_HOST_ROWS];
 static int g_host_rows;
 
@@ -199,6 +212,7 @@ static double time_median_us(bench_launch launch, void *ctx) {
     per = median(t, iters) * 1e3;
     if (g_row && g_host_rows < MAX_HOST_ROWS) {
         g_host_ids[g_host_rows] = g_row;
+        g_host_kernels[g_host_rows] = g_kernel;
         g_host_us[g_host_rows++] = median(th, iters);
     }
     free(t);
@@ -279,6 +293,8 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     pd.max_q_len = r->q_len;
     pd.num_cu = num_cu;
     pd.page_size = P;
+    pd.overhead_blocks = g_decode_overhead;
+    pd.kv_granularity = g_decode_granularity;
     TRY(aiter_mla_decode_plan_get_info(&pd, &info));
     int32_t *plan = (int32_t *)gpu_host_alloc_pinned((size_t)info.plan_ints * 4);
     TRY(aiter_mla_decode_plan_build(&info, qo, kvp, last, B, plan));
@@ -320,6 +336,9 @@ static void bench_decode(const bench_row *r, double copy_gbs, double gemm_tflops
     a.kv_scale = 1.0f;
     a.sm_scale = 0.1352f;
 
+    a.q = d_q[0]; /* launch_decode sets each run's */
+    a.kv_cache = d_cache[0];
+    NOTE_KERNEL(decode, &a);
     decode_run run = {&a, d_cache, d_q, sets};
     double us = time_median_us(launch_decode, &run);
     double bytes = (double)keys * 576 * kv_e + (double)T * H * (576 * q_e + 512 * 2);
@@ -582,6 +601,7 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
         a.workspace = d_ws;
         a.workspace_bytes = info.workspace_bytes;
     }
+    NOTE_KERNEL(prefill, &a);
     double us = time_median_us(launch_prefill, &a);
     double flops = 2.0 * H * (double)B * r->sq * r->sk * (DQK + DV) * (r->causal ? 0.5 : 1.0);
     double tfl = flops / (us * 1e-6) / 1e12;
@@ -661,6 +681,7 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
     a.num_heads = H;
     a.topk = K;
     a.num_cu = num_cu; /* blocks taking several tokens each */
+    NOTE_KERNEL(sparse_attention, &a);
     double us = time_median_us(launch_sparse, &a);
     double flops = 2.0 * T * H * (double)K * (576 + 512), tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-4s | %4d tokens x %3d heads x topk %4d, %-11s, %7lld slots | %9.1f | %7.1f | %5.1f %% |\n", r->id, T, H, K,
@@ -881,6 +902,12 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     }
     TRY(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes));
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
+    if (!run.prefill) { /* (the prefill rows' attention runs on the workspace rows v4_prefill builds) */
+        a.q = d_q[0];
+        a.keys.indices = d_swa[0];
+        a.extra_keys.indices = d_cmp[0];
+        NOTE_KERNEL(v4_attention, &a);
+    }
     const double us = time_median_us(launch_v4, &run);
     const double bytes = (double)keys * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
     const double flops = 2.0 * H * (double)keys * (512 + 512);
@@ -1017,22 +1044,37 @@ int main(int argc, char **argv) {
         {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
-    int i, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
-    if (argc >= 2 && !strcmp(argv[1], "--decode-cu")) {
+    int i, n, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
+    /* options first, each with its value: --decode-cu, --decode-overhead, --decode-granularity */
+    while (argc >= 2 && !strncmp(argv[1], "--", 2)) {
+        static const struct {
+            const char *name;
+            long lo, hi;
+        } opts[] = {{"--decode-cu", 1, 65536}, {"--decode-overhead", 1, 64}, {"--decode-granularity", 16, 4096}};
+        int o = 0;
         char *end = NULL;
-        const long n = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
-        if (argc < 3 || *end || n < 1 || n > 65536) {
-            fprintf(stderr, "bench: --decode-cu needs a CU count in 1..65536\n");
+        long n;
+        while (o < 3 && strcmp(argv[1], opts[o].name)) o++;
+        if (o == 3) {
+            fprintf(stderr, "bench: unknown option %s (usage: %s)\n", argv[1], kUsage);
             return 1;
         }
-        decode_cu = (int)n;
-        argv[2] = argv[0]; /* the rows after it, behind the program's name */
+        n = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
+        if (argc < 3 || *end || n < opts[o].lo || n > opts[o].hi || (o == 2 && (n & (n - 1)))) {
+            fprintf(stderr, "bench: %s needs %s in %ld..%ld\n", opts[o].name, o == 2 ? "a power of two" : "a count", opts[o].lo,
+                    opts[o].hi);
+            return 1;
+        }
+        if (o == 0) decode_cu = (int)n;
+        else if (o == 1) g_decode_overhead = (int)n;
+        else g_decode_granularity = (int)n;
+        argv[2] = argv[0]; /* the rest behind the program's name */
         argv += 2;
         argc -= 2;
     }
     for (i = 1; i < argc; i++)
         if (!strncmp(argv[i], "--", 2)) {
-            fprintf(stderr, "bench: unknown option %s (usage: bench [--decode-cu N] [ROW ...])\n", argv[i]);
+            fprintf(stderr, "bench: option %s after a row name (usage: %s)\n", argv[i], kUsage);
             return 1;
         }
     if (!gpu_device_count()) {
@@ -1048,7 +1090,9 @@ int main(int argc, char **argv) {
            kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
     bench_planner(gpu_num_cu());
     bench_floor();
-    if (decode_cu) printf("decode rows planned for %d CUs\n", decode_cu);
+    if (decode_cu || g_decode_overhead || g_decode_granularity)
+        printf("decode plans: %d CUs, overhead_blocks %d, kv_granularity %d (0: the default)\n", decode_cu ? decode_cu : gpu_num_cu(),
+               g_decode_overhead, g_decode_granularity);
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {
@@ -1102,6 +1146,9 @@ int main(int argc, char **argv) {
     if (g_host_rows) {
         printf("\nhost cost per run (median CPU us of the calls that enqueue one timed run, stream held):");
         for (i = 0; i < g_host_rows; i++) printf("%s %s %.1f", i % 8 ? "," : "\n ", g_host_ids[i], g_host_us[i]);
+        printf("\n\nattention kernel per row (aiter_mla_*_kernel):");
+        for (i = 0, n = 0; i < g_host_rows; i++)
+            if (g_host_kernels[i]) printf("%s %s %s", n++ % 8 ? "," : "\n ", g_host_ids[i], g_host_kernels[i]);
         printf("\n");
     }
     gpu_timer_destroy(g_timer);
