@@ -936,7 +936,7 @@ static void expected_plan_info(const aiter_mla_decode_plan_desc *d, aiter_mla_de
     e->desc = *d;
     if (e->desc.page_size == 0) e->desc.page_size = 1;
     if (e->desc.kv_granularity == 0) e->desc.kv_granularity = 64;
-    if (e->desc.overhead_blocks == 0) e->desc.overhead_blocks = 1;
+    if (e->desc.overhead_blocks == 0) e->desc.overhead_blocks = 2;
     B = d->max_batch;
     H = d->num_heads;
     mql = d->max_q_len;
