@@ -1442,6 +1442,67 @@ static void test_plan_balance(void) {
     }
 }
 
+/* Ragged contexts (uniform in [0.5, 1.5] x 4096, as the bench's D1), pages of 64, every
+ * kv_granularity from a quarter page to two pages and overheads 1..4: no list may cost more
+ * than the lists' mean plus a step, two overheads and a block (a list holds up to its share,
+ * rounded up, plus an overhead and a step less a block; the mean sits up to an overhead under
+ * the share where list boundaries cut nothing), a list's cost counted as the planner documents
+ * it (each item's pages in steps of max(page, kv_granularity) keys, a step costing max(1, page
+ * / kv_granularity) blocks, plus overhead_blocks). With its cuts rounded down to whole steps
+ * and nothing to make up for them, the planner had left the last list 60 % above the mean
+ * (kv_granularity 32 on the bench's D1 contexts). */
+static void test_plan_balance_ragged(void) {
+    static const int grans[] = {16, 32, 64, 128}, ovhs[] = {1, 2, 4}, cus[] = {132, 80, 7};
+    enum { B = 128, PS = 64 };
+    test_rng r = rng_seed(11);
+    int32_t qo[B + 1], kvp[B + 1], last[B];
+    int gi, oi, ci, b, c, w;
+    qo[0] = kvp[0] = 0;
+    for (b = 0; b < B; b++) {
+        const int ctx = rng_int(&r, 2048, 6144), pages = ceil_div(ctx, PS);
+        qo[b + 1] = b + 1;
+        kvp[b + 1] = kvp[b] + pages;
+        last[b] = ctx - (pages - 1) * PS;
+    }
+    for (gi = 0; gi < ARRAY_LEN(grans); gi++)
+        for (oi = 0; oi < ARRAY_LEN(ovhs); oi++)
+            for (ci = 0; ci < ARRAY_LEN(cus); ci++) {
+                const int pages_per_step = imax(1, grans[gi] / PS), step = imax(1, PS / grans[gi]);
+                aiter_mla_decode_plan_desc d;
+                aiter_mla_decode_plan_info info;
+                aiter_mla_decode_plan_view v;
+                int64_t sum = 0, maxc = 0;
+                int32_t *plan;
+                char err[400];
+                memset(&d, 0, sizeof d);
+                d.max_batch = B;
+                d.num_heads = 16;
+                d.max_q_len = 1;
+                d.num_cu = cus[ci];
+                d.page_size = PS;
+                d.kv_granularity = grans[gi];
+                d.overhead_blocks = ovhs[oi];
+                CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+                plan = alloc_i32(info.plan_ints);
+                CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, B, plan), AITER_MLA_OK, "");
+                CHECK(verify_plan(&info, qo, kvp, last, B, plan, err, sizeof err, NULL) == 0, "ragged balance: %s", err);
+                v = aiter_mla_decode_plan_view_of(&info, plan);
+                for (c = 0; c < cus[ci]; c++) {
+                    int64_t cost = 0;
+                    for (w = v.work_indptr[c]; w < v.work_indptr[c + 1]; w++) {
+                        const int32_t *item = v.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
+                        cost += (int64_t)ceil_div(item[5] - item[4], pages_per_step) * step + ovhs[oi];
+                    }
+                    sum += cost;
+                    if (cost > maxc) maxc = cost;
+                }
+                CHECK(maxc * cus[ci] <= sum + (int64_t)(step + 2 * ovhs[oi] + 1) * cus[ci],
+                      "ragged balance (kv_granularity %d, overhead %d, %d CUs): busiest list %lld blocks, mean %.1f", grans[gi],
+                      ovhs[oi], cus[ci], (long long)maxc, (double)sum / cus[ci]);
+                free(plan);
+            }
+}
+
 /* Copy `plan`, let the caller corrupt the copy, then both the library's checker and the
  * test's verifier must reject it. */
 static void expect_corrupt_rejected(const char *what, const aiter_mla_decode_plan_info *info, const int32_t *qo,
@@ -8106,6 +8167,7 @@ int main(int argc, char **argv) {
     test_plan_info();
     test_plan_random();
     test_plan_balance();
+    test_plan_balance_ragged();
     test_plan_corruption();
     test_plan_validation();
     test_decode_ref();
