@@ -222,6 +222,8 @@ int main(void) {
         ad.workspace = d_ws;
 
         gpu_timer *tm = gpu_timer_create();
+        aiter_mla_kernel kernel;
+        TRY(aiter_mla_decode_kernel(&ad, &kernel)); /* which kernel these arguments take, for the log */
         TRY(aiter_mla_kv_cache_write(&wd, s));
         TRY(aiter_mla_decode(&ad, s)); /* warm-up */
         gpu_timer_start(tm, s);
@@ -231,7 +233,8 @@ int main(void) {
         gpu_download(o, d_o, sizeof(uint16_t) * BATCH * HEADS * L);
         gpu_download(lse, d_lse, sizeof(float) * BATCH * HEADS);
         gpu_download(cache, d_cache, cache_bytes); /* with the new tokens written on the GPU */
-        printf("decode on %s: %.1f us per step (decode + reduce, mean of 20)\n", gpu_name(), ms * 1e3);
+        printf("decode on %s (%s kernel): %.1f us per step (decode + reduce, mean of 20)\n", gpu_name(),
+               aiter_mla_kernel_name(kernel), ms * 1e3);
         gpu_timer_destroy(tm);
         gpu_free(d_cache); gpu_free(d_q); gpu_free(d_kvc); gpu_free(d_kpe); gpu_free(d_slots); gpu_free(d_o);
         gpu_free(d_lse); gpu_free(d_plan); gpu_free(d_ws); gpu_free(d_meta); gpu_free(d_idx);
