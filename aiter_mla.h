@@ -1378,15 +1378,18 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
 /* ---- which kernel a call takes ----------------------------------------------------------
  * The attention ops pick their GPU kernel from the arguments (dtypes, alignment and strides,
  * rows per tile) and the targets kernels.hip was built for. These report that pick without
- * launching anything, after the same checks as the call (the same status and message for
- * bad arguments): for logs, and for tests that hold each kernel to its own bound. Device
- * arrays are not read. AITER_MLA_NO_GPU builds report AITER_MLA_KERNEL_NONE. */
+ * launching anything, after the same checks as the call (bad arguments get the call's status
+ * and message, but for the op's name, and *kernel is left as it was): for logs, and for tests
+ * that hold each kernel to its own bound. Device arrays are not read. With no tokens (sparse,
+ * V4), where the call launches nothing, they report the kernel a call with tokens would take.
+ * AITER_MLA_NO_GPU builds report AITER_MLA_KERNEL_NONE. */
 typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
     AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile) */
-    AITER_MLA_KERNEL_MMA,      /* NVIDIA sm_90 mma.sync: 64-row passes (builds without
-                                  AITER_MLA_WGMMA) and prefill's other head dims and e4m3fnuz */
+    AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
+                                  AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
+                                  its other head dims and e4m3fnuz) */
     AITER_MLA_KERNEL_WGMMA,    /* NVIDIA sm_90a warpgroup kernels (AITER_MLA_WGMMA builds): 64-row
                                   passes; prefill at head dims 192/128 and 128/128 (e4m3fn as e4m3
                                   products) */
@@ -3262,7 +3265,7 @@ static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_s
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * topk = %lld exceeds 2^31 - 1 (split the batch)", op,
                                (long long)(a.num_tokens * (int64_t)a.topk));
     if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
+    if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
@@ -4428,7 +4431,7 @@ static aiter_mla_status aiter_mla__v4_attention_call(const char *op, const aiter
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
+    if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_v4_attention(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {

@@ -6016,9 +6016,9 @@ static void launch_prefill_mfma(hipStream_t s, const PrefillParams &p) {
 }
 #endif
 // The prefill kernel for these arguments: the matrix units' for 16-byte aligned q, k, v with
-// strides in whole 16-byte units (AMD: head dims 192/128 and 128/128; NVIDIA: the warpgroup
-// kernel for bf16, f16 and e4m3fn at those dims, mma.sync for the other pairs and e4m3fnuz,
-// f16 at those dims only), else the portable kernel.
+// strides in whole 16-byte units (AMD: head dims 192/128 and 128/128; NVIDIA: on
+// AITER_MLA_WGMMA builds the warpgroup kernel for bf16, f16 and e4m3fn at those dims, else
+// mma.sync from sm_80, f16 at those dims only), else the portable kernel.
 static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
     const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
     const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes

@@ -1053,21 +1053,21 @@ int main(int argc, char **argv) {
         } opts[] = {{"--decode-cu", 1, 65536}, {"--decode-overhead", 1, 64}, {"--decode-granularity", 16, 4096}};
         int o = 0;
         char *end = NULL;
-        long n;
+        long value;
         while (o < 3 && strcmp(argv[1], opts[o].name)) o++;
         if (o == 3) {
             fprintf(stderr, "bench: unknown option %s (usage: %s)\n", argv[1], kUsage);
             return 1;
         }
-        n = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
-        if (argc < 3 || *end || n < opts[o].lo || n > opts[o].hi || (o == 2 && (n & (n - 1)))) {
+        value = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
+        if (argc < 3 || *end || value < opts[o].lo || value > opts[o].hi || (o == 2 && (value & (value - 1)))) {
             fprintf(stderr, "bench: %s needs %s in %ld..%ld\n", opts[o].name, o == 2 ? "a power of two" : "a count", opts[o].lo,
                     opts[o].hi);
             return 1;
         }
-        if (o == 0) decode_cu = (int)n;
-        else if (o == 1) g_decode_overhead = (int)n;
-        else g_decode_granularity = (int)n;
+        if (o == 0) decode_cu = (int)value;
+        else if (o == 1) g_decode_overhead = (int)value;
+        else g_decode_granularity = (int)value;
         argv[2] = argv[0]; /* the rest behind the program's name */
         argv += 2;
         argc -= 2;

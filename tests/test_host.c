@@ -1444,9 +1444,10 @@ static void test_plan_balance(void) {
 
 /* Ragged contexts (uniform in [0.5, 1.5] x 4096, as the bench's D1), pages of 64, every
  * kv_granularity from a quarter page to two pages and overheads 1..4: no list may cost more
- * than the lists' mean plus a step, two overheads and a block (a list holds up to its share,
- * rounded up, plus an overhead and a step less a block; the mean sits up to an overhead under
- * the share where list boundaries cut nothing), a list's cost counted as the planner documents
+ * than the lists' mean plus a step, two overheads and a block (every list but the last holds at
+ * most its share, rounded up, plus an overhead and a step less a block, the last at most the
+ * share, and the mean is within a block of the share: the bound leaves an overhead and a block
+ * to spare), a list's cost counted as the planner documents
  * it (each item's pages in steps of max(page, kv_granularity) keys, a step costing max(1, page
  * / kv_granularity) blocks, plus overhead_blocks). With its cuts rounded down to whole steps
  * and nothing to make up for them, the planner had left the last list 60 % above the mean
@@ -4587,6 +4588,9 @@ static void test_attention_wrappers(void) {
     t.kv_cache = (const char *)cache + 2;
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache");
     CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
+    t.num_tokens = 0; /* nothing to launch: the cache's alignment is not checked, by the query either */
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_OK, "");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     free(cache);
 }
 
@@ -5738,6 +5742,12 @@ static void test_v4_attention(void) {
                 e.workspace_bytes = sizeof ws_small;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
+                e.num_tokens = 0; /* nothing to launch: no workspace needed, by the query either */
+                e.workspace = ws_small + 1;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_OK, "");
+                CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
+                e.num_tokens = a.num_tokens;
+                e.workspace = ws_small;
                 e.workspace_bytes = need;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
