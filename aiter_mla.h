@@ -1967,15 +1967,14 @@ static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
 #else
 #define AITER_MLA__LAUNCH(op, call) aiter_mla__gpu_result(op, (call))
 #endif
-/* An attention launch, or with kernel != NULL only its kernel (NONE without a GPU). */
+/* An attention launch, or with kernel != NULL only its kernel (the launcher wrote it; NONE
+ * without a GPU). */
 static aiter_mla_status aiter_mla__launch_or_pick(const char *op, aiter_mla_kernel *kernel, int native) {
+    if (!kernel) return aiter_mla__gpu_result(op, native);
 #ifdef AITER_MLA_NO_GPU
-    if (kernel) {
-        *kernel = AITER_MLA_KERNEL_NONE;
-        return AITER_MLA_OK;
-    }
+    *kernel = AITER_MLA_KERNEL_NONE;
 #endif
-    return kernel ? AITER_MLA_OK : aiter_mla__gpu_result(op, native);
+    return AITER_MLA_OK;
 }
 #ifdef AITER_MLA_NO_GPU
 #define AITER_MLA__LAUNCH_OR_PICK(op, kernel, call) ((void)sizeof(call), aiter_mla__launch_or_pick(op, kernel, 0))

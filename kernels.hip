@@ -53,6 +53,9 @@ __host__ __device__ inline bool o_rows16(const void *o, aiter_mla_dtype dtype, i
            stride_head % 8 == 0;
 }
 
+// Whether dtype t is either e4m3 flavour.
+__host__ __device__ constexpr bool is_e4m3(int t) { return t == AITER_MLA_FP8_E4M3FN || t == AITER_MLA_FP8_E4M3FNUZ; }
+
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 
@@ -618,7 +621,7 @@ __device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi, float scale = 
 // (16-byte loads), e4m3 q (QT) widened exactly to f16 (8-byte loads).
 template <int QT>
 __device__ __forceinline__ uint4 q_frag(const void *q, int64_t at) {
-    if constexpr (QT == AITER_MLA_FP8_E4M3FN || QT == AITER_MLA_FP8_E4M3FNUZ) {
+    if constexpr (is_e4m3(QT)) {
         const uint2 w = *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(q) + at);
         return widen8<QT, AITER_MLA_F16>(w.x, w.y);
     } else {
@@ -627,7 +630,7 @@ __device__ __forceinline__ uint4 q_frag(const void *q, int64_t at) {
 }
 // The product type of a q type: e4m3 q is widened to f16.
 __host__ __device__ constexpr int product_type(int qt) {
-    return qt == AITER_MLA_FP8_E4M3FN || qt == AITER_MLA_FP8_E4M3FNUZ ? (int)AITER_MLA_F16 : qt;
+    return is_e4m3(qt) ? (int)AITER_MLA_F16 : qt;
 }
 
 // A tile of kN rows as 16-byte chunks of their source bytes (SRC per row), thread tid taking
@@ -653,7 +656,7 @@ __device__ __forceinline__ void load_rows(uint4 (&buf)[Chunks<SRC>::loads], RowO
 template <int SRC, int ET, int QT, int PITCH>
 __device__ __forceinline__ void store_rows(unsigned char *dst, const uint4 (&buf)[Chunks<SRC>::loads], int tid) {
     using C = Chunks<SRC>;
-    constexpr bool kWiden = ET == AITER_MLA_FP8_E4M3FN || ET == AITER_MLA_FP8_E4M3FNUZ;
+    constexpr bool kWiden = is_e4m3(ET);
 #pragma unroll
     for (int i = 0; i < C::loads; i++) {
         const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row;
@@ -1198,7 +1201,7 @@ __device__ __forceinline__ void store16_shared(uint32_t dst, uint4 v) {
 }
 // Whether a decode over format kvt may have an e4m3 q: only over a per-tensor fp8 cache of
 // q's flavour (the header refuses other pairs).
-__host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_MLA_FP8_E4M3FN || kvt == AITER_MLA_FP8_E4M3FNUZ; }
+__host__ __device__ constexpr bool takes_fp8_q(int kvt) { return is_e4m3(kvt); }
 // Query rows r0 .. r0 + rows of a pass (kDq values each, as bf16; zeros past R) into shared
 // memory, threads tid, tid + threads, ... taking 16-byte chunks; dst(r, chunk) is a chunk's
 // shared address. A bf16 q goes by cp.async (in the caller's commit group); an e4m3 q (8-byte
@@ -1214,7 +1217,7 @@ __host__ __device__ constexpr bool takes_fp8_q(int kvt) { return kvt == AITER_ML
 template <int kDq, bool kQ8, int kBatch, typename Dst>
 __device__ __forceinline__ void copy_q_rows(const aiter_mla_decode_args &a, const Piece &pc, int r0, int R, int rows, int tid,
                                             int threads, Dst dst) {
-    const bool fp8 = kQ8 && (a.q_dtype == AITER_MLA_FP8_E4M3FN || a.q_dtype == AITER_MLA_FP8_E4M3FNUZ);
+    const bool fp8 = kQ8 && is_e4m3(a.q_dtype);
     auto load8 = [&](int r, int part) {
         return r < R ? *reinterpret_cast<const uint2 *>(static_cast<const uint8_t *>(a.q) + row_q_offset(a, pc, r0 + r) + part * 8)
                      : make_uint2(0u, 0u);
@@ -2809,7 +2812,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // run). For bf16 rows (cp.async) and MODEL1 pages the same prefetch measured slower (D3
         // 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840); so did per-tensor e4m3 in
         // pairs of blocks (D3-fp8 611-624 -> 661-663).
-        constexpr bool kWarm = is_ds_mla(KVT) || KVT == AITER_MLA_FP8_E4M3FN || KVT == AITER_MLA_FP8_E4M3FNUZ;
+        constexpr bool kWarm = is_ds_mla(KVT) || is_e4m3(KVT);
         auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[kLookups]) { // tile i; entry: the thread's indices in it
             if constexpr (kWarm) {
                 const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
@@ -5783,7 +5786,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
 // (8-byte aligned), strides in whole units of 8 elements.
 static bool mfma_q_rows(const void *q, aiter_mla_dtype dtype, int64_t stride_token, int64_t stride_head) {
     const bool q16 = dtype == AITER_MLA_BF16 || dtype == AITER_MLA_F16;
-    const bool q8 = dtype == AITER_MLA_FP8_E4M3FN || dtype == AITER_MLA_FP8_E4M3FNUZ;
+    const bool q8 = is_e4m3(dtype);
     return (q16 || q8) && ((uintptr_t)q & (q16 ? 15u : 7u)) == 0 && stride_token % 8 == 0 && stride_head % 8 == 0;
 }
 // Passes of 16 rows when a query tile has at most 16, else of 64 (each key tile read once for
@@ -5807,8 +5810,7 @@ static void launch_mfma(dim3 grid, hipStream_t s, const DecodeParams &p, int til
 // The decode kernel for these arguments: the matrix units' where q's rows and the cache suit
 // them, else the portable kernel (tile_rows: a query tile's rows, tokens_per_tile x H).
 static aiter_mla_kernel decode_kernel_of(const aiter_mla_decode_args *a, [[maybe_unused]] int tile_rows) {
-    [[maybe_unused]] const bool kv_fp8 = a->kv_dtype == AITER_MLA_FP8_E4M3FN || a->kv_dtype == AITER_MLA_FP8_E4M3FNUZ;
-    [[maybe_unused]] const bool q_fp8 = a->q_dtype == AITER_MLA_FP8_E4M3FN || a->q_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    [[maybe_unused]] const bool kv_fp8 = is_e4m3(a->kv_dtype), q_fp8 = is_e4m3(a->q_dtype);
 #if defined(AITER_MLA_HAS_MFMA)
     // matrix cores: 16-bit q over a cache of q's type or per-tensor fp8; e4m3 q over a cache
     // of its flavour
@@ -5840,8 +5842,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     p.work_info = plan + info->off_work_info;
     p.part_o = (float *)a->workspace;
     p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * kL : nullptr;
-    const bool kv_fp8 = a->kv_dtype == AITER_MLA_FP8_E4M3FN || a->kv_dtype == AITER_MLA_FP8_E4M3FNUZ;
-    const bool q_fp8 = a->q_dtype == AITER_MLA_FP8_E4M3FN || a->q_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    const bool kv_fp8 = is_e4m3(a->kv_dtype), q_fp8 = is_e4m3(a->q_dtype);
     p.v_scale = kv_fp8 ? a->kv_scale : 1.0f;
     p.score_scale = a->sm_scale * (q_fp8 ? a->q_scale : 1.0f) * p.v_scale * kLog2e;
     p.page_shift = 0;
@@ -6020,7 +6021,7 @@ static void launch_prefill_mfma(hipStream_t s, const PrefillParams &p) {
 // AITER_MLA_WGMMA builds the warpgroup kernel for bf16, f16 and e4m3fn at those dims, else
 // mma.sync from sm_80, f16 at those dims only), else the portable kernel.
 static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
-    const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    const bool fp8 = is_e4m3(a->qkv_dtype);
     const int64_t unit = fp8 ? 16 : 8; // elements per 16 bytes
     const bool aligned = (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
                          a->q_stride_token % unit == 0 && a->q_stride_head % unit == 0 && a->k_stride_token % unit == 0 &&
@@ -6050,7 +6051,7 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_
         return 0;
     }
     hipStream_t s = (hipStream_t)stream;
-    const bool fp8 = a->qkv_dtype == AITER_MLA_FP8_E4M3FN || a->qkv_dtype == AITER_MLA_FP8_E4M3FNUZ;
+    const bool fp8 = is_e4m3(a->qkv_dtype);
     PrefillParams p;
     p.a = *a;
     p.score_scale = a->sm_scale * (fp8 ? a->q_scale * a->k_scale : 1.0f) * kLog2e;
