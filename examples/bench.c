@@ -1045,29 +1045,25 @@ int main(int argc, char **argv) {
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
     int i, n, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
-    /* options first, each with its value: --decode-cu, --decode-overhead, --decode-granularity */
+    /* options first, each with its value: --decode-cu, --decode-overhead, --decode-granularity;
+     * the values are checked by the planner itself, on a plan of the decode rows' shape */
     while (argc >= 2 && !strncmp(argv[1], "--", 2)) {
-        static const struct {
-            const char *name;
-            long lo, hi;
-        } opts[] = {{"--decode-cu", 1, 65536}, {"--decode-overhead", 1, 64}, {"--decode-granularity", 16, 4096}};
+        static const char *const opts[] = {"--decode-cu", "--decode-overhead", "--decode-granularity"};
+        int *const dest[] = {&decode_cu, &g_decode_overhead, &g_decode_granularity};
         int o = 0;
         char *end = NULL;
         long value;
-        while (o < 3 && strcmp(argv[1], opts[o].name)) o++;
+        while (o < 3 && strcmp(argv[1], opts[o])) o++;
         if (o == 3) {
             fprintf(stderr, "bench: unknown option %s (usage: %s)\n", argv[1], kUsage);
             return 1;
         }
         value = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
-        if (argc < 3 || *end || value < opts[o].lo || value > opts[o].hi || (o == 2 && (value & (value - 1)))) {
-            fprintf(stderr, "bench: %s needs %s in %ld..%ld\n", opts[o].name, o == 2 ? "a power of two" : "a count", opts[o].lo,
-                    opts[o].hi);
+        if (argc < 3 || *end || value < 1 || value > 65536) {
+            fprintf(stderr, "bench: %s needs a number in 1..65536\n", opts[o]);
             return 1;
         }
-        if (o == 0) decode_cu = (int)value;
-        else if (o == 1) g_decode_overhead = (int)value;
-        else g_decode_granularity = (int)value;
+        *dest[o] = (int)value;
         argv[2] = argv[0]; /* the rest behind the program's name */
         argv += 2;
         argc -= 2;
@@ -1077,6 +1073,20 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench: option %s after a row name (usage: %s)\n", argv[i], kUsage);
             return 1;
         }
+    {
+        aiter_mla_decode_plan_desc pd = {0};
+        aiter_mla_decode_plan_info info;
+        pd.max_batch = pd.max_q_len = 1;
+        pd.num_heads = 16;
+        pd.num_cu = decode_cu ? decode_cu : 1;
+        pd.page_size = 64;
+        pd.overhead_blocks = g_decode_overhead;
+        pd.kv_granularity = g_decode_granularity;
+        if (aiter_mla_decode_plan_get_info(&pd, &info) != AITER_MLA_OK) {
+            fprintf(stderr, "bench: %s\n", aiter_mla_last_error());
+            return 1;
+        }
+    }
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
