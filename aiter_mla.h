@@ -623,7 +623,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * needs max_seqlen_q; given num_cu, the wgmma kernel launches only the blocks that fit at
  * once when that grid has more (and at most 64 query tiles a request), each taking grid
  * blocks in turn, so that its next tile's first loads overlap the end of the one before;
- * with a persistent plan (plan + plan_info + workspace, below), one block per (CU, head)
+ * with a persistent plan (plan + plan_info + workspace, below), one block per (list, head)
  * runs that CU's work items and the reduce merges split tiles. Tensor
  * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
  * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
@@ -685,14 +685,25 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * t-th tile in visit order. Sizes from upper bounds: tiles <= max_q_tokens / tile_q +
  * max_batch, work <= tiles + num_cu - 1, split pieces <= min(work, 2 (num_cu - 1)). The
  * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps)
- * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference. */
+ * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference.
+ * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (pad);
+ * aiter_mla_prefill runs a block per (list, head), so a plan with a list per CU cuts nearly
+ * every tile (fp32 partials and their reduce) and leaves each block a few units. Fewer lists
+ * run faster:
+ * num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1, with tile_q = 128, where U is one
+ * head's units (the sum over the query tiles of ceil(tile keys / kv_granularity)), came within
+ * 4 % of the best count on each of eleven shapes measured on an H200 (132 CUs), and 1.06 to 2.7
+ * times faster than 132 lists of tile_q 256 (P1, 128 heads, one causal 4096 x 4096 request:
+ * 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid kernel ran faster still at 128
+ * heads (P1 1098 us) and slower at 16 (one 4096 request: 218 against 172 us).
+ * examples/bench.c's prefill_plan_lists computes the count; docs/PERFORMANCE.md has the sweep. */
 typedef struct aiter_mla_prefill_plan_desc {
     int max_batch;          /* >= 1 */
     int64_t max_q_tokens;   /* >= 1: query rows of a batch at most */
     int num_heads;          /* >= 1 */
-    int num_cu;             /* >= 1 */
+    int num_cu;             /* >= 1: the work lists (AITER: the CUs; for aiter_mla_prefill see above) */
     int dv;                 /* 64, 128, 192 or 256, the prefill call's; 0 means 128 (sizes the workspace) */
-    int tile_q;             /* power of two 16..1024; 0 means 256 */
+    int tile_q;             /* power of two 16..1024; 0 means 256 (AITER's; 128 runs faster here, above) */
     int kv_granularity;     /* power of two 16..4096; 0 means 128 */
 } aiter_mla_prefill_plan_desc;
 

@@ -12,7 +12,10 @@
  * Rows *-fp8 have an e4m3fn cache and a bf16 q; *-fp8q an e4m3fn q as well (vLLM's fp8
  * decode, which quantises q for an fp8 cache).
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
- * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8).
+ * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8),
+ * built for the list count and tile_q the header recommends for aiter_mla_prefill
+ * (prefill_plan_lists below; the --prefill options override them); their schedule column
+ * reads "grid" or the plan's "lists x tile_q".
  * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
  * V4 rows (V4D-*, V4P-*): described above their code.
  * Every run is timed behind a spin on the stream (timer_start_held), so the host's launch
@@ -20,11 +23,14 @@
  * The host planner's cost (batch 256) is timed on the CPU. The launch floor (one and two
  * empty kernels, timed as the rows are) is what any row's time includes at the least.
  * The last lines give each row's host cost: the CPU time of the library calls of one run.
- * Usage: bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [ROW ...]
- * (no row: every row). The options set the decode rows' plan: --decode-cu N plans for N CUs
- * instead of the device's count (N > the count: more work lists than multiprocessors, which
- * the hardware hands out as blocks finish); --decode-overhead and --decode-granularity set
- * aiter_mla_decode_plan_desc's overhead_blocks and kv_granularity. */
+ * Usage: bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [--prefill-cu N]
+ *              [--prefill-tile-q N] [--prefill-granularity N] [ROW ...]
+ * (no row: every row). The --decode options set the decode rows' plan: --decode-cu N plans for
+ * N CUs instead of the device's count (N > the count: more work lists than multiprocessors,
+ * which the hardware hands out as blocks finish); --decode-overhead and --decode-granularity
+ * set aiter_mla_decode_plan_desc's overhead_blocks and kv_granularity. The --prefill options
+ * set the persistent prefill rows' plan (aiter_mla_prefill_plan_desc's num_cu, tile_q and
+ * kv_granularity). */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
@@ -74,9 +80,11 @@ static double host_us(void) {
 
 static void *g_stream;
 static gpu_timer *g_timer;
-/* the decode plans' desc fields overhead_blocks and kv_granularity (0: the library's default) */
-static int g_decode_overhead, g_decode_granularity;
-static const char *const kUsage = "bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [ROW ...]";
+/* the decode plans' desc fields overhead_blocks and kv_granularity, the persistent prefill plans'
+ * num_cu, tile_q and kv_granularity (0: the library's default; num_cu: the device's count) */
+static int g_decode_overhead, g_decode_granularity, g_prefill_cu, g_prefill_tile_q, g_prefill_granularity;
+static const char *const kUsage = "bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [--prefill-cu N] "
+                                  "[--prefill-tile-q N] [--prefill-granularity N] [ROW ...]";
 
 /* Start the timer behind a spin of ~100 us on the stream (gpu_hold): every timed run then
  * measures the device's time for the work, not the host's launch cost in front of it (the
@@ -543,6 +551,28 @@ static void launch_prefill(void *ctx, int run) {
     TRY(aiter_mla_prefill((const aiter_mla_prefill_args *)ctx, g_stream));
 }
 
+/* The persistent plan's list count that aiter_mla_prefill runs fastest (the header's rule at
+ * aiter_mla_prefill_plan_desc): min(num_cu, 16 num_cu / H, U / 64), at least 1, where U is one
+ * head's kv units, the sum over the query tiles of tile_q rows of ceil(tile keys / kv_granularity). */
+static int prefill_plan_lists(int num_cu, int H, const int32_t *cq, const int32_t *ck, int batch, int causal, int tile_q, int gran) {
+    int64_t units = 0, lists;
+    int b;
+    for (b = 0; b < batch; b++) {
+        const int64_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b];
+        int64_t r0;
+        for (r0 = 0; r0 < sq; r0 += tile_q) {
+            const int64_t r1 = r0 + tile_q < sq ? r0 + tile_q : sq;
+            int64_t keys = causal ? sk - sq + r1 : sk; /* the tile's visible keys (bottom-right causal) */
+            keys = keys < 0 ? 0 : keys > sk ? sk : keys;
+            units += (keys + gran - 1) / gran;
+        }
+    }
+    lists = 16LL * num_cu / H;
+    if (units / 64 < lists) lists = units / 64;
+    if (num_cu < lists) lists = num_cu;
+    return lists < 1 ? 1 : (int)lists;
+}
+
 static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) {
     const int B = r->batch, H = r->heads, DQK = 192, DV = 128;
     const size_t e = aiter_mla_dtype_size(r->dtype);
@@ -588,8 +618,10 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
         pd.max_batch = B;
         pd.max_q_tokens = Tq;
         pd.num_heads = H;
-        pd.num_cu = num_cu;
         pd.dv = DV;
+        pd.tile_q = g_prefill_tile_q ? g_prefill_tile_q : 128;
+        pd.kv_granularity = g_prefill_granularity ? g_prefill_granularity : 128;
+        pd.num_cu = g_prefill_cu ? g_prefill_cu : prefill_plan_lists(num_cu, H, cq, ck, B, r->causal, pd.tile_q, pd.kv_granularity);
         TRY(aiter_mla_prefill_plan_get_info(&pd, &info));
         plan = (int32_t *)malloc((size_t)info.plan_ints * 4);
         TRY(aiter_mla_prefill_plan_build(&info, cq, ck, B, r->causal, plan));
@@ -605,9 +637,11 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
     double us = time_median_us(launch_prefill, &a);
     double flops = 2.0 * H * (double)B * r->sq * r->sk * (DQK + DV) * (r->causal ? 0.5 : 1.0);
     double tfl = flops / (us * 1e-6) / 1e12;
+    char sched[32] = "grid";
+    if (r->persistent) snprintf(sched, sizeof sched, "%d x %d", info.desc.num_cu, info.desc.tile_q);
     printf("| %-8s | %3d | %d x %5d x %5d | %-6s | %-4s | %-10s | %9.1f | %7.1f | %5.1f %% |\n", r->id, H, B, r->sq, r->sk,
-           r->causal ? "causal" : "full", r->dtype == AITER_MLA_BF16 ? "bf16" : "fp8", r->persistent ? "persistent" : "grid",
-           us, tfl, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+           r->causal ? "causal" : "full", r->dtype == AITER_MLA_BF16 ? "bf16" : "fp8", sched, us, tfl,
+           gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
     fflush(stdout);
     gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cu);
     if (d_plan) gpu_free(d_plan);
@@ -1045,16 +1079,18 @@ int main(int argc, char **argv) {
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
     int i, n, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
-    /* options first, each with its value: --decode-cu, --decode-overhead, --decode-granularity;
-     * the values are checked by the planner itself, on a plan of the decode rows' shape */
+    /* options first, each with its value; the values are checked by the planners themselves, on
+     * plans of the rows' shapes */
     while (argc >= 2 && !strncmp(argv[1], "--", 2)) {
-        static const char *const opts[] = {"--decode-cu", "--decode-overhead", "--decode-granularity"};
-        int *const dest[] = {&decode_cu, &g_decode_overhead, &g_decode_granularity};
+        static const char *const opts[] = {"--decode-cu",   "--decode-overhead",   "--decode-granularity",
+                                           "--prefill-cu",  "--prefill-tile-q",    "--prefill-granularity"};
+        int *const dest[] = {&decode_cu, &g_decode_overhead, &g_decode_granularity, &g_prefill_cu, &g_prefill_tile_q, &g_prefill_granularity};
+        const int nopts = (int)(sizeof opts / sizeof opts[0]);
         int o = 0;
         char *end = NULL;
         long value;
-        while (o < 3 && strcmp(argv[1], opts[o])) o++;
-        if (o == 3) {
+        while (o < nopts && strcmp(argv[1], opts[o])) o++;
+        if (o == nopts) {
             fprintf(stderr, "bench: unknown option %s (usage: %s)\n", argv[1], kUsage);
             return 1;
         }
@@ -1087,6 +1123,19 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    {
+        aiter_mla_prefill_plan_desc pd = {0};
+        aiter_mla_prefill_plan_info info;
+        pd.max_batch = pd.num_heads = 1;
+        pd.max_q_tokens = 1;
+        pd.num_cu = g_prefill_cu ? g_prefill_cu : 1;
+        pd.tile_q = g_prefill_tile_q;
+        pd.kv_granularity = g_prefill_granularity;
+        if (aiter_mla_prefill_plan_get_info(&pd, &info) != AITER_MLA_OK) {
+            fprintf(stderr, "bench: %s\n", aiter_mla_last_error());
+            return 1;
+        }
+    }
     if (!gpu_device_count()) {
         fprintf(stderr, "bench: no GPU device\n");
         return 1;
@@ -1103,6 +1152,9 @@ int main(int argc, char **argv) {
     if (decode_cu || g_decode_overhead || g_decode_granularity)
         printf("decode plans: %d CUs, overhead_blocks %d, kv_granularity %d (0: the default)\n", decode_cu ? decode_cu : gpu_num_cu(),
                g_decode_overhead, g_decode_granularity);
+    if (g_prefill_cu || g_prefill_tile_q || g_prefill_granularity)
+        printf("persistent prefill plans: %d CUs, tile_q %d, kv_granularity %d (0: the default)\n",
+               g_prefill_cu ? g_prefill_cu : gpu_num_cu(), g_prefill_tile_q, g_prefill_granularity);
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {
