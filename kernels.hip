@@ -2199,11 +2199,21 @@ __device__ __forceinline__ void regs_set() {
     else if constexpr (N < kRegsEntry) regs_lower<N>();
 }
 // 16 bytes from global memory (read-only for the kernel, streamed past L1), or zeros when !ok.
+// kWide: an L2 miss fetches the 256 bytes around them (.L2::256B). MODEL1 rows take it (H200,
+// two runs each against the plain load: V4D-h64-k512-b128 65.5-65.9 -> 62.5 us, V4P-h64
+// 4762-4841 -> 4575-4586); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower
+// (SD1 433-437 -> 440, D3-fp8 483-485 -> 490).
+template <bool kWide = false>
 __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "r"((int)ok), "l"(src));
+    if constexpr (kWide)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+                     : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                     : "r"((int)ok), "l"(src));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+                     : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                     : "r"((int)ok), "l"(src));
     return v;
 }
 // Brings `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2.
@@ -2671,9 +2681,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const bool ok = k.row != nullptr;
                 const unsigned char *row = ok ? k.row : static_cast<const unsigned char *>(a.q); // a.q: not read
 #pragma unroll
-                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero(row + W::chunk_at(j, my_part), ok);
+                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero<KVT == kV4Model1>(row + W::chunk_at(j, my_part), ok);
                 if constexpr (is_ds_mla(KVT)) st.scales = load16_or_zero(row + kL, ok); // the four fp32 group scales
-                if constexpr (KVT == kV4Model1) st.scales = load16_or_zero(ok ? k.scales : row, ok); // the even and the odd row's 8
+                if constexpr (KVT == kV4Model1) st.scales = load16_or_zero<true>(ok ? k.scales : row, ok); // the even and the odd row's 8
             }
         };
         // Whether tile i comes by TMA: a whole tile of a present page (all of a tile's keys lie in
