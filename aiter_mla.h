@@ -696,7 +696,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * times faster than 132 lists of tile_q 256 (P1, 128 heads, one causal 4096 x 4096 request:
  * 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid kernel ran faster still at 128
  * heads (P1 1098 us) and slower at 16 (one 4096 request: 218 against 172 us).
- * examples/bench.c's prefill_plan_lists computes the count; docs/PERFORMANCE.md has the sweep. */
+ * aiter_mla_prefill_plan_fit_lists computes the count; docs/PERFORMANCE.md has the sweep. */
 typedef struct aiter_mla_prefill_plan_desc {
     int max_batch;          /* >= 1 */
     int64_t max_q_tokens;   /* >= 1: query rows of a batch at most */
@@ -717,6 +717,13 @@ typedef struct aiter_mla_prefill_plan_info {
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
                                                                aiter_mla_prefill_plan_info *info);
+/* The list count above for a batch: d->num_cu, the device's CUs on entry, becomes min(CUs,
+ * 16 CUs / num_heads, U / 64), at least 1, U from cu_seqlens_q / cu_seqlens_k [batch + 1]
+ * (host) and d's tile_q and kv_granularity (set tile_q = 128 first: the rule was measured
+ * with it). d is checked as aiter_mla_prefill_plan_get_info checks it, and the batch against
+ * it as aiter_mla_prefill_plan_build does. */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, const int32_t *cu_seqlens_q,
+                                                                const int32_t *cu_seqlens_k, int batch, int causal);
 /* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info,
                                                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
@@ -3567,22 +3574,44 @@ static int64_t aiter_mla__tile_keys(int32_t sq, int32_t sk, int32_t tile_end, in
     return causal ? aiter_mla__max64(0, aiter_mla__min64((int64_t)sk - sq + tile_end, sk)) : sk;
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
-                                                            const int32_t *ck, int batch, int causal, int32_t *plan) {
-    const char *op = "prefill_plan_build";
-    aiter_mla__plan_builder pb;
-    const int32_t tq = info ? info->desc.tile_q : 0, gran = info ? info->desc.kv_granularity : 0;
-    int64_t total = 0, avg, rem, quota;
-    int b, cu = 0, ncu;
-    AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
-    AITER_MLA__NEED(op, plan, "plan");
-    ncu = info->desc.num_cu;
+/* One head's kv units of a batch: the sum over its query tiles of ceil(tile keys / gran). */
+static int64_t aiter_mla__prefill_units(const int32_t *cq, const int32_t *ck, int batch, int causal, int32_t tq, int32_t gran) {
+    int64_t total = 0;
+    int b;
     for (b = 0; b < batch; b++) {
         const int32_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b];
         int32_t t;
         for (t = 0; t * tq < sq; t++)
             total += aiter_mla__cdiv(aiter_mla__tile_keys(sq, sk, (int32_t)aiter_mla__min64((int64_t)(t + 1) * tq, sq), causal), gran);
     }
+    return total;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, const int32_t *cq, const int32_t *ck,
+                                                                int batch, int causal) {
+    const char *op = "prefill_plan_fit_lists";
+    aiter_mla_prefill_plan_info info;
+    int64_t lists;
+    AITER_MLA__NEED(op, d, "desc");
+    AITER_MLA__CHECK(aiter_mla_prefill_plan_get_info(d, &info));
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, &info, cq, ck, batch, causal));
+    lists = aiter_mla__min64(16LL * info.desc.num_cu / info.desc.num_heads,
+                             aiter_mla__prefill_units(cq, ck, batch, causal, info.desc.tile_q, info.desc.kv_granularity) / 64);
+    d->num_cu = (int)aiter_mla__max64(1, aiter_mla__min64(info.desc.num_cu, lists));
+    return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info, const int32_t *cq,
+                                                            const int32_t *ck, int batch, int causal, int32_t *plan) {
+    const char *op = "prefill_plan_build";
+    aiter_mla__plan_builder pb;
+    const int32_t tq = info ? info->desc.tile_q : 0, gran = info ? info->desc.kv_granularity : 0;
+    int64_t total, avg, rem, quota;
+    int b, cu = 0, ncu;
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
+    AITER_MLA__NEED(op, plan, "plan");
+    ncu = info->desc.num_cu;
+    total = aiter_mla__prefill_units(cq, ck, batch, causal, tq, gran);
     avg = total / ncu;
     rem = total % ncu;
     quota = avg + (rem > 0);

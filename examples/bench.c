@@ -14,8 +14,8 @@
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8),
  * built for the list count and tile_q the header recommends for aiter_mla_prefill
- * (prefill_plan_lists below; the --prefill options override them); their schedule column
- * reads "grid" or the plan's "lists x tile_q".
+ * (aiter_mla_prefill_plan_fit_lists, tile_q 128; the --prefill options override them);
+ * their schedule column reads "grid" or the plan's "lists x tile_q".
  * Sparse rows (SD1, SP1): FLOPs 2 * tokens * H * topk * (576 + 512).
  * V4 rows (V4D-*, V4P-*): described above their code.
  * Every run is timed behind a spin on the stream (timer_start_held), so the host's launch
@@ -551,28 +551,6 @@ static void launch_prefill(void *ctx, int run) {
     TRY(aiter_mla_prefill((const aiter_mla_prefill_args *)ctx, g_stream));
 }
 
-/* The persistent plan's list count that aiter_mla_prefill runs fastest (the header's rule at
- * aiter_mla_prefill_plan_desc): min(num_cu, 16 num_cu / H, U / 64), at least 1, where U is one
- * head's kv units, the sum over the query tiles of tile_q rows of ceil(tile keys / kv_granularity). */
-static int prefill_plan_lists(int num_cu, int H, const int32_t *cq, const int32_t *ck, int batch, int causal, int tile_q, int gran) {
-    int64_t units = 0, lists;
-    int b;
-    for (b = 0; b < batch; b++) {
-        const int64_t sq = cq[b + 1] - cq[b], sk = ck[b + 1] - ck[b];
-        int64_t r0;
-        for (r0 = 0; r0 < sq; r0 += tile_q) {
-            const int64_t r1 = r0 + tile_q < sq ? r0 + tile_q : sq;
-            int64_t keys = causal ? sk - sq + r1 : sk; /* the tile's visible keys (bottom-right causal) */
-            keys = keys < 0 ? 0 : keys > sk ? sk : keys;
-            units += (keys + gran - 1) / gran;
-        }
-    }
-    lists = 16LL * num_cu / H;
-    if (units / 64 < lists) lists = units / 64;
-    if (num_cu < lists) lists = num_cu;
-    return lists < 1 ? 1 : (int)lists;
-}
-
 static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) {
     const int B = r->batch, H = r->heads, DQK = 192, DV = 128;
     const size_t e = aiter_mla_dtype_size(r->dtype);
@@ -620,8 +598,9 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
         pd.num_heads = H;
         pd.dv = DV;
         pd.tile_q = g_prefill_tile_q ? g_prefill_tile_q : 128;
-        pd.kv_granularity = g_prefill_granularity ? g_prefill_granularity : 128;
-        pd.num_cu = g_prefill_cu ? g_prefill_cu : prefill_plan_lists(num_cu, H, cq, ck, B, r->causal, pd.tile_q, pd.kv_granularity);
+        pd.kv_granularity = g_prefill_granularity;
+        pd.num_cu = g_prefill_cu ? g_prefill_cu : num_cu;
+        if (!g_prefill_cu) TRY(aiter_mla_prefill_plan_fit_lists(&pd, cq, ck, B, r->causal));
         TRY(aiter_mla_prefill_plan_get_info(&pd, &info));
         plan = (int32_t *)malloc((size_t)info.plan_ints * 4);
         TRY(aiter_mla_prefill_plan_build(&info, cq, ck, B, r->causal, plan));
