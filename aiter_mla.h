@@ -686,16 +686,18 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * max_batch, work <= tiles + num_cu - 1, split pieces <= min(work, 2 (num_cu - 1)). The
  * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps)
  * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference.
- * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (pad);
+ * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (their
+ * q_head_range);
  * aiter_mla_prefill runs a block per (list, head), so a plan with a list per CU cuts nearly
  * every tile (fp32 partials and their reduce) and leaves each block a few units. Fewer lists
  * run faster:
  * num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1, with tile_q = 128, where U is one
  * head's units (the sum over the query tiles of ceil(tile keys / kv_granularity)), came within
- * 4 % of the best count on each of eleven shapes measured on an H200 (132 CUs), and 1.06 to 2.7
- * times faster than 132 lists of tile_q 256 (P1, 128 heads, one causal 4096 x 4096 request:
- * 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid kernel ran faster still at 128
- * heads (P1 1098 us) and slower at 16 (one 4096 request: 218 against 172 us).
+ * 4 % of the best count on each of eleven cases measured on an H200 (132 CUs; seven shapes,
+ * bf16 and fp8), and 1.06 to 2.7 times faster than 132 lists of tile_q 256 (P1, 128 heads, one
+ * causal 4096 x 4096 request: 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid
+ * kernel ran faster still on six of the seven shapes (P1 1098 us) and slower on one, 16 heads
+ * over a single 4096-row request (218 against 174 us on the rule's 8 lists).
  * aiter_mla_prefill_plan_fit_lists computes the count; docs/PERFORMANCE.md has the sweep. */
 typedef struct aiter_mla_prefill_plan_desc {
     int max_batch;          /* >= 1 */
@@ -717,13 +719,15 @@ typedef struct aiter_mla_prefill_plan_info {
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
                                                                aiter_mla_prefill_plan_info *info);
-/* The list count above for a batch: d->num_cu, the device's CUs on entry, becomes min(CUs,
- * 16 CUs / num_heads, U / 64), at least 1, U from cu_seqlens_q / cu_seqlens_k [batch + 1]
- * (host) and d's tile_q and kv_granularity (set tile_q = 128 first: the rule was measured
- * with it). d is checked as aiter_mla_prefill_plan_get_info checks it, and the batch against
- * it as aiter_mla_prefill_plan_build does. */
-AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, const int32_t *cu_seqlens_q,
-                                                                const int32_t *cu_seqlens_k, int batch, int causal);
+/* The list count above for a batch: sets d->num_cu (its value on entry is not read) to
+ * min(device_cu, 16 device_cu / num_heads, U / 64), at least 1, U from cu_seqlens_q /
+ * cu_seqlens_k [batch + 1] (host) and d's tile_q and kv_granularity (set tile_q = 128 first:
+ * the rule was measured with it). device_cu: the device's CUs (SMs), 1..65536. d is checked
+ * as aiter_mla_prefill_plan_get_info checks it, and the batch against it as
+ * aiter_mla_prefill_plan_build does; on failure d is left as it was. */
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, int device_cu,
+                                                                const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int batch,
+                                                                int causal);
 /* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info,
                                                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
@@ -3493,9 +3497,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_arg
 }
 
 /* ---- persistent prefill plan ------------------------------------------------------------- */
-AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *din,
-                                                               aiter_mla_prefill_plan_info *info) {
-    const char *op = "prefill_plan";
+/* get_info's work, its messages after op */
+static aiter_mla_status aiter_mla__prefill_plan_get_info(const char *op, const aiter_mla_prefill_plan_desc *din,
+                                                         aiter_mla_prefill_plan_info *info) {
     aiter_mla_prefill_plan_desc d;
     int64_t tiles, work, partials;
     AITER_MLA__NEED(op, din, "desc");
@@ -3529,6 +3533,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
     info->plan_ints = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
     info->workspace_bytes = (size_t)info->max_partial_rows * d.num_heads * (d.dv + 1) * sizeof(float);
     return AITER_MLA_OK;
+}
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
+                                                               aiter_mla_prefill_plan_info *info) {
+    return aiter_mla__prefill_plan_get_info("prefill_plan", d, info);
 }
 
 /* plan_info is what aiter_mla_prefill_plan_get_info makes of its desc (every offset and
@@ -3587,17 +3595,21 @@ static int64_t aiter_mla__prefill_units(const int32_t *cq, const int32_t *ck, in
     return total;
 }
 
-AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, const int32_t *cq, const int32_t *ck,
-                                                                int batch, int causal) {
+AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, int device_cu, const int32_t *cq,
+                                                                const int32_t *ck, int batch, int causal) {
     const char *op = "prefill_plan_fit_lists";
+    aiter_mla_prefill_plan_desc with_cus;
     aiter_mla_prefill_plan_info info;
     int64_t lists;
     AITER_MLA__NEED(op, d, "desc");
-    AITER_MLA__CHECK(aiter_mla_prefill_plan_get_info(d, &info));
+    AITER_MLA__RANGE(op, device_cu, 1, 65536, "device_cu");
+    with_cus = *d;
+    with_cus.num_cu = device_cu;
+    AITER_MLA__CHECK(aiter_mla__prefill_plan_get_info(op, &with_cus, &info));
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, &info, cq, ck, batch, causal));
-    lists = aiter_mla__min64(16LL * info.desc.num_cu / info.desc.num_heads,
+    lists = aiter_mla__min64(16LL * device_cu / info.desc.num_heads,
                              aiter_mla__prefill_units(cq, ck, batch, causal, info.desc.tile_q, info.desc.kv_granularity) / 64);
-    d->num_cu = (int)aiter_mla__max64(1, aiter_mla__min64(info.desc.num_cu, lists));
+    d->num_cu = (int)aiter_mla__max64(1, aiter_mla__min64(device_cu, lists));
     return AITER_MLA_OK;
 }
 

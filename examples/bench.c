@@ -599,8 +599,8 @@ static void bench_prefill(const prefill_row *r, double gemm_tflops, int num_cu) 
         pd.dv = DV;
         pd.tile_q = g_prefill_tile_q ? g_prefill_tile_q : 128;
         pd.kv_granularity = g_prefill_granularity;
-        pd.num_cu = g_prefill_cu ? g_prefill_cu : num_cu;
-        if (!g_prefill_cu) TRY(aiter_mla_prefill_plan_fit_lists(&pd, cq, ck, B, r->causal));
+        pd.num_cu = g_prefill_cu;
+        if (!g_prefill_cu) TRY(aiter_mla_prefill_plan_fit_lists(&pd, num_cu, cq, ck, B, r->causal));
         TRY(aiter_mla_prefill_plan_get_info(&pd, &info));
         plan = (int32_t *)malloc((size_t)info.plan_ints * 4);
         TRY(aiter_mla_prefill_plan_build(&info, cq, ck, B, r->causal, plan));
@@ -1131,9 +1131,12 @@ int main(int argc, char **argv) {
     if (decode_cu || g_decode_overhead || g_decode_granularity)
         printf("decode plans: %d CUs, overhead_blocks %d, kv_granularity %d (0: the default)\n", decode_cu ? decode_cu : gpu_num_cu(),
                g_decode_overhead, g_decode_granularity);
-    if (g_prefill_cu || g_prefill_tile_q || g_prefill_granularity)
-        printf("persistent prefill plans: %d CUs, tile_q %d, kv_granularity %d (0: the default)\n",
-               g_prefill_cu ? g_prefill_cu : gpu_num_cu(), g_prefill_tile_q, g_prefill_granularity);
+    if (g_prefill_cu || g_prefill_tile_q || g_prefill_granularity) {
+        printf("persistent prefill plans: ");
+        if (g_prefill_cu) printf("%d lists", g_prefill_cu);
+        else printf("lists fitted (aiter_mla_prefill_plan_fit_lists)");
+        printf(", tile_q %d, kv_granularity %d (0: the default)\n", g_prefill_tile_q ? g_prefill_tile_q : 128, g_prefill_granularity);
+    }
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {

@@ -3892,21 +3892,25 @@ static void test_prefill_plan(void) {
 }
 
 /* aiter_mla_prefill_plan_fit_lists: the list rule min(CUs, 16 CUs / H, U / 64), at least 1, on
- * the shapes it was measured on (132 CUs, tile_q 128, kv_granularity 128; U worked out by hand:
- * a causal request of n tiles of 128 rows over as many keys has 1 + 2 + ... + n units), a plan
- * built for the fitted count, and its refusals. */
+ * the shapes it was measured on and a few more (132 CUs; U worked out by hand: a causal request
+ * of n tiles over as many keys as rows has 1 + 2 + ... + n units of a tile's rows), a plan
+ * built for each fitted count, a second call alike, and the refusals. */
 static void test_prefill_plan_fit_lists(void) {
     static const struct {
-        int heads, batch, len, causal, lists; /* batch requests of len query rows and len keys */
+        int heads, batch, sq, sk, causal, tile_q, gran, lists; /* batch requests of sq query rows over sk keys */
     } cases[] = {
-        {128, 1, 4096, 1, 8},    /* U = 528 (32 tiles): 528 / 64 = 8 < 16 * 132 / 128 = 16 */
-        {128, 4, 4096, 1, 16},   /* U = 2112: 33; 16 */
-        {128, 1, 16384, 1, 16},  /* U = 8256: 129; 16 */
-        {16, 1, 4096, 1, 8},     /* U = 528: 8; 132 */
-        {16, 8, 8192, 1, 132},   /* U = 8 * 2080: 260; 16 * 132 / 16 = 132 */
-        {32, 2, 4096, 1, 16},    /* U = 1056: 16; 66 */
-        {128, 1, 4096, 0, 16},   /* U = 32 * 32 = 1024: 16; 16 */
-        {128, 1, 100, 1, 1},     /* U = 1: 0, at least 1 */
+        {128, 1, 4096, 4096, 1, 128, 0, 8},    /* U = 528 (32 tiles): 528 / 64 = 8 < 16 * 132 / 128 = 16 */
+        {128, 4, 4096, 4096, 1, 128, 0, 16},   /* U = 2112: 33; 16 */
+        {128, 1, 16384, 16384, 1, 128, 0, 16}, /* U = 8256: 129; 16 */
+        {16, 1, 4096, 4096, 1, 128, 0, 8},     /* U = 528: 8; 132 */
+        {16, 8, 8192, 8192, 1, 128, 0, 132},   /* U = 8 * 2080: 260; 16 * 132 / 16 = 132 */
+        {8, 8, 8192, 8192, 1, 128, 0, 132},    /* U = 16640: 260; 264; the CUs, 132, least */
+        {32, 2, 4096, 4096, 1, 128, 0, 16},    /* U = 1056: 16; 66 */
+        {128, 1, 4096, 4096, 0, 128, 0, 16},   /* not causal: U = 32 * 32 = 1024: 16; 16 */
+        {128, 1, 1024, 8192, 1, 128, 0, 7},    /* tile i of 8 sees 7168 + 128 i keys: U = 8 * 56 + 36 = 484: 7 */
+        {128, 1, 4096, 4096, 1, 0, 0, 4},      /* tile_q 256 (the default): U = 2 (1 + ... + 16) = 272: 4 */
+        {128, 1, 4096, 4096, 1, 128, 64, 16},  /* kv_granularity 64: U = 1056: 16; 16 */
+        {128, 1, 100, 100, 1, 128, 0, 1},      /* U = 1: 0, at least 1 */
     };
     int c;
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
@@ -3915,17 +3919,23 @@ static void test_prefill_plan_fit_lists(void) {
         int b;
         aiter_mla_prefill_plan_desc d;
         aiter_mla_prefill_plan_info info;
-        for (b = 0; b <= B; b++) cq[b] = ck[b] = b * cases[c].len;
+        for (b = 0; b <= B; b++) {
+            cq[b] = b * cases[c].sq;
+            ck[b] = b * cases[c].sk;
+        }
         memset(&d, 0, sizeof d);
         d.max_batch = B;
         d.max_q_tokens = cq[B];
         d.num_heads = cases[c].heads;
-        d.num_cu = 132;
-        d.tile_q = 128;
-        if (!CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, cq, ck, B, cases[c].causal), AITER_MLA_OK, "")) continue;
+        d.tile_q = cases[c].tile_q;
+        d.kv_granularity = cases[c].gran;
+        if (!CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, cq, ck, B, cases[c].causal), AITER_MLA_OK, "")) continue;
         CHECK(d.num_cu == cases[c].lists, "fit_lists case %d: %d lists, expected %d", c, d.num_cu, cases[c].lists);
-        CHECK(d.tile_q == 128 && d.kv_granularity == 0 && d.num_heads == cases[c].heads, "fit_lists case %d changed another field", c);
-        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        CHECK(d.tile_q == cases[c].tile_q && d.kv_granularity == cases[c].gran && d.num_heads == cases[c].heads,
+              "fit_lists case %d changed another field", c);
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, cq, ck, B, cases[c].causal), AITER_MLA_OK, "");
+        CHECK(d.num_cu == cases[c].lists, "fit_lists case %d, a second call: %d lists", c, d.num_cu);
+        if (!CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "")) continue;
         plan = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)info.plan_ints);
         CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, cases[c].causal, plan), AITER_MLA_OK, "");
         CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, cases[c].causal, plan), AITER_MLA_OK, "");
@@ -3939,19 +3949,18 @@ static void test_prefill_plan_fit_lists(void) {
         d.max_q_tokens = 128;
         d.num_heads = 16;
         d.num_cu = 8;
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(NULL, cq, ck, 2, 1), AITER_MLA_ERR_NULL_POINTER, "desc");
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, NULL, ck, 2, 1), AITER_MLA_ERR_NULL_POINTER, "cu_seqlens_q");
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, cq, ck, 3, 1), AITER_MLA_ERR_PLAN_MISMATCH, "max_batch");
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, cq, ck, 2, 2), AITER_MLA_ERR_INVALID_ARGUMENT, "causal");
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, cq, bad, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_k");
-        e = d;
-        e.num_cu = 0;
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&e, cq, ck, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "num_cu");
-        CHECK(e.num_cu == 0, "a refused fit_lists changed num_cu");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(NULL, 132, cq, ck, 2, 1), AITER_MLA_ERR_NULL_POINTER, "desc");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, NULL, ck, 2, 1), AITER_MLA_ERR_NULL_POINTER, "cu_seqlens_q");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 0, cq, ck, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "device_cu");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, cq, ck, 3, 1), AITER_MLA_ERR_PLAN_MISMATCH, "max_batch");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, cq, ck, 2, 2), AITER_MLA_ERR_INVALID_ARGUMENT, "causal");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&d, 132, cq, bad, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_seqlens_k");
         e = d;
         e.tile_q = 24;
-        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&e, cq, ck, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
-        CHECK(d.num_cu == 8, "the refusals changed the desc");
+        CHECK_STATUS(aiter_mla_prefill_plan_fit_lists(&e, 132, cq, ck, 2, 1), AITER_MLA_ERR_INVALID_ARGUMENT, "tile_q");
+        CHECK(strstr(aiter_mla_last_error(), "prefill_plan_fit_lists") != NULL, "fit_lists' message names another call: %s",
+              aiter_mla_last_error());
+        CHECK(d.num_cu == 8 && e.num_cu == 8, "a refused fit_lists changed num_cu");
     }
 }
 
