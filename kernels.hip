@@ -2200,10 +2200,10 @@ __device__ __forceinline__ void regs_set() {
 }
 // 16 bytes from global memory (read-only for the kernel, streamed past L1), or zeros when !ok.
 // kWide: an L2 miss fetches the 256 bytes around them (.L2::256B). MODEL1 rows take it (H200,
-// two runs each against the plain load: V4D-h64-k512-b128 65.5-65.9 -> 62.5 us, V4P-h64
-// 4762-4841 -> 4575-4586; in two full runs on other H200s, though, V4D-h64-k512-b32 43.2 ->
-// 46.0, not looked into); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower
-// (SD1 433-437 -> 440, D3-fp8 483-485 -> 490).
+// two or three runs each against the plain load: V4D-h64-k512-b128 65.5-66.3 -> 62.5-63.3 us,
+// k512-b32 43.0-43.5 -> 42.4-43.1, k1024-b32 51.9-52.4 -> 50.4-50.5, V4P-h64 4762-4841 ->
+// 4575-4586); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower (SD1 433-437 ->
+// 440, D3-fp8 483-485 -> 490).
 template <bool kWide = false>
 __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
