@@ -687,13 +687,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps)
  * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference.
  * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (their
- * q_head_range);
- * aiter_mla_prefill runs a block per (list, head), so a plan with a list per CU cuts nearly
- * every tile (fp32 partials and their reduce) and leaves each block a few units. Fewer lists
- * run faster:
- * num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1, with tile_q = 128, where U is one
- * head's units (the sum over the query tiles of ceil(tile keys / kv_granularity)), came within
- * 4 % of the best count on each of eleven cases measured on an H200 (132 CUs; seven shapes,
+ * q_head_range); aiter_mla_prefill runs a block per (list, head), so a plan with a list per
+ * CU cuts nearly every tile (fp32 partials and their reduce) and leaves each block a few
+ * units. Fewer lists run faster: num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1,
+ * with tile_q = 128, where U is one head's units (the sum over the query tiles of ceil(tile
+ * keys / kv_granularity)), came within 4 % of the best count on each of eleven cases measured on an H200 (132 CUs; seven shapes,
  * bf16 and fp8), and 1.06 to 2.7 times faster than 132 lists of tile_q 256 (P1, 128 heads, one
  * causal 4096 x 4096 request: 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid
  * kernel ran faster still on six of the seven shapes (P1 1098 us) and slower on one, 16 heads
@@ -3675,7 +3673,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     aiter_mla_status st = AITER_MLA_OK;
     const int32_t *wi, *wp, *ri, *fm, *pm;
     int32_t tq, gran, nwork, ntiles, npieces, nrows, u = 0, w = 0, c;
-    int64_t total = 0, avg, rem, *cu_units = NULL;
+    int64_t total, avg, rem, *cu_units = NULL;
     unsigned char *row_used;
     int b;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
@@ -3714,7 +3712,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
             const int64_t keys = aiter_mla__tile_keys(sq, sk, r1, causal);
             int64_t at = 0;
             int32_t first = w, j;
-            total += aiter_mla__cdiv(keys, gran);
             if (u >= ntiles) AITER_MLA__BAD_PLAN("%s: the plan has %d tiles, the batch more", op, ntiles);
             if (fm[2 * u] != cq[b] + r0 || fm[2 * u + 1] != cq[b] + r1)
                 AITER_MLA__BAD_PLAN("%s: reduce_final_map of tile %d is not rows %d..%d", op, u, cq[b] + r0, cq[b] + r1);
@@ -3752,6 +3749,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
         }
     }
     if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PLAN("%s: counts do not match the header", op);
+    total = aiter_mla__prefill_units(cq, ck, batch, causal, tq, gran);
     avg = total / info->desc.num_cu;
     rem = total % info->desc.num_cu;
     for (c = 0; c < info->desc.num_cu; c++) /* every CU gets exactly its share */

@@ -2204,17 +2204,15 @@ __device__ __forceinline__ void regs_set() {
 // k512-b32 43.0-43.5 -> 42.4-43.1, k1024-b32 51.9-52.4 -> 50.4-50.5, V4P-h64 4762-4841 ->
 // 4575-4586); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower (SD1 433-437 ->
 // 440, D3-fp8 483-485 -> 490).
+#define AITER_MLA__LOAD16_OR_ZERO(QUALIFIERS)                                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate" QUALIFIERS ".v4.u32 {%0, %1, %2, %3}, [%5];\n}\n" \
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)                                                            \
+                 : "r"((int)ok), "l"(src))
 template <bool kWide = false>
 __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if constexpr (kWide)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
-                     : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                     : "r"((int)ok), "l"(src));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
-                     : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                     : "r"((int)ok), "l"(src));
+    if constexpr (kWide) AITER_MLA__LOAD16_OR_ZERO(".L2::256B");
+    else AITER_MLA__LOAD16_OR_ZERO("");
     return v;
 }
 // Brings `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2.
