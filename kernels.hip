@@ -2219,6 +2219,8 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
 __device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
+// Brings the 128-byte line holding a global address into the L2.
+__device__ __forceinline__ void prefetch_line_l2(const void *src) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src) : "memory"); }
 __device__ __forceinline__ uint4 load16_shared(uint32_t src) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src) : "memory");
@@ -2817,15 +2819,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // Rows brought through registers (fp8_ds_mla, per-tensor e4m3): the loader holds one tile
         // in flight, so a tile's HBM latency would fall between the slot freeing up and the
         // consumers needing it; each row is pulled into the L2 one tile before its loads are
-        // issued, one thread per key (SD1 824 -> 702 us; D3-fp8 610-615 -> 567-580, H100, same
-        // run). For bf16 rows (cp.async) and MODEL1 pages the same prefetch measured slower (D3
-        // 519 -> 599 us, SP1 6954 -> 7647, V4P-h64 8410 -> 8840); so did per-tensor e4m3 in
-        // pairs of blocks (D3-fp8 611-624 -> 661-663).
+        // issued (SD1 824 -> 702 us; D3-fp8 610-615 -> 567-580, H100, same run). For bf16 rows
+        // (cp.async) and MODEL1 pages the same prefetch measured slower (D3 519 -> 599 us, SP1 6954
+        // -> 7647, V4P-h64 8410 -> 8840); so did per-tensor e4m3 in pairs of blocks (D3-fp8 611-624
+        // -> 661-663). Per-tensor e4m3 rows: a bulk prefetch of the whole row from one thread a key,
+        // which compiles to a loop over the warp's lanes, a pass per address (~850 cycles a tile of
+        // the loader's ~6200, clock64). fp8_ds_mla rows: a prefetch instruction per 128-byte line,
+        // the key's threads taking alternate lines (H200, same call, two runs each: SD1 429.3 /
+        // 430.9 -> 411.6 / 412.1 us; the same for per-tensor e4m3, D3-fp8 481.4 / 483.3 -> 494.1 /
+        // 494.4).
         constexpr bool kWarm = is_ds_mla(KVT) || is_e4m3(KVT);
         auto warm = [&](const Piece &pc, int i, const int32_t (&entry)[kLookups]) { // tile i; entry: the thread's indices in it
             if constexpr (kWarm) {
+                constexpr int kBytes = cache_row_bytes(KVT);
                 const KeyRef k = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(0), entry[0]);
-                if (my_part == 0 && k.row) prefetch_l2(k.row, cache_row_bytes(KVT));
+                if constexpr (is_ds_mla(KVT)) {
+                    // the lines of row + 128 m, m = part, part + parts, ..., the last taken at the row's last byte
+                    constexpr int kLines = (kBytes + 127) / 128 + 1;
+                    if (k.row)
+#pragma unroll
+                        for (int m = 0; m < (kLines + W::parts - 1) / W::parts; m++) {
+                            const int line = my_part + W::parts * m;
+                            if (line < kLines) prefetch_line_l2(k.row + min(128 * line, kBytes - 1));
+                        }
+                } else {
+                    if (my_part == 0 && k.row) prefetch_l2(k.row, kBytes);
+                }
             }
         };
 
@@ -2894,15 +2913,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     // Tile i's keys; next_a then holds the indices of tile i + 1's. Warmed rows need
                     // them a tile before their loads (warm), when the load of the indices would
                     // otherwise just have been issued (SD1: 9 % of the loader's stall samples): their
-                    // indices come two tiles ahead, in next_a and next_b in turn.
+                    // indices come two tiles ahead, tile i + 1's moving from next_b to next_a before
+                    // tile i + 2's load goes into next_b, so that no move waits for a load in flight
+                    // (on its own no faster than moving the new one: SD1, D3-fp8 within 0.7 %)
                     auto look_up_tile = [&](int i, KeyRef (&keys)[W::keys]) {
                         if constexpr (kWarm) {
-                            look_up(pc, i, next_a, keys, 2);
+                            static_assert(!kShare, "warmed rows are looked up by each thread");
 #pragma unroll
                             for (int q = 0; q < kLookups; q++) {
-                                const int32_t e = next_a[q];
+                                keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next_a[q]);
                                 next_a[q] = next_b[q];
-                                next_b[q] = e;
+                                next_b[q] = key_entry<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key(q));
                             }
                         } else {
                             look_up(pc, i, next_a, keys);
