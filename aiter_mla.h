@@ -691,9 +691,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * CU cuts nearly every tile (fp32 partials and their reduce) and leaves each block a few
  * units. Fewer lists run faster: num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1,
  * with tile_q = 128, where U is one head's units (the sum over the query tiles of ceil(tile
- * keys / kv_granularity)), came within 4 % of the best count on each of eleven cases measured on an H200 (132 CUs; seven shapes,
- * bf16 and fp8), and 1.06 to 2.7 times faster than 132 lists of tile_q 256 (P1, 128 heads, one
- * causal 4096 x 4096 request: 8 lists 1256 us, 132 lists 3036 us). Without a plan the grid
+ * keys / kv_granularity)), came within 4 % of the best count on each of eleven cases
+ * measured on an H200 (132 CUs; seven shapes, bf16 and fp8), and 1.06 to 2.7 times faster
+ * than 132 lists of tile_q 256 (P1, 128 heads, one causal 4096 x 4096 request: 8 lists 1256
+ * us, 132 lists 3036 us). Without a plan the grid
  * kernel ran faster still on six of the seven shapes (P1 1098 us) and slower on one, 16 heads
  * over a single 4096-row request (218 against 174 us on the rule's 8 lists).
  * aiter_mla_prefill_plan_fit_lists computes the count; docs/PERFORMANCE.md has the sweep. */
