@@ -2795,8 +2795,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // V4P-h64-ws measured 3660 -> 4390 us).
         constexpr bool kShare = W::keys > 1 && is_v4(KVT);
         constexpr int kLookups = kShare ? 1 : W::keys; // keys a thread looks up per tile
-        // (next then holds those of tile i + step)
-        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys], int step = 1) {
+        // (next then holds those of tile i + step; with `later`, next takes later's indices and
+        // later those of tile i + step, so that no move waits for the load just issued)
+        auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys], int step = 1,
+                           int32_t (*later)[kLookups] = nullptr) {
             if constexpr (kShare) {
                 const KeyRef mine = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(lane & 3), next[0]);
                 next[0] = key_entry<KVT>(p, pc, (int64_t)(i + step) * kN + my_key(lane & 3));
@@ -2811,7 +2813,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #pragma unroll
                 for (int q = 0; q < kLookups; q++) {
                     keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next[q]);
-                    next[q] = key_entry<KVT>(p, pc, (int64_t)(i + step) * kN + my_key(q));
+                    int32_t &into = later ? (*later)[q] : next[q];
+                    if (later) next[q] = (*later)[q];
+                    into = key_entry<KVT>(p, pc, (int64_t)(i + step) * kN + my_key(q));
                 }
             }
         };
@@ -2917,17 +2921,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     // tile i + 2's load goes into next_b, so that no move waits for a load in flight
                     // (on its own no faster than moving the new one: SD1, D3-fp8 within 0.7 %)
                     auto look_up_tile = [&](int i, KeyRef (&keys)[W::keys]) {
-                        if constexpr (kWarm) {
-                            static_assert(!kShare, "warmed rows are looked up by each thread");
-#pragma unroll
-                            for (int q = 0; q < kLookups; q++) {
-                                keys[q] = key_ref<KVT>(p, pc, (int64_t)i * kN + my_key(q), next_a[q]);
-                                next_a[q] = next_b[q];
-                                next_b[q] = key_entry<KVT>(p, pc, (int64_t)(i + 2) * kN + my_key(q));
-                            }
-                        } else {
-                            look_up(pc, i, next_a, keys);
-                        }
+                        static_assert(!kWarm || !kShare, "warmed rows are looked up by each thread");
+                        if constexpr (kWarm) look_up(pc, i, next_a, keys, 2, &next_b);
+                        else look_up(pc, i, next_a, keys);
                     };
                     // tiles 0 and 1; commit groups (Q and tile 0), (tile 1): empty ones for fp8 and past the keys
                     for (int i = 0; i < 2; i++) {
