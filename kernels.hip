@@ -2027,8 +2027,8 @@ struct Regs {
 // In a pair (kPair) the other block's loader also fills this block's slots and its consumers
 // also release this block's loader, so kEmpty and kDone count both blocks' threads; kFull counts
 // this block's loader and the bytes of the other's bulk copy of its half into the slot; and
-// kFirst + s (kHalfReady's mbarriers, unused by pairs) hands over the slot's dims 0 .. 255
-// alike, before the rest, so that S starts on them while the rest is widened and copied;
+// kFirst + s (kHalfReady's mbarriers, unused by pairs) hands over the slot's first 64-dim
+// blocks alike, before the rest, so that S starts on them while the rest is widened and copied;
 // kSent + s (kHalfFree's): the other block has its copies of slot s's tile (one arrival, from
 // its warpgroup 0 after its kFull wait), so this block may write over their source (P into the
 // rope block, o staged over the slots).
@@ -2480,8 +2480,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     const int rank = kPair ? cluster_rank() : 0;
     const uint32_t peer_sb = kPair ? peer_addr(sb, rank ^ 1) : 0;
     // a tile's half from the other block of a pair, in two hand-overs: 32 widened rows of the
-    // first kFirstBlocks 64-dim blocks (kFirst), then of the rest and its 4 warps' present words (kFull)
-    constexpr int kFirstBlocks = 4, kFirstKSteps = kFirstBlocks * 4;
+    // first kFirstBlocks 64-dim blocks (kFirst), then of the rest and its 4 warps' present words
+    // (kFull). ptxas issues the row loads of the first part before the wait for the slot and
+    // the rest after it, so a larger first part puts more of the tile's load latency under
+    // that wait: after 3, 4, 5, 6, 7 of the 9 blocks, SD1 439, 416, 405, 402, 416 us (H200,
+    // three runs each in three calls); after 7 the rest comes too late.
+    constexpr int kFirstBlocks = 6, kFirstKSteps = kFirstBlocks * 4;
     constexpr uint32_t kPeerFirstBytes = kFirstBlocks * kBlk / 2, kPeerRestBytes = (kDq / 64 - kFirstBlocks) * kBlk / 2 + 4 * 4;
     if (tid < kHandoffs) mbar_init(bars + 8 * tid, handoff_arrivals(tid, kPair, kSplit));
     if (W::lut) fill_fnuz_lut(lut, tid, kThreads);
@@ -2649,7 +2653,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // rows into the other block's slot (rows 32 rank .. of each 64-row block, 4 KB
         // contiguous, the same offsets in both), completing bytes on that block's mbarrier h + s,
         // and announces the other's on its own: kFirst + s for the first kFirstBlocks (put_as
-        // hands them over halfway), kFull + s for the rest with the 4 present words. Its arrival
+        // hands them over on the way), kFull + s for the rest with the 4 present words. Its arrival
         // on kFull does not wait for its copies: warpgroup 0 waits for kSent before it writes P.
         auto hand_over = [&](int s, int h, int b0, int b1, uint32_t peer_bytes, bool words_too) {
             fence_async_shared();
