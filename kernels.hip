@@ -2800,7 +2800,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         constexpr bool kShare = W::keys > 1 && is_v4(KVT);
         constexpr int kLookups = kShare ? 1 : W::keys; // keys a thread looks up per tile
         // (next then holds those of tile i + step; with `later`, next takes later's indices and
-        // later those of tile i + step, so that no move waits for the load just issued)
+        // later those of tile i + step, so that no move waits for the load just issued; threads
+        // that share lookups (kShare) take no `later`)
         auto look_up = [&](const Piece &pc, int i, int32_t (&next)[kLookups], KeyRef (&keys)[W::keys], int step = 1,
                            int32_t (*later)[kLookups] = nullptr) {
             if constexpr (kShare) {
