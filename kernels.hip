@@ -2307,9 +2307,11 @@ __device__ __forceinline__ void rescale_rows_unless_one(float (&acc)[N], float f
 // here would leave its rounding error in P: a lone key's o would then miss V by an ulp); fa,
 // fb: the factors of the rows' O.
 // kFused (fp8 prefill, whose softmax no longer hides behind the other consumer's shorter
-// products): the max over the unscaled scores (scale > 0 keeps their order), then P =
-// exp2(fma(s, scale, -m)), one instruction an element fewer (P3-fp8 16.8 -> 16.2 ms); the ulp
-// it costs a lone key is far inside fp8's tolerance.
+// products; the decode's bf16 rows): the max over the unscaled scores (scale > 0 keeps their
+// order), then P = exp2(fma(s, scale, -m)), one instruction an element fewer (P3-fp8 16.8 ->
+// 16.2 ms; H200, five runs each, SP1 4926-4962 -> 4839-4911 us, V4P-h64-ws 2872-2882 ->
+// 2840-2849, D3, D4, D6 within their spread); the ulp it costs a lone key is far inside the
+// tolerances (FlashMLA forms P so too).
 // kLazy (every 64-row softmax: the one-softmax decode's warpgroup 0, both warpgroups of the
 // split scheme, the prefill's consumers): a row's m moves only when a tile's max rises above it
 // by more than kLazyRise (log2 units; FlashAttention 4's rule), so P may reach 2^kLazyRise
@@ -2464,6 +2466,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     static_assert(!kSplit || (!Wide<KVT>::on && !kPair && !kTma), "the split scheme takes bf16 rows by cp.async");
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // k-steps of a row
     using W = Wide<KVT, kPair>;
+    // bf16 rows take the softmax's fused P (online_softmax_rows' kFused); fp8 rows keep the
+    // rounded product, which gives a lone key o = its widened row bit for bit (a GPU test)
+    constexpr bool kFusedP = KVT == AITER_MLA_BF16 || KVT == kV4Bf16;
     using S = SmemOf<KVT, kSplit>;
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023); // the swizzle repeats every 1024 bytes
@@ -3008,7 +3013,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         const bool has_b = i + 1 < ntiles;
                         mask_tile(s, pc, i, lima, limb, present_of(0));
                         float fa, fb;
-                        online_softmax_rows<32, false, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
+                        online_softmax_rows<32, kFusedP, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
                         if ((lane & 3) == 0) {
                             m_s[ra] = ma;
                             m_s[rb] = mb;
@@ -3105,7 +3110,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         float na = m_s[ra], nb = m_s[rb], sa = 0.0f, sbs = 0.0f;
                         if (has_b) {
                             float unused_a, unused_b; // lazy m: moves beyond warpgroup 0's only by more than kLazyRise
-                            online_softmax_rows<32, false, true>(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b, &ta, &tb);
+                            online_softmax_rows<32, kFusedP, true>(s, p.score_scale, na, nb, sa, sbs, unused_a, unused_b, &ta, &tb);
                             __syncwarp(); // every lane has read warpgroup 0's maxima before they are replaced
                             if ((lane & 3) == 0) {
                                 m_s[ra] = na;
@@ -3195,7 +3200,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                     if (i + 1 == ntiles) arrive(kQFree); // the pass's last read of Q
                     mask_tile(s, pc, i, lima, limb, present);
                     float fa, fb;
-                    online_softmax_rows<32, false, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
+                    online_softmax_rows<32, kFusedP, true>(s, p.score_scale, ma, mb, la, lb, fa, fb, &ta, &tb); // lazy m
                     uint32_t pa[4][4];
                     p_frags(s, pa);
                     if constexpr (kPair) wait(kSent + slot); // the other block's copies of this slot's rows are in
