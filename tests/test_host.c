@@ -1134,11 +1134,14 @@ static int verify_plan(const aiter_mla_decode_plan_info *info, const int32_t *qo
 
     pieces = (plan_piece *)test_malloc(sizeof(plan_piece) * (size_t)(v.num_work > 0 ? v.num_work : 1));
     for (c = 0; c < cu; c++) {
-        int w;
+        int w, whole_seen = 0;
         for (w = v.work_indptr[c]; w < v.work_indptr[c + 1]; w++) {
             const int32_t *wk = v.work_info + (int64_t)AITER_MLA_WORK_INTS * w;
             int bi = wk[0], loc = wk[1], qs = wk[2], qe = wk[3], kvs = wk[4], kve = wk[5], off = wk[6];
             int kv_len, ks, ke;
+            /* a list runs its split pieces first, so that the reduce can merge their tiles early */
+            if (loc >= 0 && whole_seen) PERR("list %d: split piece %d after a whole tile", c, w);
+            whole_seen |= loc < 0;
             if (bi < 0 || bi >= batch) {
                 PERR("work %d: batch_idx %d out of range", w, bi);
                 continue;
