@@ -65,7 +65,13 @@
  *
  *   2. Every step: build the paged-KV metadata and the split-KV plan on the host, copy the
  *      plan to the device (one copy), and launch.
- *        aiter_mla_decode_metadata_build(&meta);          block table -> indptr/indices
+ *        aiter_mla_decode_metadata_args meta = {0};       block table -> indptr/indices
+ *        meta.block_table = bt_h; meta.block_table_stride = max_pages;
+ *        meta.seq_lens = seq_lens_h; meta.batch = batch; meta.page_size = 1;
+ *        meta.qo_indptr = qo_indptr_h; meta.kv_indptr = kv_indptr_h;
+ *        meta.kv_indices = kv_indices_h; meta.kv_indices_capacity = cap;
+ *        meta.kv_last_page_lens = last_page_lens_h;
+ *        aiter_mla_decode_metadata_build(&meta);
  *        aiter_mla_decode_plan_build(&info, qo_indptr_h, kv_indptr_h, last_page_lens_h,
  *                                    batch, plan_h);
  *        memcpy-async plan_h -> plan_d (and the metadata arrays -> device); do not
@@ -93,6 +99,28 @@
  *      the plan's pieces and reduce. examples/decode.c is this recipe as a program.
  *
  * ---------------------------------------------------------------------------------------
+ * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
+ *
+ *   1. Write the step's new latents into the cache: aiter_mla_ds_mla_write (kv_c, k_pe,
+ *      slot_mapping, block_size = 64).
+ *   2. Turn the indexer's request-local top-k positions into global cache slots:
+ *        aiter_mla_sparse_index_args ix = {0};
+ *        ix.indices = topk_local_d;  ix.req_id = req_of_token_d;  ix.num_tokens = T;
+ *        ix.block_table = block_table_d;  ix.block_table_stride = max_pages;
+ *        ix.block_size = 64;  ix.num_requests = batch;  ix.topk = 2048;
+ *        ix.out = slots_d;  ix.valid_counts = counts_d;        (-1 stays -1)
+ *        aiter_mla_convert_sparse_indices(&ix, stream);
+ *   3. Attend:
+ *        aiter_mla_sparse_args sa = {0};
+ *        sa.q = q_d;  sa.kv_cache = cache_d;  sa.num_slots = num_blocks * 64;
+ *        sa.cache_is_ds_mla = 1;  sa.indices = slots_d;  sa.topk_length = counts_d;
+ *        sa.o = o_d;  sa.lse = lse_d;  sa.num_tokens = T;  sa.num_heads = 128;
+ *        sa.topk = 2048;  sa.sm_scale = model_scale;  sa.num_cu = <SM / CU count>;
+ *        aiter_mla_sparse_attention(&sa, stream);
+ *   The same structs on host copies run the CPU references (*_ref); examples/sparse.c is
+ *   this recipe as a program, examples/dsv4.c a V4 step.
+ *
+ * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
  *
  *   AITER_MLA_IMPLEMENTATION   emit the implementation (in one translation unit)
@@ -105,8 +133,9 @@
  * ERRORS
  *
  *   Every call that can fail returns aiter_mla_status. On failure,
- *   aiter_mla_last_error() (thread-local) names the operation, the offending field and
- *   the rule, e.g. "decode: num_heads = 129 is outside 1..128". Everything the library
+ *   aiter_mla_last_error() (thread-local; successful calls leave it as it was) names the
+ *   operation, the offending field and the rule, e.g. "decode: num_heads = 129 is outside
+ *   1..128". Everything the library
  *   can check is checked before any work: pointers, ranges, shapes against the plan, and
  *   the contents of host index arrays (indptrs, lengths, plans, reduce maps), so bad
  *   input never crashes or aborts. Buffers whose length the library cannot know (q, o
@@ -207,7 +236,8 @@ typedef enum aiter_mla_status {
 } aiter_mla_status;
 
 AITER_MLA_API const char *aiter_mla_status_string(aiter_mla_status s);
-/* Detail of the last failure on this thread ("" when none). */
+/* Detail of the most recent failure on this thread ("" before the first one). A call that
+ * succeeds leaves it as it was (as errno), so read it when a call returns an error. */
 AITER_MLA_API const char *aiter_mla_last_error(void);
 
 /* ---- element types -------------------------------------------------------------------- */
@@ -424,10 +454,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * of the batch in order; it lists its pieces in KV order when split, nothing otherwise.
  * Unused tail entries of reduce_indptr repeat the last value.
  *
- * The GPU decode may write to its plan: on the warpgroup kernel (sm_90a builds, tiles of
- * more than 16 rows) each split piece counts its stored rows in reduce_counters, so that the
- * reduce merges a tile as soon as its pieces are in (not after the whole decode), and the
- * reduce zeroes the counters again. A plan buffer therefore serves one aiter_mla_decode at a
+ * The GPU decode may write to its plan: on NVIDIA's tensor-core kernels (the warpgroup one
+ * always; the mma ones when the batch has at least num_cu (token, head) rows) each split
+ * piece counts its stored rows in reduce_counters, so that the reduce merges a tile as soon
+ * as its pieces are in (not after the whole decode), and the reduce zeroes the counters again. A plan buffer therefore serves one aiter_mla_decode at a
  * time (in stream order, any number of layers and graph replays); after a failed call,
  * upload it again. Counters that are not zero when a decode starts (two decodes on one plan
  * at once) can make the reduce merge a tile before its pieces are in. */
@@ -506,8 +536,10 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  *   o = softmax(s) . V (V = first 512 columns of the row, dequantised), lse = log sum exp s.
  * q_scale applies only to an fp8 q and kv_scale only to an fp8 cache (scale 1 otherwise).
  * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
- * the plan gives each of its tiles one empty work item). Page ids outside [0, num_pages)
- * are skipped as if their keys were absent. kv_len = (pages - 1) * page_size + last_page_len.
+ * the plan gives each of its tiles one empty work item); a NaN score (a NaN, or an inf, in q
+ * or a key it sees) gives it NaN o and lse, here and in the references. Page ids outside
+ * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
+ * + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
  * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
  * elements) over a bf16 or fp8 cache, or an e4m3 q (8-byte aligned, the same strides,
@@ -521,8 +553,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * or fp8, keys widened exactly to q's type and P rounded to it, and for an e4m3 q (8-byte
  * aligned, strides multiples of 8) over a cache of the same flavour, both widened exactly to
  * f16 and P rounded to f16; other fp8 q run the portable kernel.
- * Supported: q bf16/f16/fp8 (both flavours); cache bf16/f16/fp8 (both flavours, per-tensor
- * kv_scale); o bf16/f16/f32. aiter_mla_decode also runs the reduce of split pieces. */
+ * Supported: q bf16/f16/fp8 (both flavours); cache of q's type or fp8 (both flavours,
+ * per-tensor kv_scale), an fp8 q only over the same fp8 cache; o bf16/f16/f32.
+ * aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
     const void *q;              /* [T, H, 576] q_dtype, T = qo_indptr[batch] */
     int64_t q_stride_token;     /* 0 means H * 576 (strides: at most 2^32 elements) */
@@ -532,7 +565,8 @@ typedef struct aiter_mla_decode_args {
     const int32_t *qo_indptr;   /* [batch + 1] query tokens of each request */
     const int32_t *kv_indptr;   /* [batch + 1] pages of each request in kv_indices */
     const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
-    const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page */
+    const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page: 1..page_size
+                                         (0 only for a request without pages) */
     void *o;                    /* [T, H, 512] o_dtype */
     int64_t o_stride_token;     /* 0 means H * 512 */
     int64_t o_stride_head;      /* 0 means 512 */
@@ -549,7 +583,7 @@ typedef struct aiter_mla_decode_args {
     int num_heads;              /* H, 1..128 (equal to the plan's) */
     int page_size;              /* power of two 1..256 (equal to the plan's); 0 means 1 */
     aiter_mla_dtype q_dtype;    /* DEFAULT means bf16 */
-    aiter_mla_dtype kv_dtype;   /* DEFAULT means q_dtype */
+    aiter_mla_dtype kv_dtype;   /* q's type or fp8 (fp8 q: the same fp8); DEFAULT means q_dtype */
     aiter_mla_dtype o_dtype;    /* DEFAULT means q_dtype (bf16 if q is fp8) */
     float sm_scale;             /* 0 means 1/sqrt(576) */
     float q_scale;              /* fp8 q dequant scale; 0 means 1 */
@@ -568,7 +602,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
  * For reduce tile t with pieces k (rows p_k .. of the partial buffers):
  *   g = m + log sum_k exp(lse_k - m), m = max_k lse_k;  o = sum_k exp(lse_k - g) o_k;
  *   lse = g. Pieces with lse = -inf weigh 0; if all are empty: o = 0 and lse = +inf (or -inf
- * with empty_lse_neg_inf, the prefill's convention). */
+ * with empty_lse_neg_inf, the prefill's convention). A NaN lse (a piece with a NaN score)
+ * makes the row's o and lse NaN. */
 typedef struct aiter_mla_reduce_args {
     const float *partial_o;     /* [partial_rows, H, dv] */
     const float *partial_lse;   /* [partial_rows, H] */
@@ -593,7 +628,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
 
 /* ==== merge of attention states (SPEC 2a) ===============================================
  * o = (w_p o_p + w_s o_s) / (w_p + w_s), w = exp(lse - max(lse_p, lse_s)); lse = +inf
- * counts as -inf. Both sides empty: o = 0, lse = -inf. The reference computes in double;
+ * counts as -inf. Both sides empty: o = 0, lse = -inf. A NaN lse (a NaN row of either
+ * side) gives NaN o and lse. The reference computes in double;
  * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
@@ -616,7 +652,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * query row i of its sq rows: s_j = sm_scale * q_scale * k_scale * (q . k_j) over its sk
  * keys, or with causal over j <= sk - sq + i (bottom-right aligned); o = softmax(s) . v
  * (v times v_scale), lse[h, row] = log sum exp s. A row that sees no key: o = 0 and
- * lse = -inf (the value merge_attn_states treats as empty). fp8 operands (both flavours)
+ * lse = -inf (the value merge_attn_states treats as empty); a NaN score: NaN o and lse.
+ * fp8 operands (both flavours)
  * carry per-tensor scales; with 16-bit operands the scales are not applied (but must still
  * be 0 or positive and finite).
  *
@@ -856,7 +893,10 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  *         (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),  m = max_k s_k,
  *   lse = log sum_k exp(s_k) (the sink does not enter it), max_logits = m.
  * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
- * -inf. attn_sink NULL (or -inf entries) means no sink. Caches: bf16 rows of 576
+ * -inf. attn_sink NULL (or -inf entries) means no sink; +inf takes all the weight (o = 0);
+ * NaN is refused by the reference (the GPU, which cannot read it, gives NaN o). A NaN score
+ * (a NaN, or an inf, in q or a valid key's row) makes the row's o and lse NaN, never an empty
+ * row's zeros, on the GPU and in the reference alike. Caches: bf16 rows of 576
  * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). GPU: one block per
  * (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
@@ -876,7 +916,8 @@ typedef struct aiter_mla_sparse_args {
     int cache_is_ds_mla;         /* 0 or 1. 0: bf16 rows; 1: fp8_ds_mla rows */
     aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
     const int32_t *indices;      /* [num_tokens, topk] global slots, -1 = none */
-    const int32_t *topk_length;  /* [num_tokens], optional: entries that count per row */
+    const int32_t *topk_length;  /* [num_tokens], optional: entries that count per row, clamped
+                                    to 0..topk */
     const float *attn_sink;      /* [H], optional */
     void *o;                     /* [num_tokens, H, 512] o_dtype */
     float *lse;                  /* [num_tokens, H], optional, natural log */
@@ -1250,7 +1291,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  *   s_k = sm_scale * (q . K_k) (all 512 dims), m = max_k s_k,
  *   o = sum_k exp(s_k - m) K_k / (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),
  *   lse = m + log sum_k exp(s_k - m) (natural log, the sink not included).
- * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention). The sink:
+ * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention); a NaN score
+ * (a NaN, or an inf, in q or a key): NaN o and lse. The sink:
  * NULL or -inf means none; a finite sink only enlarges the denominator; +inf means the
  * sink takes all the weight: o = 0 (no NaN) and lse unchanged; NaN is refused. Entries
  * count once per appearance (duplicates are not merged). */
@@ -1907,6 +1949,17 @@ AITER_MLA_API const char *aiter_mla_last_error(void) { return aiter_mla__error; 
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
+static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...);
+/* A plan check's failure as seen by the call `op` that ran it on the caller's plan: the
+ * message names op and says what to do. */
+static aiter_mla_status aiter_mla__stale_plan(const char *op, aiter_mla_status st, const char *builder) {
+    char why[320];
+    if (st == AITER_MLA_OK) return st;
+    memcpy(why, aiter_mla_last_error(), sizeof why);
+    why[sizeof why - 1] = '\0';
+    return aiter_mla__fail(st, "%s: the plan does not fit these arrays (rebuild it with %s): %s", op, builder, why);
+}
+
 static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -2344,25 +2397,38 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
 }
 
 /* The info must be what get_info makes of its desc (a stale or hand-made one is refused). */
+/* The fields of a plan info that its get_info sets: X(field) for each (the checks below). */
+#define AITER_MLA__DECODE_INFO_FIELDS(X)                                                                            \
+    X(desc.max_batch) X(desc.num_heads) X(desc.max_q_len) X(desc.num_cu) X(desc.page_size) X(desc.kv_granularity) \
+    X(desc.overhead_blocks) X(tokens_per_tile) X(num_lists) X(max_tiles) X(max_work) X(max_reduce_tiles)          \
+    X(max_partials) X(max_partial_rows) X(off_work_indptr) X(off_work_info) X(off_reduce_indptr)                 \
+    X(off_reduce_final_map) X(off_reduce_partial_map) X(off_reduce_counters) X(plan_ints) X(workspace_bytes)
+#define AITER_MLA__PREFILL_INFO_FIELDS(X)                                                                           \
+    X(desc.max_batch) X(desc.max_q_tokens) X(desc.num_heads) X(desc.num_cu) X(desc.dv) X(desc.tile_q)             \
+    X(desc.kv_granularity) X(max_tiles) X(max_work) X(max_partials) X(max_partial_rows) X(off_work_indptr)         \
+    X(off_work_info) X(off_reduce_indptr) X(off_reduce_final_map) X(off_reduce_partial_map) X(plan_ints)           \
+    X(workspace_bytes)
+/* info (given) against f (what get_info makes of info's desc): the first field that differs. */
+#define AITER_MLA__FIRST_DIFF(x) if (!field && f.x != info->x) field = #x;
+
+/* A plan info's desc is invalid (get_info's status st refused it): the failure, as `op` sees it. */
+static aiter_mla_status aiter_mla__bad_info_desc(const char *op, aiter_mla_status st) {
+    char why[320];
+    memcpy(why, aiter_mla_last_error(), sizeof why);
+    why[sizeof why - 1] = '\0';
+    return aiter_mla__fail(st, "%s: plan_info.desc is not valid: %s", op, why);
+}
+
 static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_mla_decode_plan_info *info) {
     aiter_mla_decode_plan_info f;
-    const aiter_mla_decode_plan_desc *d = &f.desc, *e;
+    aiter_mla_status st;
+    const char *field = NULL;
     AITER_MLA__NEED(op, info, "plan_info");
-    e = &info->desc;
-    if (aiter_mla_decode_plan_get_info(e, &f) != AITER_MLA_OK || d->max_batch != e->max_batch ||
-        d->num_heads != e->num_heads || d->max_q_len != e->max_q_len || d->num_cu != e->num_cu ||
-        d->page_size != e->page_size || d->kv_granularity != e->kv_granularity ||
-        d->overhead_blocks != e->overhead_blocks || f.tokens_per_tile != info->tokens_per_tile ||
-        f.num_lists != info->num_lists ||
-        f.max_tiles != info->max_tiles || f.max_work != info->max_work || f.max_reduce_tiles != info->max_reduce_tiles ||
-        f.max_partials != info->max_partials || f.max_partial_rows != info->max_partial_rows ||
-        f.off_work_indptr != info->off_work_indptr || f.off_work_info != info->off_work_info ||
-        f.off_reduce_indptr != info->off_reduce_indptr || f.off_reduce_final_map != info->off_reduce_final_map ||
-        f.off_reduce_partial_map != info->off_reduce_partial_map || f.off_reduce_counters != info->off_reduce_counters ||
-        f.plan_ints != info->plan_ints ||
-        f.workspace_bytes != info->workspace_bytes)
+    if ((st = aiter_mla_decode_plan_get_info(&info->desc, &f)) != AITER_MLA_OK) return aiter_mla__bad_info_desc(op, st);
+    AITER_MLA__DECODE_INFO_FIELDS(AITER_MLA__FIRST_DIFF)
+    if (field)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
-                               "%s: plan_info differs from what aiter_mla_decode_plan_get_info makes of its desc", op);
+                               "%s: plan_info.%s differs from what aiter_mla_decode_plan_get_info makes of its desc", op, field);
     return AITER_MLA_OK;
 }
 
@@ -2390,8 +2456,9 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
                                    "%s: request %d has q_len = %d, more than the plan's max_q_len = %d", op, b,
                                    qo[b + 1] - qo[b], info->desc.max_q_len);
         if (pages > 0 && (last[b] < 1 || last[b] > info->desc.page_size))
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: kv_last_page_lens[%d] = %d is outside 1..%d", op,
-                                   b, last[b], info->desc.page_size);
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: kv_last_page_lens[%d] = %d is outside 1..page_size = %d (0 only for a request without pages)",
+                                   op, b, last[b], info->desc.page_size);
         if (pages * info->desc.page_size > INT32_MAX)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                    "%s: kv_indptr gives request %d %lld pages of page_size = %d: more than 2^31 - 1 keys", op,
@@ -2680,10 +2747,11 @@ done:
 
 /* One step of the online softmax shared by the CPU references: fold score s into the
  * running max m and sum l; returns the new key's weight, *alpha the rescale of what came
- * before (0 for the first key). */
+ * before (0 for the first key). A score of -inf weighs 0 (as masked keys do on the GPU); a
+ * NaN score makes l NaN, which the finishes below pass on to o and lse (aiter_mla__has_keys). */
 static double aiter_mla__online_softmax(double s, double *m, double *l, double *alpha) {
-    const double mn = s > *m ? s : *m, p = exp(s - mn);
-    *alpha = exp(*m - mn);
+    const double mn = s > *m ? s : *m, mu = mn == -HUGE_VAL ? 0.0 : mn, p = exp(s - mu);
+    *alpha = exp(*m - mu);
     *l = *l * *alpha + p;
     *m = mn;
     return p;
@@ -2692,6 +2760,11 @@ static double aiter_mla__online_softmax(double s, double *m, double *l, double *
 /* ---- dense decode -------------------------------------------------------------------- */
 /* Validate the args and resolve every default into *a (the one place defaults live).
  * need_plan: the GPU path and the scheduled reference need plan, plan_info, workspace. */
+/* A row's softmax sum l is 0 when no key counted (an empty row: o 0, lse +-inf by the
+ * output's convention) and NaN when a score was NaN (a NaN or inf in q or a key): then o and
+ * lse are NaN, as on the GPU, never an empty row's zeros. */
+static int aiter_mla__has_keys(double l) { return l != 0.0; }
+
 static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_mla_decode_args *in,
                                                   aiter_mla_decode_args *a, int need_plan) {
     AITER_MLA__NEED(op, in, "args");
@@ -2785,15 +2858,15 @@ static void aiter_mla__ref_rows(const aiter_mla_decode_args *a, int b, int32_t q
                 p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < L; d++) acc[d] = acc[d] * alpha + p * v_scale * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
             }
-            lse = l > 0.0 ? m + log(l) : (partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
+            lse = aiter_mla__has_keys(l) ? m + log(l) : (partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
             if (partial_row < 0) {
                 for (d = 0; d < L; d++)
                     aiter_mla_store_f32(a->o, row * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
-                                        l > 0.0 ? (float)(acc[d] / l) : 0.0f);
+                                        aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f);
                 if (a->lse) a->lse[(int64_t)row * H + h] = (float)lse;
             } else {
                 int64_t pr = (int64_t)(partial_row + row - qs) * H + h;
-                for (d = 0; d < L; d++) part_o[pr * L + d] = l > 0.0 ? (float)(acc[d] / l) : 0.0f;
+                for (d = 0; d < L; d++) part_o[pr * L + d] = aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f;
                 part_lse[pr] = (float)lse;
             }
         }
@@ -2828,7 +2901,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     float *part_o, *part_lse;
     int64_t i;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
-    AITER_MLA__CHECK(aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan));
+    AITER_MLA__CHECK(aiter_mla__stale_plan(
+        op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
+        "aiter_mla_decode_plan_build"));
     v = aiter_mla_decode_plan_view_of(a.plan_info, (int32_t *)a.plan);
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
@@ -2931,7 +3006,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                 double m = -HUGE_VAL, sum = 0.0, g;
                 for (k = k0; k < k1; k++) {
                     double l = a.partial_lse[((int64_t)a.reduce_partial_map[k] + row - qs) * a.num_heads + h];
-                    if (l > m) m = l;
+                    if (l > m || l != l) m = l; /* a NaN piece makes the row NaN, not empty */
                 }
                 if (m == -HUGE_VAL) { /* every piece empty */
                     for (d = 0; d < a.dv; d++) aiter_mla_store_f32(a.o, row * a.o_stride_token + h * a.o_stride_head + d, a.o_dtype, 0.0f);
@@ -2984,7 +3059,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_m
             int64_t base = (t * a.num_heads + h) * a.head_dim;
             if (lp == HUGE_VAL) lp = -HUGE_VAL; /* +inf marks an empty side */
             if (ls == HUGE_VAL) ls = -HUGE_VAL;
-            m = lp > ls ? lp : ls;
+            m = lp != lp || ls != ls ? lp + ls : lp > ls ? lp : ls; /* a NaN side: NaN o and lse */
             wp = m == -HUGE_VAL ? 0.0 : exp(lp - m);
             ws = m == -HUGE_VAL ? 0.0 : exp(ls - m);
             for (d = 0; d < a.head_dim; d++) {
@@ -3220,13 +3295,14 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
 /* ---- sparse MLA attention ----------------------------------------------------------------- */
 /* Last step of the sparse references (V3.2 and V4) for one row and head:
  * o = acc / (l + exp(sink - m)), 0 when no key was seen (l = 0) and 0 (no NaN) when the
- * sink is +inf; lse = m + log l (+inf when no key); max_logits = m. sink -inf: none. */
+ * sink is +inf; lse = m + log l (+inf when no key); max_logits = m. sink -inf: none. A NaN
+ * score (l NaN) gives NaN o and lse (aiter_mla__has_keys). */
 static void aiter_mla__sparse_finish(const double *acc, int dv, double m, double l, double sink, void *o, int64_t o_off,
                                      aiter_mla_dtype o_dtype, float *lse, float *max_logits) {
-    const double den = l > 0.0 ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
+    const double den = aiter_mla__has_keys(l) ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
     int d;
-    for (d = 0; d < dv; d++) aiter_mla_store_f32(o, o_off + d, o_dtype, den > 0.0 ? (float)(acc[d] / den) : 0.0f);
-    if (lse) *lse = l > 0.0 ? (float)(m + log(l)) : (float)HUGE_VAL;
+    for (d = 0; d < dv; d++) aiter_mla_store_f32(o, o_off + d, o_dtype, aiter_mla__has_keys(den) ? (float)(acc[d] / den) : 0.0f);
+    if (lse) *lse = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)HUGE_VAL;
     if (max_logits) *max_logits = (float)m;
 }
 
@@ -3267,6 +3343,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
     int64_t t;
     int h, k, d;
     AITER_MLA__CHECK(aiter_mla__sparse_resolve("sparse_attention_ref", in, &a));
+    if (a.attn_sink) /* host memory here (the GPU call cannot read it) */
+        for (h = 0; h < a.num_heads; h++)
+            if (a.attn_sink[h] != a.attn_sink[h])
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "sparse_attention_ref: attn_sink[%d] is NaN", h);
     for (t = 0; t < a.num_tokens; t++) {
         int n = a.topk;
         if (a.topk_length) n = a.topk_length[t] < 0 ? 0 : a.topk_length[t] < a.topk ? a.topk_length[t] : a.topk;
@@ -3499,12 +3579,12 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
             if (partial_row < 0) {
                 for (d = 0; d < a->dv; d++)
                     aiter_mla_store_f32(a->o, (int64_t)(q0 + i) * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
-                                        l > 0.0 ? (float)(acc[d] / l) : 0.0f);
-                if (a->lse) a->lse[(int64_t)h * tq + q0 + i] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+                                        aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f);
+                if (a->lse) a->lse[(int64_t)h * tq + q0 + i] = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)-HUGE_VAL;
             } else {
                 const int64_t pr = (int64_t)(partial_row + i - r0) * a->num_heads + h;
-                for (d = 0; d < a->dv; d++) part_o[pr * a->dv + d] = l > 0.0 ? (float)(acc[d] / l) : 0.0f;
-                part_lse[pr] = l > 0.0 ? (float)(m + log(l)) : (float)-HUGE_VAL;
+                for (d = 0; d < a->dv; d++) part_o[pr * a->dv + d] = aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f;
+                part_lse[pr] = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)-HUGE_VAL;
             }
         }
 }
@@ -3565,17 +3645,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
  * bound the builder, the checker and the launch trust). */
 static aiter_mla_status aiter_mla__prefill_plan_info_check(const char *op, const aiter_mla_prefill_plan_info *info) {
     aiter_mla_prefill_plan_info f;
+    aiter_mla_status st;
+    const char *field = NULL;
     AITER_MLA__NEED(op, info, "plan_info");
-    if (aiter_mla_prefill_plan_get_info(&info->desc, &f) != AITER_MLA_OK || f.desc.max_batch != info->desc.max_batch ||
-        f.desc.max_q_tokens != info->desc.max_q_tokens || f.desc.num_heads != info->desc.num_heads ||
-        f.desc.num_cu != info->desc.num_cu || f.desc.dv != info->desc.dv || f.desc.tile_q != info->desc.tile_q ||
-        f.desc.kv_granularity != info->desc.kv_granularity || f.max_tiles != info->max_tiles ||
-        f.max_work != info->max_work || f.max_partials != info->max_partials ||
-        f.max_partial_rows != info->max_partial_rows || f.off_work_indptr != info->off_work_indptr ||
-        f.off_work_info != info->off_work_info || f.off_reduce_indptr != info->off_reduce_indptr ||
-        f.off_reduce_final_map != info->off_reduce_final_map || f.off_reduce_partial_map != info->off_reduce_partial_map ||
-        f.plan_ints != info->plan_ints || f.workspace_bytes != info->workspace_bytes)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: plan_info differs from what aiter_mla_prefill_plan_get_info makes of its desc", op);
+    if ((st = aiter_mla_prefill_plan_get_info(&info->desc, &f)) != AITER_MLA_OK) return aiter_mla__bad_info_desc(op, st);
+    AITER_MLA__PREFILL_INFO_FIELDS(AITER_MLA__FIRST_DIFF)
+    if (field)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
+                               "%s: plan_info.%s differs from what aiter_mla_prefill_plan_get_info makes of its desc", op, field);
     return AITER_MLA_OK;
 }
 
@@ -3829,7 +3906,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
     info = a.plan_info;
-    AITER_MLA__CHECK(aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan));
+    AITER_MLA__CHECK(aiter_mla__stale_plan(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
+                                           "aiter_mla_prefill_plan_build"));
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
     nwork = a.plan[AITER_MLA__PH_NUM_WORK];

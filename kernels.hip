@@ -253,6 +253,21 @@ __device__ __forceinline__ int tile_key_limit(const Piece &pc, long long lim, in
 __device__ __forceinline__ float sink_factor(const float *attn_sink, int h, float lse) {
     return attn_sink ? 1.0f / (1.0f + expf(attn_sink[h] - lse)) : 1.0f;
 }
+// max(a, b), NaN where either is (fmaxf returns the other one).
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? a + b : fmaxf(a, b);
+#endif
+}
+// A row's softmax sum l is 0 when no key counted (an empty row) and NaN when a score was NaN
+// (a NaN or inf in q or a key): such a row's o and lse come out NaN, as in the references,
+// never an empty row's zeros. The one test every finish of a row uses.
+__device__ __forceinline__ bool row_has_keys(float l) { return l != 0.0f; }
+
 // max_logits of a final row: the largest scaled logit (m is in log2 units), -inf when none.
 __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t tok, int h, bool any, float m_log2) {
     if (p.max_logits) p.max_logits[tok * p.a.num_heads + h] = any ? m_log2 * kLn2 : neg_inf();
@@ -269,12 +284,12 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
     const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-    const float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
-    *inv = l > 0.0f ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
+    const float lse = row_has_keys(l) ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+    *inv = row_has_keys(l) ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
     if (pc.loc < 0) {
         if (publish) {
             if (a.lse) a.lse[tok * H + h] = lse;
-            store_max_logit(p, tok, (int)h, l > 0.0f, top);
+            store_max_logit(p, tok, (int)h, row_has_keys(l), top);
         }
         return tok * a.o_stride_token + h * a.o_stride_head;
     }
@@ -285,6 +300,16 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
 __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Piece &pc, int idx, float m, float l, bool publish,
                                                 float *inv) {
     return finish_row(p, pc, idx, m, l, publish, inv, m);
+}
+// A pass has stored its R rows of a split piece (o and lse; every storing thread past a barrier
+// since): one thread makes them visible and adds R to the piece's counter in the plan, at the
+// piece's first partial row. The reduce merges a tile once every piece has counted all of its
+// rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
+// The fence waits for the stores (about a microsecond), so the thread should have slack.
+// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
+__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
+    __threadfence();
+    atomicAdd(p.arrivals + pc.loc, rows);
 }
 // Key j (0-based within the piece) of a format-KVT piece, in two steps so that a producer
 // can load the index of a later key while it issues the copy of this one.
@@ -775,11 +800,11 @@ __device__ __forceinline__ float softmax_step16(float (&e)[2], float &m, float &
 #pragma unroll
     for (int off = 1; off < 16; off <<= 1) mx = fmaxf(mx, aiter_mla__shfl_xor(mx, off));
     const bool none = mx == neg_inf();
-    const float alpha = none ? 1.0f : exp2f(m - mx);
+    const float alpha = none ? 1.0f : exp2f(m - mx), mu = none ? 0.0f : mx; // no key yet: e = 0 (a NaN score stays NaN)
     float sum = 0.0f;
 #pragma unroll
     for (int t = 0; t < 2; t++) {
-        e[t] = none ? 0.0f : exp2f(e[t] - mx);
+        e[t] = exp2f(e[t] - mu);
         sum += e[t];
     }
 #pragma unroll
@@ -1917,6 +1942,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 store_staged_rows(p, pc, stage_o, row_at, min(16, R - mt * 16), tid, kThreads);
                 __syncthreads(); // the stage is refilled by the next m-tile (Q, m, l by the next pass)
             }
+            // a split piece's rows are stored: counted for the reduce (the last warp, which the
+            // next pass's first steps wait for least). Plans, and so counters, are the dense
+            // decode's alone: fp8_ds_mla and V4 instances leave the code out (in MODEL1's it cost
+            // 16 bytes more of spills: V4D-h16-k512-b128 42.0-42.7 us in two full runs, 40.9
+            // without; H200).
+            if constexpr (KVT < kDsMlaFn)
+                if (p.arrivals && pc.loc >= 0 && tid == kThreads - 1) count_stored_rows(p, pc, R);
         }
     });
 #endif
@@ -1953,17 +1985,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #endif
 #define AITER_MLA_HAS_WGMMA 1
 namespace wg {
-
-// A pass has stored its R rows of a split piece (o and lse; every storing thread past a barrier
-// since): one thread makes them visible and adds R to the piece's counter in the plan, at the
-// piece's first partial row. The reduce merges a tile once every piece has counted all of its
-// rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
-// The fence waits for the stores (about a microsecond), so the thread should have slack.
-// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
-__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
-    __threadfence();
-    atomicAdd(p.arrivals + pc.loc, rows);
-}
 
 using mma::cp_async16;
 using mma::cp_async_commit;
@@ -3307,8 +3328,11 @@ struct ReduceParams {
 };
 
 // (m, s) += (x, sx): two partial softmax denominators s * e^m merged, -inf maxima allowed.
+// A NaN piece (row_has_keys) makes m, and so the row, NaN, not empty: max_nan, one instruction
+// on NVIDIA (the tests of x in fold_lse tried first cost the warp-a-row reduce 48 bytes of
+// spills and D3 1 %).
 __device__ __forceinline__ void fold_lse(float &m, float &s, float x, float sx) {
-    const float mn = fmaxf(m, x);
+    const float mn = max_nan(m, x);
     if (mn == neg_inf()) return;
     s = s * __expf(m - mn) + sx * __expf(x - mn);
     m = mn;
@@ -3832,11 +3856,11 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(PrefillParams p) {
 #pragma unroll
         for (int r = 0; r < kPfRows; r++) {
             if (r < rows) {
-                const float l = l_s[r], scale = l > 0.0f ? p.v_scale / l : 0.0f;
+                const float l = l_s[r], scale = row_has_keys(l) ? p.v_scale / l : 0.0f;
 #pragma unroll
                 for (int x = 0; x < 2; x++)
                     if (tid + x * kPfThreads < dv) prefill_store_o(p, u, u.r0 + r, prow0, tid + x * kPfThreads, acc[r][x] * scale);
-                if (tid == 0) prefill_store_lse(p, u, u.r0 + r, prow0, l > 0.0f ? (m_s[r] + log2f(l)) * kLn2 : neg_inf());
+                if (tid == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l) ? (m_s[r] + log2f(l)) * kLn2 : neg_inf());
             }
         }
         __syncthreads(); // q_s, m_s, l_s are refilled by the next unit
@@ -3914,10 +3938,10 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
         for (int i = 0; i < 4; i++) {
             const int r = 16 * wave + 4 * g + i;
             if (r < rows) {
-                const float scale = l[i] > 0.0f ? p.v_scale / l[i] : 0.0f;
+                const float scale = row_has_keys(l[i]) ? p.v_scale / l[i] : 0.0f;
 #pragma unroll
                 for (int j = 0; j < kVTiles; j++) prefill_store_o(p, u, u.r0 + r, prow0, 16 * j + c16, o[j].v[i] * scale);
-                if (c16 == 0) prefill_store_lse(p, u, u.r0 + r, prow0, l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : neg_inf());
+                if (c16 == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l[i]) ? (m[i] + log2f(l[i])) * kLn2 : neg_inf());
             }
         }
     });
@@ -4183,14 +4207,14 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
                 l += __shfl_xor_sync(0xffffffffu, l, 2);
                 const int i = u.r0 + wrow0 + mt * 16 + (lane >> 2) + hf * 8;
                 if (i >= u.r1) continue;
-                const float scale = l > 0.0f ? p.v_scale / l : 0.0f;
+                const float scale = row_has_keys(l) ? p.v_scale / l : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NTV; nt++) {
                     const int d = nt * 8 + (lane & 3) * 2;
                     prefill_store_o(p, u, i, prow0, d, acc[mt][nt][hf * 2] * scale);
                     prefill_store_o(p, u, i, prow0, d + 1, acc[mt][nt][hf * 2 + 1] * scale);
                 }
-                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, l > 0.0f ? (m_r[mt][hf] + log2f(l)) * kLn2 : neg_inf());
+                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, row_has_keys(l) ? (m_r[mt][hf] + log2f(l)) * kLn2 : neg_inf());
             }
         }
         cp_async_wait<0>();
@@ -4602,7 +4626,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
             la += __shfl_xor_sync(0xffffffffu, la, 2);
             lb += __shfl_xor_sync(0xffffffffu, lb, 1);
             lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-            const float scale_a = la > 0.0f ? p.v_scale / (kPUp * la) : 0.0f, scale_b = lb > 0.0f ? p.v_scale / (kPUp * lb) : 0.0f;
+            const float scale_a = row_has_keys(la) ? p.v_scale / (kPUp * la) : 0.0f, scale_b = row_has_keys(lb) ? p.v_scale / (kPUp * lb) : 0.0f;
             if (p.o_rows16 && u.loc < 0) {
                 // 16-bit o: the warp's 16 rows through its staging, 64 dims at a time (stmatrix, rows
                 // of 128 B with their 16-byte chunks rotated by the row, so that neither side
@@ -4666,8 +4690,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
             }
             if ((lane & 3) == 0) {
-                if (ra < rows) prefill_store_lse(p, u, u.r0 + ra, prow0, la > 0.0f ? (ma + log2f(la)) * kLn2 : neg_inf());
-                if (rb < rows) prefill_store_lse(p, u, u.r0 + rb, prow0, lb > 0.0f ? (mb + log2f(lb)) * kLn2 : neg_inf());
+                if (ra < rows) prefill_store_lse(p, u, u.r0 + ra, prow0, row_has_keys(la) ? (ma + log2f(la)) * kLn2 : neg_inf());
+                if (rb < rows) prefill_store_lse(p, u, u.r0 + rb, prow0, row_has_keys(lb) ? (mb + log2f(lb)) * kLn2 : neg_inf());
             }
         });
         if (wgi == 0) turn_begin(); // warpgroup 1's last turn_end
@@ -5592,7 +5616,7 @@ __global__ void __launch_bounds__(kSmallThreads) merge_kernel(aiter_mla_merge_ar
         float lp = a.lse_prefix[li], ls = a.lse_suffix[li];
         if (lp == pos_inf()) lp = neg_inf();
         if (ls == pos_inf()) ls = neg_inf();
-        const float m = fmaxf(lp, ls);
+        const float m = max_nan(lp, ls); // a NaN side: NaN o and lse
         const bool empty = m == neg_inf();
         float wp = 0.0f, ws = 0.0f, cp = 0.0f, cs = 0.0f;
         if (!empty) {
@@ -5890,6 +5914,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     p.row_split = slices > 1 || wgmma_rows(tile_rows);
     const dim3 grid = p.row_split ? dim3((unsigned)slices, info->num_lists) : dim3(info->num_lists), block(kThreads);
     const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
+    // few rows (small batches split over many CUs, many pieces each): the reduce takes a block
+    // per row and span, else a warp per unit
+    const bool wide_reduce = (int64_t)a->batch * info->tokens_per_tile * a->num_heads < info->desc.num_cu;
 #if defined(AITER_MLA_HAS_MFMA)
     if (launched) {
         const bool f16 = a->q_dtype == AITER_MLA_F16;
@@ -5916,10 +5943,14 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
 #elif defined(AITER_MLA_HAS_MMA)
     if (launched) {
         hipError_t e = hipSuccess;
-        // Split pieces count their rows for the reduce (count_stored_rows) on the warpgroup
-        // kernel: H100/H200, D3 -3.8 %, D6 -4.6 %. The 16-row kernel measured slower with them
-        // (D1 +1.5-2.2 %, D5 17.6 -> 20-26 us) and leaves the reduce to wait for its end.
-        if (k == AITER_MLA_KERNEL_WGMMA && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
+        // Split pieces count their rows for the reduce (count_stored_rows), which then merges each
+        // tile as its pieces come in instead of after the whole decode: on the warpgroup kernel
+        // (H100/H200, D3 -3.8 %, D6 -4.6 %) and on the mma kernels where the reduce takes a warp
+        // a unit (rows >= CUs; the planner runs split pieces first in their lists): H200, D1
+        // -0.8 %, D1-p1 -2.0 %, D1-fp8 -1.1 %, D2-p1 -1.4 %. Where the reduce is the wide one
+        // (batch 1 over every CU) they cost more than they save (D5 17.6 -> 20-26 us, measured
+        // before the split-first order) and the reduce waits for the decode's end.
+        if ((k == AITER_MLA_KERNEL_WGMMA || !wide_reduce) && info->max_partials > 0) p.arrivals = plan + info->off_reduce_counters;
         switch (a->kv_dtype) {
         case AITER_MLA_BF16: e = launch_mma<AITER_MLA_BF16>(grid, s, p, tile_rows); break;
         case AITER_MLA_FP8_E4M3FN: e = launch_mma<AITER_MLA_FP8_E4M3FN>(grid, s, p, tile_rows); break;
@@ -5955,10 +5986,8 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     r.o_dtype = a->o_dtype;
     r.arrivals = p.arrivals;
     r.departures = p.arrivals ? p.arrivals + info->max_partial_rows : nullptr;
-    // few rows (small batches split over many CUs, many pieces each): a block per row and span
-    const int64_t rows = (int64_t)a->batch * info->tokens_per_tile * a->num_heads;
     e = launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                           info->max_reduce_tiles, info->tokens_per_tile, rows < info->desc.num_cu);
+                           info->max_reduce_tiles, info->tokens_per_tile, wide_reduce);
     // The decode has counted its pieces: without the reduce that sets the counters back, the
     // plan's next launch would read them as its own.
     if (e != hipSuccess && p.arrivals) (void)hipMemsetAsync(p.arrivals, 0, sizeof(int32_t) * 2 * (size_t)info->max_partial_rows, s);

@@ -81,7 +81,29 @@ typedef struct decode_case {
     int with_lse, strided;
     int q_exp; /* bf16 q rows times 2^(q_exp + [-3, 3]) each, sm_scale times 2^-q_exp (0: plain) */
     int key_ramp; /* key k of a request times 1 + k / key_ramp (0: plain): the row maxima rise along the pass */
+    int nan_key;  /* 1: one value of the last request's first key is NaN: its rows' o and lse are NaN */
 } decode_case;
+
+/* Rows (of `dv` values, lse optional) whose reference lse or o is NaN must be all NaN in the
+ * result too; both are then zeroed so that the caller's checks compare the other rows (which
+ * must be free of NaN). Returns the NaN rows (a test plants at least one). */
+static int64_t take_nan_rows(const char *what, float *got, float *ref, float *lse_got, float *lse_ref, int64_t rows, int dv) {
+    int64_t r, n = 0;
+    int d;
+    for (r = 0; r < rows; r++) {
+        int ref_nan = lse_ref && lse_ref[r] != lse_ref[r], all = 1;
+        for (d = 0; d < dv; d++) ref_nan |= ref[r * dv + d] != ref[r * dv + d];
+        if (!ref_nan) continue;
+        for (d = 0; d < dv; d++) all &= ref[r * dv + d] != ref[r * dv + d] && got[r * dv + d] != got[r * dv + d];
+        if (lse_ref) all &= lse_ref[r] != lse_ref[r] && lse_got[r] != lse_got[r];
+        CHECK(all, "%s: row %lld: the reference's NaN row is not all NaN in the reference and the result (lse %g / %g)", what,
+              (long long)r, lse_got ? (double)lse_got[r] : 0.0, lse_ref ? (double)lse_ref[r] : 0.0);
+        for (d = 0; d < dv; d++) got[r * dv + d] = ref[r * dv + d] = 0.0f;
+        if (lse_ref) lse_got[r] = lse_ref[r] = 0.0f;
+        n++;
+    }
+    return n;
+}
 
 static void run_decode_case(const decode_case *c, test_rng *rng) {
     const int B = c->batch, H = c->heads, P = c->page;
@@ -92,9 +114,9 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     int64_t pages_total = 0, T;
     const int kv_fp8 = dtype_is_fp8(c->kv_dtype);
     const float kv_scale = kv_fp8 ? 0.05f : 1.0f, q_scale = dtype_is_fp8(c->q_dtype) ? 0.25f : 1.0f;
-    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d key_ramp=%d", H, c->q_len,
+    snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d key_ramp=%d%s", H, c->q_len,
              P, B, c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
-             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp);
+             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp, c->nan_key ? " nan_key" : "");
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t pages = (c->ctx[b] + P - 1) / P;
@@ -133,6 +155,11 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
                     aiter_mla_store_f32(kv, at + d, c->kv_dtype, aiter_mla_load_f32(kv, at + d, c->kv_dtype) * f);
             }
         }
+    if (c->nan_key) { /* value 100 of the last request's first key (a present page: the harness keeps that one) */
+        const int32_t page = kv_indices[kvp[B - 1]] = perm[kvp[B - 1]];
+        CHECK(c->ctx[B - 1] >= c->q_len, "%s: no key to make NaN", what);
+        aiter_mla_store_f32(kv, (int64_t)page * P * 576 + 100, c->kv_dtype, NAN);
+    }
     const int64_t q_stride_token = c->strided ? (int64_t)H * 576 + 64 : 0, o_stride_token = c->strided ? (int64_t)H * 512 + 32 : 0;
     const int64_t q_rows = c->strided ? q_stride_token : (int64_t)H * 576, o_rows = c->strided ? o_stride_token : (int64_t)H * 512;
     void *q = test_malloc((size_t)(T * q_rows + 1) * q_e);
@@ -147,6 +174,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     }
     void *o_ref = test_malloc((size_t)(T * o_rows + 1) * o_e), *o_gpu = test_malloc((size_t)(T * o_rows + 1) * o_e);
     float *lse_ref = (float *)test_malloc((size_t)(T * H + 1) * 4), *lse_gpu = (float *)test_malloc((size_t)(T * H + 1) * 4);
+    float *lse_cmp = (float *)test_malloc((size_t)(T * H + 1) * 4);
 
     /* plan */
     aiter_mla_decode_plan_desc pd;
@@ -226,8 +254,9 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
      * right as the first, and the plan is left as it was uploaded. Where the plan splits a
      * tile, a third launch finds a piece's counter not zero (as an interrupted launch would
      * leave it): the reduce then waits for the whole decode instead, the results stay right,
-     * and the counter is zero again after it (or stays as set where the kernel does not count,
-     * the kernels other than the warpgroup one). */
+     * and the counter is zero again after it (or stays as set where the pieces are not counted:
+     * the portable and AMD kernels, and the mma ones where the reduce is the wide one, fewer
+     * rows than CUs). */
     const aiter_mla_decode_plan_view pv = aiter_mla_decode_plan_view_of(&info, plan);
     const int runs = pv.num_partials > 0 ? 3 : 2;
     aiter_mla_kernel kernel = AITER_MLA_KERNEL_NONE;
@@ -256,6 +285,10 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
             to_f32((const char *)o_gpu + (size_t)(t * o_rows) * o_e, g + t * H * 512, (int64_t)H * 512, c->o_dtype);
             to_f32((const char *)o_ref + (size_t)(t * o_rows) * o_e, f + t * H * 512, (int64_t)H * 512, c->o_dtype);
         }
+        memcpy(lse_cmp, lse_ref, (size_t)(T * H) * 4); /* take_nan_rows zeroes NaN rows: every launch its own copy */
+        if (c->nan_key)
+            CHECK(take_nan_rows(what, g, f, c->with_lse ? lse_gpu : NULL, c->with_lse ? lse_cmp : NULL, T * H, 512) == (int64_t)c->q_len * H,
+                  "%s: not every row of the last request is NaN", what);
         for (i = 0; i < T * H * 512; i++) unwritten += g[i] != g[i];
         CHECK(unwritten == 0, "%s (launch %d): %lld output elements unwritten or NaN", what, run + 1, (long long)unwritten);
         if (c->strided) { /* the padding of o's token stride keeps its poison */
@@ -267,7 +300,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         }
         if (kv_fp8 || dtype_is_fp8(c->q_dtype)) CHECK_CLOSE(what, g, f, T * H * 512, TOL_FP8_REL, TOL_FP8_COS);
         else CHECK_CLOSE(what, g, f, T * H * 512, TOL_BF16_REL, TOL_BF16_COS);
-        if (c->with_lse) CHECK_LSE(what, lse_gpu, lse_ref, T * H);
+        if (c->with_lse) CHECK_LSE(what, lse_gpu, lse_cmp, T * H);
         free(g);
         free(f);
     }
@@ -275,7 +308,10 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         int32_t *back = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
         gpu_download(back, d_plan, (size_t)info.plan_ints * 4);
         int32_t *counter = back + info.off_reduce_counters + pv.reduce_partial_map[0];
-        if (runs == 3 && kernel != AITER_MLA_KERNEL_WGMMA) { /* a kernel that does not count leaves it */
+        const int wide = (int64_t)B * info.tokens_per_tile * H < info.desc.num_cu;
+        const int counted = kernel == AITER_MLA_KERNEL_WGMMA ||
+                            ((kernel == AITER_MLA_KERNEL_MMA16 || kernel == AITER_MLA_KERNEL_MMA) && !wide);
+        if (runs == 3 && !counted) { /* a launch that does not count leaves it */
             CHECK(*counter == 1 << 30, "%s: the %s kernel changed a piece's counter to %d", what, aiter_mla_kernel_name(kernel), *counter);
             *counter = 0;
         }
@@ -286,7 +322,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     gpu_free(d_q); gpu_free(d_kv); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_qo); gpu_free(d_kvp);
     gpu_free(d_last); gpu_free(d_idx); gpu_free(d_plan); gpu_free(d_ws);
     free(qo); free(kvp); free(last); free(perm); free(kv_indices); free(kv); free(q); free(o_ref); free(o_gpu);
-    free(lse_ref); free(lse_gpu); free(plan);
+    free(lse_ref); free(lse_gpu); free(lse_cmp); free(plan);
 }
 
 /* Ragged context lengths: uniform up to max_ctx, with 0, 1 and `long_ctx` mixed in. */
@@ -702,6 +738,8 @@ typedef struct prefill_case {
     int grid_cu;       /* no plan: args.num_cu, the wgmma kernel's resident blocks (0: the full grid) */
     int graph;         /* captured once in a graph, replayed over three fills of q, k and v */
     int sk_fixed;      /* > 0: every request has this many keys (long rows), else sk is drawn */
+    int nan_key;       /* 1: one value of head 0's first key of the last request with rows and keys is
+                          NaN: every row of it that sees the key has NaN o and lse (not with graph) */
 } prefill_case;
 
 /* fp8 prefill's lse bound per row (testing.h, TOL_FP8_SUM_BITS): tol[h * Tq + t] =
@@ -763,11 +801,17 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
              B, (long long)Tq, (long long)Tk, c->causal ? "causal" : "full", aiter_mla_dtype_name(c->dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
              c->plan_cu, c->grid_cu, c->understate ? " max_seqlen_q/3" : "", c->graph ? " graph" : "");
+    if (c->nan_key) strncat(what, " nan_key", sizeof what - strlen(what) - 1);
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
     fill_random(k, Tk * kst, c->dtype, rng, -2.0f, 2.0f, ks);
     fill_random(v, Tk * vst, c->dtype, rng, -1.0f, 1.0f, vs);
+    if (c->nan_key) {
+        for (b = B - 1; b >= 0 && (cq[b + 1] == cq[b] || ck[b + 1] == ck[b]); b--) {}
+        CHECK(b >= 0 && !c->graph, "%s: no request with rows and keys", what);
+        if (b >= 0) aiter_mla_store_f32(k, (int64_t)ck[b] * kst + 5, c->dtype, NAN);
+    }
     void *o_ref = test_malloc((size_t)(Tq * ost + 1) * oe), *o_gpu = test_malloc((size_t)(Tq * ost + 1) * oe);
     float *lse_ref = (float *)test_malloc((size_t)(H * Tq + 1) * 4), *lse_gpu = (float *)test_malloc((size_t)(H * Tq + 1) * 4);
 
@@ -885,6 +929,17 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
                 to_f32((const char *)o_ref + (size_t)(t * ost) * oe, f + t * H * c->dv, (int64_t)H * c->dv, c->o_dtype);
             }
             int64_t pad_written = 0;
+            if (c->nan_key) { /* lse is [H, Tq]: take the NaN rows with lse as [Tq, H] */
+                float *lg = (float *)test_malloc((size_t)(H * Tq + 1) * 4), *lr = (float *)test_malloc((size_t)(H * Tq + 1) * 4);
+                int hh;
+                for (t = 0; t < Tq; t++)
+                    for (hh = 0; hh < H; hh++) lg[t * H + hh] = lse_gpu[hh * Tq + t], lr[t * H + hh] = lse_ref[hh * Tq + t];
+                CHECK(take_nan_rows(what, g, f, c->with_lse ? lg : NULL, c->with_lse ? lr : NULL, Tq * H, c->dv) > 0, "%s: no NaN row", what);
+                for (t = 0; t < Tq; t++)
+                    for (hh = 0; hh < H; hh++) lse_gpu[hh * Tq + t] = lg[t * H + hh], lse_ref[hh * Tq + t] = lr[t * H + hh];
+                free(lg);
+                free(lr);
+            }
             for (i = 0; i < n; i++) unwritten += g[i] != g[i];
             CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
             for (t = 0; t < Tq; t++) /* the stride's padding keeps its poison */
@@ -1048,6 +1103,7 @@ typedef struct sparse_case {
     int num_cu; /* aiter_mla_sparse_args.num_cu: small counts make each block take several tokens */
     int ramp;   /* slot s's latent times 1 + s / ramp and each token's list in ascending order (0: plain):
                    the row maxima rise along the list */
+    int nan_slot; /* 1: token 0's first entry is slot 7, one of whose latent values is NaN */
 } sparse_case;
 
 static int cmp_i32(const void *x, const void *y) {
@@ -1073,10 +1129,10 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     char what[200];
     int64_t i;
     int t, h;
-    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d", T, H, K,
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d%s", T, H, K,
              c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes,
-             c->num_cu, c->ramp);
+             c->num_cu, c->ramp, c->nan_slot ? " nan_slot" : "");
     unsigned char *cache = (unsigned char *)test_malloc((size_t)slots * row_bytes);
     if (ds) { /* written by the reference writer from random latents */
         uint16_t *kv = (uint16_t *)test_malloc((size_t)slots * 512 * 2), *pe = (uint16_t *)test_malloc((size_t)slots * 64 * 2);
@@ -1120,6 +1176,12 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         len[t] = rng_int(rng, 0, K);
         if (t == 1) /* a row with no valid entry */
             for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = -1;
+    }
+    if (c->nan_slot) { /* latent value 100 of slot 7: an e4m3 NaN code in an fp8_ds_mla row */
+        idx[0] = 7;
+        if (len[0] < 1) len[0] = 1;
+        if (ds) cache[7 * row_bytes + 100] = c->cache == 2 ? 0x80 : 0x7f;
+        else aiter_mla_store_f32(cache, 7 * 576 + 100, AITER_MLA_BF16, NAN);
     }
     float sink[128];
     for (h = 0; h < H; h++) sink[h] = h % 5 == 0 ? -INFINITY : h % 7 == 3 ? INFINITY : rng_f32(rng, -2.0f, 6.0f);
@@ -1186,6 +1248,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         int64_t unwritten = 0;
         to_f32(o_gpu, g, no, c->o_dtype);
         to_f32(o_ref, f, no, c->o_dtype);
+        if (c->nan_slot) CHECK(take_nan_rows(what, g, f, lse_gpu, lse_ref, (int64_t)T * H, 512) >= H, "%s: token 0's rows are not NaN", what);
         for (i = 0; i < no; i++) unwritten += g[i] != g[i];
         CHECK(unwritten == 0, "%s: %lld output elements unwritten or NaN", what, (long long)unwritten);
         if (ds) CHECK_CLOSE(what, g, f, no, TOL_FP8_REL, TOL_FP8_COS);
@@ -3264,6 +3327,64 @@ static void test_merge_gpu(test_rng *rng) {
         }
 }
 
+/* A NaN in one key (a NaN, or an inf, in a cache makes NaN scores): the rows that see it have
+ * NaN o and lse, on every kernel as in the reference (never an empty row's o = 0), and the other
+ * rows stay right. Each case plants one NaN value (run_*_case's nan_key / nan_slot) and checks
+ * both halves. */
+static void test_nan_rows(test_rng *rng) {
+    struct { int heads, q_len, page, num_cu; aiter_mla_dtype q, kv; } dv[] = {
+        {16, 1, 64, 7, AITER_MLA_BF16, AITER_MLA_BF16},                 /* 16-row mma, split pieces */
+        {16, 2, 1, 3, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN},            /* 16-row, f16 products */
+        {16, 1, 16, 5, AITER_MLA_F16, AITER_MLA_F16},                   /* f16: the portable kernel */
+        {128, 1, 64, 9, AITER_MLA_BF16, AITER_MLA_BF16},                /* warpgroup, TMA tiles, counted reduce */
+        {64, 2, 16, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN},           /* warpgroup, widened fp8 rows */
+        {128, 1, 1, 4, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ}, /* e4m3fnuz */
+    };
+    const int before = testing_failed;
+    int32_t ctx[8];
+    int k, b;
+    for (k = 0; k < (int)(sizeof dv / sizeof dv[0]); k++) {
+        decode_case c;
+        memset(&c, 0, sizeof c);
+        c.heads = dv[k].heads;
+        c.q_len = dv[k].q_len;
+        c.page = dv[k].page;
+        c.batch = 5;
+        c.num_cu = dv[k].num_cu;
+        c.q_dtype = dv[k].q;
+        c.kv_dtype = dv[k].kv;
+        c.o_dtype = AITER_MLA_BF16;
+        c.with_lse = 1;
+        c.nan_key = 1;
+        for (b = 0; b < c.batch; b++) ctx[b] = rng_int(rng, 200, 900);
+        c.ctx = ctx;
+        run_decode_case(&c, rng);
+    }
+    for (k = 0; k < 4; k++) {
+        sparse_case c;
+        memset(&c, 0, sizeof c);
+        c.tokens = 3;
+        c.heads = k % 2 ? 128 : 16;
+        c.topk = 256;
+        c.cache = k < 2 ? 0 : k - 1; /* bf16 rows twice, then fp8_ds_mla e4m3fn and e4m3fnuz */
+        c.q_dtype = c.o_dtype = AITER_MLA_BF16;
+        c.with_length = k % 2;
+        c.with_sink = k >= 2;
+        c.holes = 10;
+        c.num_cu = k == 1 ? 2 : 0;
+        c.nan_slot = 1;
+        run_sparse_case(&c, rng);
+    }
+    for (k = 0; k < 4; k++) {
+        static const aiter_mla_dtype types[] = {AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_F16, AITER_MLA_BF16};
+        prefill_case c = prefill_case_of(16, 192, 128, 4, k % 2, 200, types[k], types[k] == AITER_MLA_F16 ? AITER_MLA_F16 : AITER_MLA_BF16);
+        c.plan_cu = k == 3 ? 7 : 0; /* split tiles through the reduce */
+        c.nan_key = 1;
+        run_prefill_case(&c, rng);
+    }
+    printf("NaN rows: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 /* Usage: test_gpu [--quick] [--seed N] [TEST ...]: with names (test_merge_gpu, ...), only those
  * run; --seed N mixes N into every seed, the shared stream's and each test's own, as test_host
  * --seed does (0, the default, keeps the fixed draws, so that a failure repeats). */
@@ -3333,6 +3454,7 @@ int main(int argc, char **argv) {
     RUN(test_prefill);
     RUN(test_sparse_attention);
     RUN(test_prefill_long_rows);
+    RUN(test_nan_rows);
     gpu_stream_destroy(g_stream);
     for (i = 1; i < argc; i++) /* a misspelt test name must not pass by running nothing */
         CHECK(g_matched[i], "no test is named %s", argv[i]);

@@ -2862,16 +2862,20 @@ static void test_hardening(void) {
     /* an info changed after get_info is refused, whatever field changed */
     bad = info;
     bad.desc.kv_granularity = 0;
-    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info.desc.kv_granularity");
     bad = info;
     bad.max_reduce_tiles += 100;
-    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info.max_reduce_tiles");
     bad = info;
     bad.desc.num_cu = 8; /* the sizes no longer fit the desc */
-    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    CHECK_STATUS(aiter_mla_decode_plan_build(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info.num_lists");
     bad = info;
     bad.off_work_info += 1;
-    CHECK_STATUS(aiter_mla_decode_plan_check(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info");
+    CHECK_STATUS(aiter_mla_decode_plan_check(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_MISMATCH, "plan_info.off_work_info");
+    bad = info;
+    bad.desc.num_heads = 0; /* a desc get_info refuses: its own rule, named */
+    CHECK_STATUS(aiter_mla_decode_plan_check(&bad, qo, kvp, last, 2, plan), AITER_MLA_ERR_INVALID_ARGUMENT, "plan_info.desc is not valid");
+    CHECK(strstr(aiter_mla_last_error(), "num_heads") != NULL, "invalid desc: %s", aiter_mla_last_error());
     /* kv_indptr that would overflow a subtraction is rejected as not monotone */
     {
         int32_t kv_bad[3] = {0, 5, INT32_MIN};
@@ -8215,6 +8219,180 @@ static void fuzz_v4_prefill(test_rng *r) {
 
 /* Every CPU operation that follows an index array, its arrays overwritten with garbage a few
  * dozen times each (one seed: the run is deterministic), then its checked counts out of range. */
+/* Rows of n values: all NaN (expect_nan) or all finite. */
+static int rows_nan(const float *x, int64_t n, int expect_nan) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if ((x[i] != x[i]) != expect_nan || (!expect_nan && isinf(x[i]))) return 0;
+    return 1;
+}
+
+/* A NaN score (a NaN value in a key the row sees) makes the row's o and lse NaN in every
+ * reference, scheduled ones and the reduce included; rows that do not see it stay finite; a
+ * piece or merge side that is NaN is never taken for an empty one; a NaN sink is refused. */
+static void test_nan_scores(void) {
+    test_rng r = rng_seed(0x7a4e);
+    enum { B = 2, H = 2, PS = 16 };
+    /* decode: request 0 (100 keys) has a NaN at key 70, request 1 (60 keys) none */
+    {
+        int32_t qo[B + 1] = {0, 1, 2}, kvp[B + 1] = {0, 7, 11}, last[B] = {4, 12}, idx[11];
+        uint16_t *q = (uint16_t *)test_malloc((size_t)B * H * 576 * 2), *kv = (uint16_t *)test_malloc((size_t)11 * PS * 576 * 2);
+        float o[B * H * 512], lse[B * H], o2[B * H * 512], lse2[B * H];
+        aiter_mla_decode_args a;
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        int32_t *plan;
+        void *ws;
+        int i;
+        for (i = 0; i < 11; i++) idx[i] = 10 - i;
+        fill_random(q, (int64_t)B * H * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        fill_random(kv, (int64_t)11 * PS * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        aiter_mla_store_f32(kv, ((int64_t)idx[70 / PS] * PS + 70 % PS) * 576 + 300, AITER_MLA_BF16, NAN);
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.kv_cache = kv;
+        a.num_pages = 11;
+        a.qo_indptr = qo;
+        a.kv_indptr = kvp;
+        a.kv_indices = idx;
+        a.kv_last_page_lens = last;
+        a.o = o;
+        a.lse = lse;
+        a.batch = B;
+        a.num_heads = H;
+        a.page_size = PS;
+        a.o_dtype = AITER_MLA_F32;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o, H * 512, 1) && rows_nan(lse, H, 1), "decode_ref: the NaN key's rows are not NaN (o %g, lse %g)", o[0], lse[0]);
+        CHECK(rows_nan(o + H * 512, H * 512, 0) && rows_nan(lse + H, H, 0), "decode_ref: the other request's rows are not finite");
+        memset(&d, 0, sizeof d);
+        d.max_batch = B;
+        d.num_heads = H;
+        d.max_q_len = 1;
+        d.num_cu = 5;
+        d.page_size = PS;
+        d.kv_granularity = 16;
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        plan = alloc_i32(info.plan_ints);
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, B, plan), AITER_MLA_OK, "");
+        CHECK(aiter_mla_decode_plan_view_of(&info, plan).num_partials >= 2, "decode plan: request 0 is not split");
+        ws = test_malloc(info.workspace_bytes);
+        a.o = o2;
+        a.lse = lse2;
+        a.plan = plan;
+        a.plan_info = &info;
+        a.workspace = ws;
+        a.workspace_bytes = info.workspace_bytes;
+        CHECK_STATUS(aiter_mla_decode_ref_scheduled(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o2, H * 512, 1) && rows_nan(lse2, H, 1), "decode_ref_scheduled: the NaN key's rows are not NaN (o %g, lse %g)",
+              o2[0], lse2[0]);
+        CHECK(rows_nan(o2 + H * 512, H * 512, 0) && rows_nan(lse2 + H, H, 0), "decode_ref_scheduled: the other rows are not finite");
+        free(plan);
+        free(ws);
+        free(q);
+        free(kv);
+    }
+    /* reduce: pieces (NaN, finite), (NaN, NaN) and (empty, empty) */
+    {
+        float po[6 * 4], pl[6] = {NAN, 0.5f, NAN, NAN, -INFINITY, -INFINITY}, o[3 * 4], lse[3];
+        int32_t indptr[4] = {0, 2, 4, 6}, fmap[6] = {0, 1, 1, 2, 2, 3}, pmap[6] = {0, 1, 2, 3, 4, 5};
+        aiter_mla_reduce_args a;
+        int i;
+        for (i = 0; i < 24; i++) po[i] = (float)i / 8.0f;
+        memset(&a, 0, sizeof a);
+        a.partial_o = po;
+        a.partial_lse = pl;
+        a.reduce_indptr = indptr;
+        a.reduce_final_map = fmap;
+        a.reduce_partial_map = pmap;
+        a.num_tiles = 3;
+        a.num_partial_rows = 6;
+        a.num_heads = 1;
+        a.dv = 4;
+        a.o = o;
+        a.lse = lse;
+        a.o_dtype = AITER_MLA_F32;
+        CHECK_STATUS(aiter_mla_reduce_ref(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o, 8, 1) && rows_nan(lse, 2, 1), "reduce_ref: a NaN piece's row is not NaN (lse %g, %g)", lse[0], lse[1]);
+        CHECK(o[8] == 0.0f && o[11] == 0.0f && lse[2] == INFINITY, "reduce_ref: the empty row is not empty (lse %g)", lse[2]);
+    }
+    /* merge: a NaN side, a NaN side against an empty one, two empty sides */
+    {
+        float op[3] = {1.0f, 2.0f, 3.0f}, os[3] = {4.0f, 5.0f, 6.0f}, lp[3] = {NAN, NAN, INFINITY}, ls[3] = {0.0f, -INFINITY, INFINITY};
+        float o[3], lse[3];
+        aiter_mla_merge_args a;
+        memset(&a, 0, sizeof a);
+        a.o_prefix = op;
+        a.lse_prefix = lp;
+        a.o_suffix = os;
+        a.lse_suffix = ls;
+        a.o = o;
+        a.lse = lse;
+        a.num_tokens = 3;
+        a.num_heads = 1;
+        a.head_dim = 1;
+        a.dtype = AITER_MLA_F32;
+        CHECK_STATUS(aiter_mla_merge_attn_states_ref(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o, 2, 1) && rows_nan(lse, 2, 1), "merge_attn_states_ref: a NaN side is not NaN (o %g %g)", o[0], o[1]);
+        CHECK(o[2] == 0.0f && lse[2] == -INFINITY, "merge_attn_states_ref: two empty sides give %g, lse %g", o[2], lse[2]);
+    }
+    /* sparse: token 0 sees slot 5 (a NaN value), token 1 does not; a NaN sink is refused */
+    {
+        uint16_t q[2 * H * 576], cache[10 * 576];
+        int32_t ids[2 * 2] = {2, 5, 1, 3};
+        float o[2 * H * 512], lse[2 * H], ml[2 * H], sink[H] = {0.5f, NAN};
+        aiter_mla_sparse_args a;
+        fill_random(q, 2 * H * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        fill_random(cache, 10 * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, NAN);
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.kv_cache = cache;
+        a.num_slots = 10;
+        a.indices = ids;
+        a.o = o;
+        a.lse = lse;
+        a.max_logits = ml;
+        a.num_tokens = 2;
+        a.num_heads = H;
+        a.topk = 2;
+        a.o_dtype = AITER_MLA_F32;
+        CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o, H * 512, 1) && rows_nan(lse, H, 1), "sparse_attention_ref: the NaN slot's rows are not NaN (o %g, lse %g)", o[0],
+              lse[0]);
+        CHECK(rows_nan(o + H * 512, H * 512, 0) && rows_nan(lse + H, H, 0), "sparse_attention_ref: the other token's rows are not finite");
+        a.attn_sink = sink;
+        CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "attn_sink[1] is NaN");
+    }
+    /* prefill, causal, sq 2, sk 3: key 2 (NaN) is seen by row 1 only; scheduled on a plan too */
+    {
+        int32_t cq[2] = {0, 2}, ck[2] = {0, 3};
+        uint16_t q[2 * 192], k[3 * 192], v[3 * 128];
+        float o[2 * 128], lse[2];
+        aiter_mla_prefill_args a;
+        fill_random(q, 2 * 192, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        fill_random(k, 3 * 192, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        fill_random(v, 3 * 128, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
+        aiter_mla_store_f32(k, 2 * 192 + 9, AITER_MLA_BF16, NAN);
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.cu_seqlens_q = cq;
+        a.cu_seqlens_k = ck;
+        a.o = o;
+        a.lse = lse;
+        a.batch = 1;
+        a.num_heads = 1;
+        a.causal = 1;
+        a.o_dtype = AITER_MLA_F32;
+        CHECK_STATUS(aiter_mla_prefill_ref(&a), AITER_MLA_OK, "");
+        CHECK(rows_nan(o, 128, 0) && rows_nan(lse, 1, 0), "prefill_ref: row 0 (keys 0, 1) is not finite");
+        CHECK(rows_nan(o + 128, 128, 1) && rows_nan(lse + 1, 1, 1), "prefill_ref: row 1 (keys 0..2, one NaN) is not NaN (o %g, lse %g)",
+              o[128], lse[1]);
+    }
+}
+
 static void test_fuzz_index_contents(void) {
     test_rng r = rng_seed(0xf022);
     fuzz_expand(&r);
@@ -8285,6 +8463,7 @@ int main(int argc, char **argv) {
     test_v4_decode();
     test_v4_prefill();
     test_v4_rejects();
+    test_nan_scores();
     test_fuzz_index_contents();
     return testing_summary();
 }
