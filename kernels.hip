@@ -301,16 +301,6 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
                                                 float *inv) {
     return finish_row(p, pc, idx, m, l, publish, inv, m);
 }
-// A pass has stored its R rows of a split piece (o and lse; every storing thread past a barrier
-// since): one thread makes them visible and adds R to the piece's counter in the plan, at the
-// piece's first partial row. The reduce merges a tile once every piece has counted all of its
-// rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
-// The fence waits for the stores (about a microsecond), so the thread should have slack.
-// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
-__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
-    __threadfence();
-    atomicAdd(p.arrivals + pc.loc, rows);
-}
 // Key j (0-based within the piece) of a format-KVT piece, in two steps so that a producer
 // can load the index of a later key while it issues the copy of this one.
 // key_entry: the index read from memory: the page id (decode, sparse) or the V4 list entry;
@@ -1033,6 +1023,17 @@ __global__ void __launch_bounds__(kThreads) decode_mfma_kernel(DecodeParams p) {
 #if defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__) && !defined(AITER_MLA_MFMA_EMULATE)
 #define AITER_MLA_HAS_MMA 1
 namespace mma {
+
+// A pass has stored its R rows of a split piece (o and lse; every storing thread past a barrier
+// since): one thread makes them visible and adds R to the piece's counter in the plan, at the
+// piece's first partial row. The reduce merges a tile once every piece has counted all of its
+// rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
+// Used by the mma kernels and the warpgroup one (NVIDIA only). The fence waits for the stores (about a microsecond), so the thread should have slack.
+// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
+__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
+    __threadfence();
+    atomicAdd(p.arrivals + pc.loc, rows);
+}
 
 // The path needs sm_90 (the e4m3 converter): taken only when every target this
 // file was built for has it (nvcc lists them in __CUDA_ARCH_LIST__).
@@ -1986,6 +1987,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #define AITER_MLA_HAS_WGMMA 1
 namespace wg {
 
+using mma::count_stored_rows;
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
