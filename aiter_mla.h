@@ -457,9 +457,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * The GPU decode may write to its plan: on NVIDIA's tensor-core kernels (the warpgroup one
  * always; the mma ones when the batch has at least num_cu (token, head) rows) each split
  * piece counts its stored rows in reduce_counters, so that the reduce merges a tile as soon
- * as its pieces are in (not after the whole decode), and the reduce zeroes the counters again. A plan buffer therefore serves one aiter_mla_decode at a
- * time (in stream order, any number of layers and graph replays); after a failed call,
- * upload it again. Counters that are not zero when a decode starts (two decodes on one plan
+ * as its pieces are in (not after the whole decode), and the reduce zeroes the counters
+ * again. A plan buffer therefore serves one aiter_mla_decode at a time (in stream order, any
+ * number of layers and graph replays); after a failed call, upload it again. Counters that are not zero when a decode starts (two decodes on one plan
  * at once) can make the reduce merge a tile before its pieces are in. */
 enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
 
@@ -1950,14 +1950,13 @@ AITER_MLA_API const char *aiter_mla_last_error(void) { return aiter_mla__error; 
 __attribute__((format(printf, 2, 3)))
 #endif
 static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...);
-/* A plan check's failure as seen by the call `op` that ran it on the caller's plan: the
- * message names op and says what to do. */
-static aiter_mla_status aiter_mla__stale_plan(const char *op, aiter_mla_status st, const char *builder) {
-    char why[320];
+/* The failure st of a call that `op` made on the caller's behalf, as op reports it: "op:
+ * context: <the inner message>". OK passes through. */
+static aiter_mla_status aiter_mla__fail_within(const char *op, aiter_mla_status st, const char *context) {
+    char why[sizeof aiter_mla__error];
     if (st == AITER_MLA_OK) return st;
-    memcpy(why, aiter_mla_last_error(), sizeof why);
-    why[sizeof why - 1] = '\0';
-    return aiter_mla__fail(st, "%s: the plan does not fit these arrays (rebuild it with %s): %s", op, builder, why);
+    memcpy(why, aiter_mla__error, sizeof why);
+    return aiter_mla__fail(st, "%s: %s: %s", op, context, why);
 }
 
 static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...) {
@@ -2396,7 +2395,6 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
     return v;
 }
 
-/* The info must be what get_info makes of its desc (a stale or hand-made one is refused). */
 /* The fields of a plan info that its get_info sets: X(field) for each (the checks below). */
 #define AITER_MLA__DECODE_INFO_FIELDS(X)                                                                            \
     X(desc.max_batch) X(desc.num_heads) X(desc.max_q_len) X(desc.num_cu) X(desc.page_size) X(desc.kv_granularity) \
@@ -2411,20 +2409,14 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
 /* info (given) against f (what get_info makes of info's desc): the first field that differs. */
 #define AITER_MLA__FIRST_DIFF(x) if (!field && f.x != info->x) field = #x;
 
-/* A plan info's desc is invalid (get_info's status st refused it): the failure, as `op` sees it. */
-static aiter_mla_status aiter_mla__bad_info_desc(const char *op, aiter_mla_status st) {
-    char why[320];
-    memcpy(why, aiter_mla_last_error(), sizeof why);
-    why[sizeof why - 1] = '\0';
-    return aiter_mla__fail(st, "%s: plan_info.desc is not valid: %s", op, why);
-}
-
+/* The info must be what get_info makes of its desc (a stale or hand-made one is refused). */
 static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_mla_decode_plan_info *info) {
     aiter_mla_decode_plan_info f;
     aiter_mla_status st;
     const char *field = NULL;
     AITER_MLA__NEED(op, info, "plan_info");
-    if ((st = aiter_mla_decode_plan_get_info(&info->desc, &f)) != AITER_MLA_OK) return aiter_mla__bad_info_desc(op, st);
+    if ((st = aiter_mla_decode_plan_get_info(&info->desc, &f)) != AITER_MLA_OK)
+        return aiter_mla__fail_within(op, st, "plan_info.desc is not valid");
     AITER_MLA__DECODE_INFO_FIELDS(AITER_MLA__FIRST_DIFF)
     if (field)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
@@ -2527,8 +2519,8 @@ static aiter_mla__plan_builder aiter_mla__plan_begin(int32_t *plan, int64_t plan
  * then end early in their lists, and the reduce, which on the warpgroup kernel merges a tile as
  * soon as its pieces are counted in, has them merged before the decode's last lists end, not
  * after: D3 0.6-0.8 % faster, D3-fp8 0.3 %, D3-fp8q 0.9 % (means of four runs on each of two
- * H200s; D4 and D6 within their spread; the 16-row kernel's reduce waits for the whole decode
- * either way).
+ * H200s; D4 and D6 within their spread). The mma kernels count their pieces too where the
+ * reduce is the narrow one, which this order made pay (D1-p1, D2-p1, D1-fp8 1-2 % faster).
  * Each tile's pieces stay in KV order across the lists, as the reduce map lists them. */
 static void aiter_mla__plan_split_piece_first(aiter_mla_decode_plan_view *v, int num_lists) {
     int c;
@@ -2901,9 +2893,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     float *part_o, *part_lse;
     int64_t i;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
-    AITER_MLA__CHECK(aiter_mla__stale_plan(
+    AITER_MLA__CHECK(aiter_mla__fail_within(
         op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
-        "aiter_mla_decode_plan_build"));
+        "the plan does not fit these arrays (rebuild it with aiter_mla_decode_plan_build)"));
     v = aiter_mla_decode_plan_view_of(a.plan_info, (int32_t *)a.plan);
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
@@ -3648,7 +3640,8 @@ static aiter_mla_status aiter_mla__prefill_plan_info_check(const char *op, const
     aiter_mla_status st;
     const char *field = NULL;
     AITER_MLA__NEED(op, info, "plan_info");
-    if ((st = aiter_mla_prefill_plan_get_info(&info->desc, &f)) != AITER_MLA_OK) return aiter_mla__bad_info_desc(op, st);
+    if ((st = aiter_mla_prefill_plan_get_info(&info->desc, &f)) != AITER_MLA_OK)
+        return aiter_mla__fail_within(op, st, "plan_info.desc is not valid");
     AITER_MLA__PREFILL_INFO_FIELDS(AITER_MLA__FIRST_DIFF)
     if (field)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
@@ -3906,8 +3899,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
     info = a.plan_info;
-    AITER_MLA__CHECK(aiter_mla__stale_plan(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
-                                           "aiter_mla_prefill_plan_build"));
+    AITER_MLA__CHECK(aiter_mla__fail_within(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
+                                            "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build)"));
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
     nwork = a.plan[AITER_MLA__PH_NUM_WORK];

@@ -1028,8 +1028,9 @@ namespace mma {
 // since): one thread makes them visible and adds R to the piece's counter in the plan, at the
 // piece's first partial row. The reduce merges a tile once every piece has counted all of its
 // rows, while the decode's other blocks still run (reduce_kernel), and sets the counters back.
-// Used by the mma kernels and the warpgroup one (NVIDIA only). The fence waits for the stores (about a microsecond), so the thread should have slack.
-// Only for counted launches (p.arrivals) and split pieces (pc.loc >= 0).
+// Used by the mma kernels and the warpgroup one (NVIDIA only). The fence waits for the stores
+// (about a microsecond), so the thread should have slack. Only for counted launches
+// (p.arrivals) and split pieces (pc.loc >= 0).
 __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
     __threadfence();
     atomicAdd(p.arrivals + pc.loc, rows);
@@ -1948,7 +1949,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // decode's alone: fp8_ds_mla and V4 instances leave the code out (in MODEL1's it cost
             // 16 bytes more of spills: V4D-h16-k512-b128 42.0-42.7 us in two full runs, 40.9
             // without; H200).
-            if constexpr (KVT < kDsMlaFn)
+            if constexpr (!is_ds_mla(KVT) && !is_v4(KVT))
                 if (p.arrivals && pc.loc >= 0 && tid == kThreads - 1) count_stored_rows(p, pc, R);
         }
     });
