@@ -915,7 +915,9 @@ typedef struct aiter_mla_sparse_args {
     int64_t num_slots;           /* >= 1 */
     int cache_is_ds_mla;         /* 0 or 1. 0: bf16 rows; 1: fp8_ds_mla rows */
     aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
-    const int32_t *indices;      /* [num_tokens, topk] global slots, -1 = none */
+    const int32_t *indices;      /* [num_tokens, indices_stride] global slots, -1 = none: a row's
+                                    first topk entries count */
+    int64_t indices_stride;      /* entries between rows of indices, topk..2^31 - 1; 0 means topk */
     const int32_t *topk_length;  /* [num_tokens], optional: entries that count per row, clamped
                                     to 0..topk */
     const float *attn_sink;      /* [H], optional */
@@ -935,8 +937,8 @@ typedef struct aiter_mla_sparse_args {
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
 /* GPU: every pointer on the device, kv_cache 16-byte aligned; contents of indices /
- * topk_length are data (a slot outside [0, num_slots) is skipped). num_tokens * topk must
- * stay below 2^31. */
+ * topk_length are data (a slot outside [0, num_slots) is skipped). num_tokens *
+ * indices_stride must stay below 2^31. */
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *a, void *stream);
 
 /* ==== context gather (SPEC 2b; also the dequantising gather of SPEC 6) ====================
@@ -3310,6 +3312,8 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a.num_heads, 1, AITER_MLA_MAX_HEADS, "num_heads");
     AITER_MLA__RANGE(op, a.topk, 1, 1 << 20, "topk");
+    if (!a.indices_stride) a.indices_stride = a.topk;
+    AITER_MLA__RANGE(op, a.indices_stride, a.topk, INT32_MAX, "indices_stride");
     AITER_MLA__RANGE(op, a.num_slots, 1, INT32_MAX, "num_slots");
     AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu"); /* used only by the GPU, wrong anywhere */
     if (!aiter_mla__is_16bit(a.q_dtype))
@@ -3347,7 +3351,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
             double m = -HUGE_VAL, l = 0.0, acc[AITER_MLA_LATENT_DIM], sink;
             for (d = 0; d < AITER_MLA_LATENT_DIM; d++) acc[d] = 0.0;
             for (k = 0; k < n; k++) {
-                const int32_t slot = a.indices[t * a.topk + k];
+                const int32_t slot = a.indices[t * a.indices_stride + k];
                 double s = 0.0, alpha, p;
                 if (slot < 0 || slot >= a.num_slots) continue; /* absent */
                 if (a.cache_is_ds_mla)
@@ -3376,9 +3380,9 @@ static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_s
                                                void *stream) {
     aiter_mla_sparse_args a;
     AITER_MLA__CHECK(aiter_mla__sparse_resolve(op, in, &a));
-    if (a.num_tokens * (int64_t)a.topk > INT32_MAX)
-        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * topk = %lld exceeds 2^31 - 1 (split the batch)", op,
-                               (long long)(a.num_tokens * (int64_t)a.topk));
+    if (a.num_tokens * a.indices_stride > INT32_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * indices_stride = %lld exceeds 2^31 - 1 (split the batch)",
+                               op, (long long)(a.num_tokens * a.indices_stride));
     if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));

@@ -110,11 +110,12 @@ struct DecodeParams {
     float v_scale;              // kv_scale for fp8 caches, else 1
     // Sparse attention (SPEC 4) runs these kernels without a plan: block (x, y) takes tokens
     // x, x + gridDim.x, ... < tokens (one query row per head) against their index rows, rows
-    // [y * rows_per_block, ..) of the heads. a.kv_indices is then the [T, topk] slot table, a
-    // page is one slot.
+    // [y * rows_per_block, ..) of the heads. a.kv_indices is then the [T, indices_stride] slot
+    // table, a page is one slot.
     int sparse;                 // 0: decode (plan-driven)
     int64_t tokens;             // sparse: T
     int topk;                   // sparse: entries per index row
+    int indices_stride;         // sparse: entries between index rows (>= topk)
     const int32_t *topk_length; // sparse: [T] entries that count, optional
     int rows_per_block;         // sparse: heads per block
     const float *attn_sink;     // sparse: [H] optional, enters the denominator only
@@ -197,7 +198,7 @@ __device__ __forceinline__ Piece sparse_piece(const DecodeParams &p, int t) {
     c.qe = c.b + 1;
     c.q_len = 1;
     c.loc = -1;
-    c.ks = c.b * p.topk;
+    c.ks = c.b * p.indices_stride;
     c.kv_len = p.topk_length ? min(max(p.topk_length[c.b], 0), p.topk) : p.topk;
     c.tok0 = 0;
     c.n = c.kv_len;
@@ -267,6 +268,10 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 // (a NaN or inf in q or a key): such a row's o and lse come out NaN, as in the references,
 // never an empty row's zeros. The one test every finish of a row uses.
 __device__ __forceinline__ bool row_has_keys(float l) { return l != 0.0f; }
+// The lse (natural log) of a row with keys, from its softmax totals: m in log2 units (the max
+// its exponentials were taken against), l their sum. Callers test row_has_keys(l) first (as a
+// select, so that an empty row's value is not computed beside it).
+__device__ __forceinline__ float row_lse(float m, float l) { return (m + log2f(l)) * kLn2; }
 
 // max_logits of a final row: the largest scaled logit (m is in log2 units), -inf when none.
 __device__ __forceinline__ void store_max_logit(const DecodeParams &p, int64_t tok, int h, bool any, float m_log2) {
@@ -284,7 +289,7 @@ __device__ __forceinline__ long long finish_row(const DecodeParams &p, const Pie
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
     const int64_t tok = pc.qs + idx / H, h = idx % H, pr = (int64_t)(pc.loc + tok - pc.qs) * H + h;
-    const float lse = row_has_keys(l) ? (m + log2f(l)) * kLn2 : (pc.loc < 0 ? pos_inf() : neg_inf());
+    const float lse = row_has_keys(l) ? row_lse(m, l) : (pc.loc < 0 ? pos_inf() : neg_inf());
     *inv = row_has_keys(l) ? p.v_scale * (pc.loc < 0 ? sink_factor(p.attn_sink, (int)h, lse) : 1.0f) / l : 0.0f;
     if (pc.loc < 0) {
         if (publish) {
@@ -3863,7 +3868,7 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(PrefillParams p) {
 #pragma unroll
                 for (int x = 0; x < 2; x++)
                     if (tid + x * kPfThreads < dv) prefill_store_o(p, u, u.r0 + r, prow0, tid + x * kPfThreads, acc[r][x] * scale);
-                if (tid == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l) ? (m_s[r] + log2f(l)) * kLn2 : neg_inf());
+                if (tid == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l) ? row_lse(m_s[r], l) : neg_inf());
             }
         }
         __syncthreads(); // q_s, m_s, l_s are refilled by the next unit
@@ -3944,7 +3949,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
                 const float scale = row_has_keys(l[i]) ? p.v_scale / l[i] : 0.0f;
 #pragma unroll
                 for (int j = 0; j < kVTiles; j++) prefill_store_o(p, u, u.r0 + r, prow0, 16 * j + c16, o[j].v[i] * scale);
-                if (c16 == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l[i]) ? (m[i] + log2f(l[i])) * kLn2 : neg_inf());
+                if (c16 == 0) prefill_store_lse(p, u, u.r0 + r, prow0, row_has_keys(l[i]) ? row_lse(m[i], l[i]) : neg_inf());
             }
         }
     });
@@ -4217,7 +4222,7 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
                     prefill_store_o(p, u, i, prow0, d, acc[mt][nt][hf * 2] * scale);
                     prefill_store_o(p, u, i, prow0, d + 1, acc[mt][nt][hf * 2 + 1] * scale);
                 }
-                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, row_has_keys(l) ? (m_r[mt][hf] + log2f(l)) * kLn2 : neg_inf());
+                if ((lane & 3) == 0) prefill_store_lse(p, u, i, prow0, row_has_keys(l) ? row_lse(m_r[mt][hf], l) : neg_inf());
             }
         }
         cp_async_wait<0>();
@@ -4693,8 +4698,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 }
             }
             if ((lane & 3) == 0) {
-                if (ra < rows) prefill_store_lse(p, u, u.r0 + ra, prow0, row_has_keys(la) ? (ma + log2f(la)) * kLn2 : neg_inf());
-                if (rb < rows) prefill_store_lse(p, u, u.r0 + rb, prow0, row_has_keys(lb) ? (mb + log2f(lb)) * kLn2 : neg_inf());
+                if (ra < rows) prefill_store_lse(p, u, u.r0 + ra, prow0, row_has_keys(la) ? row_lse(ma, la) : neg_inf());
+                if (rb < rows) prefill_store_lse(p, u, u.r0 + rb, prow0, row_has_keys(lb) ? row_lse(mb, lb) : neg_inf());
             }
         });
         if (wgi == 0) turn_begin(); // warpgroup 1's last turn_end
@@ -6250,6 +6255,7 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_ml
     p.sparse = 1;
     p.tokens = a->num_tokens;
     p.topk = a->topk;
+    p.indices_stride = (int)a->indices_stride;
     p.topk_length = a->topk_length;
     p.attn_sink = a->attn_sink;
     p.max_logits = a->max_logits;

@@ -1084,7 +1084,7 @@ static aiter_mla_status ref_sparse_slice(const void *args, int64_t t, void *extr
     (void)extra;
     s.num_tokens = 1;
     s.q = (const char *)a->q + (size_t)(t * H * 576) * qe;
-    s.indices = a->indices + t * a->topk;
+    s.indices = a->indices + t * (a->indices_stride ? a->indices_stride : a->topk);
     s.topk_length = a->topk_length ? a->topk_length + t : NULL;
     s.o = (char *)a->o + (size_t)(t * H * 512) * oe;
     s.lse = a->lse ? a->lse + t * H : NULL;
@@ -1104,6 +1104,7 @@ typedef struct sparse_case {
     int ramp;   /* slot s's latent times 1 + s / ramp and each token's list in ascending order (0: plain):
                    the row maxima rise along the list */
     int nan_slot; /* 1: token 0's first entry is slot 7, one of whose latent values is NaN */
+    int pad;      /* index rows padded by this many valid slots past topk (indices_stride topk + pad) */
 } sparse_case;
 
 static int cmp_i32(const void *x, const void *y) {
@@ -1120,7 +1121,7 @@ static void ramp_rows(void *rows, int64_t n, int64_t stride, int width, aiter_ml
 }
 
 static void run_sparse_case(const sparse_case *c, test_rng *rng) {
-    const int T = c->tokens, H = c->heads, K = c->topk;
+    const int T = c->tokens, H = c->heads, K = c->topk, W = K + c->pad;
     const int64_t slots = 3000;
     const int ds = c->cache > 0;
     const aiter_mla_dtype fp8 = c->cache == 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
@@ -1129,7 +1130,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     char what[200];
     int64_t i;
     int t, h;
-    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d%s", T, H, K,
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d stride=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d%s", T, H, K, W,
              c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes,
              c->num_cu, c->ramp, c->nan_slot ? " nan_slot" : "");
@@ -1162,20 +1163,20 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
         fill_random(cache, slots * 576, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
         if (c->ramp) ramp_rows(cache, slots, 576, 576, AITER_MLA_BF16, c->ramp);
     }
-    int32_t *idx = (int32_t *)test_malloc((size_t)T * K * 4), *len = (int32_t *)test_malloc((size_t)T * 4);
+    int32_t *idx = (int32_t *)test_malloc((size_t)T * W * 4), *len = (int32_t *)test_malloc((size_t)T * 4);
     for (t = 0; t < T; t++) {
-        for (i = 0; i < K; i++) {
-            int32_t v = rng_int(rng, 0, (int)slots - 1);
-            const int r = rng_int(rng, 0, 99);
-            if (r < c->holes) v = -1;                       /* -1 holes */
+        for (i = 0; i < W; i++) {
+            int32_t v = rng_int(rng, 0, (int)slots - 1); /* as it is in the padding: valid slots that must not count */
+            const int r = i < K ? rng_int(rng, 0, 99) : 100;
+            if (r < c->holes) v = -1;                          /* -1 holes */
             else if (r < c->holes + 2) v = (int32_t)slots + r; /* out of range: skipped */
-            else if (r < c->holes + 6 && i > 0) v = idx[(int64_t)t * K + i - 1]; /* duplicates */
-            idx[(int64_t)t * K + i] = v;
+            else if (r < c->holes + 6 && i > 0) v = idx[(int64_t)t * W + i - 1]; /* duplicates */
+            idx[(int64_t)t * W + i] = v;
         }
-        if (c->ramp) qsort(idx + (int64_t)t * K, (size_t)K, 4, cmp_i32);
+        if (c->ramp) qsort(idx + (int64_t)t * W, (size_t)K, 4, cmp_i32);
         len[t] = rng_int(rng, 0, K);
         if (t == 1) /* a row with no valid entry */
-            for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = -1;
+            for (i = 0; i < K; i++) idx[(int64_t)t * W + i] = -1;
     }
     if (c->nan_slot) { /* latent value 100 of slot 7: an e4m3 NaN code in an fp8_ds_mla row */
         idx[0] = 7;
@@ -1194,12 +1195,12 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
 
     void *d_cache = gpu_malloc((size_t)slots * row_bytes), *d_q = gpu_malloc((size_t)T * H * 576 * qe),
          *d_o = gpu_malloc((size_t)no * oe);
-    int32_t *d_idx = (int32_t *)gpu_malloc((size_t)T * K * 4), *d_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    int32_t *d_idx = (int32_t *)gpu_malloc((size_t)T * W * 4), *d_len = (int32_t *)gpu_malloc((size_t)T * 4);
     float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_ml = (float *)gpu_malloc((size_t)T * H * 4),
           *d_sink = (float *)gpu_malloc(128 * 4);
     gpu_upload(d_cache, cache, (size_t)slots * row_bytes);
     gpu_upload(d_q, q, (size_t)T * H * 576 * qe);
-    gpu_upload(d_idx, idx, (size_t)T * K * 4);
+    gpu_upload(d_idx, idx, (size_t)T * W * 4);
     gpu_upload(d_len, len, (size_t)T * 4);
     gpu_upload(d_sink, sink, 128 * 4);
     gpu_memset(d_o, 0xff, (size_t)no * oe);
@@ -1214,6 +1215,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     a.cache_is_ds_mla = ds;
     a.ds_mla_fp8 = fp8;
     a.indices = d_idx;
+    a.indices_stride = c->pad ? W : 0;
     a.topk_length = c->with_length ? d_len : NULL;
     a.attn_sink = c->with_sink ? d_sink : NULL;
     a.o = d_o;
@@ -1292,6 +1294,7 @@ static void test_sparse_attention(test_rng *rng) {
                     c.with_sink = (hi + cache + tokens) % 2;
                     c.holes = topks[ki] == 1 ? 30 : 10;
                     c.num_cu = (ki + hi + tokens) % 3 == 0 ? 0 : (ki + hi + tokens) % 3 == 1 ? 2 : 5;
+                    c.pad = (ki + hi + cache) % 3 == 1 ? 7 : 0;
                     run_sparse_case(&c, rng);
                 }
     /* 100 heads over fp8_ds_mla: blocks in pairs that share each key tile, the second of 36 rows */

@@ -3332,11 +3332,12 @@ static void test_sparse_attention_ref(void) {
     int c;
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         const int H = cases[c].heads, K = cases[c].topk, T = cases[c].tokens, ds = cases[c].ds_mla;
+        const int W = c % 3 == 2 ? K + 5 : K; /* index row stride: padded rows in some cases */
         const int64_t S = 700;
         const float scale = 0.1f;
         uint16_t *q = (uint16_t *)test_malloc(sizeof(uint16_t) * (size_t)T * H * 576);
         void *cache = test_malloc(ds ? (size_t)S * 656 : sizeof(uint16_t) * (size_t)S * 576);
-        int32_t *idx = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)T * K), len[3];
+        int32_t *idx = (int32_t *)test_malloc(sizeof(int32_t) * (size_t)T * W), len[3];
         float *o = (float *)test_malloc(sizeof(float) * (size_t)T * H * 512), *ref = (float *)test_malloc(sizeof(float) * (size_t)T * H * 512);
         float lse[3 * 128], lse_ref[3 * 128], mx[3 * 128], mx_ref[3 * 128], sink[128];
         double *rows = (double *)test_malloc(sizeof(double) * (size_t)S * 576);
@@ -3368,9 +3369,10 @@ static void test_sparse_attention_ref(void) {
             fill_random(cache, S * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
             for (i = 0; i < S * 576; i++) rows[i] = ref_bf16_to_f64(((uint16_t *)cache)[i]);
         }
-        for (i = 0; i < (int64_t)T * K; i++) idx[i] = rng_int(&r, 0, 7) == 0 ? -1 : rng_int(&r, 0, (int)S + 5); /* holes, past the end */
+        for (i = 0; i < (int64_t)T * W; i++) /* holes, past the end; a row's padding past topk valid slots */
+            idx[i] = i % W >= K ? rng_int(&r, 0, (int)S - 1) : rng_int(&r, 0, 7) == 0 ? -1 : rng_int(&r, 0, (int)S + 5);
         if (K > 1) idx[1] = idx[0];                                  /* a duplicate */
-        for (k = 0; k < K; k++) idx[(T - 1) * K + k] = k % 2 ? -1 : (int)S + k; /* last token: no valid slot */
+        for (k = 0; k < K; k++) idx[(T - 1) * W + k] = k % 2 ? -1 : (int)S + k; /* last token: no valid slot */
         for (t = 0; t < T; t++) len[t] = cases[c].with_len ? rng_int(&r, 0, K) : K;
         for (h = 0; h < H; h++) sink[h] = h % 3 == 0 ? -INFINITY : h % 3 == 1 ? rng_f32(&r, -2.0f, 6.0f) : INFINITY;
         memset(&a, 0, sizeof a);
@@ -3379,6 +3381,7 @@ static void test_sparse_attention_ref(void) {
         a.num_slots = S;
         a.cache_is_ds_mla = ds;
         a.indices = idx;
+        a.indices_stride = W == K ? 0 : W;
         a.topk_length = cases[c].with_len ? len : NULL;
         a.attn_sink = c % 2 ? sink : NULL;
         a.o = o;
@@ -3400,7 +3403,7 @@ static void test_sparse_attention_ref(void) {
                 double m = -HUGE_VAL, den = 0.0, num[512];
                 for (d = 0; d < 512; d++) num[d] = 0.0;
                 for (k = 0; k < n; k++) {
-                    const int32_t sl = idx[t * K + k];
+                    const int32_t sl = idx[t * W + k];
                     double s = 0.0;
                     if (sl < 0 || sl >= S) continue;
                     for (d = 0; d < 576; d++) s += ref_bf16_to_f64(q[((int64_t)t * H + h) * 576 + d]) * rows[(int64_t)sl * 576 + d];
@@ -3408,7 +3411,7 @@ static void test_sparse_attention_ref(void) {
                     if (s > m) m = s;
                 }
                 for (k = 0; k < n; k++) {
-                    const int32_t sl = idx[t * K + k];
+                    const int32_t sl = idx[t * W + k];
                     double s = 0.0, e;
                     if (sl < 0 || sl >= S) continue;
                     for (d = 0; d < 576; d++) s += ref_bf16_to_f64(q[((int64_t)t * H + h) * 576 + d]) * rows[(int64_t)sl * 576 + d];
@@ -3423,7 +3426,7 @@ static void test_sparse_attention_ref(void) {
             }
         {
             char what[96];
-            snprintf(what, sizeof what, "sparse H=%d topk=%d %s%s%s", H, K, ds ? "fp8_ds_mla" : "bf16",
+            snprintf(what, sizeof what, "sparse H=%d topk=%d stride=%d %s%s%s", H, K, W, ds ? "fp8_ds_mla" : "bf16",
                      cases[c].with_len ? " topk_length" : "", a.attn_sink ? " sink" : "");
             CHECK_CLOSE(what, o, ref, (int64_t)T * H * 512, 1e-4, 0.999999);
             CHECK_LSE(what, lse, lse_ref, T * H);
@@ -3442,6 +3445,14 @@ static void test_sparse_attention_ref(void) {
             b = a;
             b.topk = 0;
             CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "topk");
+            b = a;
+            b.indices_stride = -1;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+        }
+        if (W > K) { /* a stride below topk would overlap the rows */
+            aiter_mla_sparse_args b = a;
+            b.indices_stride = K - 1;
+            CHECK_STATUS(aiter_mla_sparse_attention_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
         }
     next:
         free(q);
@@ -4653,6 +4664,8 @@ static void test_attention_wrappers(void) {
     SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
     SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+    SP_CASE(t.indices_stride = 2, AITER_MLA_ERR_INVALID_ARGUMENT); /* below topk */
+    SP_CASE(t.indices_stride = (int64_t)1 << 31, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
     SP_CASE(t.q_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
     SP_CASE((t.cache_is_ds_mla = 1, t.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_UNSUPPORTED);
@@ -4663,6 +4676,11 @@ static void test_attention_wrappers(void) {
     t.num_tokens = 1 << 20;
     t.topk = 1 << 12; /* 2^32 entries: past the kernels' 32-bit index range */
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_UNSUPPORTED, "num_tokens");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
+    t = s;
+    t.num_tokens = 1 << 20;
+    t.indices_stride = 1 << 12; /* rows of 3 entries 4096 apart: the same range */
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_UNSUPPORTED, "indices_stride");
     CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     t = s;
     t.kv_cache = (const char *)cache + 2;
