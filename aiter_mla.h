@@ -1804,12 +1804,27 @@ AITER_MLA_HD void aiter_mla__filter_split(int32_t idx, int32_t ctx, int32_t *con
     *fresh = known && idx >= ctx ? idx - ctx : -1;
 }
 
-/* fp8_ds_mla scale of a group of 128 values whose largest magnitude is amax (SPEC 6). */
-AITER_MLA_HD float aiter_mla__ds_mla_scale(float amax, float fp8_max, int pow2) {
-    const float r = amax / fp8_max;
+/* RN(x / s) without a division, given y = RN(1/s), for x of at most 11 significant bits (a
+ * bf16 or f16 value) while no intermediate underflows: q = RN(x y), then once q = RN(q -
+ * RN(q s - x) y), the residual exact by FMA. One step suffices for such x (checked over every
+ * pair of significands: 2^30 for bf16's, 2^33 for f16's, against every binary32 s; the
+ * quotient is scale invariant), where x of 24 bits need a second (Markstein). The residual
+ * is taken as q s - x, so that x = -0 gives -0. The GPU writers' quotient (three
+ * instructions; a division costs ~10 and a range check); the references divide. */
+AITER_MLA_HD float aiter_mla__quotient16(float x, float s, float y) {
+    const float q = x * y;
+    return fmaf(-fmaf(q, s, -x), y, q);
+}
+/* fp8_ds_mla scale of a group of 128 values from r = amax / fp8_max (SPEC 6; the GPU writer
+ * divides its own way, to the same r). */
+AITER_MLA_HD float aiter_mla__ds_mla_scale_of_ratio(float r, int pow2) {
     if (pow2) /* exponent 255 is +inf, as 2^128 would be */
         return aiter_mla__bits_f32(aiter_mla__pow2_ceil_exponent(r > 1e-4f ? r : 1e-4f) << 23);
     return r >= 1.17549435e-38f ? r : 1.17549435e-38f; /* FLT_MIN; also NaN */
+}
+/* fp8_ds_mla scale of a group of 128 values whose largest magnitude is amax (SPEC 6). */
+AITER_MLA_HD float aiter_mla__ds_mla_scale(float amax, float fp8_max, int pow2) {
+    return aiter_mla__ds_mla_scale_of_ratio(amax / fp8_max, pow2);
 }
 /* One latent value of an fp8_ds_mla row: fp8(x / scale), saturating. */
 AITER_MLA_HD uint8_t aiter_mla__ds_mla_quant(float x, float scale, aiter_mla_dtype fp8) {

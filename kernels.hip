@@ -4898,20 +4898,17 @@ __device__ __forceinline__ uint32_t f32x4_to_fp8x4(const float *v, aiter_mla_dty
     return w;
 }
 
-// q[i] = x[i] / s for the values of one fp8 group, as far as fp8 can tell: the writers'
-// reference divides each value (IEEE, round to nearest), and a division costs ~10
-// instructions with its range check. For s in [2^-60, 2^100] (else: the division) this takes
-// y = RN(1/s) once, q = RN(x y), then twice q = RN(q - RN(q s - x) y): the first step leaves
-// q within an ulp, each residual is exact by FMA, and by Markstein's theorem the second step
-// gives RN(x / s) whenever no intermediate underflows, which the bounds on s ensure for
-// every |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the group's largest value). Smaller
-// quotients come out within a few ulps, and every value under 2^-10 is fp8 code 0 anyway.
-// The residual is taken as q s - x, not x - q s (the same value negated, exactly), so that x
-// = -0 gives q = -0 + -0 = -0, the sign e4m3fn keeps (x - q s made it +0). A power-of-two s
-// (pow2: MODEL1's UE8M0 scales, fp8_ds_mla's pow2_scales) takes one multiply by 1/s, exact:
-// x / 2^k and x 2^-k are the same number, rounded once (s = +inf: 1/s = 0, as x / inf).
-template <int N>
+// q[i] = x[i] / s for the values of one fp8 group of a 16-bit source, as far as fp8 can tell:
+// the writers' reference divides each value (IEEE, round to nearest), and a division costs
+// ~10 instructions with its range check; aiter_mla__quotient16 takes three. For s in [2^-60,
+// 2^100] nothing underflows for any |x / s| >= 2^-11 (|x / s| <= fp8_max: s covers the
+// group's largest value); smaller quotients come out within a few ulps, and every value
+// under 2^-10 is fp8 code 0 anyway. Other s: the division. A power-of-two s (pow2: MODEL1's
+// UE8M0 scales, fp8_ds_mla's pow2_scales) takes one multiply by 1/s, exact: x / 2^k and
+// x 2^-k are the same number, rounded once (s = +inf: 1/s = 0, as x / inf).
+template <int SRC, int N>
 __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, float (&q)[N], bool pow2) {
+    static_assert(SRC == AITER_MLA_BF16 || SRC == AITER_MLA_F16, "aiter_mla__quotient16 is exact for 16-bit sources only");
     if (pow2) {
         const float y = 1.0f / s;
 #pragma unroll
@@ -4919,11 +4916,7 @@ __device__ __forceinline__ void fp8_quotients(const float (&x)[N], float s, floa
     } else if (s >= 0x1p-60f && s <= 0x1p100f) {
         const float y = 1.0f / s;
 #pragma unroll
-        for (int i = 0; i < N; i++) {
-            float v = x[i] * y;
-            v = fmaf(-fmaf(v, s, -x[i]), y, v);
-            q[i] = fmaf(-fmaf(v, s, -x[i]), y, v);
-        }
+        for (int i = 0; i < N; i++) q[i] = aiter_mla__quotient16(x[i], s, y);
     } else {
 #pragma unroll
         for (int i = 0; i < N; i++) q[i] = x[i] / s;
@@ -5083,6 +5076,8 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
     static_assert(kDsVals % 8 == 0 && kDsGroupLanes >= 1, "whole 8-value units per lane");
     const int lane = threadIdx.x % kDsThreads;
     const int64_t num_slots = a.num_blocks * a.block_size, step = (int64_t)gridDim.x * kDsTokens;
+    const float inv_fp8_max = 1.0f / a.fp8_max; // aiter_mla__quotient16's y for the scales
+    const bool fp8_max_ok = a.fp8_max >= 1.0f; // with amax <= 2^100: no overflow (fp8_max <= 448 by the wrapper)
     for (int64_t t0 = (int64_t)blockIdx.x * kDsTokens + threadIdx.x / kDsThreads; t0 < a.num_tokens; t0 += step * kDsBatch) {
         RawVals<SRC, kDsVals> lat[kDsBatch];
         RawVals<SRC, 8> rope[kDsBatch];
@@ -5106,9 +5101,15 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
             for (int k = 0; k < kDsVals; k++) amax = fmaxf(amax, fabsf(x[k])); // fmaxf drops NaN, as the reference does
 #pragma unroll
             for (int o = kDsGroupLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, aiter_mla__shfl_xor(amax, o));
-            const float scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
+            // aiter_mla__ds_mla_scale: amax / fp8_max by aiter_mla__quotient16 where it is exact
+            // (amax, the magnitude of a 16-bit value, has 11 significant bits at most; nothing
+            // underflows above 2^-100), else divided
+            const float ratio = amax >= 0x1p-100f && amax <= 0x1p100f && fp8_max_ok
+                                    ? aiter_mla__quotient16(amax, a.fp8_max, inv_fp8_max)
+                                    : amax / a.fp8_max;
+            const float scale = aiter_mla__ds_mla_scale_of_ratio(ratio, a.pow2_scales);
             float q[kDsVals]; // aiter_mla__ds_mla_quant: fp8(x / scale)
-            fp8_quotients(x, scale, q, a.pow2_scales != 0);
+            fp8_quotients<SRC>(x, scale, q, a.pow2_scales != 0);
             uint32_t w[kDsVals / 4];
 #pragma unroll
             for (int k = 0; k < kDsVals / 4; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
@@ -5304,7 +5305,7 @@ __global__ void __launch_bounds__(kSmallThreads) v4_cache_write_kernel(aiter_mla
             const uint8_t e = aiter_mla__ue8m0_encode(amax, a.fp8_max);
             const float scale = aiter_mla__ue8m0_to_f32(e);
             float q[8]; // aiter_mla__v4_quant: fp8(clamp(x / scale))
-            fp8_quotients(x, scale, q, true); // UE8M0: a power of two
+            fp8_quotients<SRC>(x, scale, q, true); // UE8M0: a power of two
             for (float &v : q) v = aiter_mla__v4_clamp(v, a.fp8_max);
             uint32_t w[2];
 #pragma unroll

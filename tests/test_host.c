@@ -3220,6 +3220,39 @@ static void naive_ds_mla_row(const unsigned char *row, int fnuz, double *out) {
     }
 }
 
+/* The GPU writers' division-free quotient (aiter_mla__quotient16) against IEEE division: x of
+ * every bf16 and f16 significand against random binary32 significands s and the fp8 maxima,
+ * and the fp8_ds_mla scale's amax / fp8_max for every positive bf16 amax above 2^-100. The
+ * first check also counts how often q = RN(x RN(1/s)) alone is wrong, so that it can fail. */
+static void test_quotient16(void) {
+    static const float maxima[] = {448.0f, 240.0f, 224.0f, 100.5f, 1.0f};
+    test_rng r = rng_seed(0x9016);
+    int64_t wrong = 0, wrong_plain = 0, n = 0;
+    int i, k, m;
+    for (i = 0; i < 4096 + 5; i++) {
+        const float s = i < 5 ? maxima[i] : 1.0f + (float)(rng_u64(&r) >> 41) * 0x1p-23f, y = 1.0f / s;
+        for (k = 0; k < 128 + 1024; k++) { /* bf16 significands, then f16 ones */
+            const float x = k < 128 ? 1.0f + (float)k * 0x1p-7f : 1.0f + (float)(k - 128) * 0x1p-10f;
+            wrong += aiter_mla__quotient16(x, s, y) != x / s;
+            wrong_plain += x * y != x / s;
+            n++;
+        }
+    }
+    CHECK(wrong == 0, "quotient16: %lld of %lld quotients differ from x / s", (long long)wrong, (long long)n);
+    CHECK(wrong_plain > 0, "quotient16: RN(x RN(1/s)) was right for all %lld pairs: the check above cannot fail", (long long)n);
+    for (m = 0; m < 5; m++) {
+        const float fm = maxima[m], y = 1.0f / fm;
+        wrong = 0;
+        for (k = 1; k < 0x7f80; k++) {
+            const float amax = aiter_mla_bf16_to_f32((uint16_t)k);
+            if (amax >= 0x1p-100f && amax <= 0x1p100f) wrong += aiter_mla__quotient16(amax, fm, y) != amax / fm;
+        }
+        CHECK(wrong == 0, "quotient16: %lld bf16 amax / %g differ from the division", (long long)wrong, (double)fm);
+    }
+    CHECK(signbit(aiter_mla__quotient16(-0.0f, 3.0f, 1.0f / 3.0f)) && aiter_mla__quotient16(-0.0f, 3.0f, 1.0f / 3.0f) == 0.0f,
+          "quotient16: -0 does not stay -0");
+}
+
 static void test_ds_mla_rows(void) {
     test_rng r = rng_seed(0xd5a1);
     int variant;
@@ -8460,6 +8493,7 @@ int main(int argc, char **argv) {
     test_hardening();
     test_expand_one_edges();
     test_sparse_indices();
+    test_quotient16();
     test_ds_mla_rows();
     test_sparse_attention_ref();
     test_gather_cache();
