@@ -459,8 +459,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * piece counts its stored rows in reduce_counters, so that the reduce merges a tile as soon
  * as its pieces are in (not after the whole decode), and the reduce zeroes the counters
  * again. A plan buffer therefore serves one aiter_mla_decode at a time (in stream order, any
- * number of layers and graph replays); after a failed call, upload it again. Counters that are not zero when a decode starts (two decodes on one plan
- * at once) can make the reduce merge a tile before its pieces are in. */
+ * number of layers and graph replays); after a failed call, upload it again. Counters that
+ * are not zero when a decode starts (two decodes on one plan at once) can make the reduce
+ * merge a tile before its pieces are in. */
 enum { AITER_MLA_PLAN_HEADER_INTS = 16, AITER_MLA_PLAN_MAGIC = 0x414c4d31 };
 
 enum { /* header slots of the plan buffer (internal) */
@@ -2766,13 +2767,17 @@ static double aiter_mla__online_softmax(double s, double *m, double *l, double *
     return p;
 }
 
-/* ---- dense decode -------------------------------------------------------------------- */
-/* Validate the args and resolve every default into *a (the one place defaults live).
- * need_plan: the GPU path and the scheduled reference need plan, plan_info, workspace. */
 /* A row's softmax sum l is 0 when no key counted (an empty row: o 0, lse +-inf by the
  * output's convention) and NaN when a score was NaN (a NaN or inf in q or a key): then o and
  * lse are NaN, as on the GPU, never an empty row's zeros. */
 static int aiter_mla__has_keys(double l) { return l != 0.0; }
+/* A finished row's lse from its softmax totals (m, the max; l, the sum): `empty` when it saw
+ * no key (the finishes of every reference). */
+static double aiter_mla__row_lse(double m, double l, double empty) { return aiter_mla__has_keys(l) ? m + log(l) : empty; }
+
+/* ---- dense decode -------------------------------------------------------------------- */
+/* Validate the args and resolve every default into *a (the one place defaults live).
+ * need_plan: the GPU path and the scheduled reference need plan, plan_info, workspace. */
 
 static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_mla_decode_args *in,
                                                   aiter_mla_decode_args *a, int need_plan) {
@@ -2867,7 +2872,7 @@ static void aiter_mla__ref_rows(const aiter_mla_decode_args *a, int b, int32_t q
                 p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < L; d++) acc[d] = acc[d] * alpha + p * v_scale * aiter_mla_load_f32(a->kv_cache, base + d, a->kv_dtype);
             }
-            lse = aiter_mla__has_keys(l) ? m + log(l) : (partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
+            lse = aiter_mla__row_lse(m, l, partial_row < 0 ? HUGE_VAL : -HUGE_VAL);
             if (partial_row < 0) {
                 for (d = 0; d < L; d++)
                     aiter_mla_store_f32(a->o, row * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
@@ -3311,7 +3316,7 @@ static void aiter_mla__sparse_finish(const double *acc, int dv, double m, double
     const double den = aiter_mla__has_keys(l) ? l + (sink == -HUGE_VAL ? 0.0 : exp(sink - m)) : 0.0;
     int d;
     for (d = 0; d < dv; d++) aiter_mla_store_f32(o, o_off + d, o_dtype, aiter_mla__has_keys(den) ? (float)(acc[d] / den) : 0.0f);
-    if (lse) *lse = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)HUGE_VAL;
+    if (lse) *lse = (float)aiter_mla__row_lse(m, l, HUGE_VAL);
     if (max_logits) *max_logits = (float)m;
 }
 
@@ -3574,6 +3579,7 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
         for (h = 0; h < a->num_heads; h++) {
             const int64_t jend = aiter_mla__min64(j1, a->causal ? (int64_t)sk - sq + i + 1 : sk);
             double m = -HUGE_VAL, l = 0.0;
+            float lse;
             int64_t j;
             for (d = 0; d < a->dqk; d++)
                 qv[d] = aiter_mla_load_f32(a->q, (int64_t)(q0 + i) * a->q_stride_token + h * a->q_stride_head + d, a->qkv_dtype);
@@ -3587,15 +3593,16 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
                 p = aiter_mla__online_softmax(s, &m, &l, &alpha);
                 for (d = 0; d < a->dv; d++) acc[d] = acc[d] * alpha + p * vs * aiter_mla_load_f32(a->v, vr + d, a->qkv_dtype);
             }
+            lse = (float)aiter_mla__row_lse(m, l, -HUGE_VAL);
             if (partial_row < 0) {
                 for (d = 0; d < a->dv; d++)
                     aiter_mla_store_f32(a->o, (int64_t)(q0 + i) * a->o_stride_token + h * a->o_stride_head + d, a->o_dtype,
                                         aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f);
-                if (a->lse) a->lse[(int64_t)h * tq + q0 + i] = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)-HUGE_VAL;
+                if (a->lse) a->lse[(int64_t)h * tq + q0 + i] = lse;
             } else {
                 const int64_t pr = (int64_t)(partial_row + i - r0) * a->num_heads + h;
                 for (d = 0; d < a->dv; d++) part_o[pr * a->dv + d] = aiter_mla__has_keys(l) ? (float)(acc[d] / l) : 0.0f;
-                part_lse[pr] = aiter_mla__has_keys(l) ? (float)(m + log(l)) : (float)-HUGE_VAL;
+                part_lse[pr] = lse;
             }
         }
 }
