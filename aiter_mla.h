@@ -858,9 +858,10 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * Value = fp8 * scale. Writing, per group of 128: scale = amax / fp8_max (at least
  * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)))
  * (taken from the float's bits, exact); values are stored as fp8(x / scale), saturating.
- * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM passes 224 on
- * gfx942 for headroom). The slots of slot_mapping follow SPEC 3 (-1 and out-of-range slots
- * are skipped; a slot given to two tokens ends up, on the GPU, with a mix of their rows).
+ * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM's gfx942 build
+ * divides by 224 for headroom: pass fp8_max = 224 to reproduce its bytes). The slots of
+ * slot_mapping follow SPEC 3 (-1 and out-of-range slots are skipped; a slot given to two
+ * tokens ends up, on the GPU, with a mix of their rows).
  * The writer runs on the CPU (_ref) and the GPU, with bit-identical rows; the row reader
  * is a host helper. */
 enum { AITER_MLA_DS_MLA_ROW_BYTES = 656 };
@@ -904,8 +905,10 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * taking tokens in turn: 4096 tokens at 128 heads, 5275 -> 4990 us on an H100; tensor cores
  * on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory: on
  * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
- * one rounding, as FlashMLA's kernels do, which moves a score by up to 2^-9 relative; the
- * 16-row passes apply the group scales to fp32 partial sums, exactly). With 65-128 heads over
+ * one rounding, as FlashMLA's test oracle and vLLM's fp8_ds_mla gather dequantise (FlashMLA's
+ * sm90 kernel rounds the scale to bf16 first, a second rounding), which moves a score by up
+ * to 2^-9 relative against the reference's exact products; the 16-row passes apply the
+ * group scales to fp32 partial sums, exactly). With 65-128 heads over
  * fp8_ds_mla on sm_90a, a token's two blocks run as a cluster of two that widen each key
  * tile once between them. AMD builds run a bf16 q on the matrix-core (MFMA) decode kernel
  * (fp8_ds_mla values widened to bf16(e4m3 x group scale), one rounding), an f16 q on the
@@ -1295,7 +1298,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  *   o = sum_k exp(s_k - m) K_k / (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),
  *   lse = m + log sum_k exp(s_k - m) (natural log, the sink not included).
  * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention); a NaN score
- * (a NaN, or an inf, in q or a key): NaN o and lse. The sink:
+ * (a NaN, or an inf, in q or a key): NaN o and lse (vLLM's ROCm V4 decode kernels read a NaN
+ * key element as 0, its prefill kernels do not: here a NaN in the cache shows). The sink:
  * NULL or -inf means none; a finite sink only enlarges the denominator; +inf means the
  * sink takes all the weight: o = 0 (no NaN) and lse unchanged; NaN is refused. Entries
  * count once per appearance (duplicates are not merged). */
