@@ -1975,7 +1975,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 //     factor to warpgroup 1 through shared memory;
 //   warpgroup 1: O[:, 256:512] += P V;
 //   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
-//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (cache_map, kTma); fp8
+//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (maps.cache, kTma); fp8
 //     rows through registers, widened to bf16 on the way.
 // fp8_ds_mla keys in two 64-row slices (V3.2 sparse attention with 65-128 heads) run the
 // slices as a pair of blocks (a cluster of two) whose loaders each widen half of every tile
@@ -2481,15 +2481,22 @@ __device__ __forceinline__ void mma_64x128_rs_e4m3(float (&d)[64], const uint32_
 // kPair: launched in clusters of two blocks that take the same keys (rows side by side), each
 // widening half of every tile into both (fp8 keys; FlashMLA's "crossover"): the widening, the
 // loader's bottleneck with 64 rows, is paid once per pair instead of once per block.
-// cache_map: the bf16 paged cache as a tensor map for TMA copies of whole key tiles (decode with
+// maps.cache: the bf16 paged cache as a tensor map for TMA copies of whole key tiles (decode with
 // pages of 64 keys or more, where a tile is 64 consecutive rows of one page): dims (576, cache
 // row), boxes of 64 dims x 64 rows in the 128-byte swizzle, one shared block of a slot. Only
 // the kTma instance reads it (its own instance: the test alone, in the loader of sparse bf16
 // rows, measured SP1 5575 -> 5788 us on an H200).
 // kSplit: the split scheme (below) for bf16 rows that mostly come from the L2 (top-k lists of
 // a sparse or V4 pass).
+// The decode's TMA maps: the bf16 paged cache (cache, kTma instances) and Q as [576, H, tokens]
+// bf16 in the 128-byte swizzle, boxes of 64 x 64 (q_on: a pass's 64 rows are 64 heads of one
+// token, H a multiple of 64; else the loader copies Q by cp.async).
+struct DecodeMaps {
+    CUtensorMap cache, q;
+    int q_on;
+};
 template <int KVT, bool kPair = false, bool kTma = false, bool kSplit = false>
-__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ CUtensorMap cache_map) {
+__global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ DecodeMaps maps) {
 #if defined(__CUDA_ARCH__)
     static_assert(!kTma || (KVT == AITER_MLA_BF16 && !kPair), "the cache map is bf16 rows, a block's own");
     static_assert(!kSplit || (!Wide<KVT>::on && !kPair && !kTma), "the split scheme takes bf16 rows by cp.async");
@@ -2744,7 +2751,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const int row = (int)((keys[0].row - static_cast<const unsigned char *>(a.kv_cache)) / cache_row_bytes(KVT));
                 mbar_expect_tx(bar, (B1 - B0) * kBlk);
 #pragma unroll
-                for (int b = B0; b < B1; b++) tma_load_2d(dst + b * kBlk, &cache_map, 64 * b, row, bar);
+                for (int b = B0; b < B1; b++) tma_load_2d(dst + b * kBlk, &maps.cache, 64 * b, row, bar);
             }
             uint32_t present = 0; // the warp's 16 keys: key c at bits 2 c, 2 c + 1
 #pragma unroll
@@ -2899,8 +2906,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 // Q while the pass before ends (its products are done with Q), then the indices of
                 // the first keys, then the slots once that pass's rows are stored
                 if (!first) wait(kQFree);
-                if (ntiles > 0) // Q (no consumer reads Q in a pass without keys)
-                    copy_q_rows<kDq, takes_fp8_q(KVT), 4>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
+                if (ntiles > 0) { // Q (no consumer reads Q in a pass without keys)
+                    if (maps.q_on) {
+                        // by TMA, counted on kQReady: by cp.async (4608 a pass) Q held the loader ~13.7 k
+                        // cycles a pass (D3, clock64), and with it the next pass's first tiles. H200,
+                        // against cp.async in one call, two runs each: D3 317.8 -> 305.0 us, SD1 400.7 ->
+                        // 393.5, SP1 4959 -> 4750, V4P-h64-ws 2853 -> 2531
+                        if (t == 0) {
+                            const int idx = r0, tok = pc.qs + idx / H, head = idx % H;
+                            mbar_expect_tx(bars + 8 * kQReady, kDq / 64 * kBlk);
+#pragma unroll
+                            for (int b = 0; b < kDq / 64; b++) tma_load_3d(sb + S::q + b * kBlk, &maps.q, 64 * b, head, tok, bars + 8 * kQReady);
+                        }
+                    } else {
+                        copy_q_rows<kDq, takes_fp8_q(KVT), 4>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
+                    }
+                }
                 if constexpr (kSplit) {
                     arrive(kQReady);
                     cp_async_arrive_noinc(bars + 8 * kQReady);
@@ -5800,7 +5821,20 @@ static bool encode_tensor_map(CUtensorMap *m, CUtensorMapDataType type, cuuint32
     return encode && encode(m, type, rank, const_cast<void *>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
-// The bf16 paged cache's map (decode_wgmma_kernel's cache_map) for a dense decode with pages of
+// Q's map (DecodeMaps::q) where a 64-row pass is 64 heads of one token: a bf16 q (or f16: its
+// bytes alike) with H a multiple of 64, 16-byte aligned, strides in whole 16 bytes; false: the
+// loader copies Q by cp.async.
+static bool decode_q_map(const DecodeParams &p, CUtensorMap *m) {
+    const aiter_mla_decode_args &a = p.a;
+    if ((a.q_dtype != AITER_MLA_BF16 && a.q_dtype != AITER_MLA_F16) || a.num_heads % wg::kM != 0 || ((uintptr_t)a.q & 15) ||
+        (a.q_stride_head * 2) % 16 != 0 || (a.q_stride_token * 2) % 16 != 0 || a.q_stride_head <= 0 || a.q_stride_token <= 0)
+        return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)(p.v4 ? kV4D : kD), (cuuint64_t)a.num_heads, 0x7fffffffu};
+    const cuuint64_t strides[2] = {(cuuint64_t)a.q_stride_head * 2, (cuuint64_t)a.q_stride_token * 2};
+    const cuuint32_t box[3] = {64, (cuuint32_t)wg::kM, 1};
+    return encode_tensor_map(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, a.q, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+// The bf16 paged cache's map (DecodeMaps::cache) for a dense decode with pages of
 // 64 keys or more; false: no map (the launch takes the cp.async instance).
 static bool decode_cache_map(const DecodeParams &p, CUtensorMap *m) {
     const aiter_mla_decode_args &a = p.a;
@@ -5829,14 +5863,15 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // while the one before ends and the blocks of a token's row groups run side by side.
     if (p.sparse && num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
     constexpr int kBytes = wg::SmemOf<KVT>::total;
-    CUtensorMap map{}; // zeros where no instance reads it
+    wg::DecodeMaps map{}; // zeros where no instance reads them
+    map.q_on = decode_q_map(p, &map.q);
     // bf16 top-k rows (sparse, V4): the split scheme, whose loads the L2 mostly serves
     constexpr int kSplitBytes = wg::SmemOf<KVT, true>::total;
     if constexpr (KVT == kV4Bf16) {
         return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, false, true>, grid, wg::kThreads, kSplitBytes, s, p, map);
     } else {
         if constexpr (KVT == AITER_MLA_BF16) {
-            if (decode_cache_map(p, &map)) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
+            if (decode_cache_map(p, &map.cache)) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, true>, grid, wg::kThreads, kBytes, s, p, map);
             if (p.sparse) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, false, true>, grid, wg::kThreads, kSplitBytes, s, p, map);
         }
         if constexpr (wg::kPairedKeys<KVT>)
