@@ -1974,9 +1974,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 //     O[:, 0:256] += P V with P from its registers; it hands P (bf16) and each row's rescale
 //     factor to warpgroup 1 through shared memory;
 //   warpgroup 1: O[:, 256:512] += P V;
-//   warpgroup 2 (the loader): Q and the key tiles, bf16 rows by cp.async (16 bytes, absent keys
-//     zero-filled) or, whole tiles of pages of 64 keys or more, by TMA (maps.cache, kTma); fp8
-//     rows through registers, widened to bf16 on the way.
+//   warpgroup 2 (the loader): Q (by TMA where a pass is 64 heads of one token, maps.q; else by
+//     cp.async) and the key tiles, bf16 rows by cp.async (16 bytes, absent keys zero-filled)
+//     or, whole tiles of pages of 64 keys or more, by TMA (maps.cache, kTma); fp8 rows through
+//     registers, widened to bf16 on the way.
 // fp8_ds_mla keys in two 64-row slices (V3.2 sparse attention with 65-128 heads) run the
 // slices as a pair of blocks (a cluster of two) whose loaders each widen half of every tile
 // into both blocks' shared memory (kPair, kPairedKeys).
@@ -2488,9 +2489,9 @@ __device__ __forceinline__ void mma_64x128_rs_e4m3(float (&d)[64], const uint32_
 // rows, measured SP1 5575 -> 5788 us on an H200).
 // kSplit: the split scheme (below) for bf16 rows that mostly come from the L2 (top-k lists of
 // a sparse or V4 pass).
-// The decode's TMA maps: the bf16 paged cache (cache, kTma instances) and Q as [576, H, tokens]
-// bf16 in the 128-byte swizzle, boxes of 64 x 64 (q_on: a pass's 64 rows are 64 heads of one
-// token, H a multiple of 64; else the loader copies Q by cp.async).
+// The decode's TMA maps: the bf16 paged cache (cache, kTma instances) and Q as [576 (512 for
+// V4), H, tokens] bf16 in the 128-byte swizzle, boxes of 64 x 64 (q_on: decode_q_map made it, a
+// pass's 64 rows being 64 heads of one token; else the loader copies Q by cp.async).
 struct DecodeMaps {
     CUtensorMap cache, q;
     int q_on;
