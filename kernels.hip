@@ -236,13 +236,14 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     for (int w = p.work_indptr[cu]; w < w_end; w++) run(load_piece(p, w));
 }
 
-// Row idx (a (token, head) row of the piece's query tile): the last key index it may see
-// (causal, bottom-right aligned), and where its q row starts (in elements).
+// Row idx (a (token, head) row of the piece's query tile, heads fastest): its token, the last
+// key index it may see (causal, bottom-right aligned), and where its q row starts (in elements).
+__device__ __forceinline__ int row_token(const Piece &pc, int idx, int H) { return pc.qs + idx / H; }
 __device__ __forceinline__ long long row_key_limit(const Piece &pc, int idx, int H) {
-    return pc.kv_len - pc.q_len + (pc.qs + idx / H - pc.q_begin);
+    return pc.kv_len - pc.q_len + (row_token(pc, idx, H) - pc.q_begin);
 }
 __device__ __forceinline__ int64_t row_q_offset(const aiter_mla_decode_args &a, const Piece &pc, int idx) {
-    return (pc.qs + idx / a.num_heads) * a.q_stride_token + (int64_t)(idx % a.num_heads) * a.q_stride_head;
+    return (int64_t)row_token(pc, idx, a.num_heads) * a.q_stride_token + (int64_t)(idx % a.num_heads) * a.q_stride_head;
 }
 // The last key of tile [k0, k0 + nk) a row with limit lim may see, relative to k0 (-1: none).
 __device__ __forceinline__ int tile_key_limit(const Piece &pc, long long lim, int64_t k0, int nk) {
@@ -2913,11 +2914,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                         // cycles a pass (D3, clock64), and with it the next pass's first tiles. H200,
                         // against cp.async in one call, two runs each: D3 317.8 -> 305.0 us, SD1 400.7 ->
                         // 393.5, SP1 4959 -> 4750, V4P-h64-ws 2853 -> 2531
-                        if (t == 0) {
-                            const int idx = r0, tok = pc.qs + idx / H, head = idx % H;
+                        if (t == 0) { // the pass's 64 rows: heads r0 % H .. of token row_token(r0)
                             mbar_expect_tx(bars + 8 * kQReady, kDq / 64 * kBlk);
 #pragma unroll
-                            for (int b = 0; b < kDq / 64; b++) tma_load_3d(sb + S::q + b * kBlk, &maps.q, 64 * b, head, tok, bars + 8 * kQReady);
+                            for (int b = 0; b < kDq / 64; b++)
+                                tma_load_3d(sb + S::q + b * kBlk, &maps.q, 64 * b, r0 % H, row_token(pc, r0, H), bars + 8 * kQReady);
                         }
                     } else {
                         copy_q_rows<kDq, takes_fp8_q(KVT), 4>(a, pc, r0, R, kM, t, 128, [&](int r, int part) { return sb + S::q + swz(r, part); });
@@ -5822,18 +5823,25 @@ static bool encode_tensor_map(CUtensorMap *m, CUtensorMapDataType type, cuuint32
     return encode && encode(m, type, rank, const_cast<void *>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+// The map of a [tokens, heads, cols] tensor of `elt`-byte elements (strides in elements, both
+// positive; the encoder refuses a base or strides not in whole 16 bytes) with boxes of 128 bytes
+// x box_heads x box_tokens in the 128-byte swizzle: the decode's Q (DecodeMaps::q) and the
+// prefill's q, k and v (wg::PfMaps). false: no map (the loaders copy by cp.async).
+static bool encode_rows_map(CUtensorMap *m, const void *base, CUtensorMapDataType type, int elt, int cols, int heads,
+                            int64_t stride_head, int64_t stride_token, int box_heads, int box_tokens) {
+    if (stride_head <= 0 || stride_token <= 0) return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, 0x7fffffffu};
+    const cuuint64_t strides[2] = {(cuuint64_t)(stride_head * elt), (cuuint64_t)(stride_token * elt)};
+    const cuuint32_t box[3] = {(cuuint32_t)(128 / elt), (cuuint32_t)box_heads, (cuuint32_t)box_tokens};
+    return encode_tensor_map(m, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
 // Q's map (DecodeMaps::q) where a 64-row pass is 64 heads of one token: a bf16 q (or f16: its
-// bytes alike) with H a multiple of 64, 16-byte aligned, strides in whole 16 bytes; false: the
-// loader copies Q by cp.async.
+// bytes alike) with H a multiple of 64; false: the loader copies Q by cp.async.
 static bool decode_q_map(const DecodeParams &p, CUtensorMap *m) {
     const aiter_mla_decode_args &a = p.a;
-    if ((a.q_dtype != AITER_MLA_BF16 && a.q_dtype != AITER_MLA_F16) || a.num_heads % wg::kM != 0 || ((uintptr_t)a.q & 15) ||
-        (a.q_stride_head * 2) % 16 != 0 || (a.q_stride_token * 2) % 16 != 0 || a.q_stride_head <= 0 || a.q_stride_token <= 0)
-        return false;
-    const cuuint64_t dims[3] = {(cuuint64_t)(p.v4 ? kV4D : kD), (cuuint64_t)a.num_heads, 0x7fffffffu};
-    const cuuint64_t strides[2] = {(cuuint64_t)a.q_stride_head * 2, (cuuint64_t)a.q_stride_token * 2};
-    const cuuint32_t box[3] = {64, (cuuint32_t)wg::kM, 1};
-    return encode_tensor_map(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, a.q, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    return (a.q_dtype == AITER_MLA_BF16 || a.q_dtype == AITER_MLA_F16) && a.num_heads % wg::kM == 0 &&
+           encode_rows_map(m, a.q, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.v4 ? kV4D : kD, a.num_heads, a.q_stride_head,
+                           a.q_stride_token, wg::kM, 1);
 }
 // The bf16 paged cache's map (DecodeMaps::cache) for a dense decode with pages of
 // 64 keys or more; false: no map (the launch takes the cp.async instance).
@@ -6057,14 +6065,10 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 // (H100: P1, P2 2-3 % faster, P4 1 %; P3, 128 tiles a request, 2.5 % slower).
 constexpr int kPfResidentTiles = 64;
 
-// The map of a [rows, heads, cols] tensor of `elt`-byte elements (strides in elements) with
-// boxes of 128 bytes x 1 x wg::kPfN in the 128-byte swizzle (wg::PfMaps).
+// A [tokens, heads, cols] operand of the wgmma prefill: boxes of 128 bytes x 1 head x wg::kPfN tokens.
 static bool encode_pf_map(CUtensorMap *m, const void *base, CUtensorMapDataType type, int elt, int cols, int heads, int64_t stride_head,
                           int64_t stride_token) {
-    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, 0x7fffffffu};
-    const cuuint64_t strides[2] = {(cuuint64_t)(stride_head * elt), (cuuint64_t)(stride_token * elt)};
-    const cuuint32_t box[3] = {(cuuint32_t)(128 / elt), 1, (cuuint32_t)wg::kPfN};
-    return encode_tensor_map(m, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    return encode_rows_map(m, base, type, elt, cols, heads, stride_head, stride_token, 1, wg::kPfN);
 }
 // q, k and v's maps for the wgmma prefill; on = 0 (the loader copies by cp.async) where the
 // driver has no encoder or refuses a layout.
