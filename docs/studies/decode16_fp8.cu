@@ -1,0 +1,528 @@
+// decode16_fp8.cu - a standalone study, not part of the library: 16-head decode over a
+// per-tensor e4m3fn paged cache (pages of 64 keys), one block per request (no plan, no
+// splits, no reduce), to find what bounds a 16-head fp8 decode on Hopper. docs/PERFORMANCE.md
+// ("A standalone 16-head fp8 decode") has its measurements and what they point to.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o decode16_fp8 decode16_fp8.cu
+//   ./decode16_fp8 [timed runs, default 20]
+//
+// A block is NG groups of 4 warps; group g takes the request's 64-key tiles g, g + NG, ...
+// Per tile and group:
+//   - the tile's page (64 rows of 576 e4m3 bytes, contiguous) comes into shared memory by one
+//     bulk copy (cp.async.bulk, an mbarrier), issued a group-tile ahead; every thread reads its
+//     two keys' bytes into registers (a quad reads 64 consecutive bytes of a row per load);
+//   - S^T = K Q^T by mma.sync m16n8k16 in f16: warp w's 16 keys are the A rows, taken straight
+//     from those registers (the 576 dims permuted so that a thread's 4 consecutive bytes are one
+//     k-step of its A fragment: one converter instruction per register), Q's B fragments from a
+//     shared copy laid out in fragment order (every warp reads all of Q: 18 KB a warp);
+//   - the widened rows' first 512 dims are stored to a shared V tile on the way (64 KB);
+//   - the heads' maxima met across the group's 4 warps (one barrier), P^T written by stmatrix;
+//   - O^T += V^T P^T by mma.sync, V^T fragments by ldmatrix.trans of the V tile; warp w owns
+//     dims 128 w .. 128 w + 127 of O^T (64 fp32 registers).
+// Q is widened to f16 as it is (q here lies in [-1, 1]; the library first scales each row by a
+// power of two into f16's range, once a pass). Keys past a request's length read as zeros.
+// At the end the groups' (m, l, O) are merged through shared memory; o and lse are checked
+// against a double-precision CPU reference on two requests of each run.
+//
+// Knobs, for the measurements (each leaves the numerics wrong where it drops work):
+//   mode bit 1: no P V; bit 2: no S^T products (the key bytes only xor-ed); bit 8: keys loaded
+//   from global memory straight into registers, a tile ahead, instead of the bulk copy.
+//   CV: 0 the hardware converter (cvt.rn.f16x2.e4m3x2), 1 a bit-field conversion (the byte's
+//   fields moved into f16's, then times 2^8), 3 half each, 2 none (bytes used as f16 bits).
+//   SM bit 1: Q's fragments read once a tile instead of per k-step; bit 2: no V-tile stores.
+//   CH: accumulator chains per S^T n8-tile. NG: groups (3 spills at 168 registers).
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cmath>
+#include <vector>
+#include <algorithm>
+
+constexpr int H = 16, D = 576, DV = 512, PAGE = 64, NKS = 36;
+constexpr int kPRow = 144; // P row bytes (64 keys f16 + 16)
+template <int NG>
+struct Cfg {
+    static constexpr int threads = NG * 128;
+    static constexpr int qf = 0;                 // [36][32 lanes] x 16 B
+    static constexpr int grp0 = NKS * 32 * 16;   // 18432
+    static constexpr int v = 0;                  // [64 keys][1024 B], 16-B chunk c of row r at c ^ (r & 7)
+    static constexpr int p = 65536;              // [16 heads][kPRow]
+    static constexpr int red = p + 16 * kPRow;   // float [2][16 heads][4 warps]
+    static constexpr int bytes = red + 2 * 16 * 4 * 4; // the next tile's e4m3 rows, [64][576] (a page)
+    static constexpr int bar = bytes + PAGE * D;         // its mbarrier
+    static constexpr int gbytes = bar + 16;
+    static constexpr int fin = grp0 + NG * gbytes;   // float m[NG][16], l[NG][4][16]
+    static constexpr int total = fin + NG * 16 * 4 + NG * 4 * 16 * 4;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ uint32_t cvt_e4m3x2(uint32_t v16) {
+    uint32_t r;
+    asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16));
+    return r;
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint4 ldg16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 lds16(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void sts16(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+__device__ __forceinline__ void ldsm4(uint32_t a, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t a, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void stsm4t(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory"); }
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred done;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra W;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+template <int ID>
+__device__ __forceinline__ void gsync() { asm volatile("bar.sync %0, 128;\n" ::"n"(ID) : "memory"); }
+__device__ __forceinline__ void group_sync(int grp) {
+    if (grp == 0) gsync<1>();
+    else if (grp == 1) gsync<2>();
+    else gsync<3>();
+}
+__device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
+    const uint4 v = r[s >> 2];
+    return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
+}
+
+struct Args {
+    const __nv_bfloat16 *q;   // [B][16][576]
+    const uint8_t *cache;     // [pages][64][576] e4m3fn
+    const int *bt;            // [B][bt_stride]
+    int bt_stride;
+    const int *ctx;           // [B]
+    __nv_bfloat16 *o;         // [B][16][512]
+    float *lse;               // [B][16]
+    float scale_log2;         // sm_scale * kv_scale * log2 e
+    float kv_scale;
+    int mode;                 // see the knobs above
+    uint32_t *sink;
+};
+
+__device__ unsigned long long g_prof[8];
+// e4m3 pair (low byte first, bits 0-15 or 16-31 by HI) to f16x2 without the converter: the
+// byte's bits moved into f16's fields (exponent 4 -> 5 bits), then times 2^8 (exact, subnormals too)
+template <int HI>
+__device__ __forceinline__ uint32_t e4m3x2_alu(uint32_t w) {
+    const uint32_t y = __byte_perm(w, 0, HI ? 0x3424 : 0x1404);
+    const uint32_t z = (y & 0x80008000u) | ((y >> 1) & 0x3f803f80u);
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(z), "r"(0x5c005c00u));
+    return r;
+}
+template <int NG, int CH, int CV, int SM = 0>
+__global__ void __launch_bounds__(NG * 128, 1) decode16(Args a) {
+    using C = Cfg<NG>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31, g = l >> 2, qd = l & 3;
+    const int b = blockIdx.x, n = a.ctx[b], ntiles = (n + PAGE - 1) / PAGE;
+    unsigned char *gs = smem + C::grp0 + grp * C::gbytes;
+    const uint32_t qf_a = smem_u32(smem + C::qf), v_a = smem_u32(gs + C::v), p_a = smem_u32(gs + C::p);
+    float *red = reinterpret_cast<float *>(gs + C::red);
+    const int *bt = a.bt + (int64_t)b * a.bt_stride;
+
+    // Q fragments: entry (s, lane (g, q)) = Q[g][64 (s / 4) + 16 q + 4 (s % 4) .. + 3], Q[g + 8][same], as f16
+    for (int e = tid; e < NKS * 32; e += C::threads) {
+        const int s = e >> 5, ln = e & 31, gg = ln >> 2, qq = ln & 3, d0 = 64 * (s >> 2) + 16 * qq + 4 * (s & 3);
+        const __nv_bfloat16 *q0 = a.q + ((int64_t)b * H + gg) * D + d0, *q1 = q0 + 8 * D;
+        auto f = [](const __nv_bfloat16 *x, int i) { return __bfloat162float(x[i]); };
+        sts16(qf_a + e * 16, pack_f16(f(q0, 0), f(q0, 1)), pack_f16(f(q0, 2), f(q0, 3)), pack_f16(f(q1, 0), f(q1, 1)), pack_f16(f(q1, 2), f(q1, 3)));
+    }
+    __syncthreads();
+
+    float acc[8][2][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    float m[4], lsum[4]; // heads 2q, 2q + 1, 8 + 2q, 9 + 2q (log2 units)
+#pragma unroll
+    for (int h = 0; h < 4; h++) m[h] = -INFINITY, lsum[h] = 0.0f;
+
+    const int ka = 16 * w + g, kb = ka + 8; // this thread's keys of a tile
+    uint4 ra[9], rb[9];
+    const uint32_t bytes_a = smem_u32(gs + C::bytes), bar_a = smem_u32(gs + C::bar);
+    const bool bulk = !(a.mode & 8);
+    auto load = [&](int i) { // registers straight from global memory (mode 8)
+        const int page = bt[i];
+        const uint8_t *row = a.cache + ((int64_t)page * PAGE + ka) * D + 16 * qd;
+        const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
+#pragma unroll
+        for (int j = 0; j < 9; j++) { // a quad reads 64 consecutive bytes of a row per load
+            ra[j] = oka ? ldg16(row + 64 * j) : make_uint4(0, 0, 0, 0);
+            rb[j] = okb ? ldg16(row + 8 * D + 64 * j) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    int i = grp;
+    uint32_t xs = 0;
+    if (t == 0) mbar_init(bar_a, 1);
+    __syncthreads();
+    if (bulk) {
+        if (t == 0 && i < ntiles) bulk_copy(bytes_a, a.cache + (int64_t)bt[i] * PAGE * D, PAGE * D, bar_a);
+    } else if (i < ntiles) load(i);
+    const bool prof = t == 0;
+    unsigned long long ph[7] = {0, 0, 0, 0, 0, 0, 0}, c0 = clock64(), c1;
+#define PH(k) if (prof) { c1 = clock64(); ph[k] += c1 - c0; c0 = c1; }
+    for (int it = 0; i < ntiles; i += NG, it++) {
+        PH(6)
+        if (bulk) { // tile i's rows from shared memory; then the next tile's copy into their place
+            mbar_wait(bar_a, it & 1);
+            const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
+#pragma unroll
+            for (int j = 0; j < 9; j++) {
+                ra[j] = oka ? lds16(bytes_a + ka * D + 16 * qd + 64 * j) : make_uint4(0, 0, 0, 0);
+                rb[j] = okb ? lds16(bytes_a + kb * D + 16 * qd + 64 * j) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        PH(0)
+        group_sync(grp); // (A) the group is done with V and P of its last tile (and has read the rows)
+        PH(1)
+        if (bulk && t == 0 && i + NG < ntiles) bulk_copy(bytes_a, a.cache + (int64_t)bt[i + NG] * PAGE * D, PAGE * D, bar_a);
+        float s0[CH][4] = {}, s1[CH][4] = {};
+        uint32_t pa0 = 0, pa1 = 0, pa2 = 0, pa3 = 0;
+        const uint4 qv0 = (SM & 1) ? lds16(qf_a + l * 16) : make_uint4(0, 0, 0, 0);
+        if (a.mode & 2) {
+#pragma unroll
+            for (int s = 0; s < NKS; s++) xs ^= word_of(ra, s) + word_of(rb, s);
+        } else
+#pragma unroll
+        for (int s = 0; s < NKS; s++) {
+            const uint32_t wa = word_of(ra, s), wb = word_of(rb, s);
+            uint32_t a0, a1, a2, a3;
+            if constexpr (CV == 0) a0 = cvt_e4m3x2(wa & 0xffffu), a2 = cvt_e4m3x2(wa >> 16), a1 = cvt_e4m3x2(wb & 0xffffu), a3 = cvt_e4m3x2(wb >> 16);
+            else if constexpr (CV == 1) a0 = e4m3x2_alu<0>(wa), a2 = e4m3x2_alu<1>(wa), a1 = e4m3x2_alu<0>(wb), a3 = e4m3x2_alu<1>(wb);
+            else if constexpr (CV == 3) { // half by each
+                if (s & 1) a0 = e4m3x2_alu<0>(wa), a2 = e4m3x2_alu<1>(wa), a1 = e4m3x2_alu<0>(wb), a3 = e4m3x2_alu<1>(wb);
+                else a0 = cvt_e4m3x2(wa & 0xffffu), a2 = cvt_e4m3x2(wa >> 16), a1 = cvt_e4m3x2(wb & 0xffffu), a3 = cvt_e4m3x2(wb >> 16);
+            } else a0 = wa, a2 = wa >> 16, a1 = wb, a3 = wb >> 16;
+            const uint4 qv = (SM & 1) ? qv0 : lds16(qf_a + (s * 32 + l) * 16); // SM & 1: k-step 0's Q for all (timing only)
+            mma_f16(s0[s % CH], a0, a1, a2, a3, qv.x, qv.y);
+            mma_f16(s1[s % CH], a0, a1, a2, a3, qv.z, qv.w);
+            if ((SM & 2) == 0 && (s & 1)) { // V chunk of keys ka, kb: dims 64 (s / 4) + 16 q + 8 ((s / 2) & 1) .. + 7
+                const int c = 8 * (s >> 2) + 2 * qd + ((s >> 1) & 1);
+                if (s < 32) {
+                    sts16(v_a + ka * 1024 + ((c ^ (ka & 7)) << 4), pa0, pa2, a0, a2);
+                    sts16(v_a + kb * 1024 + ((c ^ (kb & 7)) << 4), pa1, pa3, a1, a3);
+                }
+            } else {
+                pa0 = a0, pa1 = a1, pa2 = a2, pa3 = a3;
+            }
+        }
+        PH(2)
+        const int i_here = i;
+        if (!bulk && i + NG < ntiles) load(i + NG); // the next tile's keys fly during the softmax and P V
+        float x[8]; // (key a, h0), (a, h1), (b, h0), (b, h1), (a, h2), (a, h3), (b, h2), (b, h3)
+        const bool oka = i_here * PAGE + ka < n, okb = i_here * PAGE + kb < n;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const bool ok = e < 2 ? oka : okb;
+            float u0 = 0.0f, u1 = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CH; c++) u0 += s0[c][e], u1 += s1[c][e];
+            x[e] = ok ? u0 * a.scale_log2 : -INFINITY;
+            x[4 + e] = ok ? u1 * a.scale_log2 : -INFINITY;
+        }
+        float mx[4] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3]), fmaxf(x[4], x[6]), fmaxf(x[5], x[7])};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+        const int par = it & 1;
+        const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+        if (g == 0)
+#pragma unroll
+            for (int h = 0; h < 4; h++) red[(par * 16 + hh[h]) * 4 + w] = mx[h];
+        group_sync(grp); // (C) the warps' maxima
+        PH(3)
+        float alpha[4], mu[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float4 r4 = *reinterpret_cast<const float4 *>(red + (par * 16 + hh[h]) * 4);
+            const float tm = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
+            const float mn = fmaxf(m[h], tm);
+            mu[h] = mn == -INFINITY ? 0.0f : mn;
+            alpha[h] = ex2(m[h] - mu[h]);
+            m[h] = mn;
+        }
+        float p[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) p[e] = ex2(x[e] - mu[(e >> 2) * 2 + (e & 1)]);
+        lsum[0] = lsum[0] * alpha[0] + p[0] + p[2];
+        lsum[1] = lsum[1] * alpha[1] + p[1] + p[3];
+        lsum[2] = lsum[2] * alpha[2] + p[4] + p[6];
+        lsum[3] = lsum[3] * alpha[3] + p[5] + p[7];
+        { // P^T [head][key]: matrix mi = l / 8 (keys 16 w + 8 (mi & 1), heads 8 (mi >> 1)), row l % 8
+            const int mi = l >> 3, j = l & 7;
+            const uint32_t addr = p_a + ((mi >> 1) * 8 + j) * kPRow + (16 * w + (mi & 1) * 8) * 2;
+            stsm4t(addr, pack_f16(p[0], p[1]), pack_f16(p[2], p[3]), pack_f16(p[4], p[5]), pack_f16(p[6], p[7]));
+        }
+        group_sync(grp); // (B) P and V are in
+        PH(4)
+        if (a.mode & 1) continue;
+#pragma unroll
+        for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                acc[mt][nt][0] *= alpha[2 * nt];
+                acc[mt][nt][1] *= alpha[2 * nt + 1];
+                acc[mt][nt][2] *= alpha[2 * nt];
+                acc[mt][nt][3] *= alpha[2 * nt + 1];
+            }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t pb[4];
+            {
+                const int mi = l >> 3, j = l & 7;
+                ldsm4(p_a + ((mi >> 1) * 8 + j) * kPRow + (16 * kk + (mi & 1) * 8) * 2, pb);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 8; mt++) {
+                const int mi = l >> 3, j = l & 7, key = 16 * kk + (mi >> 1) * 8 + j, c = (128 * w + 16 * mt + (mi & 1) * 8) >> 3;
+                uint32_t va[4];
+                ldsm4t(v_a + key * 1024 + ((c ^ (key & 7)) << 4), va);
+                mma_f16(acc[mt][0], va[0], va[1], va[2], va[3], pb[0], pb[1]);
+                mma_f16(acc[mt][1], va[0], va[1], va[2], va[3], pb[2], pb[3]);
+            }
+        }
+    }
+    PH(5)
+    if (prof) for (int k = 0; k < 7; k++) atomicAdd(&g_prof[k], ph[k]);
+    if (a.mode & 2) a.sink[blockIdx.x * blockDim.x + tid] = xs;
+    // the groups' rows together: m, l per group; o = sum_g f_g acc_g / L
+#pragma unroll
+    for (int h = 0; h < 4; h++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], o);
+    float *fm = reinterpret_cast<float *>(smem + C::fin), *fl = fm + NG * 16;
+    const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+    if (g == 0)
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            fl[(grp * 4 + w) * 16 + hh[h]] = lsum[h];
+            if (w == 0) fm[grp * 16 + hh[h]] = m[h];
+        }
+    __syncthreads(); // also: every group is done with its V tile
+    float f[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        float M = -INFINITY;
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, fm[gg * 16 + hh[h]]);
+        const float Mu = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float fg = ex2(fm[gg * 16 + hh[h]] - Mu);
+            for (int ww = 0; ww < 4; ww++) L += fl[(gg * 4 + ww) * 16 + hh[h]] * fg;
+        }
+        f[h] = L > 0.0f ? ex2(m[h] - Mu) / L * a.kv_scale : 0.0f;
+        if (grp == 0 && w == 0 && g == 0) a.lse[b * H + hh[h]] = L > 0.0f ? (Mu + log2f(L)) * 0.69314718f : INFINITY;
+    }
+    float *ob = reinterpret_cast<float *>(gs + C::v); // [16 heads][512 dims + 4] of this group
+    constexpr int kOb = DV + 4;
+#pragma unroll
+    for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int d = 128 * w + 16 * mt + g, h0 = 8 * nt + 2 * qd;
+            ob[h0 * kOb + d] = acc[mt][nt][0] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d] = acc[mt][nt][1] * f[2 * nt + 1];
+            ob[h0 * kOb + d + 8] = acc[mt][nt][2] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d + 8] = acc[mt][nt][3] * f[2 * nt + 1];
+        }
+    __syncthreads();
+    for (int e = tid; e < H * DV / 2; e += C::threads) {
+        const int h = e / (DV / 2), d = (e % (DV / 2)) * 2;
+        float x0 = 0.0f, x1 = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float *o2 = reinterpret_cast<const float *>(smem + C::grp0 + gg * C::gbytes + C::v);
+            x0 += o2[h * kOb + d];
+            x1 += o2[h * kOb + d + 1];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(a.o + ((int64_t)b * H + h) * DV + d) = __floats2bfloat162_rn(x0, x1);
+    }
+}
+
+static float e4m3_slow(uint8_t v) {
+    const int s = v >> 7, e = (v >> 3) & 15, mnt = v & 7;
+    if (e == 15 && mnt == 7) return NAN;
+    const float x = e == 0 ? ldexpf((float)mnt / 8.0f, -6) : ldexpf(1.0f + mnt / 8.0f, e - 7);
+    return s ? -x : x;
+}
+static float g_e4m3[256];
+static float e4m3(uint8_t v) { return g_e4m3[v]; }
+static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+template <int NG, int CH, int CV = 0, int SM = 0>
+static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
+    std::vector<int> ctx(B);
+    srand(1234 + B + mean);
+    for (int b = 0; b < B; b++) ctx[b] = ragged ? (int)(mean * (0.5 + (double)rand() / RAND_MAX)) : mean;
+    int maxp = 0;
+    for (int b = 0; b < B; b++) maxp = std::max(maxp, (ctx[b] + PAGE - 1) / PAGE);
+    int pages = 0;
+    for (int b = 0; b < B; b++) pages += (ctx[b] + PAGE - 1) / PAGE;
+    std::vector<int> perm(pages);
+    for (int i = 0; i < pages; i++) perm[i] = i;
+    for (int i = pages - 1; i > 0; i--) std::swap(perm[i], perm[rand() % (i + 1)]);
+    std::vector<int> bt((size_t)B * maxp, 0);
+    int k = 0;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < (ctx[b] + PAGE - 1) / PAGE; j++) bt[(size_t)b * maxp + j] = perm[k++];
+    const size_t cbytes = (size_t)pages * PAGE * D;
+    std::vector<uint8_t> cache(cbytes);
+    for (size_t i = 0; i < cbytes; i++) { uint8_t v = rand() % 0x7e; if (rand() & 1) v |= 0x80; cache[i] = v; }
+    std::vector<__nv_bfloat16> q((size_t)B * H * D);
+    for (auto &x : q) x = __float2bfloat16((float)rand() / RAND_MAX * 2.0f - 1.0f);
+    const float kv_scale = 0.05f, sm_scale = 1.0f / sqrtf(576.0f);
+    uint8_t *dc; __nv_bfloat16 *dq, *dout; int *dbt, *dctx; float *dlse;
+    CK(cudaMalloc(&dc, cbytes)); CK(cudaMalloc(&dq, q.size() * 2)); CK(cudaMalloc(&dout, (size_t)B * H * DV * 2));
+    CK(cudaMalloc(&dbt, bt.size() * 4)); CK(cudaMalloc(&dctx, B * 4)); CK(cudaMalloc(&dlse, B * H * 4));
+    CK(cudaMemcpy(dc, cache.data(), cbytes, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dctx, ctx.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xff, (size_t)B * H * DV * 2));
+    uint32_t *dsink;
+    CK(cudaMalloc(&dsink, (size_t)B * 512 * 4));
+    Args a{dq, dc, dbt, maxp, dctx, dout, dlse, sm_scale * kv_scale * 1.4426950408889634f, kv_scale, mode, dsink};
+    using C = Cfg<NG>;
+    CK(cudaFuncSetAttribute(decode16<NG, CH, CV, SM>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::total));
+    decode16<NG, CH, CV, SM><<<B, C::threads, C::total>>>(a);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    // check some requests
+    std::vector<__nv_bfloat16> o((size_t)B * H * DV);
+    std::vector<float> lse(B * H);
+    CK(cudaMemcpy(o.data(), dout, o.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost));
+    double maxerr = 0, maxref = 0, lerr = 0;
+    for (int b = 0; b < ((mode & 3) ? 0 : B); b += B / 2) {
+        const int nb = ctx[b];
+        std::vector<double> s(nb);
+        for (int h = 0; h < H; h++) {
+            double mx = -1e300;
+            for (int kk = 0; kk < nb; kk++) {
+                const uint8_t *row = &cache[((size_t)bt[(size_t)b * maxp + kk / PAGE] * PAGE + kk % PAGE) * D];
+                double acc = 0;
+                for (int d = 0; d < D; d++) acc += (double)bf(q[((size_t)b * H + h) * D + d]) * e4m3(row[d]);
+                s[kk] = acc * kv_scale * sm_scale;
+                mx = std::max(mx, s[kk]);
+            }
+            double L = 0;
+            for (int kk = 0; kk < nb; kk++) L += exp(s[kk] - mx);
+            for (int d = 0; d < DV; d++) {
+                double acc = 0;
+                for (int kk = 0; kk < nb; kk++) {
+                    const uint8_t *row = &cache[((size_t)bt[(size_t)b * maxp + kk / PAGE] * PAGE + kk % PAGE) * D];
+                    acc += exp(s[kk] - mx) * e4m3(row[d]) * kv_scale;
+                }
+                const double ref = acc / L, got = bf(o[((size_t)b * H + h) * DV + d]);
+                maxerr = std::max(maxerr, fabs(ref - got));
+                maxref = std::max(maxref, fabs(ref));
+            }
+            lerr = std::max(lerr, fabs(mx + log(L) - lse[b * H + h]));
+        }
+    }
+    // timing
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r < reps + 3; r++) {
+        CK(cudaEventRecord(e0));
+        decode16<NG, CH, CV, SM><<<B, C::threads, C::total>>>(a);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 3) ts.push_back(ms * 1000);
+    }
+    std::sort(ts.begin(), ts.end());
+    {
+        unsigned long long hp[8];
+        CK(cudaMemcpyFromSymbol(hp, g_prof, sizeof hp));
+        const double tiles = (double)(reps + 4) * B * ((mean + 63) / 64);
+        printf("  cycles per group-tile (grp t==0): wait+read rows %.0f, bar A %.0f, S^T %.0f, max+bar C %.0f, softmax+P+bar B %.0f, P V %.0f (loop end %.0f)\n",
+               hp[0] / tiles, hp[1] / tiles, hp[2] / tiles, hp[3] / tiles, hp[4] / tiles, hp[6] / tiles, hp[5] / tiles);
+        unsigned long long z[8] = {};
+        CK(cudaMemcpyToSymbol(g_prof, z, sizeof z));
+    }
+    size_t keys = 0;
+    for (int b = 0; b < B; b++) keys += ctx[b];
+    const double bytes = (double)keys * D + (double)B * H * (D * 2 + DV * 2);
+    const double us = ts[ts.size() / 2];
+    printf("SM %d CV %d mode %d CH=%d NG=%d B=%d ctx=%d%s: %.1f us, %.0f GB/s  (max |err| %.3g of max |ref| %.3g, lse err %.3g)\n", SM, CV, mode, CH, NG, B, mean, ragged ? " ragged" : "", us,
+           bytes / us / 1e3, maxerr, maxref, lerr);
+    cudaFree(dsink);
+    cudaFree(dc); cudaFree(dq); cudaFree(dout); cudaFree(dbt); cudaFree(dctx); cudaFree(dlse);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    for (int v = 0; v < 256; v++) g_e4m3[v] = e4m3_slow((uint8_t)v);
+    // copy ceiling: device-to-device memcpy of 2 GB
+    {
+        size_t n = (size_t)1 << 30;
+        void *x, *y;
+        CK(cudaMalloc(&x, n)); CK(cudaMalloc(&y, n));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+        std::vector<float> ts;
+        for (int r = 0; r < 13; r++) {
+            CK(cudaEventRecord(e0)); CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice)); CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); if (r >= 3) ts.push_back(ms);
+        }
+        std::sort(ts.begin(), ts.end());
+        printf("memcpy d2d: %.0f GB/s\n", 2.0 * n / (ts[ts.size() / 2] * 1e-3) / 1e9);
+        cudaFree(x); cudaFree(y);
+    }
+    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    run<2, 2, 0, 0>(128, 4096, false, reps, 0); // as designed
+    run<2, 2, 0, 0>(128, 8192, false, reps, 0);
+    run<2, 2, 0, 0>(132, 4096, false, reps, 0);
+    run<2, 2, 0, 0>(128, 4096, true, reps, 0);  // ragged: one block a request is uneven
+    for (int mode : {8, 1, 2, 3}) run<2, 2, 0, 0>(128, 4096, false, reps, mode);
+    run<2, 2, 1, 0>(128, 4096, false, reps, 0);
+    run<2, 2, 3, 0>(128, 4096, false, reps, 0);
+    run<2, 2, 2, 0>(128, 4096, false, reps, 0);
+    run<2, 2, 0, 1>(128, 4096, false, reps, 0);
+    run<2, 2, 0, 2>(128, 4096, false, reps, 0);
+    run<2, 2, 0, 3>(128, 4096, false, reps, 0);
+    run<2, 4, 0, 0>(128, 4096, false, reps, 0);
+    return 0;
+}
