@@ -24,6 +24,14 @@
 // At the end the groups' (m, l, O) are merged through shared memory; o and lse are checked
 // against a double-precision CPU reference on two requests of each run.
 //
+// That is layout A (decode16). Layout B (decode16k) moves the traffic from shared memory to
+// registers: warp w takes dims 128 w .. + 127 and 512 + 16 w .. + 15 of all 64 keys (Q's 144
+// matching dims in 36 registers for the whole request), the four warps' partial S meet through
+// shared memory (each warp sums all four, so every warp holds the whole S), P's A fragments come
+// from the S accumulators, and V's B fragments from the thread's own widened rows by
+// movmatrix.trans (no V tile); the page is double-buffered, its rows read again for P V (KEEP 0)
+// or kept in registers from S on (KEEP 1, which spills).
+//
 // Knobs, for the measurements (each leaves the numerics wrong where it drops work):
 //   mode bit 1: no P V; bit 2: no S^T products (the key bytes only xor-ed); bit 8: keys loaded
 //   from global memory straight into registers, a tile ahead, instead of the bulk copy.
@@ -379,6 +387,228 @@ __global__ void __launch_bounds__(NG * 128, 1) decode16(Args a) {
     }
 }
 
+__device__ __forceinline__ uint32_t movt(uint32_t x) { // 8x8 b16 matrix of the warp, transposed
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+__device__ __forceinline__ uint32_t lds4(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void sts_f4(uint32_t a, float x, float y, float z, float w) {
+    asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t a) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+}
+// Layout B: warp w of a group takes dims 128 w .. + 127 and 512 + 16 w .. + 15 of all 64 keys of
+// a tile (thread (g, q): keys 8 j + g, nope bytes 32 q .. + 31 of the warp's 128, rope bytes 4 q ..
+// + 3 of its 16); Q's matching dims live in registers; the four warps' partial S meet through
+// shared memory; P from the S accumulators; V's B fragments by movmatrix.trans of the thread's
+// own widened rows. KEEP: the rows' bytes stay in registers from S to P V (else read again).
+template <int NG>
+struct CfgB {
+    static constexpr int threads = NG * 128;
+    static constexpr int page = PAGE * D;                 // 36864
+    static constexpr int stage = 0;                        // [2][page] the group's pages
+    static constexpr int red = 2 * page;                   // float4 [2 par][4 warps][8 j][32 lanes]
+    static constexpr int bar = red + 2 * 4 * 8 * 32 * 16;  // 2 mbarriers
+    static constexpr int gbytes = bar + 16;
+    static constexpr int fin = NG * gbytes;                // float m[NG][16], l[NG][16]
+    static constexpr int total = fin + NG * 32 * 4;
+};
+template <int NG, int KEEP>
+__global__ void __launch_bounds__(NG * 128, 1) decode16k(Args a) {
+    using C = CfgB<NG>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31, g = l >> 2, qd = l & 3;
+    const int b = blockIdx.x, n = a.ctx[b], ntiles = (n + PAGE - 1) / PAGE;
+    unsigned char *gs = smem + grp * C::gbytes;
+    const uint32_t st_a = smem_u32(gs + C::stage), red_a = smem_u32(gs + C::red), bar_a = smem_u32(gs + C::bar);
+    const int *bt = a.bt + (int64_t)b * a.bt_stride;
+    // this thread's dims: k-step s < 8: 128 w + 32 q + 4 s .. + 3; s = 8: 512 + 16 w + 4 q .. + 3
+    auto dim_of = [&](int s) { return s < 8 ? 128 * w + 32 * qd + 4 * s : 512 + 16 * w + 4 * qd; };
+    uint32_t qa[9][4];
+#pragma unroll
+    for (int s = 0; s < 9; s++) {
+        const __nv_bfloat16 *q0 = a.q + ((int64_t)b * H + g) * D + dim_of(s), *q1 = q0 + 8 * D;
+        auto f = [](const __nv_bfloat16 *x, int i) { return __bfloat162float(x[i]); };
+        qa[s][0] = pack_f16(f(q0, 0), f(q0, 1));
+        qa[s][1] = pack_f16(f(q1, 0), f(q1, 1));
+        qa[s][2] = pack_f16(f(q0, 2), f(q0, 3));
+        qa[s][3] = pack_f16(f(q1, 2), f(q1, 3));
+    }
+    if (t == 0) {
+        mbar_init(bar_a, 1);
+        mbar_init(bar_a + 8, 1);
+    }
+    __syncthreads();
+    if (t == 0)
+        for (int k = 0; k < 2; k++)
+            if (grp + k * NG < ntiles) bulk_copy(st_a + k * C::page, a.cache + (int64_t)bt[grp + k * NG] * PAGE * D, PAGE * D, bar_a + 8 * k);
+    float oacc[16][4];
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) oacc[r][e] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // heads g, g + 8 (log2 units)
+    const bool prof = t == 0;
+    unsigned long long ph[7] = {0, 0, 0, 0, 0, 0, 0}, c0 = clock64(), c1;
+#define PH(k) if (prof) { c1 = clock64(); ph[k] += c1 - c0; c0 = c1; }
+    int it = 0;
+    for (int i = grp; i < ntiles; i += NG, it++) {
+        const int buf = it & 1;
+        const uint32_t pg = st_a + buf * C::page;
+        PH(6)
+        mbar_wait(bar_a + 8 * buf, (it >> 1) & 1);
+        PH(0)
+        uint32_t raw[8][9]; // key 8 j + g: words 0..7 nope, 8 rope
+        auto read_key = [&](int j) {
+            const uint32_t ra = pg + (8 * j + g) * D;
+            const uint4 x = lds16(ra + 128 * w + 32 * qd), y = lds16(ra + 128 * w + 32 * qd + 16);
+            raw[j][0] = x.x, raw[j][1] = x.y, raw[j][2] = x.z, raw[j][3] = x.w;
+            raw[j][4] = y.x, raw[j][5] = y.y, raw[j][6] = y.z, raw[j][7] = y.w;
+            raw[j][8] = lds4(ra + 512 + 16 * w + 4 * qd);
+        };
+        float sacc[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            read_key(j);
+            if (i * PAGE + 8 * j + g >= n)
+#pragma unroll
+                for (int s = 0; s < 9; s++) raw[j][s] = 0u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) sacc[j][e] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 9; s++)
+                mma_f16(sacc[j], qa[s][0], qa[s][1], qa[s][2], qa[s][3], cvt_e4m3x2(raw[j][s] & 0xffffu), cvt_e4m3x2(raw[j][s] >> 16));
+        }
+        PH(1)
+        // the four warps' partial S: each stores its own, then sums all four in the same order
+        const int par = it & 1;
+#pragma unroll
+        for (int j = 0; j < 8; j++) sts_f4(red_a + (((par * 4 + w) * 8 + j) * 32 + l) * 16, sacc[j][0], sacc[j][1], sacc[j][2], sacc[j][3]);
+        group_sync(grp);
+        PH(2)
+        if (t == 0 && i + 2 * NG < ntiles && KEEP) // every warp has its bytes: the page after next into this buffer
+            bulk_copy(pg, a.cache + (int64_t)bt[i + 2 * NG] * PAGE * D, PAGE * D, bar_a + 8 * buf);
+        float x[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float4 acc4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int ww = 0; ww < 4; ww++) {
+                const float4 v = lds_f4(red_a + (((par * 4 + ww) * 8 + j) * 32 + l) * 16);
+                acc4.x += v.x, acc4.y += v.y, acc4.z += v.z, acc4.w += v.w;
+            }
+            const int key = i * PAGE + 8 * j + 2 * qd;
+            x[j][0] = key < n ? acc4.x * a.scale_log2 : -INFINITY;
+            x[j][1] = key + 1 < n ? acc4.y * a.scale_log2 : -INFINITY;
+            x[j][2] = key < n ? acc4.z * a.scale_log2 : -INFINITY;
+            x[j][3] = key + 1 < n ? acc4.w * a.scale_log2 : -INFINITY;
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++) mx0 = fmaxf(mx0, fmaxf(x[j][0], x[j][1])), mx1 = fmaxf(mx1, fmaxf(x[j][2], x[j][3]));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+        const float al0 = ex2(m0 - u0), al1 = ex2(m1 - u1);
+        m0 = n0, m1 = n1;
+        float s0 = 0.0f, s1 = 0.0f;
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float p0 = ex2(x[j][0] - u0), p1 = ex2(x[j][1] - u0), p2 = ex2(x[j][2] - u1), p3 = ex2(x[j][3] - u1);
+            s0 += p0 + p1, s1 += p2 + p3;
+            pa[j >> 1][(j & 1) * 2] = pack_f16(p0, p1);
+            pa[j >> 1][(j & 1) * 2 + 1] = pack_f16(p2, p3);
+        }
+        l0 = l0 * al0 + s0, l1 = l1 * al1 + s1;
+        PH(3)
+#pragma unroll
+        for (int r = 0; r < 16; r++) oacc[r][0] *= al0, oacc[r][1] *= al0, oacc[r][2] *= al1, oacc[r][3] *= al1;
+        if (!(a.mode & 1)) {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                if (!KEEP) {
+                    read_key(2 * kk);
+                    read_key(2 * kk + 1);
+                    if (i * PAGE + 16 * kk + g >= n)
+#pragma unroll
+                        for (int s = 0; s < 8; s++) raw[2 * kk][s] = 0u;
+                    if (i * PAGE + 16 * kk + 8 + g >= n)
+#pragma unroll
+                        for (int s = 0; s < 8; s++) raw[2 * kk + 1][s] = 0u;
+                }
+#pragma unroll
+                for (int r = 0; r < 16; r++) {
+                    const uint32_t wa = raw[2 * kk][r >> 1], wb = raw[2 * kk + 1][r >> 1];
+                    const uint32_t va = cvt_e4m3x2((r & 1) ? wa >> 16 : wa & 0xffffu), vb = cvt_e4m3x2((r & 1) ? wb >> 16 : wb & 0xffffu);
+                    mma_f16(oacc[r], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], movt(va), movt(vb));
+                }
+            }
+        }
+        PH(4)
+        if (!KEEP) {
+            group_sync(grp); // every warp is done with the page
+            if (t == 0 && i + 2 * NG < ntiles) bulk_copy(pg, a.cache + (int64_t)bt[i + 2 * NG] * PAGE * D, PAGE * D, bar_a + 8 * buf);
+        }
+    }
+    PH(5)
+    if (prof) for (int k = 0; k < 7; k++) atomicAdd(&g_prof[k], ph[k]);
+    // row sums over the quad (each warp holds the same m, l: warp 0 publishes them)
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float *fm = reinterpret_cast<float *>(smem + C::fin), *fl = fm + NG * 16;
+    if (w == 0 && qd == 0) {
+        fm[grp * 16 + g] = m0, fm[grp * 16 + g + 8] = m1;
+        fl[grp * 16 + g] = l0, fl[grp * 16 + g + 8] = l1;
+    }
+    __syncthreads(); // also: the pages are no longer read
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int head = g + 8 * h;
+        float M = -INFINITY;
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, fm[gg * 16 + head]);
+        const float Mu = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f;
+        for (int gg = 0; gg < NG; gg++) L += fl[gg * 16 + head] * ex2(fm[gg * 16 + head] - Mu);
+        f[h] = L > 0.0f ? ex2((h ? m1 : m0) - Mu) / L * a.kv_scale : 0.0f;
+        if (grp == 0 && w == 0 && qd == 0) a.lse[b * H + head] = L > 0.0f ? (Mu + log2f(L)) * 0.69314718f : INFINITY;
+    }
+    float *ob = reinterpret_cast<float *>(gs + C::stage); // [16][512 + 4] of this group
+    constexpr int kOb = DV + 4;
+#pragma unroll
+    for (int r = 0; r < 16; r++) {
+        const int d = 128 * w + 32 * qd + 2 * r;
+        ob[g * kOb + d] = oacc[r][0] * f[0];
+        ob[g * kOb + d + 1] = oacc[r][1] * f[0];
+        ob[(g + 8) * kOb + d] = oacc[r][2] * f[1];
+        ob[(g + 8) * kOb + d + 1] = oacc[r][3] * f[1];
+    }
+    __syncthreads();
+    for (int e = tid; e < H * DV / 2; e += C::threads) {
+        const int h = e / (DV / 2), d = (e % (DV / 2)) * 2;
+        float x0 = 0.0f, x1 = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float *o2 = reinterpret_cast<const float *>(smem + gg * C::gbytes + C::stage);
+            x0 += o2[h * kOb + d];
+            x1 += o2[h * kOb + d + 1];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(a.o + ((int64_t)b * H + h) * DV + d) = __floats2bfloat162_rn(x0, x1);
+    }
+}
 static float e4m3_slow(uint8_t v) {
     const int s = v >> 7, e = (v >> 3) & 15, mnt = v & 7;
     if (e == 15 && mnt == 7) return NAN;
@@ -390,7 +620,8 @@ static float e4m3(uint8_t v) { return g_e4m3[v]; }
 static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
-template <int NG, int CH, int CV = 0, int SM = 0>
+// LB < 0: layout A (decode16<NG, CH, CV, SM>); LB = 0 or 1: layout B (decode16k<NG, KEEP = LB>)
+template <int NG, int CH, int CV = 0, int SM = 0, int LB = -1>
 static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     std::vector<int> ctx(B);
     srand(1234 + B + mean);
@@ -421,9 +652,12 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     uint32_t *dsink;
     CK(cudaMalloc(&dsink, (size_t)B * 512 * 4));
     Args a{dq, dc, dbt, maxp, dctx, dout, dlse, sm_scale * kv_scale * 1.4426950408889634f, kv_scale, mode, dsink};
-    using C = Cfg<NG>;
-    CK(cudaFuncSetAttribute(decode16<NG, CH, CV, SM>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::total));
-    decode16<NG, CH, CV, SM><<<B, C::threads, C::total>>>(a);
+    constexpr int kSmem = LB < 0 ? Cfg<NG>::total : CfgB<NG>::total, kThreads = NG * 128;
+    void (*kernel)(Args);
+    if constexpr (LB < 0) kernel = decode16<NG, CH, CV, SM>;
+    else kernel = decode16k<NG, LB>;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    kernel<<<B, kThreads, kSmem>>>(a);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     // check some requests
@@ -465,7 +699,7 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     std::vector<float> ts;
     for (int r = 0; r < reps + 3; r++) {
         CK(cudaEventRecord(e0));
-        decode16<NG, CH, CV, SM><<<B, C::threads, C::total>>>(a);
+        kernel<<<B, kThreads, kSmem>>>(a);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -476,8 +710,14 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
         unsigned long long hp[8];
         CK(cudaMemcpyFromSymbol(hp, g_prof, sizeof hp));
         const double tiles = (double)(reps + 4) * B * ((mean + 63) / 64);
-        printf("  cycles per group-tile (grp t==0): wait+read rows %.0f, bar A %.0f, S^T %.0f, max+bar C %.0f, softmax+P+bar B %.0f, P V %.0f (loop end %.0f)\n",
-               hp[0] / tiles, hp[1] / tiles, hp[2] / tiles, hp[3] / tiles, hp[4] / tiles, hp[6] / tiles, hp[5] / tiles);
+        if (LB < 0)
+            printf("  cycles per group-tile (each group's first thread): wait+read rows %.0f, bar A %.0f, S^T %.0f, max+bar C %.0f, "
+                   "softmax+P+bar B %.0f, P V %.0f (loop end %.0f)\n",
+                   hp[0] / tiles, hp[1] / tiles, hp[2] / tiles, hp[3] / tiles, hp[4] / tiles, hp[6] / tiles, hp[5] / tiles);
+        else
+            printf("  cycles per group-tile (each group's first thread): page wait %.0f, S %.0f, S stores+barrier %.0f, sums+softmax %.0f, "
+                   "P V %.0f, loop top %.0f (end %.0f)\n",
+                   hp[0] / tiles, hp[1] / tiles, hp[2] / tiles, hp[3] / tiles, hp[4] / tiles, hp[6] / tiles, hp[5] / tiles);
         unsigned long long z[8] = {};
         CK(cudaMemcpyToSymbol(g_prof, z, sizeof z));
     }
@@ -485,7 +725,7 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     for (int b = 0; b < B; b++) keys += ctx[b];
     const double bytes = (double)keys * D + (double)B * H * (D * 2 + DV * 2);
     const double us = ts[ts.size() / 2];
-    printf("SM %d CV %d mode %d CH=%d NG=%d B=%d ctx=%d%s: %.1f us, %.0f GB/s  (max |err| %.3g of max |ref| %.3g, lse err %.3g)\n", SM, CV, mode, CH, NG, B, mean, ragged ? " ragged" : "", us,
+    printf("LB %d SM %d CV %d mode %d CH=%d NG=%d B=%d ctx=%d%s: %.1f us, %.0f GB/s  (max |err| %.3g of max |ref| %.3g, lse err %.3g)\n", LB, SM, CV, mode, CH, NG, B, mean, ragged ? " ragged" : "", us,
            bytes / us / 1e3, maxerr, maxref, lerr);
     cudaFree(dsink);
     cudaFree(dc); cudaFree(dq); cudaFree(dout); cudaFree(dbt); cudaFree(dctx); cudaFree(dlse);
@@ -524,5 +764,8 @@ int main(int argc, char **argv) {
     run<2, 2, 0, 2>(128, 4096, false, reps, 0);
     run<2, 2, 0, 3>(128, 4096, false, reps, 0);
     run<2, 4, 0, 0>(128, 4096, false, reps, 0);
+    run<2, 0, 0, 0, 0>(128, 4096, false, reps, 0); // layout B, the rows read again for P V
+    run<2, 0, 0, 0, 1>(128, 4096, false, reps, 0); // layout B, the rows kept in registers (spills)
+    run<2, 0, 0, 0, 1>(128, 4096, false, reps, 1);
     return 0;
 }
