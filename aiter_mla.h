@@ -537,8 +537,10 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  *   o = softmax(s) . V (V = first 512 columns of the row, dequantised), lse = log sum exp s.
  * q_scale applies only to an fp8 q and kv_scale only to an fp8 cache (scale 1 otherwise).
  * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
- * the plan gives each of its tiles one empty work item); a NaN score (a NaN, or an inf, in q
- * or a key it sees) gives it NaN o and lse, here and in the references. Page ids outside
+ * the plan gives each of its tiles one empty work item); a NaN or +inf score (from a NaN or an
+ * infinity in q or a key it sees) gives it NaN o and lse, here and in the references; a score
+ * of -inf weighs 0, as a masked key does (FlashMLA alike; an infinity among that key's V values
+ * still makes its dim of o NaN: 0 times it). Page ids outside
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
@@ -568,9 +570,9 @@ typedef struct aiter_mla_decode_args {
     const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
     const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page: 1..page_size
                                          (0 only for a request without pages) */
-    void *o;                    /* [T, H, 512] o_dtype */
+    void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (strides >= 512) */
     int64_t o_stride_token;     /* 0 means H * 512 */
-    int64_t o_stride_head;      /* 0 means 512 */
+    int64_t o_stride_head;      /* 0 means 512; >= 512 when H > 1 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
     int32_t *plan;              /* plan buffer (device for aiter_mla_decode, which may write
                                    its counters and leaves them zero; host for the scheduled
@@ -616,7 +618,8 @@ typedef struct aiter_mla_reduce_args {
     int num_heads;              /* 1..65535 (a decode plan has at most 128, a prefill plan 65535) */
     int dv;                     /* 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32 */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
+                                              overlap (token stride >= dv, head stride >= dv when H > 1) */
     float *lse;                 /* [T, H], optional */
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
     int64_t lse_stride_head;    /* 0 means 1 */
@@ -684,7 +687,8 @@ typedef struct aiter_mla_prefill_args {
     const int32_t *cu_seqlens_q; /* [batch + 1] */
     const int32_t *cu_seqlens_k; /* [batch + 1] */
     void *o;                     /* [Tq, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (token
+                                               stride >= dv, head stride >= dv when H > 1) */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
@@ -858,6 +862,10 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * Value = fp8 * scale. Writing, per group of 128: scale = amax / fp8_max (at least
  * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)))
  * (taken from the float's bits, exact); values are stored as fp8(x / scale), saturating.
+ * fp8_max is at least 2, so that no finite group's scale overflows (below, the largest bf16
+ * values would give an infinite scale and a NaN group). Under the power-of-two rule a value
+ * within 1/16 of bf16's largest can still read back as inf: its code, rounded up, times the
+ * scale passes fp32's range (as in every reader of the format).
  * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM's gfx942 build
  * divides by 224 for headroom: pass fp8_max = 224 to reproduce its bytes). The slots of
  * slot_mapping follow SPEC 3 (-1 and out-of-range slots are skipped; a slot given to two
@@ -878,7 +886,8 @@ typedef struct aiter_mla_ds_mla_write_args {
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
-    float fp8_max;               /* divisor of the amax; 0 means the flavour's maximum */
+    float fp8_max;               /* divisor of the amax, in [2, flavour maximum]; 0 means the
+                                    flavour's maximum */
     int pow2_scales;             /* 0 or 1. 0: amax / fp8_max; 1: the power-of-two rule */
 } aiter_mla_ds_mla_write_args;
 
@@ -896,11 +905,11 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  *   lse = log sum_k exp(s_k) (the sink does not enter it), max_logits = m.
  * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
  * -inf. attn_sink NULL (or -inf entries) means no sink; +inf takes all the weight (o = 0);
- * NaN is refused by the reference (the GPU, which cannot read it, gives NaN o). A NaN score
- * (a NaN, or an inf, in q or a valid key's row) makes the row's o and lse NaN, never an empty
- * row's zeros, on the GPU and in the reference alike. Caches: bf16 rows of 576
- * ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes). GPU: one block per
- * (token, group of up to 64 heads) streams the token's slots through the decode kernels
+ * NaN is refused by the reference (the GPU, which cannot read it, gives NaN o). A NaN or +inf
+ * score (from a NaN or an infinity in q or a valid key's row) makes the row's o and lse NaN,
+ * never an empty row's zeros, on the GPU and in the reference alike; a -inf score weighs 0.
+ * Caches: bf16 rows of 576 ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes).
+ * GPU: one block per (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
  * taking tokens in turn: 4096 tokens at 128 heads, 5275 -> 4990 us on an H100; tensor cores
  * on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory: on
@@ -1297,9 +1306,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  *   s_k = sm_scale * (q . K_k) (all 512 dims), m = max_k s_k,
  *   o = sum_k exp(s_k - m) K_k / (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),
  *   lse = m + log sum_k exp(s_k - m) (natural log, the sink not included).
- * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention); a NaN score
- * (a NaN, or an inf, in q or a key): NaN o and lse (vLLM's ROCm V4 decode kernels read a NaN
- * key element as 0, its prefill kernels do not: here a NaN in the cache shows). The sink:
+ * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention); a NaN or +inf
+ * score (from a NaN or an infinity in q or a key): NaN o and lse; a -inf score weighs 0 (vLLM's
+ * ROCm V4 decode kernels read a NaN key element as 0, its prefill kernels do not: here a NaN in
+ * the cache shows). The sink:
  * NULL or -inf means none; a finite sink only enlarges the denominator; +inf means the
  * sink takes all the weight: o = 0 (no NaN) and lse unchanged; NaN is refused. Entries
  * count once per appearance (duplicates are not merged). */
@@ -1331,9 +1341,9 @@ typedef struct aiter_mla_v4_attention_args {
     const void *q;               /* [num_tokens, H, 512] q_dtype */
     int64_t q_stride_token;      /* 0 means H * q_stride_head */
     int64_t q_stride_head;       /* 0 means 512 */
-    void *o;                     /* [num_tokens, H, 512] o_dtype */
-    int64_t o_stride_token;      /* 0 means H * o_stride_head */
-    int64_t o_stride_head;       /* 0 means 512 */
+    void *o;                     /* [num_tokens, H, 512] o_dtype; rows must not overlap */
+    int64_t o_stride_token;      /* 0 means H * o_stride_head; >= 512 */
+    int64_t o_stride_head;       /* 0 means 512; >= 512 when H > 1 */
     float *lse;                  /* [num_tokens, H] fp32, optional */
     const float *attn_sink;      /* [H] fp32, optional */
     int64_t num_tokens;          /* T >= 0 */
@@ -2045,6 +2055,26 @@ static aiter_mla_status aiter_mla__check_cache_slots(const char *op, int64_t num
     return AITER_MLA_OK;
 }
 
+/* A plan header's count (the plan checkers): in 0..cap, the capacity its info sized. */
+static aiter_mla_status aiter_mla__plan_count(const char *op, const char *field, int64_t count, int64_t cap, const char *cap_field) {
+    if (count < 0 || count > cap)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: the plan header's %s = %lld is outside 0..%s = %lld", op, field,
+                               (long long)count, cap_field, (long long)cap);
+    return AITER_MLA_OK;
+}
+/* An output of rows of dv values at token stride st and head stride sh (defaults resolved):
+ * rows that overlap would have some elements written twice (on a GPU, by racing blocks).
+ * Checked: what every layout without overlap meets, sh >= dv with several heads and st >= dv. */
+static aiter_mla_status aiter_mla__check_out_rows(const char *op, const char *pre, int64_t st, int64_t sh, int64_t heads, int64_t dv) {
+    if (heads > 1 && sh < dv)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
+                               op, pre, (long long)sh, (long long)dv);
+    if (st < dv)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld is below the row's %lld values: tokens' o rows would overlap",
+                               op, pre, (long long)st, (long long)dv);
+    return AITER_MLA_OK;
+}
+
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
 #ifdef AITER_MLA_NO_GPU
     (void)native;
@@ -2658,10 +2688,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
     if (v.num_lists != info->num_lists || v.batch != batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d", op, v.num_lists, v.batch);
-    if (v.num_work < 0 || v.num_work > info->max_work || v.num_partials < 0 || v.num_partials > info->max_partials ||
-        v.num_partial_rows < 0 || v.num_partial_rows > info->max_partial_rows || v.num_reduce_tiles < 0 ||
-        v.num_reduce_tiles > info->max_reduce_tiles)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: header counts exceed the plan's capacities", op);
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_work", v.num_work, info->max_work, "max_work"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partials", v.num_partials, info->max_partials, "max_partials"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partial_rows", v.num_partial_rows, info->max_partial_rows, "max_partial_rows"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_reduce_tiles", v.num_reduce_tiles, info->max_reduce_tiles, "max_reduce_tiles"));
 
     /* unit (query tile) numbering: unit_base[b] is the first tile of request b */
     unit_base = (int32_t *)AITER_MLA_MALLOC(((size_t)batch + 1 + 2 * (size_t)info->max_reduce_tiles) * sizeof(int32_t) +
@@ -2762,7 +2792,8 @@ done:
 /* One step of the online softmax shared by the CPU references: fold score s into the
  * running max m and sum l; returns the new key's weight, *alpha the rescale of what came
  * before (0 for the first key). A score of -inf weighs 0 (as masked keys do on the GPU); a
- * NaN score makes l NaN, which the finishes below pass on to o and lse (aiter_mla__has_keys). */
+ * NaN or +inf score makes l NaN, which the finishes below pass on to o and lse
+ * (aiter_mla__has_keys). */
 static double aiter_mla__online_softmax(double s, double *m, double *l, double *alpha) {
     const double mn = s > *m ? s : *m, mu = mn == -HUGE_VAL ? 0.0 : mn, p = exp(s - mu);
     *alpha = exp(*m - mu);
@@ -2772,7 +2803,7 @@ static double aiter_mla__online_softmax(double s, double *m, double *l, double *
 }
 
 /* A row's softmax sum l is 0 when no key counted (an empty row: o 0, lse +-inf by the
- * output's convention) and NaN when a score was NaN (a NaN or inf in q or a key): then o and
+ * output's convention) and NaN when a score was NaN or +inf (a NaN or inf in q or a key): then o and
  * lse are NaN, as on the GPU, never an empty row's zeros. */
 static int aiter_mla__has_keys(double l) { return l != 0.0; }
 /* A finished row's lse from its softmax totals (m, the max; l, the sum): `empty` when it saw
@@ -2809,6 +2840,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a->o_stride_token, a->num_heads,
                                                      a->o_stride_head, "o_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a->o_stride_token, a->o_stride_head, a->num_heads, AITER_MLA_LATENT_DIM));
 
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
@@ -2992,6 +3024,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
                                                      a.o_stride_head, "o_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a.o_stride_token, a.o_stride_head, a.num_heads, a.dv));
     if (a.num_tiles == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.partial_o, "partial_o");
     AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
@@ -3256,9 +3289,11 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
     if (!aiter_mla__is_fp8(a->fp8_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: fp8_dtype %s is not an fp8 flavour", op, aiter_mla_dtype_name(a->fp8_dtype));
-    if (!(a->fp8_max > 0.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a->fp8_max,
-                               aiter_mla_fp8_max(a->fp8_dtype));
+    /* from 2 up, amax / fp8_max and its power-of-two ceiling stay finite for every finite bf16
+     * amax (at most 2^127 - 2^119), so no finite group reads back as inf * 0 = NaN */
+    if (!(a->fp8_max >= 2.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside [2, %g] (below 2 a finite group's scale can overflow)",
+                               op, a->fp8_max, aiter_mla_fp8_max(a->fp8_dtype));
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->kv_c, "kv_c");
     AITER_MLA__NEED(op, a->k_pe, "k_pe");
@@ -3551,6 +3586,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
                                                      a.o_stride_head, "o_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a.o_stride_token, a.o_stride_head, a.num_heads, a.dv));
     AITER_MLA__NEED(op, a.q, "q");
     AITER_MLA__NEED(op, a.k, "k");
     AITER_MLA__NEED(op, a.v, "v");
@@ -3808,10 +3844,15 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     ntiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
     npieces = plan[AITER_MLA__PH_NUM_PARTIALS];
     nrows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
-    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC || plan[AITER_MLA__PH_NUM_LISTS] != info->desc.num_cu ||
-        plan[AITER_MLA__PH_BATCH] != batch || nwork < 0 || nwork > info->max_work || ntiles < 0 || ntiles > info->max_tiles ||
-        npieces < 0 || npieces > info->max_partials || nrows < 0 || nrows > info->max_partial_rows)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: the plan's header does not fit this batch and info", op);
+    if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
+    if (plan[AITER_MLA__PH_NUM_LISTS] != info->desc.num_cu || plan[AITER_MLA__PH_BATCH] != batch)
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d (info: %d lists; batch %d)", op,
+                               plan[AITER_MLA__PH_NUM_LISTS], plan[AITER_MLA__PH_BATCH], info->desc.num_cu, batch);
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_work", nwork, info->max_work, "max_work"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_reduce_tiles", ntiles, info->max_tiles, "max_tiles"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partials", npieces, info->max_partials, "max_partials"));
+    AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partial_rows", nrows, info->max_partial_rows, "max_partial_rows"));
     wp = plan + info->off_work_indptr;
     wi = plan + info->off_work_info;
     ri = plan + info->off_reduce_indptr;
@@ -4480,6 +4521,7 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", &a->o_stride_token, a->num_heads,
                                                      a->o_stride_head, "o_stride_head"));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, pre, a->o_stride_token, a->o_stride_head, a->num_heads, AITER_MLA_V4_HEAD_DIM));
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
     if (!aiter_mla__is_16bit(a->q_dtype))

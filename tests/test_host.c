@@ -2924,7 +2924,22 @@ static void test_hardening(void) {
         a.q_stride_head = 0;
         a.o_stride_head = (int64_t)1 << 32;
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 0 means");
+        /* o rows that overlap: heads' rows closer than 512, tokens' rows closer than 512 */
+        a.o_stride_head = 1;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head = 1 is below");
+        CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head = 1 is below");
         a.o_stride_head = 0;
+        a.o_stride_token = 100;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 100 is below");
+        a.o_stride_token = 0;
+        /* a plan header's counts beyond its capacities, by name */
+        {
+            const int32_t keep = plan[AITER_MLA__PH_NUM_PARTIALS];
+            CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 2, plan), AITER_MLA_OK, "");
+            plan[AITER_MLA__PH_NUM_PARTIALS] = info.max_partials + 1;
+            CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_INVALID, "num_partials");
+            plan[AITER_MLA__PH_NUM_PARTIALS] = keep;
+        }
         free(ws);
     }
     /* a slot that does not fit int32 expands to -1, not to an overflowed value */
@@ -3349,6 +3364,21 @@ static void test_ds_mla_rows(void) {
             b = w;
             b.fp8_max = 500.0f;
             CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+            b.fp8_max = 1.0f; /* the scale of the largest bf16 would overflow */
+            CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max = 1 is outside [2, 448]");
+            { /* at the bound, a group holding 3e38 reads back finite under both rules */
+                int rule, finite = 1;
+                float back[576];
+                kvc[0] = aiter_mla_f32_to_bf16(3.0e38f);
+                for (rule = 0; rule < 2; rule++) {
+                    b.fp8_max = 2.0f;
+                    b.pow2_scales = rule;
+                    CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_OK, "");
+                    aiter_mla_ds_mla_read_row(cache, b.fp8_dtype, back);
+                    for (i = 0; i < 512; i++) finite &= isfinite(back[i]) != 0;
+                }
+                CHECK(finite && back[0] > 1e38f, "ds_mla_write_ref: fp8_max 2 over 3e38 reads back %g", back[0]);
+            }
             b = w;
             b.slot_mapping = NULL;
             CHECK_STATUS(aiter_mla_ds_mla_write_ref(&b), AITER_MLA_ERR_NULL_POINTER, "slot_mapping");
@@ -7467,6 +7497,16 @@ static void fuzz_prefill(test_rng *r) {
     a.causal = 1;
     CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, 1, plan), AITER_MLA_OK, "");
     CHECK(plan[AITER_MLA__PH_NUM_PARTIALS] > 0, "prefill fuzz: the valid plan must split a tile");
+    { /* a header count out of bounds is named, and so is a plan built for another batch */
+        const int32_t keep = plan[AITER_MLA__PH_NUM_WORK];
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, 1, plan), AITER_MLA_OK, "");
+        plan[AITER_MLA__PH_NUM_WORK] = -5;
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, 1, plan), AITER_MLA_ERR_PLAN_INVALID, "num_work = -5 is outside 0..max_work");
+        plan[AITER_MLA__PH_NUM_WORK] = keep;
+        plan[AITER_MLA__PH_BATCH] = B + 1;
+        CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, 1, plan), AITER_MLA_ERR_PLAN_INVALID, "was built for");
+        plan[AITER_MLA__PH_BATCH] = B;
+    }
     a.plan = plan;
     a.o = o;
     a.lse = lse;
@@ -8387,12 +8427,13 @@ static void test_nan_scores(void) {
         CHECK(rows_nan(o, 2, 1) && rows_nan(lse, 2, 1), "merge_attn_states_ref: a NaN side is not NaN (o %g %g)", o[0], o[1]);
         CHECK(o[2] == 0.0f && lse[2] == -INFINITY, "merge_attn_states_ref: two empty sides give %g, lse %g", o[2], lse[2]);
     }
-    /* sparse: token 0 sees slot 5 (a NaN value), token 1 does not; a NaN sink is refused */
+    /* sparse: token 0 sees slot 5 (a NaN value), token 1 does not; a NaN sink is refused; then infinities */
     {
         uint16_t q[2 * H * 576], cache[10 * 576];
         int32_t ids[2 * 2] = {2, 5, 1, 3};
         float o[2 * H * 512], lse[2 * H], ml[2 * H], sink[H] = {0.5f, NAN};
         aiter_mla_sparse_args a;
+        int h, d, same = 1, finite = 1;
         fill_random(q, 2 * H * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
         fill_random(cache, 10 * 576, AITER_MLA_BF16, &r, -1.0f, 1.0f, 1.0f);
         aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, NAN);
@@ -8414,6 +8455,37 @@ static void test_nan_scores(void) {
         CHECK(rows_nan(o + H * 512, H * 512, 0) && rows_nan(lse + H, H, 0), "sparse_attention_ref: the other token's rows are not finite");
         a.attn_sink = sink;
         CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "attn_sink[1] is NaN");
+        /* infinities: a -inf score weighs 0, as a masked key does; a +inf score makes the row NaN.
+         * Token 0 (slots 2, 5): slot 5's rope element 530 is -inf where q's is positive, so o is
+         * slot 2's V row, lse its score. Token 1 (slots 1, 3): both 0.25 at element 17, where q is
+         * +inf. Then slot 5's element 17 (a V value; q's positive there too) -inf as well: weight 0
+         * times it is NaN, in that dim of o alone. */
+        a.attn_sink = NULL;
+        aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, 0.0f);
+        for (h = 0; h < H; h++) {
+            aiter_mla_store_f32(q, (int64_t)h * 576 + 530, AITER_MLA_BF16, 0.5f);
+            aiter_mla_store_f32(q, (int64_t)h * 576 + 17, AITER_MLA_BF16, 0.5f);
+            aiter_mla_store_f32(q, (int64_t)(H + h) * 576 + 17, AITER_MLA_BF16, INFINITY);
+        }
+        aiter_mla_store_f32(cache, 5 * 576 + 530, AITER_MLA_BF16, -INFINITY);
+        aiter_mla_store_f32(cache, 1 * 576 + 17, AITER_MLA_BF16, 0.25f);
+        aiter_mla_store_f32(cache, 3 * 576 + 17, AITER_MLA_BF16, 0.25f);
+        CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_OK, "");
+        for (h = 0; h < H; h++) {
+            finite &= isfinite(lse[h]) != 0;
+            for (d = 0; d < 512; d++) same &= o[h * 512 + d] == aiter_mla_load_f32(cache, 2 * 576 + d, AITER_MLA_BF16);
+        }
+        CHECK(same && finite, "sparse_attention_ref: a -inf score did not weigh 0 (o[0] %g against slot 2's %g, lse %g)", o[0],
+              aiter_mla_load_f32(cache, 2 * 576, AITER_MLA_BF16), lse[0]);
+        CHECK(rows_nan(o + H * 512, H * 512, 1) && rows_nan(lse + H, H, 1), "sparse_attention_ref: a +inf score's row is not NaN (o %g, lse %g)",
+              o[H * 512], lse[H]);
+        aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, -INFINITY);
+        CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_OK, "");
+        same = 1;
+        for (h = 0; h < H; h++)
+            for (d = 0; d < 512; d++) same &= d == 17 ? o[h * 512 + d] != o[h * 512 + d] : o[h * 512 + d] == aiter_mla_load_f32(cache, 2 * 576 + d, AITER_MLA_BF16);
+        CHECK(same && isfinite(lse[0]), "sparse_attention_ref: a weight-0 key's -inf V value is not NaN in its dim alone (o[17] %g, lse %g)", o[17],
+              lse[0]);
     }
     /* prefill, causal, sq 2, sk 3: key 2 (NaN) is seen by row 1 only; scheduled on a plan too */
     {
