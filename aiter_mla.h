@@ -539,8 +539,8 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
  * the plan gives each of its tiles one empty work item); a NaN or +inf score (from a NaN or an
  * infinity in q or a key it sees) gives it NaN o and lse, here and in the references; a score
- * of -inf weighs 0, as a masked key does (FlashMLA alike; an infinity among that key's V values
- * still makes its dim of o NaN: 0 times it). Page ids outside
+ * of -inf weighs 0, as a masked key does (FlashMLA alike; infinite V values of a key that
+ * weighs 0 are outside this contract: that dim of o may come out NaN, SPEC 1). Page ids outside
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
@@ -571,7 +571,7 @@ typedef struct aiter_mla_decode_args {
     const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page: 1..page_size
                                          (0 only for a request without pages) */
     void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (strides >= 512) */
-    int64_t o_stride_token;     /* 0 means H * 512 */
+    int64_t o_stride_token;     /* 0 means H * 512; >= 512 (for one token too) */
     int64_t o_stride_head;      /* 0 means 512; >= 512 when H > 1 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
     int32_t *plan;              /* plan buffer (device for aiter_mla_decode, which may write
@@ -619,7 +619,8 @@ typedef struct aiter_mla_reduce_args {
     int dv;                     /* 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
-                                              overlap (token stride >= dv, head stride >= dv when H > 1) */
+                                              overlap (token stride >= dv for one token too, head
+                                              stride >= dv when H > 1) */
     float *lse;                 /* [T, H], optional */
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
     int64_t lse_stride_head;    /* 0 means 1 */
@@ -688,7 +689,8 @@ typedef struct aiter_mla_prefill_args {
     const int32_t *cu_seqlens_k; /* [batch + 1] */
     void *o;                     /* [Tq, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (token
-                                               stride >= dv, head stride >= dv when H > 1) */
+                                               stride >= dv for one token too, head stride >= dv
+                                               when H > 1) */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
@@ -863,9 +865,10 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * FLT_MIN), or with pow2_scales the power of two 2^ceil(log2(max(amax / fp8_max, 1e-4)))
  * (taken from the float's bits, exact); values are stored as fp8(x / scale), saturating.
  * fp8_max is at least 2, so that no finite group's scale overflows (below, the largest bf16
- * values would give an infinite scale and a NaN group). Under the power-of-two rule a value
- * within 1/16 of bf16's largest can still read back as inf: its code, rounded up, times the
- * scale passes fp32's range (as in every reader of the format).
+ * values would give an infinite scale and a NaN group). A value can still read back as inf
+ * where its code, rounded up, times the scale passes fp32's range (as in every reader of the
+ * format): under the power-of-two rule the largest bf16 values (from 2^128 - 2^123), under
+ * the ratio rule the largest when fp8_max is not itself an e4m3 value.
  * fp8_max defaults to the flavour's maximum (448 e4m3fn, 240 e4m3fnuz; vLLM's gfx942 build
  * divides by 224 for headroom: pass fp8_max = 224 to reproduce its bytes). The slots of
  * slot_mapping follow SPEC 3 (-1 and out-of-range slots are skipped; a slot given to two
@@ -1342,7 +1345,7 @@ typedef struct aiter_mla_v4_attention_args {
     int64_t q_stride_token;      /* 0 means H * q_stride_head */
     int64_t q_stride_head;       /* 0 means 512 */
     void *o;                     /* [num_tokens, H, 512] o_dtype; rows must not overlap */
-    int64_t o_stride_token;      /* 0 means H * o_stride_head; >= 512 */
+    int64_t o_stride_token;      /* 0 means H * o_stride_head; >= 512 with several tokens */
     int64_t o_stride_head;       /* 0 means 512; >= 512 when H > 1 */
     float *lse;                  /* [num_tokens, H] fp32, optional */
     const float *attn_sink;      /* [H] fp32, optional */
@@ -2062,16 +2065,19 @@ static aiter_mla_status aiter_mla__plan_count(const char *op, const char *field,
                                (long long)count, cap_field, (long long)cap);
     return AITER_MLA_OK;
 }
-/* An output of rows of dv values at token stride st and head stride sh (defaults resolved):
- * rows that overlap would have some elements written twice (on a GPU, by racing blocks).
- * Checked: what every layout without overlap meets, sh >= dv with several heads and st >= dv. */
-static aiter_mla_status aiter_mla__check_out_rows(const char *op, const char *pre, int64_t st, int64_t sh, int64_t heads, int64_t dv) {
+/* An output of rows of dv values at token stride st and head stride sh (defaults resolved;
+ * st_given: the caller's, 0 for the default) over `tokens` tokens (-1: not known here, as in
+ * device arrays): rows that overlap would have some elements written twice (on a GPU, by
+ * racing blocks). Checked: what every layout without overlap meets, sh >= dv with several
+ * heads, st >= dv with several tokens (or an unknown count: then for one token too). */
+static aiter_mla_status aiter_mla__check_out_rows(const char *op, const char *pre, int64_t st_given, int64_t st, int64_t sh, int64_t heads,
+                                                  int64_t tokens, int64_t dv) {
     if (heads > 1 && sh < dv)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
                                op, pre, (long long)sh, (long long)dv);
-    if (st < dv)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld is below the row's %lld values: tokens' o rows would overlap",
-                               op, pre, (long long)st, (long long)dv);
+    if ((tokens < 0 || tokens > 1) && st < dv)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
+                               op, pre, (long long)st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
     return AITER_MLA_OK;
 }
 
@@ -2840,7 +2846,8 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a->o_stride_token, a->num_heads,
                                                      a->o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a->o_stride_token, a->o_stride_head, a->num_heads, AITER_MLA_LATENT_DIM));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a->o_stride_token, a->o_stride_head, a->num_heads, -1,
+                                               AITER_MLA_LATENT_DIM));
 
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
@@ -3024,7 +3031,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
                                                      a.o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a.o_stride_token, a.o_stride_head, a.num_heads, a.dv));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a.o_stride_token, a.o_stride_head, a.num_heads, -1, a.dv));
     if (a.num_tiles == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.partial_o, "partial_o");
     AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
@@ -3290,7 +3297,8 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     if (!aiter_mla__is_fp8(a->fp8_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: fp8_dtype %s is not an fp8 flavour", op, aiter_mla_dtype_name(a->fp8_dtype));
     /* from 2 up, amax / fp8_max and its power-of-two ceiling stay finite for every finite bf16
-     * amax (at most 2^127 - 2^119), so no finite group reads back as inf * 0 = NaN */
+     * amax (bf16's largest is 2^128 - 2^120: halved, 2^127 - 2^119, whose ceiling 2^127 is
+     * finite), so no finite group reads back as inf * 0 = NaN */
     if (!(a->fp8_max >= 2.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside [2, %g] (below 2 a finite group's scale can overflow)",
                                op, a->fp8_max, aiter_mla_fp8_max(a->fp8_dtype));
@@ -3586,7 +3594,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (!a.o_stride_head) a.o_stride_head = a.dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
                                                      a.o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", a.o_stride_token, a.o_stride_head, a.num_heads, a.dv));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a.o_stride_token, a.o_stride_head, a.num_heads, -1, a.dv));
     AITER_MLA__NEED(op, a.q, "q");
     AITER_MLA__NEED(op, a.k, "k");
     AITER_MLA__NEED(op, a.v, "v");
@@ -4521,7 +4529,8 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", &a->o_stride_token, a->num_heads,
                                                      a->o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, pre, a->o_stride_token, a->o_stride_head, a->num_heads, AITER_MLA_V4_HEAD_DIM));
+    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, pre, in->o_stride_token, a->o_stride_token, a->o_stride_head, a->num_heads, a->num_tokens,
+                                               AITER_MLA_V4_HEAD_DIM));
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
     if (!aiter_mla__is_16bit(a->q_dtype))

@@ -5824,9 +5824,11 @@ static bool encode_tensor_map(CUtensorMap *m, CUtensorMapDataType type, cuuint32
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 // The map of a [tokens, heads, cols] tensor of `elt`-byte elements (strides in elements, both
-// positive; the encoder refuses a base or strides not in whole 16 bytes) with boxes of 128 bytes
-// x box_heads x box_tokens in the 128-byte swizzle: the decode's Q (DecodeMaps::q) and the
-// prefill's q, k and v (wg::PfMaps). false: no map (the loaders copy by cp.async).
+// positive) with boxes of 128 bytes x box_heads x box_tokens in the 128-byte swizzle: the
+// decode's Q (DecodeMaps::q) and the prefill's q, k and v (wg::PfMaps). Its callers come here
+// only with a 16-byte aligned base and strides in whole 16 bytes, as the encoder needs: the
+// kernels that read these maps are chosen only for such operands (decode_kernel_of,
+// prefill_kernel_of, sparse_kernel_of, v4_kernel_of). false: no map (the loaders copy by cp.async).
 static bool encode_rows_map(CUtensorMap *m, const void *base, CUtensorMapDataType type, int elt, int cols, int heads,
                             int64_t stride_head, int64_t stride_token, int box_heads, int box_tokens) {
     if (stride_head <= 0 || stride_token <= 0) return false;

@@ -2442,6 +2442,11 @@ static void test_reduce_ref(void) {
             b.o_stride_head = (int64_t)1 << 32; /* within 2^32, but not num_heads times it */
             if (b.num_heads < 2) b.num_heads = 2;  /* refused before anything is read */
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 0 means");
+            b.o_stride_head = 3; /* heads' rows 3 apart: they overlap */
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head = 3 is below");
+            b.o_stride_head = 0;
+            b.o_stride_token = 1; /* tokens' rows 1 apart */
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 1 is below");
             {
                 int32_t bad_fm[2 * 8], bad_pm[64], bad_ri[9];
                 memcpy(bad_fm, fm, sizeof(int32_t) * 2 * ntiles);
@@ -2937,7 +2942,7 @@ static void test_hardening(void) {
             const int32_t keep = plan[AITER_MLA__PH_NUM_PARTIALS];
             CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 2, plan), AITER_MLA_OK, "");
             plan[AITER_MLA__PH_NUM_PARTIALS] = info.max_partials + 1;
-            CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_INVALID, "num_partials");
+            CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, 2, plan), AITER_MLA_ERR_PLAN_INVALID, "max_partials");
             plan[AITER_MLA__PH_NUM_PARTIALS] = keep;
         }
         free(ws);
@@ -5858,6 +5863,18 @@ static void test_v4_attention(void) {
             e = a;
             e.num_heads = 129;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
+            /* o rows that overlap: heads' rows closer than 512; tokens' rows closer than 512 (T = 4),
+             * a stride no row can overlap by with one token */
+            e = a;
+            e.num_heads = 2;
+            e.q_stride_token = 0;
+            e.o_stride_head = 100;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head = 100 is below");
+            e = a;
+            e.o_stride_token = 300;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 300 is below");
+            e.num_tokens = 1;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
             e = a;
             e.sm_scale = -1.0f;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
@@ -7513,6 +7530,10 @@ static void fuzz_prefill(test_rng *r) {
     poison_f32(o, TQ * H * DV);
     e = a, e.batch = 0;
     CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    e = a, e.num_heads = 2, e.o_stride_head = 5, e.o_stride_token = 0; /* heads' rows 5 apart */
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_head = 5 is below");
+    e = a, e.num_heads = 1, e.o_stride_head = 7, e.o_stride_token = 0; /* one head: the default token stride is 7 */
+    CHECK_STATUS(aiter_mla_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads x o_stride_head");
     e = a, e.num_heads = 0;
     CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
     e = a, e.num_heads = 65537;
@@ -8456,15 +8477,16 @@ static void test_nan_scores(void) {
         a.attn_sink = sink;
         CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "attn_sink[1] is NaN");
         /* infinities: a -inf score weighs 0, as a masked key does; a +inf score makes the row NaN.
-         * Token 0 (slots 2, 5): slot 5's rope element 530 is -inf where q's is positive, so o is
-         * slot 2's V row, lse its score. Token 1 (slots 1, 3): both 0.25 at element 17, where q is
-         * +inf. Then slot 5's element 17 (a V value; q's positive there too) -inf as well: weight 0
-         * times it is NaN, in that dim of o alone. */
+         * Token 0 sees slot 5 first, then 2: slot 5's rope element 530 is -inf where q's is
+         * positive, so o is slot 2's V row (the -inf first: the running max must not become
+         * -inf - -inf). Token 1 (slots 1, 3): both 0.25 at element 17, where q is +inf. Then
+         * token 0 with slot 5 alone: every score -inf, an empty row (o 0, lse +inf, max -inf). */
         a.attn_sink = NULL;
+        ids[0] = 5;
+        ids[1] = 2;
         aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, 0.0f);
         for (h = 0; h < H; h++) {
             aiter_mla_store_f32(q, (int64_t)h * 576 + 530, AITER_MLA_BF16, 0.5f);
-            aiter_mla_store_f32(q, (int64_t)h * 576 + 17, AITER_MLA_BF16, 0.5f);
             aiter_mla_store_f32(q, (int64_t)(H + h) * 576 + 17, AITER_MLA_BF16, INFINITY);
         }
         aiter_mla_store_f32(cache, 5 * 576 + 530, AITER_MLA_BF16, -INFINITY);
@@ -8479,13 +8501,14 @@ static void test_nan_scores(void) {
               aiter_mla_load_f32(cache, 2 * 576, AITER_MLA_BF16), lse[0]);
         CHECK(rows_nan(o + H * 512, H * 512, 1) && rows_nan(lse + H, H, 1), "sparse_attention_ref: a +inf score's row is not NaN (o %g, lse %g)",
               o[H * 512], lse[H]);
-        aiter_mla_store_f32(cache, 5 * 576 + 17, AITER_MLA_BF16, -INFINITY);
+        ids[1] = -1;
         CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_OK, "");
         same = 1;
-        for (h = 0; h < H; h++)
-            for (d = 0; d < 512; d++) same &= d == 17 ? o[h * 512 + d] != o[h * 512 + d] : o[h * 512 + d] == aiter_mla_load_f32(cache, 2 * 576 + d, AITER_MLA_BF16);
-        CHECK(same && isfinite(lse[0]), "sparse_attention_ref: a weight-0 key's -inf V value is not NaN in its dim alone (o[17] %g, lse %g)", o[17],
-              lse[0]);
+        for (h = 0; h < H; h++) {
+            same &= lse[h] == INFINITY && ml[h] == -INFINITY;
+            for (d = 0; d < 512; d++) same &= o[h * 512 + d] == 0.0f;
+        }
+        CHECK(same, "sparse_attention_ref: a row of -inf scores is not empty (o[0] %g, lse %g, max_logits %g)", o[0], lse[0], ml[0]);
     }
     /* prefill, causal, sq 2, sk 3: key 2 (NaN) is seen by row 1 only; scheduled on a plan too */
     {
