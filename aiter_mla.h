@@ -413,7 +413,7 @@ typedef struct aiter_mla_decode_metadata_args {
     int32_t *qo_indptr;          /* [batch + 1] out */
     int32_t *kv_indptr;          /* [batch + 1] out */
     int32_t *kv_indices;         /* [kv_indices_capacity] out */
-    int64_t kv_indices_capacity; /* elements available in kv_indices */
+    int64_t kv_indices_capacity; /* elements available in kv_indices, >= 0 */
     int32_t *kv_last_page_lens;  /* [batch] out */
 } aiter_mla_decode_metadata_args;
 
@@ -2345,6 +2345,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
     AITER_MLA__RANGE(op, a.batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__POW2(op, ps, 1, AITER_MLA_MAX_PAGE_SIZE, "page_size");
     AITER_MLA__RANGE(op, a.block_table_stride, 0, AITER_MLA__MAX_STRIDE, "block_table_stride");
+    AITER_MLA__RANGE(op, a.kv_indices_capacity, 0, INT64_MAX, "kv_indices_capacity");
     AITER_MLA__NEED(op, a.block_table, "block_table");
     AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a.qo_indptr, "qo_indptr");

@@ -881,6 +881,8 @@ static void test_metadata_build(void) {
         if (total > 0 && it < 10) {
             a.kv_indices_capacity = total - 1;
             CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_indices");
+            a.kv_indices_capacity = -5; /* a range error, not a buffer too small */
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indices_capacity");
             a.kv_indices_capacity = cap;
         }
         if (it == 1) {
