@@ -2065,19 +2065,26 @@ static aiter_mla_status aiter_mla__plan_count(const char *op, const char *field,
                                (long long)count, cap_field, (long long)cap);
     return AITER_MLA_OK;
 }
-/* An output of rows of dv values at token stride st and head stride sh (defaults resolved;
- * st_given: the caller's, 0 for the default) over `tokens` tokens (-1: not known here, as in
- * device arrays): rows that overlap would have some elements written twice (on a GPU, by
- * racing blocks). Checked: what every layout without overlap meets, sh >= dv with several
- * heads, st >= dv with several tokens (or an unknown count: then for one token too). */
-static aiter_mla_status aiter_mla__check_out_rows(const char *op, const char *pre, int64_t st_given, int64_t st, int64_t sh, int64_t heads,
-                                                  int64_t tokens, int64_t dv) {
-    if (heads > 1 && sh < dv)
+/* An output's row strides (o_stride_token, o_stride_head, with prefix pre in messages), resolved
+ * in place for `heads` rows of dv values a token over `tokens` tokens (-1: not known here, as in
+ * device arrays): each within 2^32; 0 means dv for the head stride and heads x that for the token
+ * stride. Rows that overlap would have some elements written twice (on a GPU, by racing
+ * blocks), so what every layout without overlap meets is required: a head stride >= dv with
+ * several heads, a token stride >= dv with several tokens (or an unknown count: then for one
+ * token too). */
+static aiter_mla_status aiter_mla__resolve_o_rows(const char *op, const char *pre, int64_t *st, int64_t *sh, int64_t heads, int64_t tokens,
+                                                  int64_t dv) {
+    const int64_t st_given = *st;
+    AITER_MLA__CHECK(aiter_mla__check_range(op, *st, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, *sh, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
+    if (!*sh) *sh = dv;
+    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", st, heads, *sh, "o_stride_head"));
+    if (heads > 1 && *sh < dv)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
-                               op, pre, (long long)sh, (long long)dv);
-    if ((tokens < 0 || tokens > 1) && st < dv)
+                               op, pre, (long long)*sh, (long long)dv);
+    if ((tokens < 0 || tokens > 1) && *st < dv)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
-                               op, pre, (long long)st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
+                               op, pre, (long long)*st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
     return AITER_MLA_OK;
 }
 
@@ -2839,16 +2846,10 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->num_pages, 1, INT64_MAX / (AITER_MLA_MAX_PAGE_SIZE * AITER_MLA_HEAD_DIM), "num_pages");
     AITER_MLA__RANGE(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
     AITER_MLA__RANGE(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
-    AITER_MLA__RANGE(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
-    AITER_MLA__RANGE(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_HEAD_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "q_stride_token", &a->q_stride_token, a->num_heads,
                                                      a->q_stride_head, "q_stride_head"));
-    if (!a->o_stride_head) a->o_stride_head = AITER_MLA_LATENT_DIM;
-    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a->o_stride_token, a->num_heads,
-                                                     a->o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a->o_stride_token, a->o_stride_head, a->num_heads, -1,
-                                               AITER_MLA_LATENT_DIM));
+    AITER_MLA__CHECK(aiter_mla__resolve_o_rows(op, "", &a->o_stride_token, &a->o_stride_head, a->num_heads, -1, AITER_MLA_LATENT_DIM));
 
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (!aiter_mla__is_16bit(a->q_dtype) && !aiter_mla__is_fp8(a->q_dtype))
@@ -3022,17 +3023,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     AITER_MLA__RANGE(op, a.empty_lse_neg_inf, 0, 1, "empty_lse_neg_inf");
     AITER_MLA__RANGE(op, a.dv, 1, 1024, "dv");
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
-    AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
-    AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     AITER_MLA__RANGE(op, a.num_partial_rows, 0, INT32_MAX, "num_partial_rows");
     AITER_MLA__RANGE(op, a.lse_stride_token, 0, AITER_MLA__MAX_STRIDE, "lse_stride_token");
     AITER_MLA__RANGE(op, a.lse_stride_head, 0, AITER_MLA__MAX_STRIDE, "lse_stride_head");
     if (!a.lse_stride_head) a.lse_stride_head = 1;
     if (!a.lse_stride_token) a.lse_stride_token = a.num_heads;
-    if (!a.o_stride_head) a.o_stride_head = a.dv;
-    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
-                                                     a.o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a.o_stride_token, a.o_stride_head, a.num_heads, -1, a.dv));
+    AITER_MLA__CHECK(aiter_mla__resolve_o_rows(op, "", &a.o_stride_token, &a.o_stride_head, a.num_heads, -1, a.dv));
     if (a.num_tiles == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.partial_o, "partial_o");
     AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
@@ -3581,8 +3577,6 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     AITER_MLA__RANGE(op, a.k_stride_head, 0, AITER_MLA__MAX_STRIDE, "k_stride_head");
     AITER_MLA__RANGE(op, a.v_stride_token, 0, AITER_MLA__MAX_STRIDE, "v_stride_token");
     AITER_MLA__RANGE(op, a.v_stride_head, 0, AITER_MLA__MAX_STRIDE, "v_stride_head");
-    AITER_MLA__RANGE(op, a.o_stride_token, 0, AITER_MLA__MAX_STRIDE, "o_stride_token");
-    AITER_MLA__RANGE(op, a.o_stride_head, 0, AITER_MLA__MAX_STRIDE, "o_stride_head");
     if (!a.q_stride_head) a.q_stride_head = a.dqk;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "q_stride_token", &a.q_stride_token, a.num_heads,
                                                      a.q_stride_head, "q_stride_head"));
@@ -3592,10 +3586,7 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     if (!a.v_stride_head) a.v_stride_head = a.dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "v_stride_token", &a.v_stride_token, a.num_heads,
                                                      a.v_stride_head, "v_stride_head"));
-    if (!a.o_stride_head) a.o_stride_head = a.dv;
-    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, "", "o_stride_token", &a.o_stride_token, a.num_heads,
-                                                     a.o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, "", in->o_stride_token, a.o_stride_token, a.o_stride_head, a.num_heads, -1, a.dv));
+    AITER_MLA__CHECK(aiter_mla__resolve_o_rows(op, "", &a.o_stride_token, &a.o_stride_head, a.num_heads, -1, a.dv));
     AITER_MLA__NEED(op, a.q, "q");
     AITER_MLA__NEED(op, a.k, "k");
     AITER_MLA__NEED(op, a.v, "v");
@@ -4522,15 +4513,10 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_tokens, 0, INT32_MAX, pre, "num_tokens"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->q_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_token"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->q_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "q_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_token, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
-    AITER_MLA__CHECK(aiter_mla__check_range(op, a->o_stride_head, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
     if (!a->q_stride_head) a->q_stride_head = AITER_MLA_V4_HEAD_DIM;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "q_stride_token", &a->q_stride_token, a->num_heads,
                                                      a->q_stride_head, "q_stride_head"));
-    if (!a->o_stride_head) a->o_stride_head = AITER_MLA_V4_HEAD_DIM;
-    AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", &a->o_stride_token, a->num_heads,
-                                                     a->o_stride_head, "o_stride_head"));
-    AITER_MLA__CHECK(aiter_mla__check_out_rows(op, pre, in->o_stride_token, a->o_stride_token, a->o_stride_head, a->num_heads, a->num_tokens,
+    AITER_MLA__CHECK(aiter_mla__resolve_o_rows(op, pre, &a->o_stride_token, &a->o_stride_head, a->num_heads, a->num_tokens,
                                                AITER_MLA_V4_HEAD_DIM));
     if (a->q_dtype == AITER_MLA_DTYPE_DEFAULT) a->q_dtype = AITER_MLA_BF16;
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = a->q_dtype;
