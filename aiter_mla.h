@@ -1470,7 +1470,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
 typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
-    AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile) */
+    AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile;
+                                  over a per-tensor e4m3fn cache, AITER_MLA_WGMMA builds take a
+                                  kernel of its own that stages keys by bulk copies) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims and e4m3fnuz) */

@@ -1037,10 +1037,11 @@ namespace mma {
 // Used by the mma kernels and the warpgroup one (NVIDIA only). The fence waits for the stores
 // (about a microsecond), so the thread should have slack. Only for counted launches
 // (p.arrivals) and split pieces (pc.loc >= 0).
-__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) {
+__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, int loc, int rows) {
     __threadfence();
-    atomicAdd(p.arrivals + pc.loc, rows);
+    atomicAdd(p.arrivals + loc, rows);
 }
+__device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) { count_stored_rows(p, pc.loc, rows); }
 
 // The path needs sm_90 (the e4m3 converter): taken only when every target this
 // file was built for has it (nvcc lists them in __CUDA_ARCH_LIST__).
@@ -3314,6 +3315,407 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 }
 
 } // namespace wg
+#endif
+
+// ==== dense decode: 16-row passes over a per-tensor e4m3fn cache (NVIDIA sm_90a) ===========
+// The memory-bound fp8 shapes (a query tile of at most 16 rows: H <= 16 at q_len 1) in
+// AITER_MLA_WGMMA builds (other builds take the 16-row mma kernel). Same plan, pieces and
+// output conventions as the paths above; the products are mma.sync m16n8k16 in f16, as in the
+// 16-row mma kernel, but the keys never pass through a widened tile for S. A block is two
+// groups of 4 warps; group g takes the piece's 64-key tiles g, g + 2, ... with its own staging
+// area, mbarrier, named barrier and softmax state, and the groups merge at the end of a pass.
+// A block's passes over its work items follow each other without a gap in the copies: a
+// group's first tile of the next pass is copied as soon as the group has read its last tile of
+// this one, and a split piece's count for the reduce waits until the next pass's Q is on its
+// way. H200, us (docs/PERFORMANCE.md, "The 16-row e4m3fn decode kernel"): D1-fp8 162-163 on
+// the 16-row mma kernel; 138-139 as first built here; 125-128 with the copies across passes;
+// 133-134 with the groups' iterations paired (see the tile loop), as landed.
+// Per tile and group:
+//   - the tile's rows (e4m3, 576 bytes each) come into the staging area by bulk copies
+//     (cp.async.bulk, one per run of keys that lie together in a page: one a tile for pages of
+//     64 keys or more, 64 for pages of one), issued a group-tile ahead; each thread then reads
+//     two keys' bytes (keys 16 w + l / 4 and + 8 of warp w) into registers;
+//   - S^T = K Q^T with the keys as the A rows, straight from those registers: the 576 dims are
+//     taken in a permuted order in which a thread's 4 consecutive bytes are one k-step of its A
+//     fragment (one converter instruction a register); Q's B fragments, in the same order, come
+//     from a shared copy laid out in fragment order (kQFrag);
+//   - the widened first 512 dims go to a shared f16 V tile on the way;
+//   - the rows' maxima meet across the group's 4 warps, P^T goes to shared memory by stmatrix;
+//   - O^T += V^T P^T, V^T by ldmatrix.trans of the V tile; warp w owns dims [128 w, 128 w + 128)
+//     of the pass's 16 rows (64 fp32 registers a thread).
+// Against the 16-row mma kernel (which widens every tile into shared memory, then reads it
+// back as ldmatrix fragments for S) this moves far fewer bytes through shared memory a key.
+// docs/PERFORMANCE.md ("A standalone 16-head fp8 decode") has the design's measurements.
+#ifdef AITER_MLA_HAS_WGMMA
+namespace f8 {
+
+using mma::copy_q_rows;
+using mma::count_stored_rows;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::e4m3x2_to_f16x2;
+using mma::fast_exp2;
+using mma::kRowB;
+using mma::kStageRow;
+using mma::ldsm_x4;
+using mma::ldsm_x4_trans;
+using mma::mma_f16;
+using mma::named_sync;
+using mma::pack_f16x2;
+using mma::q_rows_to_f16;
+using mma::smem_addr;
+using mma::store16_shared;
+using mma::store_staged_rows;
+using wg::load16_shared;
+using wg::mbar_arrive_expect_tx;
+using wg::mbar_init;
+using wg::mbar_wait;
+
+constexpr int kThreads = 256, kGroups = 2, kKeys = 64; // two groups of 4 warps; keys a tile
+constexpr int kKSteps = kD / 16;                        // k-steps of S^T (36)
+constexpr int kPRow = kKeys * 2 + 16;                   // P^T rows: 64 f16 keys + 16 bytes (ldmatrix rows on distinct banks)
+constexpr int kVRow = kL * 2;                           // V tile rows: 512 f16 dims, 16-byte chunk c of key r at c ^ (r & 7)
+
+struct Smem { // byte offsets into the dynamic shared memory
+    // shared by the groups
+    static constexpr int qf = 0;                       // Q's B fragments: [36 k-steps][32 lanes] x 16 bytes (kQFrag)
+    static constexpr int row_at = qf + kKSteps * 32 * 16; // int64 [16]: where each row's o (or partial) starts
+    static constexpr int fm = row_at + 16 * 8;          // float [2 groups][16 rows]: each group's row maxima at a pass's end
+    static constexpr int fl = fm + kGroups * 16 * 4;    // float [2 groups][4 warps][16 rows]: the warps' row sums
+    static constexpr int group0 = (fl + kGroups * 4 * 16 * 4 + 127) / 128 * 128;
+    // per group, at group0 + g * group_bytes
+    static constexpr int v = 0;                        // the f16 V tile [64 keys][kVRow]; group 0's holds Q's bf16 rows
+                                                       // at a pass's start and the staged o rows at its end
+    static constexpr int rows = v + kKeys * kVRow;     // the tile's e4m3 rows [64][576], staged by bulk copies
+    static constexpr int p = rows + kKeys * kD;         // P^T [16 rows][kPRow], f16
+    static constexpr int red = p + 16 * kPRow;          // float [2 parities][16 rows][4 warps]: the warps' maxima
+    static constexpr int present = red + 2 * 16 * 4 * 4; // uint8 [64]: rows copied per run of keys (see below)
+    static constexpr int bar = present + kKeys;         // the staging area's mbarrier
+    static constexpr int group_bytes = (bar + 8 + 127) / 128 * 128;
+    static constexpr int total = group0 + kGroups * group_bytes;
+    static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
+    static_assert(16 * kRowB <= kKeys * kVRow && 16 * kStageRow * 4 <= kKeys * kVRow, "Q and the staged o rows reuse a V tile");
+};
+
+// kQFrag: entry (k-step s, lane (g, q)) of Q's fragments holds rows g and g + 8 (as f16) at
+// dims perm(s, q) .. + 3, perm(s, q) = 64 (s / 4) + 16 q + 4 (s % 4): the dims whose key bytes
+// the thread holds as k-step s (its bytes 16 q + 64 j .. + 15 of a row are k-steps 4 j .. 4 j + 3).
+__device__ __forceinline__ int perm_dim(int s, int q) { return 64 * (s >> 2) + 16 * q + 4 * (s & 3); }
+__device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
+    const uint4 v = r[s >> 2];
+    return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory at src into
+// shared memory at dst, completing as many bytes of the current phase of mbarrier bar.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
+                 "r"(bytes), "r"(bar)
+                 : "memory");
+}
+// stmatrix_x4 with each 8 x 8 matrix transposed.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+                 "r"(r3)
+                 : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams p) {
+#if defined(__CUDA_ARCH__)
+    using S = Smem;
+    constexpr int KVT = AITER_MLA_FP8_E4M3FN;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    unsigned char *gs = smem + S::group0 + grp * S::group_bytes;
+    const uint32_t qf_a = smem_addr(smem + S::qf), v_a = smem_addr(gs + S::v), rows_a = smem_addr(gs + S::rows);
+    const uint32_t p_a = smem_addr(gs + S::p), bar = smem_addr(gs + S::bar);
+    float *red = reinterpret_cast<float *>(gs + S::red);
+    unsigned char *present = gs + S::present;
+    long long *row_at = reinterpret_cast<long long *>(smem + S::row_at);
+    float *fm = reinterpret_cast<float *>(smem + S::fm), *fl = reinterpret_cast<float *>(smem + S::fl);
+    unsigned char *q_s = smem + S::group0 + S::v; // group 0's V tile, at a pass's start
+    float *stage_o = reinterpret_cast<float *>(smem + S::group0 + S::v); // ... and at its end
+    const aiter_mla_decode_args &a = p.a;
+    const int H = a.num_heads;
+    // A tile's keys in runs of `run` that lie together in one page (page_size a power of two),
+    // each copied by one thread of the group, the copiers spread over its warps (pages of one
+    // key: issued by 2 warps, D1-fp8-p1 153 us; by 4, 147, H200): copier cr copies run cr, with
+    // `present[cr]` its rows copied (0: absent).
+    const int run = min(a.page_size, kKeys), runs = kKeys / run, run_shift = __ffs(run) - 1;
+    const int copier_stride = 128 / runs;
+    const bool copier = t % copier_stride == 0;
+    const int cr = t / copier_stride;
+    if (t == 0) mbar_init(bar, runs);
+    __syncthreads(); // the mbarriers are ready
+    auto group_sync = [&]() {
+        if (grp == 0) named_sync<1, 128>();
+        else named_sync<2, 128>();
+    };
+    uint32_t phases = 0; // the parity of the staging area's next phase (bit 0)
+    const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd}; // this thread's rows of S^T, P and O
+    const int ka = 16 * w + g, kb = ka + 8;                         // ... and its keys of a tile
+
+    // A copier's run of a tile: its first row and its rows copied (0: absent; -1: no such tile)
+    struct Run {
+        const unsigned char *src;
+        int rows;
+    };
+    // this copier's run of tile i of piece pc (i < its tiles), entry its page id (key_entry)
+    auto run_of = [&](const Piece &pc, int i, int32_t entry) {
+        const int64_t k = (int64_t)i * kKeys + cr * run;
+        const KeyRef ref = key_ref<KVT>(p, pc, k, entry);
+        return Run{ref.row, ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
+    };
+    // the copies of a tile into the group's staging area: each copier its run, counted on the mbarrier
+    auto copy_run = [&](Run r) {
+        present[cr] = (unsigned char)r.rows;
+        mbar_arrive_expect_tx(bar, (uint32_t)r.rows * kD); // releases present[cr]
+        if (r.rows) bulk_copy(rows_a + cr * run * kD, r.src, (uint32_t)r.rows * kD, bar);
+    };
+    // The block's passes ("jobs": 16 rows of a work item, usually the whole item). A group's
+    // first tile of the next job is found while this job's Q loads and copied as soon as the
+    // group has read its last tile of this one, so that the copy's latency passes under this
+    // job's end and the next one's Q (copiers only: `ahead`, `early`).
+    Run ahead{nullptr, -1};
+    bool early = false;      // this job's first tile of the group was copied during the last job
+    int count_loc = -1, count_rows = 0; // rows stored by the last job, counted during this one (thread kThreads - 1)
+    release_dependents(); // the reduce (if any) may launch now
+    const int w_end = p.work_indptr[blockIdx.x + 1];
+    for (int wi = p.work_indptr[blockIdx.x]; wi < w_end; wi++) {
+        const Piece pc = load_piece(p, wi);
+        const int ntiles = (int)((pc.n + kKeys - 1) / kKeys);
+        // the page id of the copier's run of tile i, loaded a copy ahead of its use
+        auto entry_of = [&](int i) { return copier && i < ntiles ? key_entry<KVT>(p, pc, (int64_t)i * kKeys + cr * run) : -1; };
+        for (int r0 = pc.rb; r0 < pc.re; r0 += 16) {
+            const int R = min(16, pc.re - r0);
+            int32_t next = entry_of(grp);
+            if (copier && !early && grp < ntiles) copy_run(run_of(pc, grp, next)); // the last job is done with the staging area
+            early = false;
+            next = entry_of(grp + kGroups);
+            // Q rows as bf16 (an e4m3 q widened), zeros past R; scaled into f16's range (q_rows_to_f16)
+            copy_q_rows<kD, true, 1>(a, pc, r0, R, 16, tid, kThreads, [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
+            cp_async_commit();
+            if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
+            count_loc = -1;
+            if (copier) { // the next job's first tile of this group, while Q loads
+                ahead.rows = -1;
+                if (r0 + 16 < pc.re) { // the next job is this work item's next pass
+                    if (grp < ntiles) ahead = run_of(pc, grp, key_entry<KVT>(p, pc, (int64_t)grp * kKeys + cr * run));
+                } else if (wi + 1 < w_end) {
+                    const Piece nx = load_piece(p, wi + 1);
+                    if (grp < (nx.n + kKeys - 1) / kKeys) ahead = run_of(nx, grp, key_entry<KVT>(p, nx, (int64_t)grp * kKeys + cr * run));
+                }
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+            q_rows_to_f16(q_s, 16, tid >> 5, kThreads / 32, lane);
+            __syncthreads();
+            for (int e = tid; e < kKSteps * 32; e += kThreads) { // kQFrag
+                const int s = e >> 5, gg = (e & 31) >> 2, d = perm_dim(s, e & 3);
+                const uint2 x = *reinterpret_cast<const uint2 *>(q_s + gg * kRowB + d * 2);
+                const uint2 y = *reinterpret_cast<const uint2 *>(q_s + (gg + 8) * kRowB + d * 2);
+                store16_shared(qf_a + e * 16, make_uint4(x.x, x.y, y.x, y.y));
+            }
+            // per row of this thread: the score factor (q_rows_to_f16's 2^-e, the scales, log2 e) and
+            // the last key of the piece it may see (-1: none; a piece has fewer than 2^31 keys)
+            float rs[4];
+            int last[4];
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                rs[h] = *reinterpret_cast<const float *>(q_s + hh[h] * kRowB + kD * 2) * p.score_scale;
+                last[h] = hh[h] < R ? (int)min(max(row_key_limit(pc, r0 + hh[h], H) - pc.tok0, -1LL), (long long)pc.n - 1) : -1;
+            }
+            __syncthreads(); // Q's fragments are in; group 0's V tile is its own again
+
+            float acc[8][2][4];
+#pragma unroll
+            for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
+            float m[4], lsum[4]; // rows hh[]: running max (log2 units) and this thread's share of the sum
+#pragma unroll
+            for (int h = 0; h < 4; h++) m[h] = neg_inf(), lsum[h] = 0.0f;
+            // Both groups run the same number of iterations (a group with one tile fewer passes the
+            // barriers of an empty one), so that their barrier sequences pair up across the block,
+            // as race checkers expect: with a group's own count, compute-sanitizer's racecheck
+            // reported hazards across the block barriers after the tiles; each group's named
+            // barrier is its own and every thread meets the block barriers in the same order, so
+            // no race was found in the code, and every test passed either way. The pairing costs
+            // ~4 % (D1-fp8 128 -> 133 us; more spills).
+            const int iters = (ntiles + kGroups - 1) / kGroups;
+            for (int it = 0, par = 0; it < iters; it++, par ^= 1) {
+                const int i = grp + it * kGroups;
+                if (i >= ntiles) {
+#pragma unroll
+                    for (int b = 0; b < 3; b++) group_sync(); // (A), (C), (B)
+                    continue;
+                }
+                mbar_wait(bar, 0, phases);
+                const int k0 = i * kKeys;
+                const bool oka = (ka & (run - 1)) < present[ka >> run_shift], okb = (kb & (run - 1)) < present[kb >> run_shift];
+                uint4 ra[9], rb[9]; // a quad reads 64 consecutive bytes of a row a load
+#pragma unroll
+                for (int j = 0; j < 9; j++) {
+                    ra[j] = oka ? load16_shared(rows_a + ka * kD + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
+                    rb[j] = okb ? load16_shared(rows_a + kb * kD + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
+                }
+                group_sync(); // (A) the group has read the rows and is done with the last tile's V and P
+                if (copier) {
+                    if (i + kGroups < ntiles) {
+                        copy_run(run_of(pc, i + kGroups, next));
+                    } else if (ahead.rows >= 0) {
+                        copy_run(ahead);
+                        early = true;
+                    }
+                }
+                next = entry_of(i + 2 * kGroups);
+
+                // S^T: two accumulator chains per n8-tile (rows 0-7, 8-15); the V tile on the way,
+                // a 16-byte chunk (8 dims) every two k-steps
+                float s0[2][4] = {}, s1[2][4] = {};
+                uint32_t pa0 = 0, pa1 = 0, pa2 = 0, pa3 = 0;
+#pragma unroll
+                for (int s = 0; s < kKSteps; s++) {
+                    const uint32_t wa = word_of(ra, s), wb = word_of(rb, s);
+                    const uint32_t af[4] = {e4m3x2_to_f16x2((uint16_t)wa), e4m3x2_to_f16x2((uint16_t)wb), e4m3x2_to_f16x2((uint16_t)(wa >> 16)),
+                                            e4m3x2_to_f16x2((uint16_t)(wb >> 16))};
+                    const uint4 qv = load16_shared(qf_a + (s * 32 + lane) * 16);
+                    mma_f16(s0[s & 1], af, qv.x, qv.y);
+                    mma_f16(s1[s & 1], af, qv.z, qv.w);
+                    if (s & 1) { // dims perm(s - 1, q) .. + 7 of keys ka, kb: chunk c of their V rows
+                        const int c = 8 * (s >> 2) + 2 * qd + ((s >> 1) & 1);
+                        if (s < kL / 16) {
+                            store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), make_uint4(pa0, pa2, af[0], af[2]));
+                            store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), make_uint4(pa1, pa3, af[1], af[3]));
+                        }
+                    } else {
+                        pa0 = af[0], pa1 = af[1], pa2 = af[2], pa3 = af[3];
+                    }
+                }
+                // scores (log2 units), -inf where masked: x[e] = (key a | b by e & 2, row hh[(e >> 2) * 2 + (e & 1)])
+                float x[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int h = (e >> 2) * 2 + (e & 1), key = e & 2 ? kb : ka;
+                    const bool ok = (e & 2 ? okb : oka) && k0 + key <= last[h];
+                    const float u = e < 4 ? s0[0][e] + s0[1][e] : s1[0][e - 4] + s1[1][e - 4];
+                    x[e] = ok ? u * rs[h] : neg_inf();
+                }
+                float mx[4] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3]), fmaxf(x[4], x[6]), fmaxf(x[5], x[7])};
+#pragma unroll
+                for (int h = 0; h < 4; h++)
+#pragma unroll
+                    for (int o = 4; o < 32; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+                if (g == 0)
+#pragma unroll
+                    for (int h = 0; h < 4; h++) red[(par * 16 + hh[h]) * 4 + w] = mx[h];
+                group_sync(); // (C) the warps' maxima are in
+                float alpha[4], mu[4];
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const float4 r4 = *reinterpret_cast<const float4 *>(red + (par * 16 + hh[h]) * 4);
+                    const float mn = fmaxf(m[h], fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w)));
+                    mu[h] = mn == neg_inf() ? 0.0f : mn; // no key yet: every e is 0
+                    alpha[h] = fast_exp2(m[h] - mu[h]);
+                    m[h] = mn;
+                }
+                float pe[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) pe[e] = fast_exp2(x[e] - mu[(e >> 2) * 2 + (e & 1)]);
+#pragma unroll
+                for (int h = 0; h < 4; h++) lsum[h] = lsum[h] * alpha[h] + pe[(h >> 1) * 4 + (h & 1)] + pe[(h >> 1) * 4 + (h & 1) + 2];
+                { // P^T [row][key]: matrix k = lane / 8 holds keys 16 w + 8 (k & 1) .., rows 8 (k >> 1) ..
+                    const int mi = lane >> 3;
+                    stmatrix_x4_trans(p_a + ((mi >> 1) * 8 + (lane & 7)) * kPRow + (16 * w + (mi & 1) * 8) * 2, pack_f16x2(pe[0], pe[1]),
+                                      pack_f16x2(pe[2], pe[3]), pack_f16x2(pe[4], pe[5]), pack_f16x2(pe[6], pe[7]));
+                }
+                group_sync(); // (B) P and the V tile are in
+#pragma unroll
+                for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+                        acc[mt][nt][0] *= alpha[2 * nt];
+                        acc[mt][nt][1] *= alpha[2 * nt + 1];
+                        acc[mt][nt][2] *= alpha[2 * nt];
+                        acc[mt][nt][3] *= alpha[2 * nt + 1];
+                    }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const int mi = lane >> 3, j = lane & 7;
+                    uint32_t pb[4];
+                    ldsm_x4(p_a + ((mi >> 1) * 8 + j) * kPRow + (16 * kk + (mi & 1) * 8) * 2, pb);
+#pragma unroll
+                    for (int mt = 0; mt < 8; mt++) {
+                        const int key = 16 * kk + (mi >> 1) * 8 + j, c = (128 * w + 16 * mt + (mi & 1) * 8) >> 3;
+                        uint32_t va[4];
+                        ldsm_x4_trans(v_a + key * kVRow + ((c ^ (key & 7)) << 4), va);
+                        mma_f16(acc[mt][0], va, pb[0], pb[1]);
+                        mma_f16(acc[mt][1], va, pb[2], pb[3]);
+                    }
+                }
+            }
+
+            // The groups' rows together: M = max of the groups' m, L = sum of each group's sums times
+            // 2^(m - M); o = sum over the groups of acc 2^(m - M), times finish_row's factor.
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], o);
+            if (g == 0)
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    fl[(grp * 4 + w) * 16 + hh[h]] = lsum[h];
+                    if (w == 0) fm[grp * 16 + hh[h]] = m[h];
+                }
+            __syncthreads(); // also: both groups are done with their tiles
+            float f[4];
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const int r = hh[h];
+                const float M = fmaxf(fm[r], fm[16 + r]), Mu = M == neg_inf() ? 0.0f : M;
+                float L = 0.0f;
+#pragma unroll
+                for (int gg = 0; gg < kGroups; gg++) {
+                    const float fg = fast_exp2(fm[gg * 16 + r] - Mu);
+                    L += (fl[(gg * 4) * 16 + r] + fl[(gg * 4 + 1) * 16 + r] + fl[(gg * 4 + 2) * 16 + r] + fl[(gg * 4 + 3) * 16 + r]) * fg;
+                }
+                f[h] = 0.0f;
+                if (r < R) {
+                    const bool publish = grp == 0 && w == 0 && g == 0;
+                    float inv;
+                    const long long at = finish_row(p, pc, r0 + r, M, L, publish, &inv);
+                    if (publish) row_at[r] = at;
+                    f[h] = fast_exp2(m[h] - Mu) * inv;
+                }
+            }
+            // group 1 stages its rows as fp32 in group 0's V tile, then group 0 adds its own
+#pragma unroll
+            for (int pass = 0; pass < kGroups; pass++) {
+                if (grp == kGroups - 1 - pass)
+#pragma unroll
+                    for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+                        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                float *at = stage_o + hh[2 * nt + (e & 1)] * kStageRow + 128 * w + 16 * mt + g + (e & 2) * 4;
+                                *at = (pass ? *at : 0.0f) + acc[mt][nt][e] * f[2 * nt + (e & 1)];
+                            }
+                __syncthreads();
+            }
+            store_staged_rows(p, pc, stage_o, row_at, R, tid, kThreads);
+            __syncthreads(); // the stage and row_at are refilled by the next pass
+            // a split piece's rows are stored: counted for the reduce (see count_stored_rows)
+            // once the next job's Q is on its way (the fence waits for the stores)
+            if (p.arrivals && pc.loc >= 0) count_loc = pc.loc, count_rows = R;
+        }
+    }
+    if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
+#endif
+}
+
+} // namespace f8
 #endif
 
 // ==== reduce of split pieces (SPEC 1b) =====================================================
@@ -5867,6 +6269,13 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
+#ifdef AITER_MLA_HAS_WGMMA
+    // 16-row passes over a per-tensor e4m3fn cache (whose base the wrapper holds to 16 bytes,
+    // as the kernel's bulk copies need)
+    if constexpr (KVT == AITER_MLA_FP8_E4M3FN)
+        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && !p.sparse)
+            return launch_big_smem(f8::decode16_e4m3_kernel, grid, f8::kThreads, f8::Smem::total, s, p);
+#endif
     if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks

@@ -10,7 +10,7 @@
  * timed with device events after warm-up; the median is reported.
  * Bytes: every KV row read once + q + o. FLOPs: sum 2 * H * q_len * ctx * (576 + 512).
  * Rows *-fp8 have an e4m3fn cache and a bf16 q; *-fp8q an e4m3fn q as well (vLLM's fp8
- * decode, which quantises q for an fp8 cache).
+ * decode, which quantises q for an fp8 cache). Rows *-p1 have pages of one key, the others 64.
  * Prefill rows (P1-P4): H 128, dqk 192, dv 128; FLOPs 2 * H * sum(sq * sk) * (192 + 128),
  * halved when causal; without a plan (grid) and through the persistent plan (bf16, fp8),
  * built for the list count and tile_q the header recommends for aiter_mla_prefill
@@ -1021,9 +1021,11 @@ int main(int argc, char **argv) {
         {"D1-p1", 16, 1, 128, 4096, 1, AITER_MLA_BF16, AITER_MLA_BF16},
         {"D1-fp8", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
         {"D1-fp8q", 16, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN},
+        {"D1-fp8-p1", 16, 1, 128, 4096, 1, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
         {"D2", 16, 1, 128, 8192, 64, AITER_MLA_BF16, AITER_MLA_BF16},
         {"D2-p1", 16, 1, 128, 8192, 1, AITER_MLA_BF16, AITER_MLA_BF16},
         {"D2-fp8", 16, 1, 128, 8192, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
+        {"D2-fp8-p1", 16, 1, 128, 8192, 1, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
         {"D3", 128, 1, 128, 4096, 64, AITER_MLA_BF16, AITER_MLA_BF16},
         {"D3-fp8", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16},
         {"D3-fp8q", 128, 1, 128, 4096, 64, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN},

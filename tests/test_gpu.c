@@ -395,6 +395,10 @@ static void test_decode_variants(test_rng *rng) {
         {64, 2, 64, 4, 9, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_F16, 1, 1, 0},
         {128, 1, 1, 3, 4, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 0, 0, 0},
         {32, 1, 1, 5, 6, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_F32, 1, 0, 0},
+        /* an e4m3fn cache at 16 rows a pass with pages larger than the 64-key tiles of its
+         * kernel (decode16_e4m3_kernel in sm_90a builds: a tile then lies inside a page) */
+        {16, 1, 256, 5, 7, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
+        {8, 2, 128, 6, 3, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 1, 0},
     };
     for (k = 0; k < (int)(sizeof v / sizeof v[0]); k++) {
         if (g_quick && k % 2) continue;
