@@ -539,8 +539,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * A row that sees no key gets o = 0, lse = +inf (so does every row of an empty request:
  * the plan gives each of its tiles one empty work item); a NaN or +inf score (from a NaN or an
  * infinity in q or a key it sees) gives it NaN o and lse, here and in the references; a score
- * of -inf weighs 0, as a masked key does (FlashMLA alike; infinite V values of a key that
- * weighs 0 are outside this contract: that dim of o may come out NaN, SPEC 1). Page ids outside
+ * of -inf weighs 0, as a masked key does (FlashMLA alike; infinite or NaN V values of a key
+ * that weighs 0 are outside this contract: that dim of o may come out NaN, even in a row that
+ * sees no key, SPEC 1). Page ids outside
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
