@@ -1378,7 +1378,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * workspace, 3417 -> 2960 us on an H100), the tensor-core decode kernel on sm_90 for bf16 q (16-byte
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
  * 16, and 8 bytes of padding after an odd block size's last scales, which the default
- * stride has) or both bf16 rows, a portable kernel otherwise. AMD builds run the same cases on
+ * stride has) or both bf16 rows, a portable kernel otherwise (up to 16 heads over MODEL1
+ * pages of e4m3fn, AITER_MLA_WGMMA builds take q . K with the e4m3 values in f16, q's rows
+ * scaled by powers of two into f16's range, each scale group's sum times its scale in fp32
+ * and the rope in bf16; V and P in bf16 as elsewhere). AMD builds run the same cases on
  * the matrix-core (MFMA) decode kernel (MODEL1 pages there need no padding: the scale bytes
  * are read one by one). The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
@@ -1472,8 +1475,9 @@ typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
     AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile;
-                                  over a per-tensor e4m3fn cache, AITER_MLA_WGMMA builds take a
-                                  kernel of its own that stages keys by bulk copies) */
+                                  over a per-tensor e4m3fn cache, and V4's MODEL1 pages of
+                                  e4m3fn, AITER_MLA_WGMMA builds take a kernel of their own that
+                                  stages keys by bulk copies) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims and e4m3fnuz) */

@@ -1384,14 +1384,17 @@ __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const P
     }
 }
 
-// Q rows 0 .. rows of a pass (bf16, kRowB apart) to f16 in place, each times the power of two
-// 2^e that brings its largest magnitude into [2^14, 2^15): below f16's overflow, and every value
-// down to 2^-28 of the largest stays exact (those smaller add less than fp32 rounding does).
-// 2^-e goes to the row's padding (float at byte kD * 2), for the scores. Warp w of `warps`
-// takes rows w, w + warps, ...; rows of zeros, infinities or NaNs keep e = 0, and e stops at
-// +-126 (2^e and 2^-e stay normal floats; a row whose largest is a bf16 subnormal ends below 1).
+// Q rows 0 .. rows of a pass (kDq bf16 values, kRowB apart) to f16 in place, each times the
+// power of two 2^e that brings its largest magnitude into [2^14, 2^15): below f16's overflow,
+// and every value down to 2^-28 of the largest stays exact (those smaller add less than fp32
+// rounding does). 2^-e goes to the row's padding (float at byte kD * 2), for the scores. Warp w
+// of `warps` takes rows w, w + warps, ...; rows of zeros, infinities or NaNs keep e = 0, and e
+// stops at +-126 (2^e and 2^-e stay normal floats; a row whose largest is a bf16 subnormal
+// ends below 1).
+template <int kDq = kD>
 __device__ __forceinline__ void q_rows_to_f16(unsigned char *q_s, int rows, int warp, int warps, int lane) {
-    constexpr int kWords = kD / 2 / 32; // bf16 pairs per lane
+    static_assert(kDq % 64 == 0 && kDq <= kD, "whole words a lane, inside the row");
+    constexpr int kWords = kDq / 2 / 32; // bf16 pairs per lane
     for (int r = warp; r < rows; r += warps) {
         uint32_t *row = reinterpret_cast<uint32_t *>(q_s + r * kRowB), w[kWords], amax = 0;
 #pragma unroll
@@ -3349,6 +3352,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 #ifdef AITER_MLA_HAS_WGMMA
 namespace f8 {
 
+using mma::bf16x2_mul;
 using mma::copy_q_rows;
 using mma::count_stored_rows;
 using mma::cp_async_commit;
@@ -3359,35 +3363,51 @@ using mma::kRowB;
 using mma::kStageRow;
 using mma::ldsm_x4;
 using mma::ldsm_x4_trans;
+using mma::mma16;
+using mma::mma_bf16;
 using mma::mma_f16;
 using mma::named_sync;
+using mma::pack16x2;
+using mma::pack_bf16x2;
 using mma::pack_f16x2;
 using mma::q_rows_to_f16;
 using mma::smem_addr;
 using mma::store16_shared;
 using mma::store_staged_rows;
+using mma::takes_fp8_q;
+using mma::ue8m0_to_bf16x2;
+using wg::cp_async_arrive_noinc;
 using wg::load16_shared;
 using wg::mbar_arrive_expect_tx;
 using wg::mbar_init;
 using wg::mbar_wait;
 
 constexpr int kThreads = 256, kGroups = 2, kKeys = 64; // two groups of 4 warps; keys a tile
-constexpr int kKSteps = kD / 16;                        // k-steps of S^T (36)
-constexpr int kPRow = kKeys * 2 + 16;                   // P^T rows: 64 f16 keys + 16 bytes (ldmatrix rows on distinct banks)
-constexpr int kVRow = kL * 2;                           // V tile rows: 512 f16 dims, 16-byte chunk c of key r at c ^ (r & 7)
+constexpr int kRowBytes = kD;                            // a staged key row: 576 e4m3, or MODEL1's 448 e4m3 + 64 bf16
+static_assert(AITER_MLA_V4_ROW_BYTES == kRowBytes, "MODEL1 rows stage like e4m3 ones");
+// The formats of this kernel: a per-tensor e4m3fn cache (decode) or MODEL1 pages of e4m3fn
+// (V4 attention), whose rows end in 64 bf16 rope values and carry 7 power-of-two scales.
+template <int KVT>
+constexpr int ksteps = qk_dims(KVT) / 16;              // k-steps of S^T: 36, MODEL1 32 (28 e4m3 + 4 bf16)
+constexpr int kNopeSteps = kV4Nope / 16;                // MODEL1's e4m3 k-steps (28), 4 a scale group
+constexpr int kPRow = kKeys * 2 + 16;                   // P^T rows: 64 16-bit keys + 16 bytes (ldmatrix rows on distinct banks)
+constexpr int kVRow = kL * 2;                           // V tile rows: 512 16-bit dims, 16-byte chunk c of key r at c ^ (r & 7)
 
+template <int KVT>
 struct Smem { // byte offsets into the dynamic shared memory
+    static constexpr bool kModel1 = KVT == kV4Model1;
     // shared by the groups
-    static constexpr int qf = 0;                       // Q's B fragments: [36 k-steps][32 lanes] x 16 bytes (kQFrag)
-    static constexpr int row_at = qf + kKSteps * 32 * 16; // int64 [16]: where each row's o (or partial) starts
+    static constexpr int qf = 0;                       // Q's B fragments: [k-steps][32 lanes] x 16 bytes (kQFrag)
+    static constexpr int row_at = qf + ksteps<KVT> * 32 * 16; // int64 [16]: where each row's o (or partial) starts
     static constexpr int fm = row_at + 16 * 8;          // float [2 groups][16 rows]: each group's row maxima at a pass's end
     static constexpr int fl = fm + kGroups * 16 * 4;    // float [2 groups][4 warps][16 rows]: the warps' row sums
     static constexpr int group0 = (fl + kGroups * 4 * 16 * 4 + 127) / 128 * 128;
     // per group, at group0 + g * group_bytes
-    static constexpr int v = 0;                        // the f16 V tile [64 keys][kVRow]; group 0's holds Q's bf16 rows
-                                                       // at a pass's start and the staged o rows at its end
-    static constexpr int rows = v + kKeys * kVRow;     // the tile's e4m3 rows [64][576], staged by bulk copies
-    static constexpr int p = rows + kKeys * kD;         // P^T [16 rows][kPRow], f16
+    static constexpr int v = 0;                        // the V tile [64 keys][kVRow] (f16; MODEL1 bf16); group 0's
+                                                       // holds Q's bf16 rows at a pass's start and the staged o rows at its end
+    static constexpr int rows = v + kKeys * kVRow;     // the tile's rows [64][576], staged by bulk copies
+    static constexpr int scales = rows + kKeys * kRowBytes; // MODEL1: [64][8] each key's scale bytes
+    static constexpr int p = scales + (kModel1 ? kKeys * 8 : 0); // P^T [16 rows][kPRow], f16 (MODEL1 bf16)
     static constexpr int red = p + 16 * kPRow;          // float [2 parities][16 rows][4 warps]: the warps' maxima
     static constexpr int present = red + 2 * 16 * 4 * 4; // uint8 [64]: rows copied per run of keys (see below)
     static constexpr int bar = present + kKeys;         // the staging area's mbarrier
@@ -3397,10 +3417,16 @@ struct Smem { // byte offsets into the dynamic shared memory
     static_assert(16 * kRowB <= kKeys * kVRow && 16 * kStageRow * 4 <= kKeys * kVRow, "Q and the staged o rows reuse a V tile");
 };
 
-// kQFrag: entry (k-step s, lane (g, q)) of Q's fragments holds rows g and g + 8 (as f16) at
-// dims perm(s, q) .. + 3, perm(s, q) = 64 (s / 4) + 16 q + 4 (s % 4): the dims whose key bytes
-// the thread holds as k-step s (its bytes 16 q + 64 j .. + 15 of a row are k-steps 4 j .. 4 j + 3).
-__device__ __forceinline__ int perm_dim(int s, int q) { return 64 * (s >> 2) + 16 * q + 4 * (s & 3); }
+// kQFrag: entry (k-step s, lane (g, q)) of Q's fragments holds rows g and g + 8 (f16; MODEL1's
+// rope k-steps bf16) at dims perm_dim(s, q) .. + 3: the dims whose key values the thread holds
+// as k-step s. e4m3 bytes 16 q + 64 j .. + 15 of a row are k-steps 4 j .. 4 j + 3 (dims 64 j +
+// 16 q + 4 (s % 4)); MODEL1's bf16 rope, bytes 448 + 64 h + 16 q .. + 15 (dims 448 + 32 h + 8 q
+// .. + 7), is k-steps 28 + 2 h, 29 + 2 h.
+template <int KVT>
+__device__ __forceinline__ int perm_dim(int s, int q) {
+    if (KVT == kV4Model1 && s >= kNopeSteps) return kV4Nope + 32 * ((s - kNopeSteps) >> 1) + 8 * q + 4 * ((s - kNopeSteps) & 1);
+    return 64 * (s >> 2) + 16 * q + 4 * (s & 3);
+}
 __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
     const uint4 v = r[s >> 2];
     return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
@@ -3419,15 +3445,38 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
                  : "memory");
 }
 
-__global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams p) {
+// 8 bytes (both addresses 8-byte aligned) by cp.async, completing by commit group or on an
+// mbarrier (cp_async_arrive_noinc).
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// Two f16 (e4m3 values widened) times a power-of-two scale (scale2: bf16x2 of it) as bf16,
+// rounded as the 16-row kernel's MODEL1 widening rounds (exact where the product is normal).
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2_scaled(uint32_t h2, uint32_t scale2) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
+    return bf16x2_mul(pack_bf16x2(f.x, f.y), scale2);
+}
+// Byte j of a key's 8 scale bytes (lo, hi: its two words) as bf16x2 of 2^(b - 127).
+__device__ __forceinline__ uint32_t scale_of(uint2 sc, int j) { return ue8m0_to_bf16x2((uint8_t)((j < 4 ? sc.x : sc.y) >> (8 * (j & 3)))); }
+
+// The 16-row decode of a per-tensor e4m3fn cache (KVT = AITER_MLA_FP8_E4M3FN: the plan's work
+// items) or V4 attention over MODEL1 pages of e4m3fn (kV4Model1: a token a job, as the sparse
+// kernels take them). MODEL1 keys differ in three places: each key's 7 scales come with its
+// row (its 8 scale bytes by cp.async); S^T sums each scale group's 4 k-steps
+// apart and adds them times the key's scale (fp32, exact: powers of two), and its 4 rope
+// k-steps run in bf16 on Q's bf16 rope values; the V tile holds bf16 values times their scales
+// (as the 16-row kernel widens them), and P^T is bf16 to match.
+template <int KVT>
+__global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__)
-    using S = Smem;
-    constexpr int KVT = AITER_MLA_FP8_E4M3FN;
+    using S = Smem<KVT>;
+    constexpr bool kModel1 = KVT == kV4Model1, kF16 = !kModel1; // the P.V products in f16 (MODEL1: bf16)
+    constexpr int kSteps = ksteps<KVT>;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     unsigned char *gs = smem + S::group0 + grp * S::group_bytes;
     const uint32_t qf_a = smem_addr(smem + S::qf), v_a = smem_addr(gs + S::v), rows_a = smem_addr(gs + S::rows);
-    const uint32_t p_a = smem_addr(gs + S::p), bar = smem_addr(gs + S::bar);
+    const uint32_t scales_a = smem_addr(gs + S::scales), p_a = smem_addr(gs + S::p), bar = smem_addr(gs + S::bar);
     float *red = reinterpret_cast<float *>(gs + S::red);
     unsigned char *present = gs + S::present;
     long long *row_at = reinterpret_cast<long long *>(smem + S::row_at);
@@ -3436,15 +3485,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
     float *stage_o = reinterpret_cast<float *>(smem + S::group0 + S::v); // ... and at its end
     const aiter_mla_decode_args &a = p.a;
     const int H = a.num_heads;
-    // A tile's keys in runs of `run` that lie together in one page (page_size a power of two),
-    // each copied by one thread of the group, the copiers spread over its warps (pages of one
-    // key: issued by 2 warps, D1-fp8-p1 153 us; by 4, 147, H200): copier cr copies run cr, with
-    // `present[cr]` its rows copied (0: absent).
-    const int run = min(a.page_size, kKeys), runs = kKeys / run, run_shift = __ffs(run) - 1;
+    // A tile's keys in runs of `run` that lie together in one page (page_size a power of two;
+    // MODEL1 keys, each looked up apart, runs of one), each copied by one thread of the group,
+    // the copiers spread over its warps (pages of one key: issued by 2 warps, D1-fp8-p1 153 us;
+    // by 4, 147, H200): copier cr copies run cr, with `present[cr]` its rows copied (0: absent).
+    const int run = kModel1 ? 1 : min(a.page_size, kKeys), runs = kKeys / run, run_shift = __ffs(run) - 1;
     const int copier_stride = 128 / runs;
     const bool copier = t % copier_stride == 0;
     const int cr = t / copier_stride;
-    if (t == 0) mbar_init(bar, runs);
+    if (t == 0) mbar_init(bar, kModel1 ? 2 * runs : runs); // MODEL1: the scale bytes' copies arrive on their own
     __syncthreads(); // the mbarriers are ready
     auto group_sync = [&]() {
         if (grp == 0) named_sync<1, 128>();
@@ -3454,65 +3503,94 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
     const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd}; // this thread's rows of S^T, P and O
     const int ka = 16 * w + g, kb = ka + 8;                         // ... and its keys of a tile
 
-    // A copier's run of a tile: its first row and its rows copied (0: absent; -1: no such tile)
+    // A copier's run of a tile: its first row and its rows copied (0: absent; -1: no such tile);
+    // MODEL1: the row's 8 scale bytes
     struct Run {
-        const unsigned char *src;
+        const unsigned char *src, *scales;
         int rows;
     };
-    // this copier's run of tile i of piece pc (i < its tiles), entry its page id (key_entry)
+    // this copier's run of tile i of piece pc (i < its tiles), entry its page id or list entry (key_entry)
     auto run_of = [&](const Piece &pc, int i, int32_t entry) {
         const int64_t k = (int64_t)i * kKeys + cr * run;
         const KeyRef ref = key_ref<KVT>(p, pc, k, entry);
-        return Run{ref.row, ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
+        return Run{ref.row, ref.scales + (ref.kind & kKindOddScales ? 8 : 0), ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
     };
-    // the copies of a tile into the group's staging area: each copier its run, counted on the mbarrier
+    // the copies of a tile into the group's staging area: each copier its run, counted on the
+    // mbarrier. MODEL1's 8 scale bytes go by cp.async (a bulk copy each cost more: ~1500 cycles
+    // a tile), whose completion arrives on the mbarrier too, absent keys' at once.
     auto copy_run = [&](Run r) {
         present[cr] = (unsigned char)r.rows;
-        mbar_arrive_expect_tx(bar, (uint32_t)r.rows * kD); // releases present[cr]
-        if (r.rows) bulk_copy(rows_a + cr * run * kD, r.src, (uint32_t)r.rows * kD, bar);
+        mbar_arrive_expect_tx(bar, (uint32_t)r.rows * kRowBytes); // releases present[cr]
+        if (r.rows) {
+            bulk_copy(rows_a + cr * run * kRowBytes, r.src, (uint32_t)r.rows * kRowBytes, bar);
+            if constexpr (kModel1) cp_async8(scales_a + cr * 8, r.scales);
+        }
+        if constexpr (kModel1) cp_async_arrive_noinc(bar);
     };
-    // The block's passes ("jobs": 16 rows of a work item, usually the whole item). A group's
-    // first tile of the next job is found while this job's Q loads and copied as soon as the
-    // group has read its last tile of this one, so that the copy's latency passes under this
-    // job's end and the next one's Q (copiers only: `ahead`, `early`).
-    Run ahead{nullptr, -1};
+    // The block's jobs: its CU's work items (decode), or tokens blockIdx.x, + gridDim.x, ...
+    // (V4; its row group y, its share z of the keys: v4_piece).
+    int64_t j_begin, j_end, j_step;
+    if constexpr (kModel1) {
+        j_begin = blockIdx.x, j_end = p.tokens, j_step = gridDim.x;
+    } else {
+        j_begin = p.work_indptr[blockIdx.x], j_end = p.work_indptr[blockIdx.x + 1], j_step = 1;
+    }
+    auto piece_of = [&](int64_t j) { // (the wrappers hold tokens and work items below 2^31)
+        if constexpr (kModel1) return v4_piece(p, (int)j);
+        else return load_piece(p, (int)j);
+    };
+    // The block's passes ("jobs": 16 rows of a job, usually the whole job). A group's first tile
+    // of the next job is found while this job's Q loads and copied as soon as the group has read
+    // its last tile of this one, so that the copy's latency passes under this job's end and the
+    // next one's Q (copiers only: `ahead`, `early`).
+    Run ahead{nullptr, nullptr, -1};
     bool early = false;      // this job's first tile of the group was copied during the last job
     int count_loc = -1, count_rows = 0; // rows stored by the last job, counted during this one (thread kThreads - 1)
     release_dependents(); // the reduce (if any) may launch now
-    const int w_end = p.work_indptr[blockIdx.x + 1];
-    for (int wi = p.work_indptr[blockIdx.x]; wi < w_end; wi++) {
-        const Piece pc = load_piece(p, wi);
+    for (int64_t wi = j_begin; wi < j_end; wi += j_step) {
+        const Piece pc = piece_of(wi);
         const int ntiles = (int)((pc.n + kKeys - 1) / kKeys);
         // the page id of the copier's run of tile i, loaded a copy ahead of its use
         auto entry_of = [&](int i) { return copier && i < ntiles ? key_entry<KVT>(p, pc, (int64_t)i * kKeys + cr * run) : -1; };
         for (int r0 = pc.rb; r0 < pc.re; r0 += 16) {
             const int R = min(16, pc.re - r0);
+            // the entries of the group's first two tiles, then Q, then the first tile's copy: Q's
+            // copies do not wait for the entries
             int32_t next = entry_of(grp);
+            const int32_t second = entry_of(grp + kGroups);
+            // Q rows as bf16 (an e4m3 q widened), zeros past R; scaled into f16's range (q_rows_to_f16)
+            copy_q_rows<qk_dims(KVT), takes_fp8_q(KVT), 1>(a, pc, r0, R, 16, tid, kThreads,
+                                                           [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
+            cp_async_commit();
             if (copier && !early && grp < ntiles) copy_run(run_of(pc, grp, next)); // the last job is done with the staging area
             early = false;
-            next = entry_of(grp + kGroups);
-            // Q rows as bf16 (an e4m3 q widened), zeros past R; scaled into f16's range (q_rows_to_f16)
-            copy_q_rows<kD, true, 1>(a, pc, r0, R, 16, tid, kThreads, [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
-            cp_async_commit();
+            next = second;
             if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
             count_loc = -1;
             if (copier) { // the next job's first tile of this group, while Q loads
                 ahead.rows = -1;
-                if (r0 + 16 < pc.re) { // the next job is this work item's next pass
+                if (r0 + 16 < pc.re) { // the next job is this piece's next pass
                     if (grp < ntiles) ahead = run_of(pc, grp, key_entry<KVT>(p, pc, (int64_t)grp * kKeys + cr * run));
-                } else if (wi + 1 < w_end) {
-                    const Piece nx = load_piece(p, wi + 1);
+                } else if (wi + j_step < j_end) {
+                    const Piece nx = piece_of(wi + j_step);
                     if (grp < (nx.n + kKeys - 1) / kKeys) ahead = run_of(nx, grp, key_entry<KVT>(p, nx, (int64_t)grp * kKeys + cr * run));
                 }
             }
             cp_async_wait<0>();
             __syncthreads();
-            q_rows_to_f16(q_s, 16, tid >> 5, kThreads / 32, lane);
+            q_rows_to_f16<qk_dims(KVT)>(q_s, 16, tid >> 5, kThreads / 32, lane);
             __syncthreads();
-            for (int e = tid; e < kKSteps * 32; e += kThreads) { // kQFrag
-                const int s = e >> 5, gg = (e & 31) >> 2, d = perm_dim(s, e & 3);
-                const uint2 x = *reinterpret_cast<const uint2 *>(q_s + gg * kRowB + d * 2);
-                const uint2 y = *reinterpret_cast<const uint2 *>(q_s + (gg + 8) * kRowB + d * 2);
+            for (int e = tid; e < kSteps * 32; e += kThreads) { // kQFrag
+                const int s = e >> 5, gg = (e & 31) >> 2, d = perm_dim<KVT>(s, e & 3);
+                uint2 x = *reinterpret_cast<const uint2 *>(q_s + gg * kRowB + d * 2);
+                uint2 y = *reinterpret_cast<const uint2 *>(q_s + (gg + 8) * kRowB + d * 2);
+                if (kModel1 && s >= kNopeSteps) { // the rope's products run in bf16 (exact: Q's values are bf16 times 2^e)
+                    auto bf = [](uint32_t h2) {
+                        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
+                        return pack_bf16x2(f.x, f.y);
+                    };
+                    x = make_uint2(bf(x.x), bf(x.y)), y = make_uint2(bf(y.x), bf(y.y));
+                }
                 store16_shared(qf_a + e * 16, make_uint4(x.x, x.y, y.x, y.y));
             }
             // per row of this thread: the score factor (q_rows_to_f16's 2^-e, the scales, log2 e) and
@@ -3557,8 +3635,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
                 uint4 ra[9], rb[9]; // a quad reads 64 consecutive bytes of a row a load
 #pragma unroll
                 for (int j = 0; j < 9; j++) {
-                    ra[j] = oka ? load16_shared(rows_a + ka * kD + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
-                    rb[j] = okb ? load16_shared(rows_a + kb * kD + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
+                    ra[j] = oka ? load16_shared(rows_a + ka * kRowBytes + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
+                    rb[j] = okb ? load16_shared(rows_a + kb * kRowBytes + 16 * qd + 64 * j) : make_uint4(0u, 0u, 0u, 0u);
+                }
+                // MODEL1: keys ka, kb's scale bytes (an absent key's 0: 2^-127 times its zeros)
+                uint2 sca = make_uint2(0u, 0u), scb = make_uint2(0u, 0u);
+                if constexpr (kModel1) {
+                    if (oka) sca = *reinterpret_cast<const uint2 *>(gs + S::scales + ka * 8);
+                    if (okb) scb = *reinterpret_cast<const uint2 *>(gs + S::scales + kb * 8);
                 }
                 group_sync(); // (A) the group has read the rows and is done with the last tile's V and P
                 if (copier) {
@@ -3571,27 +3655,75 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
                 }
                 next = entry_of(i + 2 * kGroups);
 
-                // S^T: two accumulator chains per n8-tile (rows 0-7, 8-15); the V tile on the way,
-                // a 16-byte chunk (8 dims) every two k-steps
-                float s0[2][4] = {}, s1[2][4] = {};
+                // S^T [key][row] as two n8-tiles (rows 0-7, 8-15): sc[e] for key (e & 2 ? kb : ka),
+                // row hh[(e >> 2) * 2 + (e & 1)]; the V tile on the way, a 16-byte chunk (8 dims)
+                // every two e4m3 k-steps
+                float sc[8];
                 uint32_t pa0 = 0, pa1 = 0, pa2 = 0, pa3 = 0;
-#pragma unroll
-                for (int s = 0; s < kKSteps; s++) {
+                // e4m3 k-step s: its products into (d0, d1), and the V chunk it completes (odd s)
+                auto e4m3_step = [&](int s, float(&d0)[4], float(&d1)[4], uint32_t scale_a, uint32_t scale_b) {
                     const uint32_t wa = word_of(ra, s), wb = word_of(rb, s);
                     const uint32_t af[4] = {e4m3x2_to_f16x2((uint16_t)wa), e4m3x2_to_f16x2((uint16_t)wb), e4m3x2_to_f16x2((uint16_t)(wa >> 16)),
                                             e4m3x2_to_f16x2((uint16_t)(wb >> 16))};
                     const uint4 qv = load16_shared(qf_a + (s * 32 + lane) * 16);
-                    mma_f16(s0[s & 1], af, qv.x, qv.y);
-                    mma_f16(s1[s & 1], af, qv.z, qv.w);
+                    mma_f16(d0, af, qv.x, qv.y);
+                    mma_f16(d1, af, qv.z, qv.w);
                     if (s & 1) { // dims perm(s - 1, q) .. + 7 of keys ka, kb: chunk c of their V rows
                         const int c = 8 * (s >> 2) + 2 * qd + ((s >> 1) & 1);
                         if (s < kL / 16) {
-                            store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), make_uint4(pa0, pa2, af[0], af[2]));
-                            store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), make_uint4(pa1, pa3, af[1], af[3]));
+                            if constexpr (kModel1) {
+                                store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4),
+                                               make_uint4(f16x2_to_bf16x2_scaled(pa0, scale_a), f16x2_to_bf16x2_scaled(pa2, scale_a),
+                                                          f16x2_to_bf16x2_scaled(af[0], scale_a), f16x2_to_bf16x2_scaled(af[2], scale_a)));
+                                store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4),
+                                               make_uint4(f16x2_to_bf16x2_scaled(pa1, scale_b), f16x2_to_bf16x2_scaled(pa3, scale_b),
+                                                          f16x2_to_bf16x2_scaled(af[1], scale_b), f16x2_to_bf16x2_scaled(af[3], scale_b)));
+                            } else {
+                                store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), make_uint4(pa0, pa2, af[0], af[2]));
+                                store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), make_uint4(pa1, pa3, af[1], af[3]));
+                            }
                         }
                     } else {
                         pa0 = af[0], pa1 = af[1], pa2 = af[2], pa3 = af[3];
                     }
+                };
+                if constexpr (kModel1) {
+                    float t0[4] = {}, t1[4] = {};
+#pragma unroll
+                    for (int j = 0; j < kNopeSteps / 4; j++) { // scale group j: 4 k-steps apart, then times the keys' scales
+                        const uint32_t s2a = scale_of(sca, j), s2b = scale_of(scb, j);
+                        float u0[4] = {}, u1[4] = {};
+#pragma unroll
+                        for (int s = 4 * j; s < 4 * j + 4; s++) e4m3_step(s, u0, u1, s2a, s2b);
+                        const float fa = __uint_as_float(s2a << 16), fb = __uint_as_float(s2b << 16);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            t0[e] += u0[e] * (e & 2 ? fb : fa);
+                            t1[e] += u1[e] * (e & 2 ? fb : fa);
+                        }
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) { // the bf16 rope: ra[7 + h], rb[7 + h] (dims 448 + 32 h + 8 q ..), V as it is
+                        const uint4 xa = ra[7 + h], xb = rb[7 + h];
+                        const uint32_t f0[4] = {xa.x, xb.x, xa.y, xb.y}, f1[4] = {xa.z, xb.z, xa.w, xb.w};
+                        const int s = kNopeSteps + 2 * h;
+                        const uint4 q0 = load16_shared(qf_a + (s * 32 + lane) * 16), q1 = load16_shared(qf_a + ((s + 1) * 32 + lane) * 16);
+                        mma_bf16(t0, f0, q0.x, q0.y);
+                        mma_bf16(t1, f0, q0.z, q0.w);
+                        mma_bf16(t0, f1, q1.x, q1.y);
+                        mma_bf16(t1, f1, q1.z, q1.w);
+                        const int c = kV4Nope / 8 + 4 * h + qd;
+                        store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), xa);
+                        store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), xb);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sc[e] = t0[e], sc[4 + e] = t1[e];
+                } else { // two accumulator chains per n8-tile
+                    float s0[2][4] = {}, s1[2][4] = {};
+#pragma unroll
+                    for (int s = 0; s < kSteps; s++) e4m3_step(s, s0[s & 1], s1[s & 1], 0u, 0u);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sc[e] = s0[0][e] + s0[1][e], sc[4 + e] = s1[0][e] + s1[1][e];
                 }
                 // scores (log2 units), -inf where masked: x[e] = (key a | b by e & 2, row hh[(e >> 2) * 2 + (e & 1)])
                 float x[8];
@@ -3599,8 +3731,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
                 for (int e = 0; e < 8; e++) {
                     const int h = (e >> 2) * 2 + (e & 1), key = e & 2 ? kb : ka;
                     const bool ok = (e & 2 ? okb : oka) && k0 + key <= last[h];
-                    const float u = e < 4 ? s0[0][e] + s0[1][e] : s1[0][e - 4] + s1[1][e - 4];
-                    x[e] = ok ? u * rs[h] : neg_inf();
+                    x[e] = ok ? sc[e] * rs[h] : neg_inf();
                 }
                 float mx[4] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3]), fmaxf(x[4], x[6]), fmaxf(x[5], x[7])};
 #pragma unroll
@@ -3627,8 +3758,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
                 for (int h = 0; h < 4; h++) lsum[h] = lsum[h] * alpha[h] + pe[(h >> 1) * 4 + (h & 1)] + pe[(h >> 1) * 4 + (h & 1) + 2];
                 { // P^T [row][key]: matrix k = lane / 8 holds keys 16 w + 8 (k & 1) .., rows 8 (k >> 1) ..
                     const int mi = lane >> 3;
-                    stmatrix_x4_trans(p_a + ((mi >> 1) * 8 + (lane & 7)) * kPRow + (16 * w + (mi & 1) * 8) * 2, pack_f16x2(pe[0], pe[1]),
-                                      pack_f16x2(pe[2], pe[3]), pack_f16x2(pe[4], pe[5]), pack_f16x2(pe[6], pe[7]));
+                    stmatrix_x4_trans(p_a + ((mi >> 1) * 8 + (lane & 7)) * kPRow + (16 * w + (mi & 1) * 8) * 2, pack16x2<kF16>(pe[0], pe[1]),
+                                      pack16x2<kF16>(pe[2], pe[3]), pack16x2<kF16>(pe[4], pe[5]), pack16x2<kF16>(pe[6], pe[7]));
                 }
                 group_sync(); // (B) P and the V tile are in
 #pragma unroll
@@ -3650,8 +3781,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_e4m3_kernel(DecodeParams
                         const int key = 16 * kk + (mi >> 1) * 8 + j, c = (128 * w + 16 * mt + (mi & 1) * 8) >> 3;
                         uint32_t va[4];
                         ldsm_x4_trans(v_a + key * kVRow + ((c ^ (key & 7)) << 4), va);
-                        mma_f16(acc[mt][0], va, pb[0], pb[1]);
-                        mma_f16(acc[mt][1], va, pb[2], pb[3]);
+                        mma16<kF16>(acc[mt][0], va, pb[0], pb[1]);
+                        mma16<kF16>(acc[mt][1], va, pb[2], pb[3]);
                     }
                 }
             }
@@ -6274,7 +6405,19 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // as the kernel's bulk copies need)
     if constexpr (KVT == AITER_MLA_FP8_E4M3FN)
         if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && !p.sparse)
-            return launch_big_smem(f8::decode16_e4m3_kernel, grid, f8::kThreads, f8::Smem::total, s, p);
+            return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
+    // ... and 16-row passes of V4 attention over MODEL1 pages of e4m3fn (both lists) with a
+    // token's keys in one block: keys split over blocks leave each a few tiles, where the 16-row
+    // mma.sync kernel's 32-key tiles and lighter start win (H200, us: V4D-h16-k512-b4, 10
+    // splits, 16.2 against 18.1; -b32, 4 splits, 23.4 against 25.1). Given the
+    // multiprocessors, only the blocks that run at once (one an SM), each taking tokens in turn
+    // so that a token's first tiles copy while the one before ends.
+    if constexpr (KVT == kV4Model1)
+        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && p.v4_splits == 1 && p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FN &&
+            (!p.v4_keys[1].indices || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FN)) {
+            if (num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
+            return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
+        }
 #endif
     if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA

@@ -81,10 +81,11 @@ static double host_us(void) {
 static void *g_stream;
 static gpu_timer *g_timer;
 /* the decode plans' desc fields overhead_blocks and kv_granularity, the persistent prefill plans'
- * num_cu, tile_q and kv_granularity (0: the library's default; num_cu: the device's count) */
-static int g_decode_overhead, g_decode_granularity, g_prefill_cu, g_prefill_tile_q, g_prefill_granularity;
+ * num_cu, tile_q and kv_granularity, the V4 rows' num_splits (0: the library's default, or the
+ * bench's own choice; num_cu: the device's count) */
+static int g_decode_overhead, g_decode_granularity, g_prefill_cu, g_prefill_tile_q, g_prefill_granularity, g_v4_splits;
 static const char *const kUsage = "bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [--prefill-cu N] "
-                                  "[--prefill-tile-q N] [--prefill-granularity N] [ROW ...]";
+                                  "[--prefill-tile-q N] [--prefill-granularity N] [--v4-splits N] [ROW ...]";
 
 /* Start the timer behind a spin of ~100 us on the stream (gpu_hold): every timed run then
  * measures the device's time for the work, not the host's launch cost in front of it (the
@@ -849,6 +850,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.num_splits > (W + K) / 64) a.num_splits = (W + K) / 64;
     if (a.num_splits > AITER_MLA_V4_MAX_SPLITS) a.num_splits = AITER_MLA_V4_MAX_SPLITS;
     if (a.num_splits < 1) a.num_splits = 1;
+    if (g_v4_splits) a.num_splits = g_v4_splits; /* the wrapper checks it */
     a.num_cu = num_cu; /* past that, blocks taking several tokens each */
     v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL};
     aiter_mla_v4_prefill_args pf = {0};
@@ -1063,9 +1065,10 @@ int main(int argc, char **argv) {
     /* options first, each with its value; the values are checked by the planners themselves, on
      * plans of the rows' shapes */
     while (argc >= 2 && !strncmp(argv[1], "--", 2)) {
-        static const char *const opts[] = {"--decode-cu",   "--decode-overhead",   "--decode-granularity",
-                                           "--prefill-cu",  "--prefill-tile-q",    "--prefill-granularity"};
-        int *const dest[] = {&decode_cu, &g_decode_overhead, &g_decode_granularity, &g_prefill_cu, &g_prefill_tile_q, &g_prefill_granularity};
+        static const char *const opts[] = {"--decode-cu",  "--decode-overhead", "--decode-granularity", "--prefill-cu",
+                                           "--prefill-tile-q", "--prefill-granularity", "--v4-splits"};
+        int *const dest[] = {&decode_cu,      &g_decode_overhead,     &g_decode_granularity, &g_prefill_cu,
+                             &g_prefill_tile_q, &g_prefill_granularity, &g_v4_splits};
         const int nopts = (int)(sizeof opts / sizeof opts[0]);
         int o = 0;
         char *end = NULL;
@@ -1139,6 +1142,7 @@ int main(int argc, char **argv) {
         else printf("lists fitted (aiter_mla_prefill_plan_fit_lists)");
         printf(", tile_q %d, kv_granularity %d (0: the default)\n", g_prefill_tile_q ? g_prefill_tile_q : 128, g_prefill_granularity);
     }
+    if (g_v4_splits) printf("V4 decode rows: num_splits %d\n", g_v4_splits);
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         if (!wanted(argc, argv, rows[i].id)) continue;
         if (!decode_header) {

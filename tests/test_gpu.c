@@ -396,7 +396,7 @@ static void test_decode_variants(test_rng *rng) {
         {128, 1, 1, 3, 4, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_BF16, 0, 0, 0},
         {32, 1, 1, 5, 6, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_F32, 1, 0, 0},
         /* an e4m3fn cache at 16 rows a pass with pages larger than the 64-key tiles of its
-         * kernel (decode16_e4m3_kernel in sm_90a builds: a tile then lies inside a page) */
+         * kernel (decode16_fp8_kernel in sm_90a builds: a tile then lies inside a page) */
         {16, 1, 256, 5, 7, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 0, 0},
         {8, 2, 128, 6, 3, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN, AITER_MLA_BF16, 1, 1, 0},
     };
@@ -2321,6 +2321,25 @@ static void test_v4_attention_gpu(test_rng *rng) {
                 c.num_cu = (hi + v) % 2 ? 0 : fi + 2;
                 run_v4_case(&c, rng);
             }
+    /* MODEL1 pages of e4m3fn in both lists, up to 16 heads, one split: the 16-row e4m3fn
+     * kernel of sm_90a builds; 40 tokens over 3 blocks take its copies across tokens */
+    for (hi = 0; hi < 3; hi++)
+        for (v = 0; v < 2; v++) {
+            static const int few_heads[] = {1, 5, 16};
+            memset(&c, 0, sizeof c);
+            c.tokens = v ? 40 : 7;
+            c.heads = few_heads[hi];
+            c.format0 = 0;
+            c.format1 = hi == 1 && v ? -1 : 0;
+            c.fp8_0 = c.fp8_1 = AITER_MLA_FP8_E4M3FN;
+            c.q_dtype = AITER_MLA_BF16;
+            c.o_dtype = v ? AITER_MLA_BF16 : AITER_MLA_F32;
+            c.with_sink = hi != 1;
+            c.strided = v;
+            c.splits = 1;
+            c.num_cu = v ? 3 : 0;
+            run_v4_case(&c, rng);
+        }
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
