@@ -2262,11 +2262,17 @@ __device__ __forceinline__ uint4 load16_shared(uint32_t src) {
     return v;
 }
 // Four 8 x 8 matrices of 16-bit values from a warp's accumulator fragments into shared memory
-// (matrix k from register rk, where lane l holds row l / 4, columns 2 (l % 4) and + 1);
-// lanes 8 k .. 8 k + 7 give the addresses of matrix k's rows.
+// (matrix k from register rk, where lane l holds row l / 4, columns 2 (l % 4) and + 1; kTrans:
+// each matrix transposed); lanes 8 k .. 8 k + 7 give the addresses of matrix k's rows.
+template <bool kTrans = false>
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
+    if constexpr (kTrans)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+                     "r"(r3)
+                     : "memory");
+    else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                     : "memory");
 }
 
 // Pairs of blocks (a cluster of two, sm_90) that share their key tiles: each block widens
@@ -3381,6 +3387,7 @@ using wg::load16_shared;
 using wg::mbar_arrive_expect_tx;
 using wg::mbar_init;
 using wg::mbar_wait;
+using wg::stmatrix_x4;
 
 constexpr int kThreads = 256, kGroups = 2, kKeys = 64; // two groups of 4 warps; keys a tile
 constexpr int kRowBytes = kD;                            // a staged key row: 576 e4m3, or MODEL1's 448 e4m3 + 64 bf16
@@ -3436,12 +3443,6 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
                  "r"(bytes), "r"(bar)
-                 : "memory");
-}
-// stmatrix_x4 with each 8 x 8 matrix transposed.
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
-                 "r"(r3)
                  : "memory");
 }
 
@@ -3556,7 +3557,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             const int R = min(16, pc.re - r0);
             // the entries of the group's first two tiles, then Q, then the first tile's copy: Q's
             // copies do not wait for the entries
-            int32_t next = entry_of(grp);
+            int32_t next = early ? -1 : entry_of(grp); // (early: copied during the last job)
             const int32_t second = entry_of(grp + kGroups);
             // Q rows as bf16 (an e4m3 q widened), zeros past R; scaled into f16's range (q_rows_to_f16)
             copy_q_rows<qk_dims(KVT), takes_fp8_q(KVT), 1>(a, pc, r0, R, 16, tid, kThreads,
@@ -3758,7 +3759,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 for (int h = 0; h < 4; h++) lsum[h] = lsum[h] * alpha[h] + pe[(h >> 1) * 4 + (h & 1)] + pe[(h >> 1) * 4 + (h & 1) + 2];
                 { // P^T [row][key]: matrix k = lane / 8 holds keys 16 w + 8 (k & 1) .., rows 8 (k >> 1) ..
                     const int mi = lane >> 3;
-                    stmatrix_x4_trans(p_a + ((mi >> 1) * 8 + (lane & 7)) * kPRow + (16 * w + (mi & 1) * 8) * 2, pack16x2<kF16>(pe[0], pe[1]),
+                    stmatrix_x4<true>(p_a + ((mi >> 1) * 8 + (lane & 7)) * kPRow + (16 * w + (mi & 1) * 8) * 2, pack16x2<kF16>(pe[0], pe[1]),
                                       pack16x2<kF16>(pe[2], pe[3]), pack16x2<kF16>(pe[4], pe[5]), pack16x2<kF16>(pe[6], pe[7]));
                 }
                 group_sync(); // (B) P and the V tile are in
@@ -6401,10 +6402,12 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
 #ifdef AITER_MLA_HAS_WGMMA
-    // 16-row passes over a per-tensor e4m3fn cache (whose base the wrapper holds to 16 bytes,
-    // as the kernel's bulk copies need)
-    if constexpr (KVT == AITER_MLA_FP8_E4M3FN)
-        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && !p.sparse)
+    // Every 16-row pass over a per-tensor e4m3fn cache (a decode: sparse attention reads bf16
+    // or fp8_ds_mla rows; the wrapper holds the cache's base to 16 bytes, as the kernel's bulk
+    // copies need), so this build leaves out the 16-row mma.sync kernel's e4m3fn instance
+    constexpr bool kE4m3fnKernel = KVT == AITER_MLA_FP8_E4M3FN;
+    if constexpr (kE4m3fnKernel)
+        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16)
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
     // ... and 16-row passes of V4 attention over MODEL1 pages of e4m3fn (both lists) with a
     // token's keys in one block: keys split over blocks leave each a few tiles, where the 16-row
@@ -6418,8 +6421,11 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
             if (num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
         }
+#else
+    constexpr bool kE4m3fnKernel = false;
 #endif
-    if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
+    if constexpr (!kE4m3fnKernel)
+        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
     // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
