@@ -1379,9 +1379,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
  * 16, and 8 bytes of padding after an odd block size's last scales, which the default
  * stride has) or both bf16 rows, a portable kernel otherwise (up to 16 heads over MODEL1
- * pages of e4m3fn, AITER_MLA_WGMMA builds take q . K with the e4m3 values in f16, q's rows
- * scaled by powers of two into f16's range, each scale group's sum times its scale in fp32
- * and the rope in bf16; V and P in bf16 as elsewhere). AMD builds run the same cases on
+ * pages of e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take q . K with the e4m3 values
+ * in f16, q's rows scaled by powers of two into f16's range, each scale group's sum times its
+ * scale in fp32 and the rope in bf16; V and P in bf16 as elsewhere). AMD builds run the same cases on
  * the matrix-core (MFMA) decode kernel (MODEL1 pages there need no padding: the scale bytes
  * are read one by one). The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
