@@ -3326,8 +3326,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 } // namespace wg
 #endif
 
-// ==== dense decode: 16-row passes over a per-tensor e4m3fn cache (NVIDIA sm_90a) ===========
-// The memory-bound fp8 shapes (a query tile of at most 16 rows: H <= 16 at q_len 1) in
+// ==== 16-row passes over e4m3fn keys: per-tensor caches, V4's MODEL1 pages (NVIDIA sm_90a) ==
+// The memory-bound fp8 shapes (a query tile of at most 16 rows: H <= 16 at q_len 1; V4
+// attention with up to 16 heads and one split, whose differences decode16_fp8_kernel lists) in
 // AITER_MLA_WGMMA builds (other builds take the 16-row mma kernel). Same plan, pieces and
 // output conventions as the paths above; the products are mma.sync m16n8k16 in f16, as in the
 // 16-row mma kernel, but the keys never pass through a widened tile for S. A block is two
@@ -3451,11 +3452,16 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// Two f16 as bf16 (exact for f16 values with at most 8 significant bits: e4m3 values, bf16 q
+// values times a power of two).
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h2) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
+    return pack_bf16x2(f.x, f.y);
+}
 // Two f16 (e4m3 values widened) times a power-of-two scale (scale2: bf16x2 of it) as bf16,
 // rounded as the 16-row kernel's MODEL1 widening rounds (exact where the product is normal).
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2_scaled(uint32_t h2, uint32_t scale2) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
-    return bf16x2_mul(pack_bf16x2(f.x, f.y), scale2);
+    return bf16x2_mul(f16x2_to_bf16x2(h2), scale2);
 }
 // Byte j of a key's 8 scale bytes (lo, hi: its two words) as bf16x2 of 2^(b - 127).
 __device__ __forceinline__ uint32_t scale_of(uint2 sc, int j) { return ue8m0_to_bf16x2((uint8_t)((j < 4 ? sc.x : sc.y) >> (8 * (j & 3)))); }
@@ -3516,6 +3522,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         const KeyRef ref = key_ref<KVT>(p, pc, k, entry);
         return Run{ref.row, ref.scales + (ref.kind & kKindOddScales ? 8 : 0), ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
     };
+    auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kKeys - 1) / kKeys); };
+    // this copier's run of the group's first tile of piece pc (rows -1: the piece has none)
+    auto first_run = [&](const Piece &pc) {
+        return grp < tiles_of(pc) ? run_of(pc, grp, key_entry<KVT>(p, pc, (int64_t)grp * kKeys + cr * run)) : Run{nullptr, nullptr, -1};
+    };
     // the copies of a tile into the group's staging area: each copier its run, counted on the
     // mbarrier. MODEL1's 8 scale bytes go by cp.async (a bulk copy each cost more: ~1500 cycles
     // a tile), whose completion arrives on the mbarrier too, absent keys' at once.
@@ -3550,7 +3561,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
     release_dependents(); // the reduce (if any) may launch now
     for (int64_t wi = j_begin; wi < j_end; wi += j_step) {
         const Piece pc = piece_of(wi);
-        const int ntiles = (int)((pc.n + kKeys - 1) / kKeys);
+        const int ntiles = tiles_of(pc);
         // the page id of the copier's run of tile i, loaded a copy ahead of its use
         auto entry_of = [&](int i) { return copier && i < ntiles ? key_entry<KVT>(p, pc, (int64_t)i * kKeys + cr * run) : -1; };
         for (int r0 = pc.rb; r0 < pc.re; r0 += 16) {
@@ -3568,15 +3579,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             next = second;
             if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
             count_loc = -1;
-            if (copier) { // the next job's first tile of this group, while Q loads
-                ahead.rows = -1;
-                if (r0 + 16 < pc.re) { // the next job is this piece's next pass
-                    if (grp < ntiles) ahead = run_of(pc, grp, key_entry<KVT>(p, pc, (int64_t)grp * kKeys + cr * run));
-                } else if (wi + j_step < j_end) {
-                    const Piece nx = piece_of(wi + j_step);
-                    if (grp < (nx.n + kKeys - 1) / kKeys) ahead = run_of(nx, grp, key_entry<KVT>(p, nx, (int64_t)grp * kKeys + cr * run));
-                }
-            }
+            if (copier) // the next job's first tile of this group, while Q loads: this piece's next pass, or the next piece
+                ahead = r0 + 16 < pc.re ? first_run(pc) : wi + j_step < j_end ? first_run(piece_of(wi + j_step)) : Run{nullptr, nullptr, -1};
             cp_async_wait<0>();
             __syncthreads();
             q_rows_to_f16<qk_dims(KVT)>(q_s, 16, tid >> 5, kThreads / 32, lane);
@@ -3586,11 +3590,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 uint2 x = *reinterpret_cast<const uint2 *>(q_s + gg * kRowB + d * 2);
                 uint2 y = *reinterpret_cast<const uint2 *>(q_s + (gg + 8) * kRowB + d * 2);
                 if (kModel1 && s >= kNopeSteps) { // the rope's products run in bf16 (exact: Q's values are bf16 times 2^e)
-                    auto bf = [](uint32_t h2) {
-                        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
-                        return pack_bf16x2(f.x, f.y);
-                    };
-                    x = make_uint2(bf(x.x), bf(x.y)), y = make_uint2(bf(y.x), bf(y.y));
+                    x = make_uint2(f16x2_to_bf16x2(x.x), f16x2_to_bf16x2(x.y));
+                    y = make_uint2(f16x2_to_bf16x2(y.x), f16x2_to_bf16x2(y.y));
                 }
                 store16_shared(qf_a + e * 16, make_uint4(x.x, x.y, y.x, y.y));
             }
@@ -6399,6 +6400,14 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // with an even number of 64-row slices of the same keys (along y) run in pairs of blocks that
 // widen each tile once between them (kPair).
 // num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
+#ifdef AITER_MLA_HAS_WGMMA
+// A token-per-block grid (sparse, V4) cut to the blocks that run at once where the caller gave
+// its multiprocessors (num_cu > 0; one block an SM), block x then taking tokens x, x + gridDim.x, ...
+static dim3 resident_token_blocks(dim3 grid, int num_cu) {
+    if (num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
+    return grid;
+}
+#endif
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
 #ifdef AITER_MLA_HAS_WGMMA
@@ -6418,8 +6427,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     if constexpr (KVT == kV4Model1)
         if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && p.v4_splits == 1 && p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FN &&
             (!p.v4_keys[1].indices || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FN)) {
-            if (num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
-            return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
+            return launch_big_smem(f8::decode16_fp8_kernel<KVT>, resident_token_blocks(grid, num_cu), f8::kThreads, f8::Smem<KVT>::total, s, p);
         }
 #else
     constexpr bool kE4m3fnKernel = false;
@@ -6430,7 +6438,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
     // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
     // while the one before ends and the blocks of a token's row groups run side by side.
-    if (p.sparse && num_cu > 0) grid.x = min(grid.x, max(1u, (unsigned)num_cu / (grid.y * grid.z)));
+    if (p.sparse) grid = resident_token_blocks(grid, num_cu);
     constexpr int kBytes = wg::SmemOf<KVT>::total;
     wg::DecodeMaps map{}; // zeros where no instance reads them
     map.q_on = decode_q_map(p, &map.q);
