@@ -2440,6 +2440,19 @@ __device__ __forceinline__ void mma_64x64_ss(float (&d)[32], uint64_t da, uint64
                  : AITER_MLA__ACC32(d, 0)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
+// D += A B, m64n16k16 over 16-bit operands (f16 when F16, else bf16), A from registers (the
+// m16n8k16 A fragment of each warp's 16 rows), B by descriptor, K-major.
+template <bool F16>
+__device__ __forceinline__ void mma_64x16_rs(float (&d)[8], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (F16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
+                     : AITER_MLA__ACC8(d, 0)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
+                     : AITER_MLA__ACC8(d, 0)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 // D += A B, m64n256k16, A from registers (the m16n8k16 A fragment of each warp's 16 rows), B by
 // descriptor, MN-major (V: keys by rows, dims contiguous).
 __device__ __forceinline__ void mma_64x256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
@@ -3330,8 +3343,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 // The memory-bound fp8 shapes (a query tile of at most 16 rows: H <= 16 at q_len 1; V4
 // attention with up to 16 heads and one split, whose differences decode16_fp8_kernel lists) in
 // AITER_MLA_WGMMA builds (other builds take the 16-row mma kernel). Same plan, pieces and
-// output conventions as the paths above; the products are mma.sync m16n8k16 in f16, as in the
-// 16-row mma kernel, but the keys never pass through a widened tile for S. A block is two
+// output conventions as the paths above; S^T's products are wgmma m64n16k16 with the keys from
+// registers (they never pass through a widened tile), P.V's mma.sync m16n8k16 (f16 for
+// e4m3fn keys, bf16 for MODEL1's, whose scales can leave f16's range). A block is two
 // groups of 4 warps; group g takes the piece's 64-key tiles g, g + 2, ... with its own staging
 // area, mbarrier, named barrier and softmax state, and the groups merge at the end of a pass.
 // A block's passes over its work items follow each other without a gap in the copies: a
@@ -3339,16 +3353,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
 // this one, and a split piece's count for the reduce waits until the next pass's Q is on its
 // way. H200, us (docs/PERFORMANCE.md, "The 16-row e4m3fn decode kernel"): D1-fp8 162-163 on
 // the 16-row mma kernel; 138-139 as first built here; 125-128 with the copies across passes;
-// 133-134 with the groups' iterations paired (see the tile loop), as landed.
+// 133-134 with the groups' iterations paired (see the tile loop), as landed; 127-128 -> 124-125
+// with S^T's products by wgmma (from mma.sync, each warp reading all of Q's fragments).
 // Per tile and group:
 //   - the tile's rows (e4m3, 576 bytes each) come into the staging area by bulk copies
 //     (cp.async.bulk, one per run of keys that lie together in a page: one a tile for pages of
 //     64 keys or more, 64 for pages of one), issued a group-tile ahead; each thread then reads
 //     two keys' bytes (keys 16 w + l / 4 and + 8 of warp w) into registers;
-//   - S^T = K Q^T with the keys as the A rows, straight from those registers: the 576 dims are
-//     taken in a permuted order in which a thread's 4 consecutive bytes are one k-step of its A
-//     fragment (one converter instruction a register); Q's B fragments, in the same order, come
-//     from a shared copy laid out in fragment order (kQFrag);
+//   - S^T = K Q^T by wgmma m64n16k16 with the group's 64 keys as the A rows, straight from those
+//     registers: the 576 dims are taken in a permuted order in which a thread's 4 consecutive
+//     bytes are one k-step of its A fragment (one converter instruction a register); Q^T, in
+//     the same order, is the B operand in shared memory (kQt), read once a group and k-step;
 //   - the widened first 512 dims go to a shared f16 V tile on the way;
 //   - the rows' maxima meet across the group's 4 warps, P^T goes to shared memory by stmatrix;
 //   - O^T += V^T P^T, V^T by ldmatrix.trans of the V tile; warp w owns dims [128 w, 128 w + 128)
@@ -3371,8 +3386,6 @@ using mma::kStageRow;
 using mma::ldsm_x4;
 using mma::ldsm_x4_trans;
 using mma::mma16;
-using mma::mma_bf16;
-using mma::mma_f16;
 using mma::named_sync;
 using mma::pack16x2;
 using mma::pack_bf16x2;
@@ -3402,11 +3415,11 @@ constexpr int kPRow = kKeys * 2 + 16;                   // P^T rows: 64 16-bit k
 constexpr int kVRow = kL * 2;                           // V tile rows: 512 16-bit dims, 16-byte chunk c of key r at c ^ (r & 7)
 
 template <int KVT>
-struct Smem { // byte offsets into the dynamic shared memory
+struct Smem { // byte offsets from a 1024-byte aligned base (the swizzle of Q^T repeats every 1024 bytes)
     static constexpr bool kModel1 = KVT == kV4Model1;
     // shared by the groups
-    static constexpr int qf = 0;                       // Q's B fragments: [k-steps][32 lanes] x 16 bytes (kQFrag)
-    static constexpr int row_at = qf + ksteps<KVT> * 32 * 16; // int64 [16]: where each row's o (or partial) starts
+    static constexpr int qt = 0;                       // Q^T, S^T's B operand (kQt): [k-steps / 4][16 rows][128 bytes]
+    static constexpr int row_at = qt + ksteps<KVT> * 16 * 32; // int64 [16]: where each row's o (or partial) starts
     static constexpr int fm = row_at + 16 * 8;          // float [2 groups][16 rows]: each group's row maxima at a pass's end
     static constexpr int fl = fm + kGroups * 16 * 4;    // float [2 groups][4 warps][16 rows]: the warps' row sums
     static constexpr int group0 = (fl + kGroups * 4 * 16 * 4 + 127) / 128 * 128;
@@ -3420,21 +3433,26 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int present = red + 2 * 16 * 4 * 4; // uint8 [64]: rows copied per run of keys (see below)
     static constexpr int bar = present + kKeys;         // the staging area's mbarrier
     static constexpr int group_bytes = (bar + 8 + 127) / 128 * 128;
-    static constexpr int total = group0 + kGroups * group_bytes;
+    static constexpr int total = group0 + kGroups * group_bytes + 1024; // + the alignment of the base
     static_assert(total <= mma::kSmemLimit, "shared memory plan does not fit");
     static_assert(16 * kRowB <= kKeys * kVRow && 16 * kStageRow * 4 <= kKeys * kVRow, "Q and the staged o rows reuse a V tile");
 };
 
-// kQFrag: entry (k-step s, lane (g, q)) of Q's fragments holds rows g and g + 8 (f16; MODEL1's
-// rope k-steps bf16) at dims perm_dim(s, q) .. + 3: the dims whose key values the thread holds
-// as k-step s. e4m3 bytes 16 q + 64 j .. + 15 of a row are k-steps 4 j .. 4 j + 3 (dims 64 j +
-// 16 q + 4 (s % 4)); MODEL1's bf16 rope, bytes 448 + 64 h + 16 q .. + 15 (dims 448 + 32 h + 8 q
-// .. + 7), is k-steps 28 + 2 h, 29 + 2 h.
+// The dims permutation of S^T's k-steps: in k-step s, a thread of quad q holds its keys' values
+// of dims perm_dim(s, q) .. + 3 (its A fragment's k-columns 2 q, 2 q + 1, 2 q + 8, 2 q + 9), 4
+// consecutive bytes of the row. e4m3 bytes 16 q + 64 j .. + 15 of a row are k-steps 4 j .. 4 j +
+// 3 (dims 64 j + 16 q + 4 (s % 4)); MODEL1's bf16 rope, bytes 448 + 64 h + 16 q .. + 15 (dims 448
+// + 32 h + 8 q .. + 7), is k-steps 28 + 2 h, 29 + 2 h.
+// kQt: Q^T as wgmma's K-major B, the k-steps' columns in that order: 16 rows of 128-byte swizzled
+// blocks of 4 k-steps (wg::swz<16>), 16-byte chunk (s, half) of row r holding Q's values at dims
+// perm_dim(s, q) + 2 half, + 1 for q = 0 .. 3 (f16; MODEL1 bf16, exact: bf16 values times 2^e).
 template <int KVT>
 __device__ __forceinline__ int perm_dim(int s, int q) {
     if (KVT == kV4Model1 && s >= kNopeSteps) return kV4Nope + 32 * ((s - kNopeSteps) >> 1) + 8 * q + 4 * ((s - kNopeSteps) & 1);
     return 64 * (s >> 2) + 16 * q + 4 * (s & 3);
 }
+// kQt's descriptor for k-step s (qt: its shared address).
+__device__ __forceinline__ uint64_t qt_desc(uint32_t qt, int s) { return wg::desc(qt + (s >> 2) * (16 * 128) + (s & 3) * 32, 16, 1024); }
 __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
     const uint4 v = r[s >> 2];
     return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
@@ -3469,20 +3487,20 @@ __device__ __forceinline__ uint32_t scale_of(uint2 sc, int j) { return ue8m0_to_
 // The 16-row decode of a per-tensor e4m3fn cache (KVT = AITER_MLA_FP8_E4M3FN: the plan's work
 // items) or V4 attention over MODEL1 pages of e4m3fn (kV4Model1: a token a job, as the sparse
 // kernels take them). MODEL1 keys differ in three places: each key's 7 scales come with its
-// row (its 8 scale bytes by cp.async); S^T sums each scale group's 4 k-steps
-// apart and adds them times the key's scale (fp32, exact: powers of two), and its 4 rope
-// k-steps run in bf16 on Q's bf16 rope values; the V tile holds bf16 values times their scales
-// (as the 16-row kernel widens them), and P^T is bf16 to match.
+// row (its 8 scale bytes by cp.async); S^T's products are bf16, on the keys' e4m3 values times
+// their scales (exact: powers of two; as the 16-row kernel widens them) and their bf16 rope,
+// against Q^T in bf16; the V tile holds the same values, and P^T is bf16 to match.
 template <int KVT>
 __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams p) {
 #if defined(__CUDA_ARCH__)
     using S = Smem<KVT>;
     constexpr bool kModel1 = KVT == kV4Model1, kF16 = !kModel1; // the P.V products in f16 (MODEL1: bf16)
     constexpr int kSteps = ksteps<KVT>;
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     unsigned char *gs = smem + S::group0 + grp * S::group_bytes;
-    const uint32_t qf_a = smem_addr(smem + S::qf), v_a = smem_addr(gs + S::v), rows_a = smem_addr(gs + S::rows);
+    const uint32_t qt_a = smem_addr(smem + S::qt), v_a = smem_addr(gs + S::v), rows_a = smem_addr(gs + S::rows);
     const uint32_t scales_a = smem_addr(gs + S::scales), p_a = smem_addr(gs + S::p), bar = smem_addr(gs + S::bar);
     float *red = reinterpret_cast<float *>(gs + S::red);
     unsigned char *present = gs + S::present;
@@ -3585,16 +3603,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             __syncthreads();
             q_rows_to_f16<qk_dims(KVT)>(q_s, 16, tid >> 5, kThreads / 32, lane);
             __syncthreads();
-            for (int e = tid; e < kSteps * 32; e += kThreads) { // kQFrag
-                const int s = e >> 5, gg = (e & 31) >> 2, d = perm_dim<KVT>(s, e & 3);
-                uint2 x = *reinterpret_cast<const uint2 *>(q_s + gg * kRowB + d * 2);
-                uint2 y = *reinterpret_cast<const uint2 *>(q_s + (gg + 8) * kRowB + d * 2);
-                if (kModel1 && s >= kNopeSteps) { // the rope's products run in bf16 (exact: Q's values are bf16 times 2^e)
-                    x = make_uint2(f16x2_to_bf16x2(x.x), f16x2_to_bf16x2(x.y));
-                    y = make_uint2(f16x2_to_bf16x2(y.x), f16x2_to_bf16x2(y.y));
+            for (int e = tid; e < kSteps * 32; e += kThreads) { // kQt: chunk (s, half) of row r
+                const int s = e >> 5, r = (e >> 1) & 15, half = e & 1;
+                uint32_t x[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    x[q] = *reinterpret_cast<const uint32_t *>(q_s + r * kRowB + (perm_dim<KVT>(s, q) + 2 * half) * 2);
+                    if constexpr (kModel1) x[q] = f16x2_to_bf16x2(x[q]);
                 }
-                store16_shared(qf_a + e * 16, make_uint4(x.x, x.y, y.x, y.y));
+                store16_shared(qt_a + wg::swz<16>(r, 2 * s + half), make_uint4(x[0], x[1], x[2], x[3]));
             }
+            wg::fence_async_shared(); // kQt's stores, visible to the products
             // per row of this thread: the score factor (q_rows_to_f16's 2^-e, the scales, log2 e) and
             // the last key of the piece it may see (-1: none; a piece has fewer than 2^31 keys)
             float rs[4];
@@ -3657,76 +3676,71 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 }
                 next = entry_of(i + 2 * kGroups);
 
-                // S^T [key][row] as two n8-tiles (rows 0-7, 8-15): sc[e] for key (e & 2 ? kb : ka),
-                // row hh[(e >> 2) * 2 + (e & 1)]; the V tile on the way, a 16-byte chunk (8 dims)
-                // every two e4m3 k-steps
-                float sc[8];
+                // S^T [key][row] by wgmma m64n16k16 (A: the group's 64 keys from registers, B: kQt), a
+                // k-step each: sc[e] for key (e & 2 ? kb : ka), row hh[(e >> 2) * 2 + (e & 1)]; the V
+                // tile on the way, a 16-byte chunk (8 dims) every two e4m3 k-steps. The products take
+                // f16 e4m3 values, MODEL1's bf16 e4m3 values times their scales (exact: powers of two,
+                // and what the V tile holds) and its bf16 rope.
+                float sc[8] = {};
                 uint32_t pa0 = 0, pa1 = 0, pa2 = 0, pa3 = 0;
-                // e4m3 k-step s: its products into (d0, d1), and the V chunk it completes (odd s)
-                auto e4m3_step = [&](int s, float(&d0)[4], float(&d1)[4], uint32_t scale_a, uint32_t scale_b) {
+                // The k-steps in batches of 4, one batch in flight while the next is converted (a
+                // batch's A registers are held until its products complete: all 36 at once spilled).
+                // e4m3fn issues a batch's 4 products after one fence; MODEL1, whose conversions are
+                // longer, each product as its registers are ready (H200, us: D2-fp8 227 -> 219 with
+                // the batched fence, V4D-h16-k512-b128 35.7 -> 39.8).
+                uint32_t batch[4][4];
+                auto product = [&](int s, const uint32_t(&af)[4]) {
+                    if constexpr (kModel1) {
+                        wg::wgmma_fence(); // af's registers (and, first, sc's zeros) are written
+                        wg::mma_64x16_rs<kF16>(sc, af, qt_desc(qt_a, s));
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) batch[s & 3][e] = af[e];
+                        if ((s & 3) == 3) {
+                            wg::wgmma_fence(); // the batch's registers (and, first, sc's zeros) are written
+#pragma unroll
+                            for (int j = 0; j < 4; j++) wg::mma_64x16_rs<kF16>(sc, batch[j], qt_desc(qt_a, s - 3 + j));
+                        }
+                    }
+                    if ((s & 3) == 3) {
+                        wg::wgmma_commit();
+                        wg::wgmma_wait<1>();
+                    }
+                };
+#pragma unroll
+                for (int s = 0; s < (kModel1 ? kNopeSteps : kSteps); s++) { // the e4m3 k-steps
                     const uint32_t wa = word_of(ra, s), wb = word_of(rb, s);
-                    const uint32_t af[4] = {e4m3x2_to_f16x2((uint16_t)wa), e4m3x2_to_f16x2((uint16_t)wb), e4m3x2_to_f16x2((uint16_t)(wa >> 16)),
-                                            e4m3x2_to_f16x2((uint16_t)(wb >> 16))};
-                    const uint4 qv = load16_shared(qf_a + (s * 32 + lane) * 16);
-                    mma_f16(d0, af, qv.x, qv.y);
-                    mma_f16(d1, af, qv.z, qv.w);
+                    uint32_t af[4] = {e4m3x2_to_f16x2((uint16_t)wa), e4m3x2_to_f16x2((uint16_t)wb), e4m3x2_to_f16x2((uint16_t)(wa >> 16)),
+                                      e4m3x2_to_f16x2((uint16_t)(wb >> 16))};
+                    if constexpr (kModel1) {
+                        const uint32_t s2a = scale_of(sca, s >> 2), s2b = scale_of(scb, s >> 2);
+                        af[0] = f16x2_to_bf16x2_scaled(af[0], s2a), af[1] = f16x2_to_bf16x2_scaled(af[1], s2b);
+                        af[2] = f16x2_to_bf16x2_scaled(af[2], s2a), af[3] = f16x2_to_bf16x2_scaled(af[3], s2b);
+                    }
+                    product(s, af);
                     if (s & 1) { // dims perm(s - 1, q) .. + 7 of keys ka, kb: chunk c of their V rows
                         const int c = 8 * (s >> 2) + 2 * qd + ((s >> 1) & 1);
                         if (s < kL / 16) {
-                            if constexpr (kModel1) {
-                                store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4),
-                                               make_uint4(f16x2_to_bf16x2_scaled(pa0, scale_a), f16x2_to_bf16x2_scaled(pa2, scale_a),
-                                                          f16x2_to_bf16x2_scaled(af[0], scale_a), f16x2_to_bf16x2_scaled(af[2], scale_a)));
-                                store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4),
-                                               make_uint4(f16x2_to_bf16x2_scaled(pa1, scale_b), f16x2_to_bf16x2_scaled(pa3, scale_b),
-                                                          f16x2_to_bf16x2_scaled(af[1], scale_b), f16x2_to_bf16x2_scaled(af[3], scale_b)));
-                            } else {
-                                store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), make_uint4(pa0, pa2, af[0], af[2]));
-                                store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), make_uint4(pa1, pa3, af[1], af[3]));
-                            }
+                            store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), make_uint4(pa0, pa2, af[0], af[2]));
+                            store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), make_uint4(pa1, pa3, af[1], af[3]));
                         }
                     } else {
                         pa0 = af[0], pa1 = af[1], pa2 = af[2], pa3 = af[3];
                     }
-                };
+                }
                 if constexpr (kModel1) {
-                    float t0[4] = {}, t1[4] = {};
-#pragma unroll
-                    for (int j = 0; j < kNopeSteps / 4; j++) { // scale group j: 4 k-steps apart, then times the keys' scales
-                        const uint32_t s2a = scale_of(sca, j), s2b = scale_of(scb, j);
-                        float u0[4] = {}, u1[4] = {};
-#pragma unroll
-                        for (int s = 4 * j; s < 4 * j + 4; s++) e4m3_step(s, u0, u1, s2a, s2b);
-                        const float fa = __uint_as_float(s2a << 16), fb = __uint_as_float(s2b << 16);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            t0[e] += u0[e] * (e & 2 ? fb : fa);
-                            t1[e] += u1[e] * (e & 2 ? fb : fa);
-                        }
-                    }
 #pragma unroll
                     for (int h = 0; h < 2; h++) { // the bf16 rope: ra[7 + h], rb[7 + h] (dims 448 + 32 h + 8 q ..), V as it is
                         const uint4 xa = ra[7 + h], xb = rb[7 + h];
                         const uint32_t f0[4] = {xa.x, xb.x, xa.y, xb.y}, f1[4] = {xa.z, xb.z, xa.w, xb.w};
-                        const int s = kNopeSteps + 2 * h;
-                        const uint4 q0 = load16_shared(qf_a + (s * 32 + lane) * 16), q1 = load16_shared(qf_a + ((s + 1) * 32 + lane) * 16);
-                        mma_bf16(t0, f0, q0.x, q0.y);
-                        mma_bf16(t1, f0, q0.z, q0.w);
-                        mma_bf16(t0, f1, q1.x, q1.y);
-                        mma_bf16(t1, f1, q1.z, q1.w);
+                        product(kNopeSteps + 2 * h, f0);
+                        product(kNopeSteps + 2 * h + 1, f1);
                         const int c = kV4Nope / 8 + 4 * h + qd;
                         store16_shared(v_a + ka * kVRow + ((c ^ (ka & 7)) << 4), xa);
                         store16_shared(v_a + kb * kVRow + ((c ^ (kb & 7)) << 4), xb);
                     }
-#pragma unroll
-                    for (int e = 0; e < 4; e++) sc[e] = t0[e], sc[4 + e] = t1[e];
-                } else { // two accumulator chains per n8-tile
-                    float s0[2][4] = {}, s1[2][4] = {};
-#pragma unroll
-                    for (int s = 0; s < kSteps; s++) e4m3_step(s, s0[s & 1], s1[s & 1], 0u, 0u);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) sc[e] = s0[0][e] + s0[1][e], sc[4 + e] = s1[0][e] + s1[1][e];
                 }
+                wg::wgmma_wait0();
                 // scores (log2 units), -inf where masked: x[e] = (key a | b by e & 2, row hh[(e >> 2) * 2 + (e & 1)])
                 float x[8];
 #pragma unroll
