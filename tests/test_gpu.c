@@ -82,7 +82,11 @@ typedef struct decode_case {
     int q_exp; /* bf16 q rows times 2^(q_exp + [-3, 3]) each, sm_scale times 2^-q_exp (0: plain) */
     int key_ramp; /* key k of a request times 1 + k / key_ramp (0: plain): the row maxima rise along the pass */
     int nan_key;  /* 1: one value of the last request's first key is NaN: its rows' o and lse are NaN */
+    int neg_inf_key; /* 1 (16-bit q and cache, batch >= 2): rope dim kNegInfDim is -inf in request 0's
+                      * first key and in every key of request 1, and positive in q's rows of both:
+                      * those keys score -inf in every head and weigh 0; request 1's rows see no key */
 } decode_case;
+enum { kNegInfDim = 520 }; /* a rope dim: not part of V, whose infinities are outside the contract */
 
 /* Rows (of `dv` values, lse optional) whose reference lse or o is NaN must be all NaN in the
  * result too; both are then zeroed so that the caller's checks compare the other rows (which
@@ -116,7 +120,8 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     const float kv_scale = kv_fp8 ? 0.05f : 1.0f, q_scale = dtype_is_fp8(c->q_dtype) ? 0.25f : 1.0f;
     snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d key_ramp=%d%s", H, c->q_len,
              P, B, c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
-             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp, c->nan_key ? " nan_key" : "");
+             c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp,
+             c->nan_key ? " nan_key" : c->neg_inf_key ? " neg_inf_key" : "");
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t pages = (c->ctx[b] + P - 1) / P;
@@ -160,6 +165,17 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         CHECK(c->ctx[B - 1] >= c->q_len, "%s: no key to make NaN", what);
         aiter_mla_store_f32(kv, (int64_t)page * P * 576 + 100, c->kv_dtype, NAN);
     }
+    if (c->neg_inf_key) {
+        CHECK(B >= 2 && kv_e == 2 && q_e == 2 && c->ctx[0] >= c->q_len, "%s: no -inf key to plant", what);
+        kv_indices[kvp[0]] = perm[kvp[0]]; /* request 0's first page present */
+        for (b = 0; b < 2 && b < B; b++) {
+            int32_t k;
+            for (k = 0; k < (b ? c->ctx[b] : 1); k++) {
+                const int32_t page = kv_indices[kvp[b] + k / P];
+                if (page >= 0 && page < num_pages) aiter_mla_store_f32(kv, ((int64_t)page * P + k % P) * 576 + kNegInfDim, c->kv_dtype, -INFINITY);
+            }
+        }
+    }
     const int64_t q_stride_token = c->strided ? (int64_t)H * 576 + 64 : 0, o_stride_token = c->strided ? (int64_t)H * 512 + 32 : 0;
     const int64_t q_rows = c->strided ? q_stride_token : (int64_t)H * 576, o_rows = c->strided ? o_stride_token : (int64_t)H * 512;
     void *q = test_malloc((size_t)(T * q_rows + 1) * q_e);
@@ -170,6 +186,13 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
             const float f = ldexpf(1.0f, c->q_exp + rng_int(rng, -3, 3));
             const int64_t at = r / H * q_rows + r % H * 576;
             for (d = 0; d < 576; d++) aiter_mla_store_f32(q, at + d, c->q_dtype, aiter_mla_load_f32(q, at + d, c->q_dtype) * f);
+        }
+    }
+    if (c->neg_inf_key) { /* q positive at kNegInfDim in the rows of requests 0 and 1 */
+        int64_t r;
+        for (r = (int64_t)qo[0] * H; r < (int64_t)qo[B < 2 ? B : 2] * H; r++) {
+            const int64_t at = r / H * q_rows + r % H * 576 + kNegInfDim;
+            aiter_mla_store_f32(q, at, c->q_dtype, fabsf(aiter_mla_load_f32(q, at, c->q_dtype)) + 0.25f);
         }
     }
     void *o_ref = test_malloc((size_t)(T * o_rows + 1) * o_e), *o_gpu = test_malloc((size_t)(T * o_rows + 1) * o_e);
@@ -289,6 +312,14 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         if (c->nan_key)
             CHECK(take_nan_rows(what, g, f, c->with_lse ? lse_gpu : NULL, c->with_lse ? lse_cmp : NULL, T * H, 512) == (int64_t)c->q_len * H,
                   "%s: not every row of the last request is NaN", what);
+        if (c->neg_inf_key && c->with_lse) { /* the planted case as the reference sees it */
+            int64_t r, empty = 0, finite = 0;
+            for (r = (int64_t)qo[0] * H; r < (int64_t)qo[1] * H; r++) finite += isfinite(lse_cmp[r]) != 0;
+            for (r = (int64_t)qo[1] * H; r < (int64_t)qo[2] * H; r++) empty += lse_cmp[r] == INFINITY;
+            CHECK(finite == (int64_t)c->q_len * H && empty == (int64_t)c->q_len * H,
+                  "%s: the reference gives %lld finite rows to request 0 and %lld empty ones to request 1", what, (long long)finite,
+                  (long long)empty);
+        }
         for (i = 0; i < T * H * 512; i++) unwritten += g[i] != g[i];
         CHECK(unwritten == 0, "%s (launch %d): %lld output elements unwritten or NaN", what, run + 1, (long long)unwritten);
         if (c->strided) { /* the padding of o's token stride keeps its poison */
@@ -3411,6 +3442,40 @@ static void test_nan_rows(test_rng *rng) {
     printf("NaN rows: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
+/* Scores of -inf (an infinite key value against a finite q value of its sign) weigh 0, as
+ * masked keys do, on every decode kernel that takes 16-bit caches: rows that see such a key
+ * among others match the reference, rows that see only such keys come out empty (o 0, lse
+ * +inf), split pieces included (run_decode_case's neg_inf_key). */
+static void test_neg_inf_scores(test_rng *rng) {
+    struct { int heads, q_len, page, num_cu; aiter_mla_dtype t; } dv[] = {
+        {16, 1, 64, 7, AITER_MLA_BF16},  /* 16-row mma, split pieces */
+        {16, 2, 1, 3, AITER_MLA_BF16},   /* 16-row mma, pages of one */
+        {128, 1, 64, 9, AITER_MLA_BF16}, /* warpgroup, lazy maxima, counted reduce */
+        {64, 2, 16, 5, AITER_MLA_BF16},  /* warpgroup, two tokens a request */
+        {16, 1, 16, 5, AITER_MLA_F16},   /* f16: the portable kernel */
+        {1, 1, 64, 2, AITER_MLA_BF16},   /* one head */
+    };
+    const int before = testing_failed;
+    int32_t ctx[4];
+    int k, b;
+    for (k = 0; k < (int)(sizeof dv / sizeof dv[0]); k++) {
+        decode_case c;
+        memset(&c, 0, sizeof c);
+        c.heads = dv[k].heads;
+        c.q_len = dv[k].q_len;
+        c.page = dv[k].page;
+        c.batch = 4;
+        c.num_cu = dv[k].num_cu;
+        c.q_dtype = c.kv_dtype = c.o_dtype = dv[k].t;
+        c.with_lse = 1;
+        c.neg_inf_key = 1;
+        for (b = 0; b < c.batch; b++) ctx[b] = rng_int(rng, 100, 700);
+        c.ctx = ctx;
+        run_decode_case(&c, rng);
+    }
+    printf("-inf scores: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 /* Usage: test_gpu [--quick] [--seed N] [TEST ...]: with names (test_merge_gpu, ...), only those
  * run; --seed N mixes N into every seed, the shared stream's and each test's own, as test_host
  * --seed does (0, the default, keeps the fixed draws, so that a failure repeats). */
@@ -3481,6 +3546,7 @@ int main(int argc, char **argv) {
     RUN(test_sparse_attention);
     RUN(test_prefill_long_rows);
     RUN(test_nan_rows);
+    RUN(test_neg_inf_scores);
     gpu_stream_destroy(g_stream);
     for (i = 1; i < argc; i++) /* a misspelt test name must not pass by running nothing */
         CHECK(g_matched[i], "no test is named %s", argv[i]);
