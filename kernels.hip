@@ -3816,26 +3816,26 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                     if (w == 0) fm[grp * 16 + hh[h]] = m[h];
                 }
             __syncthreads(); // also: both groups are done with their tiles
-            float f[4];
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                const int r = hh[h];
+            // Row r's totals, once, by thread r (finish_row's code a single time: a block with one
+            // job runs it from a cold instruction cache), left in fm[r] (Mu) and fm[16 + r] (o's
+            // factor) for every thread's f
+            if (tid < 16) {
+                const int r = tid;
                 const float M = fmaxf(fm[r], fm[16 + r]), Mu = M == neg_inf() ? 0.0f : M;
-                float L = 0.0f;
+                float L = 0.0f, inv = 0.0f;
 #pragma unroll
                 for (int gg = 0; gg < kGroups; gg++) {
                     const float fg = fast_exp2(fm[gg * 16 + r] - Mu);
                     L += (fl[(gg * 4) * 16 + r] + fl[(gg * 4 + 1) * 16 + r] + fl[(gg * 4 + 2) * 16 + r] + fl[(gg * 4 + 3) * 16 + r]) * fg;
                 }
-                f[h] = 0.0f;
-                if (r < R) {
-                    const bool publish = grp == 0 && w == 0 && g == 0;
-                    float inv;
-                    const long long at = finish_row(p, pc, r0 + r, M, L, publish, &inv);
-                    if (publish) row_at[r] = at;
-                    f[h] = fast_exp2(m[h] - Mu) * inv;
-                }
+                if (r < R) row_at[r] = finish_row(p, pc, r0 + r, M, L, true, &inv);
+                fm[r] = Mu;
+                fm[16 + r] = inv;
             }
+            __syncthreads();
+            float f[4];
+#pragma unroll
+            for (int h = 0; h < 4; h++) f[h] = hh[h] < R ? fast_exp2(m[h] - fm[hh[h]]) * fm[16 + hh[h]] : 0.0f;
             // group 1 stages its rows as fp32 in group 0's V tile, then group 0 adds its own
 #pragma unroll
             for (int pass = 0; pass < kGroups; pass++) {
