@@ -109,6 +109,24 @@ static int64_t take_nan_rows(const char *what, float *got, float *ref, float *ls
     return n;
 }
 
+/* A decode case with lse over `batch` requests of ctx[] keys (the other options off). */
+static decode_case decode_case_of(int heads, int q_len, int page, int batch, int num_cu, aiter_mla_dtype q, aiter_mla_dtype kv,
+                                  aiter_mla_dtype o, const int32_t *ctx) {
+    decode_case c;
+    memset(&c, 0, sizeof c);
+    c.heads = heads;
+    c.q_len = q_len;
+    c.page = page;
+    c.batch = batch;
+    c.num_cu = num_cu;
+    c.q_dtype = q;
+    c.kv_dtype = kv;
+    c.o_dtype = o;
+    c.with_lse = 1;
+    c.ctx = ctx;
+    return c;
+}
+
 static void run_decode_case(const decode_case *c, test_rng *rng) {
     const int B = c->batch, H = c->heads, P = c->page;
     char what[200];
@@ -3401,20 +3419,9 @@ static void test_nan_rows(test_rng *rng) {
     int32_t ctx[8];
     int k, b;
     for (k = 0; k < (int)(sizeof dv / sizeof dv[0]); k++) {
-        decode_case c;
-        memset(&c, 0, sizeof c);
-        c.heads = dv[k].heads;
-        c.q_len = dv[k].q_len;
-        c.page = dv[k].page;
-        c.batch = 5;
-        c.num_cu = dv[k].num_cu;
-        c.q_dtype = dv[k].q;
-        c.kv_dtype = dv[k].kv;
-        c.o_dtype = AITER_MLA_BF16;
-        c.with_lse = 1;
+        decode_case c = decode_case_of(dv[k].heads, dv[k].q_len, dv[k].page, 5, dv[k].num_cu, dv[k].q, dv[k].kv, AITER_MLA_BF16, ctx);
         c.nan_key = 1;
         for (b = 0; b < c.batch; b++) ctx[b] = rng_int(rng, 200, 900);
-        c.ctx = ctx;
         run_decode_case(&c, rng);
     }
     for (k = 0; k < 4; k++) {
@@ -3459,18 +3466,9 @@ static void test_neg_inf_scores(test_rng *rng) {
     int32_t ctx[4];
     int k, b;
     for (k = 0; k < (int)(sizeof dv / sizeof dv[0]); k++) {
-        decode_case c;
-        memset(&c, 0, sizeof c);
-        c.heads = dv[k].heads;
-        c.q_len = dv[k].q_len;
-        c.page = dv[k].page;
-        c.batch = 4;
-        c.num_cu = dv[k].num_cu;
-        c.q_dtype = c.kv_dtype = c.o_dtype = dv[k].t;
-        c.with_lse = 1;
+        decode_case c = decode_case_of(dv[k].heads, dv[k].q_len, dv[k].page, 4, dv[k].num_cu, dv[k].t, dv[k].t, dv[k].t, ctx);
         c.neg_inf_key = 1;
         for (b = 0; b < c.batch; b++) ctx[b] = rng_int(rng, 100, 700);
-        c.ctx = ctx;
         run_decode_case(&c, rng);
     }
     printf("-inf scores: %s\n", testing_failed == before ? "ok" : "FAILED");
