@@ -3623,7 +3623,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 rs[h] = *reinterpret_cast<const float *>(q_s + hh[h] * kRowB + kD * 2) * p.score_scale;
                 last[h] = hh[h] < R ? (int)min(max(row_key_limit(pc, r0 + hh[h], H) - pc.tok0, -1LL), (long long)pc.n - 1) : -1;
             }
-            __syncthreads(); // Q's fragments are in; group 0's V tile is its own again
+            __syncthreads(); // kQt is in; group 0's V tile is its own again
 
             float acc[8][2][4];
 #pragma unroll
