@@ -1916,8 +1916,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // same stores issued from the accumulators, unrolled for every output format, made the
             // kernel's largest block of code, whose instruction fetches cost more than the stores.)
             float *stage_o = reinterpret_cast<float *>(smem + S::group0 + S::ring); // [16][kStageRow]
-            long long *row_at = lim_s; // per staged row: where its o (or partial) row starts; lim_s is free now
-            const float *m1 = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::m), *l1 = m1 + kM;
+            long long *row_at = lim_s; // per row: where its o (or partial) row starts; lim_s is free now
+            // Each row's totals, once, by thread `row` of group 0 (finish_row's code a single time,
+            // where each of the row's 4 x group-warps threads ran it, inlined for each of its rows:
+            // code that a block with one piece runs from a cold instruction cache): row_at[row], and
+            // in m_s, l_s [row] the factors of group 0's and group 1's o (their 2^(m - M) times
+            // finish_row's factor).
+            static_assert(kM <= kGT, "a thread of group 0 a row");
+            if (tid < R) {
+                const float *m1 = reinterpret_cast<const float *>(smem + S::group0 + S::group_bytes + S::m), *l1 = m1 + kM;
+                const int row = tid;
+                float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
+                if (kGroups > 1) {
+                    const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
+                    fa = fast_exp2(m - mu);
+                    fb = fast_exp2(m1[row] - mu);
+                    l = l * fa + l1[row] * fb;
+                    m = mm;
+                }
+                float inv;
+                row_at[row] = finish_row(p, pc, r0 + row, m, l, true, &inv);
+                m_s[row] = fa * inv;
+                l_s[row] = fb * inv;
+            }
+            __syncthreads(); // the rows' factors are in
 #pragma unroll
             for (int mt = 0; mt < kMT; mt++) {
                 if (mt >= MT) continue;
@@ -1926,32 +1948,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int half = 0; half < 2; half++) {
                         const int rr = (lane >> 2) + half * 8, row = mt * 16 + rr;
                         if (row >= R) continue;
-                        float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
-                        if (kGroups > 1) {
-                            const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
-                            fa = fast_exp2(m - mu);
-                            fb = fast_exp2(m1[row] - mu);
-                            l = l * fa + l1[row] * fb;
-                            m = mm;
-                        }
-                        float inv;
-                        const long long at = finish_row(p, pc, r0 + row, m, l, gw == 0 && (lane & 3) == 0, &inv);
+                        const float fa = m_s[row], fb = l_s[row];
 #pragma unroll
                         for (int nt = 0; nt < kNT; nt++) {
                             const int d = gw * kNT * 8 + nt * 8 + (lane & 3) * 2;
-                            float o0 = acc[mt][nt][half * 2], o1 = acc[mt][nt][half * 2 + 1];
+                            float o0 = acc[mt][nt][half * 2] * fa, o1 = acc[mt][nt][half * 2 + 1] * fa;
                             if (kGroups > 1) {
                                 const float *x = xo + ((gw * kMT + mt) * kNT * 4 + nt * 4 + half * 2) * 32 + lane;
-                                o0 = o0 * fa + x[0] * fb;
-                                o1 = o1 * fa + x[32] * fb;
+                                o0 += x[0] * fb;
+                                o1 += x[32] * fb;
                             }
-                            *reinterpret_cast<float2 *>(stage_o + rr * kStageRow + d) = make_float2(o0 * inv, o1 * inv);
+                            *reinterpret_cast<float2 *>(stage_o + rr * kStageRow + d) = make_float2(o0, o1);
                         }
-                        if (gw == 0 && (lane & 3) == 0) row_at[rr] = at;
                     }
                 }
                 __syncthreads(); // the m-tile is staged
-                store_staged_rows(p, pc, stage_o, row_at, min(16, R - mt * 16), tid, kThreads);
+                store_staged_rows(p, pc, stage_o, row_at + mt * 16, min(16, R - mt * 16), tid, kThreads);
                 __syncthreads(); // the stage is refilled by the next m-tile (Q, m, l by the next pass)
             }
             // a split piece's rows are stored: counted for the reduce (the last warp, which the
@@ -3445,7 +3457,7 @@ struct Smem { // byte offsets from a 1024-byte aligned base (the swizzle of Q^T 
 // + 32 h + 8 q .. + 7), is k-steps 28 + 2 h, 29 + 2 h.
 // kQt: Q^T as wgmma's K-major B, the k-steps' columns in that order: 16 rows of 128-byte swizzled
 // blocks of 4 k-steps (wg::swz<16>), 16-byte chunk (s, half) of row r holding Q's values at dims
-// perm_dim(s, q) + 2 half, + 1 for q = 0 .. 3 (f16; MODEL1 bf16, exact: bf16 values times 2^e).
+// perm_dim(s, q) + 2 half, + 1 for q = 0 .. 3 (f16, scaled by q_rows_to_f16; MODEL1: Q's bf16 as is).
 template <int KVT>
 __device__ __forceinline__ int perm_dim(int s, int q) {
     if (KVT == kV4Model1 && s >= kNopeSteps) return kV4Nope + 32 * ((s - kNopeSteps) >> 1) + 8 * q + 4 * ((s - kNopeSteps) & 1);
@@ -3470,8 +3482,7 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
-// Two f16 as bf16 (exact for f16 values with at most 8 significant bits: e4m3 values, bf16 q
-// values times a power of two).
+// Two f16 as bf16 (exact for f16 values with at most 8 significant bits: e4m3 values).
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h2) {
     const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
     return pack_bf16x2(f.x, f.y);
@@ -3588,7 +3599,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             // copies do not wait for the entries
             int32_t next = early ? -1 : entry_of(grp); // (early: copied during the last job)
             const int32_t second = entry_of(grp + kGroups);
-            // Q rows as bf16 (an e4m3 q widened), zeros past R; scaled into f16's range (q_rows_to_f16)
+            // Q rows as bf16 (an e4m3 q widened), zeros past R; e4m3fn: scaled into f16's range
+            // (q_rows_to_f16). MODEL1's products are bf16, so its rows go to kQt as they are.
             copy_q_rows<qk_dims(KVT), takes_fp8_q(KVT), 1>(a, pc, r0, R, 16, tid, kThreads,
                                                            [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
             cp_async_commit();
@@ -3601,26 +3613,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 ahead = r0 + 16 < pc.re ? first_run(pc) : wi + j_step < j_end ? first_run(piece_of(wi + j_step)) : Run{nullptr, nullptr, -1};
             cp_async_wait<0>();
             __syncthreads();
-            q_rows_to_f16<qk_dims(KVT)>(q_s, 16, tid >> 5, kThreads / 32, lane);
-            __syncthreads();
+            if constexpr (!kModel1) {
+                q_rows_to_f16<qk_dims(KVT)>(q_s, 16, tid >> 5, kThreads / 32, lane);
+                __syncthreads();
+            }
             for (int e = tid; e < kSteps * 32; e += kThreads) { // kQt: chunk (s, half) of row r
                 const int s = e >> 5, r = (e >> 1) & 15, half = e & 1;
                 uint32_t x[4];
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    x[q] = *reinterpret_cast<const uint32_t *>(q_s + r * kRowB + (perm_dim<KVT>(s, q) + 2 * half) * 2);
-                    if constexpr (kModel1) x[q] = f16x2_to_bf16x2(x[q]);
-                }
+                for (int q = 0; q < 4; q++) x[q] = *reinterpret_cast<const uint32_t *>(q_s + r * kRowB + (perm_dim<KVT>(s, q) + 2 * half) * 2);
                 store16_shared(qt_a + wg::swz<16>(r, 2 * s + half), make_uint4(x[0], x[1], x[2], x[3]));
             }
             wg::fence_async_shared(); // kQt's stores, visible to the products
-            // per row of this thread: the score factor (q_rows_to_f16's 2^-e, the scales, log2 e) and
-            // the last key of the piece it may see (-1: none; a piece has fewer than 2^31 keys)
+            // per row of this thread: the score factor (e4m3fn: q_rows_to_f16's 2^-e; the scales,
+            // log2 e) and the last key of the piece it may see (-1: none; a piece has fewer than 2^31 keys)
             float rs[4];
             int last[4];
 #pragma unroll
             for (int h = 0; h < 4; h++) {
-                rs[h] = *reinterpret_cast<const float *>(q_s + hh[h] * kRowB + kD * 2) * p.score_scale;
+                rs[h] = kModel1 ? p.score_scale : *reinterpret_cast<const float *>(q_s + hh[h] * kRowB + kD * 2) * p.score_scale;
                 last[h] = hh[h] < R ? (int)min(max(row_key_limit(pc, r0 + hh[h], H) - pc.tok0, -1LL), (long long)pc.n - 1) : -1;
             }
             __syncthreads(); // kQt is in; group 0's V tile is its own again
