@@ -3482,15 +3482,11 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
-// Two f16 as bf16 (exact for f16 values with at most 8 significant bits: e4m3 values).
-__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h2) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
-    return pack_bf16x2(f.x, f.y);
-}
 // Two f16 (e4m3 values widened) times a power-of-two scale (scale2: bf16x2 of it) as bf16,
 // rounded as the 16-row kernel's MODEL1 widening rounds (exact where the product is normal).
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2_scaled(uint32_t h2, uint32_t scale2) {
-    return bf16x2_mul(f16x2_to_bf16x2(h2), scale2);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h2));
+    return bf16x2_mul(pack_bf16x2(f.x, f.y), scale2);
 }
 // Byte j of a key's 8 scale bytes (lo, hi: its two words) as bf16x2 of 2^(b - 127).
 __device__ __forceinline__ uint32_t scale_of(uint2 sc, int j) { return ue8m0_to_bf16x2((uint8_t)((j < 4 ? sc.x : sc.y) >> (8 * (j & 3)))); }
