@@ -3463,8 +3463,15 @@ __device__ __forceinline__ int perm_dim(int s, int q) {
     if (KVT == kV4Model1 && s >= kNopeSteps) return kV4Nope + 32 * ((s - kNopeSteps) >> 1) + 8 * q + 4 * ((s - kNopeSteps) & 1);
     return 64 * (s >> 2) + 16 * q + 4 * (s & 3);
 }
-// kQt's descriptor for k-step s (qt: its shared address).
-__device__ __forceinline__ uint64_t qt_desc(uint32_t qt, int s) { return wg::desc(qt + (s >> 2) * (16 * 128) + (s & 3) * 32, 16, 1024); }
+// kQt's descriptor for k-step s, from its k-step 0's (qt_desc0): the start address field is
+// the low 14 bits, in 16-byte units, and kQt and its k-steps lie below 256 KB, so that a k-step's
+// offset adds without a carry: one integer add a product, where building each descriptor from
+// the address took five (uniform) instructions, 160 a MODEL1 tile.
+__device__ __forceinline__ uint64_t qt_desc0(uint32_t qt) { return wg::desc(qt, 16, 1024); }
+__device__ __forceinline__ uint64_t qt_desc(uint64_t d0, int s) {
+    const uint32_t lo = (uint32_t)d0 + (uint32_t)(((s >> 2) * (16 * 128) + (s & 3) * 32) >> 4);
+    return (d0 & ~0xffffffffull) | lo;
+}
 __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
     const uint4 v = r[s >> 2];
     return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
@@ -3508,6 +3515,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
     const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     unsigned char *gs = smem + S::group0 + grp * S::group_bytes;
     const uint32_t qt_a = smem_addr(smem + S::qt), v_a = smem_addr(gs + S::v), rows_a = smem_addr(gs + S::rows);
+    const uint64_t qt_d0 = qt_desc0(qt_a);
     const uint32_t scales_a = smem_addr(gs + S::scales), p_a = smem_addr(gs + S::p), bar = smem_addr(gs + S::bar);
     float *red = reinterpret_cast<float *>(gs + S::red);
     unsigned char *present = gs + S::present;
@@ -3699,14 +3707,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                 auto product = [&](int s, const uint32_t(&af)[4]) {
                     if constexpr (kModel1) {
                         wg::wgmma_fence(); // af's registers (and, first, sc's zeros) are written
-                        wg::mma_64x16_rs<kF16>(sc, af, qt_desc(qt_a, s));
+                        wg::mma_64x16_rs<kF16>(sc, af, qt_desc(qt_d0, s));
                     } else {
 #pragma unroll
                         for (int e = 0; e < 4; e++) batch[s & 3][e] = af[e];
                         if ((s & 3) == 3) {
                             wg::wgmma_fence(); // the batch's registers (and, first, sc's zeros) are written
 #pragma unroll
-                            for (int j = 0; j < 4; j++) wg::mma_64x16_rs<kF16>(sc, batch[j], qt_desc(qt_a, s - 3 + j));
+                            for (int j = 0; j < 4; j++) wg::mma_64x16_rs<kF16>(sc, batch[j], qt_desc(qt_d0, s - 3 + j));
                         }
                     }
                     if ((s & 3) == 3) {
