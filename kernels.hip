@@ -1360,27 +1360,40 @@ template <bool F16>
 __device__ __forceinline__ uint32_t pack16x2(float lo, float hi) { return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); }
 
 // Stores `rows` staged fp32 rows (stage: [rows][kStageRow], row_at: their starts) to o in its
-// dtype or to the fp32 partials, consecutive threads on consecutive dims.
+// dtype or to the fp32 partials, consecutive threads on consecutive dims. kRolled (the 16-row
+// mma.sync kernel): the loops stay loops (`#pragma unroll 1`) where the compiler would unroll
+// them by 4 behind a remainder loop: code that runs once a pass is fetched cold, and there the
+// unrolled form's jumps cost more than its loop saves (H200: D1, D2 -3 %, D5 -3 %). Rolled,
+// the e4m3fn kernel's rows were 1-1.5 % slower and SD1 (the warpgroup kernel) 6 %.
+template <bool kRolled = false>
 __device__ __forceinline__ void store_staged_rows(const DecodeParams &p, const Piece &pc, const float *stage,
                                                   const long long *row_at, int rows, int tid, int threads) {
     const aiter_mla_decode_args &a = p.a;
+    auto each = [&](int n, auto &&store) { // store(c) for c = tid, tid + threads, ... < n
+        if constexpr (kRolled) {
+#pragma unroll 1
+            for (int c = tid; c < n; c += threads) store(c);
+        } else {
+            for (int c = tid; c < n; c += threads) store(c);
+        }
+    };
     if (pc.loc < 0 && o_rows16(a.o, a.o_dtype, a.o_stride_token, a.o_stride_head)) {
         // 16-bit o in 16-byte aligned rows: 8 dims per store (the same rounding as the scalar path)
-        for (int c = tid; c < rows * kL / 8; c += threads) {
+        each(rows * kL / 8, [&](int c) {
             const float *x = stage + c / (kL / 8) * kStageRow + c % (kL / 8) * 8;
             const float4 u = *reinterpret_cast<const float4 *>(x), v = *reinterpret_cast<const float4 *>(x + 4);
             const bool bf = a.o_dtype == AITER_MLA_BF16;
             auto pk = [&](float lo, float hi) { return bf ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); };
             *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(a.o) + row_at[c / (kL / 8)] + c % (kL / 8) * 8) =
                 make_uint4(pk(u.x, u.y), pk(u.z, u.w), pk(v.x, v.y), pk(v.z, v.w));
-        }
+        });
     } else if (pc.loc < 0) {
-        for (int c = tid; c < rows * kL; c += threads)
-            aiter_mla_store_f32(a.o, row_at[c / kL] + c % kL, a.o_dtype, stage[c / kL * kStageRow + c % kL]);
+        each(rows * kL, [&](int c) { aiter_mla_store_f32(a.o, row_at[c / kL] + c % kL, a.o_dtype, stage[c / kL * kStageRow + c % kL]); });
     } else {
-        for (int c = tid; c < rows * kL / 4; c += threads)
+        each(rows * kL / 4, [&](int c) {
             *reinterpret_cast<float4 *>(p.part_o + row_at[c / (kL / 4)] + c % (kL / 4) * 4) =
                 *reinterpret_cast<const float4 *>(stage + c / (kL / 4) * kStageRow + c % (kL / 4) * 4);
+        });
     }
 }
 
@@ -1963,7 +1976,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     }
                 }
                 __syncthreads(); // the m-tile is staged
-                store_staged_rows(p, pc, stage_o, row_at + mt * 16, min(16, R - mt * 16), tid, kThreads);
+                store_staged_rows<true>(p, pc, stage_o, row_at + mt * 16, min(16, R - mt * 16), tid, kThreads);
                 __syncthreads(); // the stage is refilled by the next m-tile (Q, m, l by the next pass)
             }
             // a split piece's rows are stored: counted for the reduce (the last warp, which the
