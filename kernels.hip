@@ -1166,6 +1166,23 @@ __device__ __forceinline__ float fast_exp2(float x) { // ex2.approx: exp2(-inf) 
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+// One row's softmax states from two groups of warps (each: m, in log2 units, the max its
+// exponentials were taken against; l, their sum) as one. The 16-row kernels' finish.
+struct MergedStates {
+    float m;      // the larger m (-inf: neither group saw a key)
+    float mu;     // m, or 0 where it is -inf (every exponential is then 0)
+    float f0, f1; // each group's factor 2^(m_g - mu): 0 for a group without keys
+    float l;      // l0 f0 + l1 f1
+};
+__device__ __forceinline__ MergedStates merge_states(float m0, float l0, float m1, float l1) {
+    MergedStates s;
+    s.m = fmaxf(m0, m1);
+    s.mu = s.m == neg_inf() ? 0.0f : s.m;
+    s.f0 = fast_exp2(m0 - s.mu);
+    s.f1 = fast_exp2(m1 - s.mu);
+    s.l = l0 * s.f0 + l1 * s.f1;
+    return s;
+}
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { // round to nearest even
     uint32_t d;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
@@ -1595,6 +1612,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // the barriers of an empty one), so their barrier sequences pair up across the
             // block, as race checkers expect.
             const int iters = (ntiles_all + kGroups - 1) / kGroups;
+            // bf16 keys in 16-row passes (D1, D2, D5): each warp's Q fragments (the pass's 16 rows
+            // over its k-part of S, kp = gw / 2 of 4) are loaded once, at its first tile, and stay
+            // in registers, so S loads only K: half of its ldmatrix. H200, against Q from shared
+            // memory at every tile, three runs each: D2 335.1-335.4 -> 326.4-326.6 us (88.5 -> 90.9 %
+            // of copy), D1 179.3-179.9 -> 175.4-179.4, D5 16.2-16.3 -> 16.4-16.5 (the 36 registers
+            // cost 24 bytes of spills). The byte-ring and V4 instances keep Q in shared memory:
+            // their registers are spent (MODEL1's already spills).
+            constexpr bool kQRegs = kM == 16 && KVT == AITER_MLA_BF16;
+            constexpr int kQSteps = kQRegs ? kKSteps / 4 : 1; // k-steps of a k-part (4 k-parts)
+            static_assert(!kQRegs || (kGW == 8 && kKSteps % 4 == 0), "one unit a warp: 2 n8-pairs x 4 k-parts");
+            [[maybe_unused]] uint32_t qf[kQSteps][4];
             for (int i = 0; i < iters; i++) {
                 if (i >= ntiles) {
                     cp_async_wait<0>(); // this thread's part of Q
@@ -1610,6 +1638,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // everyone's are (tile i landed); the group is done with tile i - 1
                 if (i == 0) first_tile_sync();
                 else group_sync();
+                if constexpr (kQRegs) {
+                    if (i == 0) {
+                        const uint32_t qa = smem_addr(q_s) + (lane & 15) * kRowB + (lane >> 4) * 16 + (gw / 2) * kQSteps * 32;
+#pragma unroll
+                        for (int j = 0; j < kQSteps; j++) ldsm_x4(qa + j * 32, qf[j]);
+                    }
+                }
                 if constexpr (!kLateCopies) {
                     copy_ahead(i);
                     cp_async_commit();
@@ -1680,7 +1715,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
                         // Two chains per n8-tile (even and odd k-steps) halve the dependent mma
                         // chain: D2-fp8 57.5 -> 59.9 % of copy; V4's MODEL1 keys measured ~1 % slower.
-                        if constexpr (!is_v4(KVT)) {
+                        if constexpr (kQRegs) { // MT 1, 4 k-parts: kp = gw / 2, Q from qf
+                            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                            for (int j = 0; j < kQSteps; j++) {
+                                uint32_t bf[4];
+                                ldsm_x4(ka + (kp * kQSteps + j) * 32, bf);
+                                mma16<kF16>(j & 1 ? e0 : d0, qf[j], bf[0], bf[1]);
+                                mma16<kF16>(j & 1 ? e1 : d1, qf[j], bf[2], bf[3]);
+                            }
+#pragma unroll
+                            for (int e = 0; e < 4; e++) d0[e] += e0[e], d1[e] += e1[e];
+                        } else if constexpr (!is_v4(KVT)) {
                             float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                             int kk = kp * steps;
 #pragma unroll 4
@@ -1941,11 +1987,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const int row = tid;
                 float m = m_s[row], l = l_s[row], fa = 1.0f, fb = 0.0f;
                 if (kGroups > 1) {
-                    const float mm = fmaxf(m, m1[row]), mu = mm == neg_inf() ? 0.0f : mm;
-                    fa = fast_exp2(m - mu);
-                    fb = fast_exp2(m1[row] - mu);
-                    l = l * fa + l1[row] * fb;
-                    m = mm;
+                    const MergedStates s = merge_states(m, l, m1[row], l1[row]);
+                    fa = s.f0;
+                    fb = s.f1;
+                    l = s.l;
+                    m = s.m;
                 }
                 float inv;
                 row_at[row] = finish_row(p, pc, r0 + row, m, l, true, &inv);
@@ -3847,17 +3893,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             // Row r's totals, once, by thread r (finish_row's code a single time: a block with one
             // job runs it from a cold instruction cache), left in fm[r] (Mu) and fm[16 + r] (o's
             // factor) for every thread's f
+            static_assert(kGroups == 2, "the finish merges two groups");
             if (tid < 16) {
                 const int r = tid;
-                const float M = fmaxf(fm[r], fm[16 + r]), Mu = M == neg_inf() ? 0.0f : M;
-                float L = 0.0f, inv = 0.0f;
-#pragma unroll
-                for (int gg = 0; gg < kGroups; gg++) {
-                    const float fg = fast_exp2(fm[gg * 16 + r] - Mu);
-                    L += (fl[(gg * 4) * 16 + r] + fl[(gg * 4 + 1) * 16 + r] + fl[(gg * 4 + 2) * 16 + r] + fl[(gg * 4 + 3) * 16 + r]) * fg;
-                }
-                if (r < R) row_at[r] = finish_row(p, pc, r0 + r, M, L, true, &inv);
-                fm[r] = Mu;
+                auto group_sum = [&](int gg) { return fl[(gg * 4) * 16 + r] + fl[(gg * 4 + 1) * 16 + r] + fl[(gg * 4 + 2) * 16 + r] + fl[(gg * 4 + 3) * 16 + r]; };
+                const mma::MergedStates s = mma::merge_states(fm[r], group_sum(0), fm[16 + r], group_sum(1));
+                float inv = 0.0f;
+                if (r < R) row_at[r] = finish_row(p, pc, r0 + r, s.m, s.l, true, &inv);
+                fm[r] = s.mu;
                 fm[16 + r] = inv;
             }
             __syncthreads();

@@ -2151,8 +2151,10 @@ typedef struct v4_list {
 /* format: 0 MODEL1 pages (fp8 flavour fp8), 1 bf16 rows, 2 f32 rows. Entries: random slots
  * with -1 holes, slots past the cache and duplicates; token 1 has none valid, token 2 an
  * empty list. Dense with lens (dense = 1) or ragged. MODEL1 rows have a random padding byte
- * after their 7 scales, which readers ignore. */
-static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, test_rng *rng) {
+ * after their 7 scales, which readers ignore. big_group0 (MODEL1): every row's first scale
+ * group (dims 0 .. 63) of magnitude up to 2^46, the rest as usual. */
+static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, int big_group0,
+                         test_rng *rng) {
     const int bs = format == 0 ? (fp8 == AITER_MLA_FP8_E4M3FNUZ ? 5 : 16) : 1; /* 5: odd, the scale copies need the padding */
     const int64_t blocks = format == 0 ? 40 : 700, slots = blocks * bs;
     int64_t t, i, total = 0;
@@ -2164,7 +2166,7 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
         for (i = 0; i < slots; i++) {
             int g;
             for (g = 0; g < 8; g++) {
-                const float amp = (float)ldexp(1.0, rng_int(rng, -3, 2));
+                const float amp = (float)ldexp(1.0, big_group0 && g == 0 ? 46 : rng_int(rng, -3, 2));
                 fill_random_at(src, i * 512 + g * 64, 64, AITER_MLA_BF16, rng, -amp, amp, 1.0f);
             }
             map[i] = i;
@@ -2247,6 +2249,7 @@ typedef struct v4_case {
     int with_sink, strided; /* strided: q and o rows with padding between heads */
     int splits;             /* num_splits */
     int num_cu;             /* small counts make each block take several tokens */
+    int tiny_q;             /* q's dims 0 .. 63 below 2^-28 of its row's largest, MODEL1 keys' ~2^46 there */
 } v4_case;
 
 static void run_v4_case(const v4_case *c, test_rng *rng) {
@@ -2262,13 +2265,15 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
              fmt_name[c->format0], aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1],
              aiter_mla_dtype_name(c->fp8_1), aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype),
              c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits, c->num_cu);
-    v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, rng); /* the SWA list: dense, width W */
-    if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, rng); /* compressed: ragged */
+    v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, c->tiny_q, rng); /* the SWA list: dense, width W */
+    if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, c->tiny_q, rng); /* compressed: ragged */
     float sink[128];
     for (h = 0; h < H; h++) sink[h] = h % 5 == 0 ? -INFINITY : h % 7 == 3 ? INFINITY : rng_f32(rng, -2.0f, 6.0f);
     void *q = test_malloc((size_t)nq * qe), *o_ref = test_malloc((size_t)no * oe), *o_gpu = test_malloc((size_t)no * oe);
     float *lse_ref = (float *)test_malloc((size_t)T * H * 4), *lse_gpu = (float *)test_malloc((size_t)T * H * 4);
     fill_random(q, nq, c->q_dtype, rng, -1.0f, 1.0f, 1.0f);
+    if (c->tiny_q)
+        for (h = 0; h < T * H; h++) fill_random_at(q, h * qsh, 64, c->q_dtype, rng, -0x1p-44f, 0x1p-44f, 1.0f);
     void *d_q = upload_copy(q, (size_t)nq * qe), *d_o = gpu_malloc((size_t)no * oe);
     float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_sink = (float *)upload_copy(sink, sizeof sink);
     gpu_memset(d_o, 0xff, (size_t)no * oe); /* NaN: an unwritten element fails */
@@ -2309,6 +2314,22 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     r.o_stride_token = H * osh;
     poison_fill(o_ref, no, c->o_dtype);
     ref_v4_parallel(&r);
+    if (c->tiny_q) { /* the case tells an exact Q from one whose tiny values were flushed */
+        float *lse_flushed = (float *)test_malloc((size_t)T * H * 4);
+        void *q_flushed = test_malloc((size_t)nq * qe), *o_flushed = test_malloc((size_t)no * oe);
+        double moved = 0.0;
+        int64_t i;
+        memcpy(q_flushed, q, (size_t)nq * qe);
+        for (i = 0; i < (int64_t)T * H; i++) memset((char *)q_flushed + (size_t)(i * qsh) * qe, 0, 64 * qe);
+        r.q = q_flushed;
+        r.o = o_flushed;
+        r.lse = lse_flushed;
+        ref_v4_parallel(&r);
+        for (i = 0; i < (int64_t)T * H; i++)
+            if (isfinite(lse_ref[i]) && fabs((double)lse_flushed[i] - lse_ref[i]) > moved) moved = fabs((double)lse_flushed[i] - lse_ref[i]);
+        CHECK(moved > 100 * TOL_LSE_ABS, "%s: q's tiny values move no lse by more than %.3g", what, moved);
+        free(lse_flushed); free(q_flushed); free(o_flushed);
+    }
     {
         const int64_t n = (int64_t)T * H * 512;
         /* calloc: every element is written below, but newer gcc (-Wmaybe-uninitialized) cannot tell */
@@ -2389,6 +2410,25 @@ static void test_v4_attention_gpu(test_rng *rng) {
             c.num_cu = v ? 3 : 0;
             run_v4_case(&c, rng);
         }
+    /* Q values below 2^-28 of their row's largest (2^-44 against ~1, which an f16 form of the
+     * row scaled to its largest would flush) where every MODEL1 key's first scale group is
+     * ~2^46: their products move each score by several units, so only a kernel that takes Q
+     * as it is passes. The e4m3fn kernel (16 heads, one split), the 16-row kernel (splits),
+     * the 64-row kernel. */
+    for (v = 0; v < 3; v++) {
+        static const int tiny_heads[] = {16, 1, 64}, tiny_splits[] = {1, 3, 1};
+        memset(&c, 0, sizeof c);
+        c.tokens = 6;
+        c.heads = tiny_heads[v];
+        c.format0 = c.format1 = 0;
+        c.fp8_0 = c.fp8_1 = AITER_MLA_FP8_E4M3FN;
+        c.q_dtype = AITER_MLA_BF16;
+        c.o_dtype = AITER_MLA_F32;
+        c.with_sink = 1;
+        c.splits = tiny_splits[v];
+        c.tiny_q = 1;
+        run_v4_case(&c, rng);
+    }
     printf("v4 attention: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
