@@ -1509,7 +1509,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         // two), 6 threads a key, instead of by the whole group before the widening: off the
         // group's chain of steps. H100, against the whole group copying first, two runs each:
         // D1-fp8 193-195 -> 179 us, D2-fp8 350-352 -> 320-323, V4D-h16-k512-b128 43-44 -> 41.5,
-        // k1024-b128 67-68 -> 64, k512-b512 155-156 -> 151, k512-b4 16.1 -> 16.6.
+        // k1024-b128 67-68 -> 64, k512-b512 155-156 -> 151, k512-b4 16.1 -> 16.6. bf16 16-row
+        // passes, which wait for memory, have the whole group issue them after S (kCopyAfterS).
         constexpr bool kLateCopies = kM == 16 && FP8;
         constexpr int kCopyWarps = kLateCopies ? kGW - 2 : kGW;
         constexpr int kCTPK = kCopyWarps * 32 / kN;
@@ -1622,6 +1623,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             constexpr bool kQRegs = kM == 16 && KVT == AITER_MLA_BF16;
             constexpr int kQSteps = kQRegs ? kKSteps / 4 : 1; // k-steps of a k-part (4 k-parts)
             static_assert(!kQRegs || (kGW == 8 && kKSteps % 4 == 0), "one unit a warp: 2 n8-pairs x 4 k-parts");
+            // Those passes issue the next tile's copies after S, not before it: S's ldmatrix no
+            // longer queue behind a thread's 9 copies (ncu: registers rewritten while the copies
+            // still had to read them held the warps ~10 % of the loop's samples), and the copies'
+            // lead, shorter by S, still covers them. H200, three runs each: D1 176.2-176.3 ->
+            // 173.0-173.5 us, D1-p1 171.9-172.4 -> 169.5-170.2, D2 and D5 unchanged. Later still
+            // (by 6 warps during the softmax, kLateCopies): D2 328 -> 366 us.
+            constexpr bool kCopyAfterS = kQRegs;
             [[maybe_unused]] uint32_t qf[kQSteps][4];
             for (int i = 0; i < iters; i++) {
                 if (i >= ntiles) {
@@ -1645,7 +1653,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         for (int j = 0; j < kQSteps; j++) ldsm_x4(qa + j * 32, qf[j]);
                     }
                 }
-                if constexpr (!kLateCopies) {
+                if constexpr (!kLateCopies && !kCopyAfterS) {
                     copy_ahead(i);
                     cp_async_commit();
                 }
@@ -1827,6 +1835,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         *reinterpret_cast<float2 *>(s_s + row * kSRow + col) = make_float2(d[0], d[1]);
                         *reinterpret_cast<float2 *>(s_s + (row + 8) * kSRow + col) = make_float2(d[2], d[3]);
                     }
+                }
+                if constexpr (kCopyAfterS) { // into the slot of tile i - 1, as at the top
+                    copy_ahead(i);
+                    cp_async_commit();
                 }
                 group_sync();
 
