@@ -1552,10 +1552,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                              [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
             if (kF16) cp_async_commit(); // Q in a group of its own, converted before the first tile
             if (tid < kM) lim_s[tid] = row_key_limit(pc, r0 + tid, H);
-            if (gt < kM) {
-                m_s[gt] = neg_inf();
-                l_s[gt] = 0.0f;
-            }
             float acc[kMT][kNT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -1631,6 +1627,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // (by 6 warps during the softmax, kLateCopies): D2 328 -> 366 us.
             constexpr bool kCopyAfterS = kQRegs;
             [[maybe_unused]] uint32_t qf[kQSteps][4];
+            // The online softmax's threads: tpr a row, kpt keys each, the group's first warps (the
+            // others go on to the barrier). Each keeps its row's max m and its own keys' part of
+            // the row's sum l in registers over the pass (the row's threads agree on m; the parts
+            // are summed once, after the last tile), so a tile's softmax neither reads m nor sums l
+            // across the row. 16-row passes: 8 threads a row (4 warps, 4 keys each, 16-byte reads)
+            // for bf16 rows; 4 (2 warps, 8 keys each) over byte rings, whose other 6 warps issue
+            // the next copies meanwhile. H200, against 4 a row with m and l in shared memory, three
+            // runs each: D1 174.5-174.7 -> 172.4-172.7 us, D2 329.7-329.9 -> 325.8-326.8, D5
+            // 16.3-16.4 -> 16.0-16.1; with m and l in registers alone, D1 and D2 moved within
+            // their spread and V4D-h16-k512-b32 (MODEL1, splits) went 1 % faster.
+            constexpr int kTprShort = kLateCopies ? 4 : 8;
+            const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
+            const int tpr = kM == 16 ? kTprShort : min(16, kGT / rows_p2), kpt = kN / tpr;
+            const bool softmax_thread = kM != 16 || gt < 16 * kTprShort; // whole warps
+            float row_m = neg_inf(), row_l = 0.0f;
             for (int i = 0; i < iters; i++) {
                 if (i >= ntiles) {
                     cp_async_wait<0>(); // this thread's part of Q
@@ -1842,13 +1853,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
                 group_sync();
 
-                // online softmax: tpr threads per row, kpt keys each. 16-row passes take 4 threads
-                // per row (the group's first two warps; the others go on to the barrier): 8 keys a
-                // thread, read and written in 16-byte pieces, and two shuffle rounds, not four.
-                constexpr int kTprShort = 4;
-                const int rows_p2 = MT == 1 ? 16 : MT == 2 ? 32 : 64;
-                const int tpr = kM == 16 ? kTprShort : min(16, kGT / rows_p2), kpt = kN / tpr;
-                if (kM != 16 || gt < 16 * kTprShort) { // whole warps
+                // online softmax (see softmax_thread)
+                if (softmax_thread) {
                     const int r = gt / tpr, c0 = (gt % tpr) * kpt;
                     const bool active = r < MT * 16;
                     const signed char *valid = valid_s + slot * kN + c0;
@@ -1865,6 +1871,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         if (kpt == 8) {
                             const float4 x = *reinterpret_cast<const float4 *>(src), y = *reinterpret_cast<const float4 *>(src + 4);
                             sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w, sv[4] += y.x, sv[5] += y.y, sv[6] += y.z, sv[7] += y.w;
+                        } else if (kpt == 4) {
+                            const float4 x = *reinterpret_cast<const float4 *>(src);
+                            sv[0] += x.x, sv[1] += x.y, sv[2] += x.z, sv[3] += x.w;
                         } else {
 #pragma unroll
                             for (int j = 0; j < 8; j++)
@@ -1872,6 +1881,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         }
                     }
                     if (kpt == 8) ok = *reinterpret_cast<const uint64_t *>(valid);
+                    else if (kpt == 4) ok = *reinterpret_cast<const uint32_t *>(valid);
                     else
 #pragma unroll
                         for (int j = 0; j < 8; j++) ok |= j < kpt ? (uint64_t)(unsigned char)valid[j] << 8 * j : 0;
@@ -1881,30 +1891,28 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         mx = fmaxf(mx, sv[j]);
                     }
                     for (int o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-                    const float m_old = active ? m_s[r] : neg_inf(), m_new = fmaxf(m_old, mx);
+                    const float m_old = row_m, m_new = fmaxf(m_old, mx); // -inf in inactive rows
                     const float m_use = m_new == neg_inf() ? 0.0f : m_new; // no key yet: every e is 0
                     const float alpha = fast_exp2(m_old - m_use);
                     float sum = 0.0f;
                     uint32_t pw[4];
 #pragma unroll
                     for (int j = 0; j < 8; j += 2) {
+                        if (j >= kpt) break;
                         const float e0 = fast_exp2(sv[j] - m_use), e1 = fast_exp2(sv[j + 1] - m_use);
                         sum += e0 + e1;
                         pw[j / 2] = pack16x2<kF16>(e0, e1);
                     }
                     unsigned char *prow = p_s + r * kPRowB + c0 * 2;
                     if (active && kpt == 8) *reinterpret_cast<uint4 *>(prow) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+                    else if (active && kpt == 4) *reinterpret_cast<uint2 *>(prow) = make_uint2(pw[0], pw[1]);
                     else if (active)
 #pragma unroll
                         for (int j = 0; j < 8; j += 2)
                             if (j < kpt) *reinterpret_cast<uint32_t *>(prow + j * 2) = pw[j / 2];
-                    for (int o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                    __syncwarp(); // every lane of the row has read m_old before it is replaced
-                    if (active && c0 == 0) {
-                        l_s[r] = l_s[r] * alpha + sum;
-                        m_s[r] = m_new;
-                        alpha_s[r] = alpha;
-                    }
+                    row_l = row_l * alpha + sum;
+                    row_m = m_new;
+                    if (active && c0 == 0) alpha_s[r] = alpha;
                 } else if (kLateCopies && copier) {
                     // the next tile's copies while the softmax runs, into the slot of tile i - 1
                     // (its widening and products are done; this tile's softmax reads slot i's flags)
@@ -1962,6 +1970,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 }
             }
 
+            if (softmax_thread) { // the rows' totals of this group, for the finish
+                float l = row_l;
+                for (int o = 1; o < tpr; o <<= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+                const int r = gt / tpr;
+                if (r < MT * 16 && gt % tpr == 0) {
+                    m_s[r] = row_m;
+                    l_s[r] = l;
+                }
+            }
             // Two groups: group 1 hands its O to group 0 through its own ring (free now), in
             // register order (warp gw of each group holds the same dims); its m and l stay in
             // its softmax state. Group 0 merges while it writes.
