@@ -2413,8 +2413,8 @@ static void test_v4_attention_gpu(test_rng *rng) {
     /* Q values below 2^-28 of their row's largest (2^-44 against ~1, which an f16 form of the
      * row scaled to its largest would flush) where every MODEL1 key's first scale group is
      * ~2^46: their products move each score by several units, so only a kernel that takes Q
-     * as it is passes. The e4m3fn kernel (16 heads, one split), the 16-row kernel (splits),
-     * the 64-row kernel. */
+     * as it is passes. The e4m3fn kernel (16 heads, one split), the 16-row mma.sync kernel
+     * (splits), the 64-row kernel (64 heads: warpgroup on sm_90a builds, mma.sync otherwise). */
     for (v = 0; v < 3; v++) {
         static const int tiny_heads[] = {16, 1, 64}, tiny_splits[] = {1, 3, 1};
         memset(&c, 0, sizeof c);
