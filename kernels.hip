@@ -1613,9 +1613,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // over its k-part of S, kp = gw / 2 of 4) are loaded once, at its first tile, and stay
             // in registers, so S loads only K: half of its ldmatrix. H200, against Q from shared
             // memory at every tile, three runs each: D2 335.1-335.4 -> 326.4-326.6 us (88.5 -> 90.9 %
-            // of copy), D1 179.3-179.9 -> 175.4-179.4, D5 16.2-16.3 -> 16.4-16.5 (the 36 registers
-            // cost 24 bytes of spills). The byte-ring and V4 instances keep Q in shared memory:
-            // their registers are spent (MODEL1's already spills).
+            // of copy), D1 179.3-179.9 -> 175.4-179.4, D5 16.2-16.3 -> 16.4-16.5 (ptxas: 36-40 bytes
+            // of spills, all outside the tile loop). The byte-ring and V4 instances keep Q in shared
+            // memory: their registers are spent (MODEL1's already spills).
             constexpr bool kQRegs = kM == 16 && KVT == AITER_MLA_BF16;
             constexpr int kQSteps = kQRegs ? kKSteps / 4 : 1; // k-steps of a k-part (4 k-parts)
             static_assert(!kQRegs || (kGW == 8 && kKSteps % 4 == 0), "one unit a warp: 2 n8-pairs x 4 k-parts");
@@ -3485,6 +3485,8 @@ using mma::kRowB;
 using mma::kStageRow;
 using mma::ldsm_x4;
 using mma::ldsm_x4_trans;
+using mma::merge_states;
+using mma::MergedStates;
 using mma::mma16;
 using mma::named_sync;
 using mma::pack16x2;
@@ -3926,7 +3928,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             if (tid < 16) {
                 const int r = tid;
                 auto group_sum = [&](int gg) { return fl[(gg * 4) * 16 + r] + fl[(gg * 4 + 1) * 16 + r] + fl[(gg * 4 + 2) * 16 + r] + fl[(gg * 4 + 3) * 16 + r]; };
-                const mma::MergedStates s = mma::merge_states(fm[r], group_sum(0), fm[16 + r], group_sum(1));
+                const MergedStates s = merge_states(fm[r], group_sum(0), fm[16 + r], group_sum(1));
                 float inv = 0.0f;
                 if (r < R) row_at[r] = finish_row(p, pc, r0 + r, s.m, s.l, true, &inv);
                 fm[r] = s.mu;

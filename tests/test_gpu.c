@@ -2317,7 +2317,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     if (c->tiny_q) { /* the case tells an exact Q from one whose tiny values were flushed */
         float *lse_flushed = (float *)test_malloc((size_t)T * H * 4);
         void *q_flushed = test_malloc((size_t)nq * qe), *o_flushed = test_malloc((size_t)no * oe);
-        double moved = 0.0;
+        double moved;
         int64_t i;
         memcpy(q_flushed, q, (size_t)nq * qe);
         for (i = 0; i < (int64_t)T * H; i++) memset((char *)q_flushed + (size_t)(i * qsh) * qe, 0, 64 * qe);
@@ -2325,8 +2325,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
         r.o = o_flushed;
         r.lse = lse_flushed;
         ref_v4_parallel(&r);
-        for (i = 0; i < (int64_t)T * H; i++)
-            if (isfinite(lse_ref[i]) && fabs((double)lse_flushed[i] - lse_ref[i]) > moved) moved = fabs((double)lse_flushed[i] - lse_ref[i]);
+        moved = max_abs_err(lse_flushed, lse_ref, (int64_t)T * H);
         CHECK(moved > 100 * TOL_LSE_ABS, "%s: q's tiny values move no lse by more than %.3g", what, moved);
         free(lse_flushed); free(q_flushed); free(o_flushed);
     }
