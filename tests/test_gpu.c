@@ -469,6 +469,37 @@ static void test_decode_variants(test_rng *rng) {
     }
 }
 
+/* Blocks that run many work items of 16-row passes one after another (each pass's ring slots,
+ * Q rows and finish handing over to the next): few CUs, long items beside items of a few tiles,
+ * items without keys, with one key (no tile for the second group of warps), 31, 33 or 65 keys,
+ * items split across blocks; pages of 1, 16 and 64; 16 heads (q_len 1), 8 (q_len 2), 4 (q_len
+ * 4): 16 rows a pass each. */
+static void test_decode_many_items(test_rng *rng) {
+    static const int pages[] = {1, 16, 64};
+    static const struct { int heads, q_len; } hq[] = {{16, 1}, {8, 2}, {4, 4}};
+    static const int32_t shape[12] = {2500, 0, 3000, 1, 700, 31, 2900, 33, 320, 1800, 65, 2600};
+    const int before = testing_failed;
+    int32_t ctx[12];
+    int pi, hi, k;
+    for (pi = 0; pi < 3; pi++)
+        for (hi = 0; hi < 3; hi++) {
+            decode_case c;
+            if (g_quick && (pi + hi) % 2) continue;
+            memset(&c, 0, sizeof c);
+            c.heads = hq[hi].heads;
+            c.q_len = hq[hi].q_len;
+            c.page = pages[pi];
+            c.batch = 12;
+            c.num_cu = 3 + 2 * ((pi + hi) % 3);
+            c.q_dtype = c.kv_dtype = c.o_dtype = AITER_MLA_BF16;
+            c.with_lse = 1;
+            for (k = 0; k < 12; k++) ctx[k] = shape[k] + (shape[k] > 300 ? rng_int(rng, 0, 200) : 0);
+            c.ctx = ctx;
+            run_decode_case(&c, rng);
+        }
+    printf("decode, many work items a block: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 /* Keys that grow along each request (times 1 + position / 512): a row's scores keep rising over
  * the pass, so its running maximum moves many times after the first tile, by more than the
  * 64-row kernel's lazy threshold (random keys of one scale never do that after the first
@@ -3564,6 +3595,7 @@ int main(int argc, char **argv) {
     RUN(test_expand_page_indices);
     RUN(test_kv_cache_write);
     RUN(test_decode_variants);
+    RUN(test_decode_many_items);
     RUN(test_decode_rising_keys);
     RUN(test_decode_graph);
     RUN(test_decode_fp8_codes);
