@@ -223,10 +223,26 @@ __device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
     return c;
 }
 
-// The pieces of this block: its CU's work items (decode), or its token (sparse, V4).
-template <typename F>
+// The pieces of this block: its CU's work items (decode), or its token (sparse, V4). kOnce:
+// run is called from one place (one loop over either kind of piece), so that a kernel that
+// inlines it holds one copy of its body, not one for each kind of launch. The warpgroup decode
+// takes it outside its split scheme: ptxas's spill stores there fell from 16-384 to 0-56 bytes
+// an instance, and (H200, alternately in one call, three runs each) D6 202.7-203.3 -> 198.4-199.1
+// us, SD1 395.4-395.8 -> 393.1-393.5, V4D-h64-k512-b4 14.7-15.0 -> 15.7-15.8 TFLOP/s, -b32
+// 65.6-68.6 -> 69.8-70.0, -b128 177.3-178.2 -> 180.6-180.9, D3 and D4 unchanged; but SP1 (the
+// split scheme) 4722-4762 -> 4814-4834 us, and the 16-row kernels 0.3-2 % slower (D1 170.4 ->
+// 171.0-171.7, D2 321.7 -> 322.5-322.7, V4D-h16-k512-b128 81.3-81.8 -> 79.9-80.2 TFLOP/s).
+template <bool kOnce = false, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
+    if constexpr (kOnce) {
+        const int cu = p.row_split ? blockIdx.y : blockIdx.x;
+        const int64_t first = p.sparse ? (int64_t)blockIdx.x : p.work_indptr[cu];
+        const int64_t end = p.sparse ? p.tokens : p.work_indptr[cu + 1], step = p.sparse ? (int64_t)gridDim.x : 1;
+        for (int64_t i = first; i < end; i += step)
+            run(!p.sparse ? load_piece(p, (int)i) : p.v4 ? v4_piece(p, (int)i) : sparse_piece(p, (int)i));
+        return;
+    }
     if (p.sparse) {
         for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(p.v4 ? v4_piece(p, (int)t) : sparse_piece(p, (int)t));
         return;
@@ -3024,7 +3040,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         };
 
         bool first = true;
-        for_each_piece(p, [&](const Piece &pc) {
+        for_each_piece<!kSplit>(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
@@ -3162,7 +3178,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         auto zero_max = [](float m) { return m == neg_inf() ? 0.0f : m; }; // no key yet: e = 0
         if (wgi == 0) {
             regs_set<Regs<W::on, kPair, kSplit>::softmax>();
-            for_each_piece(p, [&](const Piece &pc) {
+            for_each_piece<!kSplit>(p, [&](const Piece &pc) {
                 const int ntiles = tiles_of(pc);
                 for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                     const int R = max(0, min(kM, pc.re - r0));
@@ -3256,7 +3272,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
             });
         } else {
             regs_set<Regs<W::on, kPair, kSplit>::pv>();
-            for_each_piece(p, [&](const Piece &pc) {
+            for_each_piece<!kSplit>(p, [&](const Piece &pc) {
                 const int ntiles = tiles_of(pc);
                 for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                     const int R = max(0, min(kM, pc.re - r0));
@@ -3342,7 +3358,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         // S = Q K^T, the online softmax, O[:, 0:256] += P V with P from registers; P and each
         // row's rescale factor handed to warpgroup 1.
         regs_set<Regs<W::on, kPair, kSplit>::softmax>();
-        for_each_piece(p, [&](const Piece &pc) {
+        for_each_piece<!kSplit>(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
@@ -3405,7 +3421,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
     } else {
         // O[:, 256:512] += P V with P and the rescale factors from warpgroup 0.
         regs_set<Regs<W::on, kPair, kSplit>::pv>();
-        for_each_piece(p, [&](const Piece &pc) {
+        for_each_piece<!kSplit>(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
