@@ -232,22 +232,25 @@ __device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
 // 65.6-68.6 -> 69.8-70.0, -b128 177.3-178.2 -> 180.6-180.9, D3 and D4 unchanged; but SP1 (the
 // split scheme) 4722-4762 -> 4814-4834 us, and the 16-row kernels 0.3-2 % slower (D1 170.4 ->
 // 171.0-171.7, D2 321.7 -> 322.5-322.7, V4D-h16-k512-b128 81.3-81.8 -> 79.9-80.2 TFLOP/s).
+// The plan's list (CU) of this block: row-split launches put a CU's blocks side by side in x.
+__device__ __forceinline__ int block_cu(const DecodeParams &p) { return p.row_split ? blockIdx.y : blockIdx.x; }
+// Token t's piece of a sparse or V4 launch.
+__device__ __forceinline__ Piece token_piece(const DecodeParams &p, int t) { return p.v4 ? v4_piece(p, t) : sparse_piece(p, t); }
 template <bool kOnce = false, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
     if constexpr (kOnce) {
-        const int cu = p.row_split ? blockIdx.y : blockIdx.x;
+        const int cu = block_cu(p);
         const int64_t first = p.sparse ? (int64_t)blockIdx.x : p.work_indptr[cu];
         const int64_t end = p.sparse ? p.tokens : p.work_indptr[cu + 1], step = p.sparse ? (int64_t)gridDim.x : 1;
-        for (int64_t i = first; i < end; i += step)
-            run(!p.sparse ? load_piece(p, (int)i) : p.v4 ? v4_piece(p, (int)i) : sparse_piece(p, (int)i));
+        for (int64_t i = first; i < end; i += step) run(!p.sparse ? load_piece(p, (int)i) : token_piece(p, (int)i));
         return;
     }
     if (p.sparse) {
-        for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(p.v4 ? v4_piece(p, (int)t) : sparse_piece(p, (int)t));
+        for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(token_piece(p, (int)t));
         return;
     }
-    const int cu = p.row_split ? blockIdx.y : blockIdx.x;
+    const int cu = block_cu(p);
     const int w_end = p.work_indptr[cu + 1];
     for (int w = p.work_indptr[cu]; w < w_end; w++) run(load_piece(p, w));
 }
