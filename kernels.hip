@@ -3693,10 +3693,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         if constexpr (kModel1) return v4_piece(p, (int)j);
         else return load_piece(p, (int)j);
     };
-    // The block's passes ("jobs": 16 rows of a job, usually the whole job). A group's first tile
-    // of the next job is found while this job's Q loads and copied as soon as the group has read
-    // its last tile of this one, so that the copy's latency passes under this job's end and the
-    // next one's Q (copiers only: `ahead`, `early`).
+    // The block's passes ("jobs": 16 rows of a job, usually the whole job). Where a job has
+    // another pass, the group's first tile of it is found while this pass's Q loads and copied as
+    // soon as the group has read its last tile of this one, so that the copy's latency passes
+    // under this pass's end and the next one's Q (copiers only: `ahead`, `early`). Not into the
+    // next job: finding its first tile at this job's start (its work item, then its request's
+    // ints, then its first page entry: three dependent reads that thread 0 waited for before the
+    // block's first barrier) cost more than copying that tile at the next job's start. H200,
+    // alternately in one call, three runs each, us: D1-fp8 115.1-115.5 -> 114.2-115.2, D1-fp8q
+    // 118.2-118.7 -> 116.7-117.5, D1-fp8-p1 130.3-131.6 -> 128.8-129.6, D2-fp8 206.1-206.5 ->
+    // 205.0-205.3, D2-fp8-p1 227.1-228.1 -> 225.7-226.9, V4D-h16-k512-b512 116.5-117.2 -> 114.2-115.2.
     Run ahead{nullptr, nullptr, -1};
     bool early = false;      // this job's first tile of the group was copied during the last job
     int count_loc = -1, count_rows = 0; // rows stored by the last job, counted during this one (thread kThreads - 1)
@@ -3722,8 +3728,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             next = second;
             if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
             count_loc = -1;
-            if (copier) // the next job's first tile of this group, while Q loads: this piece's next pass, or the next piece
-                ahead = r0 + 16 < pc.re ? first_run(pc) : wi + j_step < j_end ? first_run(piece_of(wi + j_step)) : Run{nullptr, nullptr, -1};
+            if (copier) // the group's first tile of this piece's next pass, while Q loads
+                ahead = r0 + 16 < pc.re ? first_run(pc) : Run{nullptr, nullptr, -1};
             cp_async_wait<0>();
             __syncthreads();
             if constexpr (!kModel1) {
