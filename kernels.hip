@@ -3652,7 +3652,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
     const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd}; // this thread's rows of S^T, P and O
     const int ka = 16 * w + g, kb = ka + 8;                         // ... and its keys of a tile
 
-    // A copier's run of a tile: its first row and its rows copied (0: absent; -1: no such tile);
+    // A copier's run of a tile: its first row and its rows copied (0: absent);
     // MODEL1: the row's 8 scale bytes
     struct Run {
         const unsigned char *src, *scales;
@@ -3665,10 +3665,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         return Run{ref.row, ref.scales + (ref.kind & kKindOddScales ? 8 : 0), ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
     };
     auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kKeys - 1) / kKeys); };
-    // this copier's run of the group's first tile of piece pc (rows -1: the piece has none)
-    auto first_run = [&](const Piece &pc) {
-        return grp < tiles_of(pc) ? run_of(pc, grp, key_entry<KVT>(p, pc, (int64_t)grp * kKeys + cr * run)) : Run{nullptr, nullptr, -1};
-    };
     // the copies of a tile into the group's staging area: each copier its run, counted on the
     // mbarrier. MODEL1's 8 scale bytes go by cp.async (a bulk copy each cost more: ~1500 cycles
     // a tile), whose completion arrives on the mbarrier too, absent keys' at once.
@@ -3693,18 +3689,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         if constexpr (kModel1) return v4_piece(p, (int)j);
         else return load_piece(p, (int)j);
     };
-    // The block's passes ("jobs": 16 rows of a job, usually the whole job). Where a job has
-    // another pass, the group's first tile of it is found while this pass's Q loads and copied as
-    // soon as the group has read its last tile of this one, so that the copy's latency passes
-    // under this pass's end and the next one's Q (copiers only: `ahead`, `early`). Not into the
-    // next job: finding its first tile at this job's start (its work item, then its request's
-    // ints, then its first page entry: three dependent reads that thread 0 waited for before the
-    // block's first barrier) cost more than copying that tile at the next job's start. H200,
-    // alternately in one call, three runs each, us: D1-fp8 115.1-115.5 -> 114.2-115.2, D1-fp8q
-    // 118.2-118.7 -> 116.7-117.5, D1-fp8-p1 130.3-131.6 -> 128.8-129.6, D2-fp8 206.1-206.5 ->
-    // 205.0-205.3, D2-fp8-p1 227.1-228.1 -> 225.7-226.9, V4D-h16-k512-b512 116.5-117.2 -> 114.2-115.2.
-    Run ahead{nullptr, nullptr, -1};
-    bool early = false;      // this job's first tile of the group was copied during the last job
+    // The block's passes ("jobs": 16 rows of a job, usually the whole job). Each copies its
+    // groups' first tiles at its start. Their lookup used to start a job early, for the next one
+    // (its work item, request ints and first page entry, three dependent reads that thread 0
+    // waited for before the block's first barrier), and a pass's first tile was copied during the
+    // pass before; both held registers over the tile loop. H200, alternately in one call, three
+    // runs each, us: the next job's lookup dropped, D1-fp8 115.1-115.5 -> 114.2-115.2, D1-fp8-p1
+    // 130.3-131.6 -> 128.8-129.6, V4D-h16-k512-b512 116.5-117.2 -> 114.2-115.2; then the next
+    // pass's too (spills: e4m3fn 80 -> 64 bytes, MODEL1 24 -> 0), D1-fp8 114.3-115.1 ->
+    // 112.8-114.1, D1-fp8-p1 129.2-130.3 -> 127.7-128.8, D2-fp8 unchanged. (Pieces of several
+    // passes, which no bench row has, now wait for each pass's first copy.)
     int count_loc = -1, count_rows = 0; // rows stored by the last job, counted during this one (thread kThreads - 1)
     release_dependents(); // the reduce (if any) may launch now
     for (int64_t wi = j_begin; wi < j_end; wi += j_step) {
@@ -3716,20 +3710,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             const int R = min(16, pc.re - r0);
             // the entries of the group's first two tiles, then Q, then the first tile's copy: Q's
             // copies do not wait for the entries
-            int32_t next = early ? -1 : entry_of(grp); // (early: copied during the last job)
+            int32_t next = entry_of(grp);
             const int32_t second = entry_of(grp + kGroups);
             // Q rows as bf16 (an e4m3 q widened), zeros past R; e4m3fn: scaled into f16's range
             // (q_rows_to_f16). MODEL1's products are bf16, so its rows go to kQt as they are.
             copy_q_rows<qk_dims(KVT), takes_fp8_q(KVT), 1>(a, pc, r0, R, 16, tid, kThreads,
                                                            [&](int r, int part) { return smem_addr(q_s + r * kRowB + part * 16); });
             cp_async_commit();
-            if (copier && !early && grp < ntiles) copy_run(run_of(pc, grp, next)); // the last job is done with the staging area
-            early = false;
+            if (copier && grp < ntiles) copy_run(run_of(pc, grp, next)); // the last pass is done with the staging area
             next = second;
             if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
             count_loc = -1;
-            if (copier) // the group's first tile of this piece's next pass, while Q loads
-                ahead = r0 + 16 < pc.re ? first_run(pc) : Run{nullptr, nullptr, -1};
             cp_async_wait<0>();
             __syncthreads();
             if constexpr (!kModel1) {
@@ -3796,14 +3787,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
                     if (okb) scb = *reinterpret_cast<const uint2 *>(gs + S::scales + kb * 8);
                 }
                 group_sync(); // (A) the group has read the rows and is done with the last tile's V and P
-                if (copier) {
-                    if (i + kGroups < ntiles) {
-                        copy_run(run_of(pc, i + kGroups, next));
-                    } else if (ahead.rows >= 0) {
-                        copy_run(ahead);
-                        early = true;
-                    }
-                }
+                if (copier && i + kGroups < ntiles) copy_run(run_of(pc, i + kGroups, next));
                 next = entry_of(i + 2 * kGroups);
 
                 // S^T [key][row] by wgmma m64n16k16 (A: the group's 64 keys from registers, B: kQt), a
