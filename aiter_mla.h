@@ -528,6 +528,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
                                                            const int32_t *qo_indptr, const int32_t *kv_indptr,
                                                            const int32_t *kv_last_page_lens, int batch,
                                                            const int32_t *plan);
+/* The plan's header counts and its sections' places in plan, as info lays them out (for host
+ * tools and tests). All zero when plan is NULL or info is not what
+ * aiter_mla_decode_plan_get_info makes of its desc (aiter_mla_last_error says why). */
 AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
                                                                        int32_t *plan);
 
@@ -571,7 +574,8 @@ typedef struct aiter_mla_decode_args {
     const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
     const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page: 1..page_size
                                          (0 only for a request without pages) */
-    void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (strides >= 512) */
+    void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (checked for two
+                                   tokens: T is on the device) */
     int64_t o_stride_token;     /* 0 means H * 512; >= 512 (for one token too) */
     int64_t o_stride_head;      /* 0 means 512; >= 512 when H > 1 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
@@ -620,11 +624,11 @@ typedef struct aiter_mla_reduce_args {
     int dv;                     /* 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
-                                              overlap (token stride >= dv for one token too, head
-                                              stride >= dv when H > 1) */
+                                              overlap (checked for two tokens: token stride >= dv
+                                              for one token too, head stride >= dv when H > 1) */
     float *lse;                 /* [T, H], optional */
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
-    int64_t lse_stride_head;    /* 0 means 1 */
+    int64_t lse_stride_head;    /* 0 means 1; no two rows' lse on one element */
     int empty_lse_neg_inf;      /* a row no piece saw a key for: 0 gives lse +inf (decode),
                                    1 gives -inf (prefill); 0 or 1 */
     aiter_mla_dtype o_dtype;    /* DEFAULT means bf16 */
@@ -689,9 +693,9 @@ typedef struct aiter_mla_prefill_args {
     const int32_t *cu_seqlens_q; /* [batch + 1] */
     const int32_t *cu_seqlens_k; /* [batch + 1] */
     void *o;                     /* [Tq, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (token
-                                               stride >= dv for one token too, head stride >= dv
-                                               when H > 1) */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (checked
+                                               for two tokens: token stride >= dv for one token
+                                               too, head stride >= dv when H > 1) */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
@@ -1052,7 +1056,8 @@ enum {
  * fp8(clamp(x / scale, -fp8_max, fp8_max)) (NaN stays NaN). With the exact exponent
  * |x| / scale <= fp8_max for every finite x, so the clamp only catches infinities (vLLM's
  * float log2 can round the exponent down; the clamp covers that there). The exponent byte
- * saturates at 254 (amax = inf). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
+ * saturates at 254 (amax = inf); fp8_max is at least 2, so that no finite group needs a
+ * larger one (below 2, the largest bf16 values would be clamped to a fraction of themselves). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
  * e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
  * cache is fnuz, and vLLM's fnuz writer divides by 224 (the headroom of its
  * get_fp8_min_max): pass fp8_max = 224 to reproduce those bytes. Readers need only the
@@ -1076,7 +1081,7 @@ typedef struct aiter_mla_v4_cache_write_args {
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 (rope is stored bf16) */
     aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
-    float fp8_max;               /* in (0, flavour maximum]; 0 means the flavour's maximum */
+    float fp8_max;               /* in [2, flavour maximum]; 0 means the flavour's maximum */
 } aiter_mla_v4_cache_write_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *a);
@@ -1574,7 +1579,7 @@ AITER_MLA_HD float aiter_mla__ue8m0_to_f32(uint8_t b) {
 }
 /* Exponent byte of 2^ceil(log2(max(amax, 1e-4) / fp8_max)), exact from the quotient's bits:
  * its biased exponent, plus one when the mantissa is not zero; 254 at most (amax = inf).
- * A NaN amax counts as 0. fp8_max must be in (0, 448]. */
+ * A NaN amax counts as 0. fp8_max must be in [2, 448]: every finite amax then gives at most 254. */
 AITER_MLA_HD uint8_t aiter_mla__ue8m0_encode(float amax, float fp8_max) {
     const uint32_t e = aiter_mla__pow2_ceil_exponent((amax > 1e-4f ? amax : 1e-4f) / fp8_max);
     return (uint8_t)(e > 254u ? 254u : e);
@@ -2072,13 +2077,34 @@ static aiter_mla_status aiter_mla__plan_count(const char *op, const char *field,
                                (long long)count, cap_field, (long long)cap);
     return AITER_MLA_OK;
 }
+/* Whether two of the rows of len elements at t * st + h * sh (0 <= t < tokens, 0 <= h < heads;
+ * strides >= 0) share an element; it sets *dt, *dh to how far apart (in tokens, heads) two such
+ * rows are. tokens -1 (a count not known here) is checked as two tokens. For each head distance
+ * the token distance that brings the rows closest is one of two, so this costs `heads` steps,
+ * and none for the usual layouts (token-major or head-major with room for every row). */
+static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_t tokens, int64_t len, int64_t *dt, int64_t *dh) {
+    const int64_t tmax = tokens < 0 ? 1 : tokens - 1; /* the largest token distance */
+    int64_t h;
+    *dt = *dh = 0;
+    if (tokens == 0) return 0;
+    if (tmax >= 1 && st < len) return *dt = 1, 1;
+    if (heads > 1 && sh < len) return *dh = 1, 1;
+    if (st >= (heads - 1) * sh + len || !st || (sh - len) / st >= tmax) return 0; /* one kind of row nested in the other */
+    for (h = 1; h < heads; h++) {
+        const int64_t x = h * sh, below = -(x / st); /* token distances around -x / st */
+        int64_t c;
+        for (c = below - 1; c <= below; c++) {
+            const int64_t t = c < -tmax ? -tmax : c > tmax ? tmax : c, at = t * st + x;
+            if ((at < 0 ? -at : at) < len) return *dt = t, *dh = h, 1;
+        }
+    }
+    return 0;
+}
 /* An output's row strides (o_stride_token, o_stride_head, with prefix pre in messages), resolved
  * in place for `heads` rows of dv values a token over `tokens` tokens (-1: not known here, as in
  * device arrays): each within 2^32; 0 means dv for the head stride and heads x that for the token
  * stride. Rows that overlap would have some elements written twice (on a GPU, by racing
- * blocks), so what every layout without overlap meets is required: a head stride >= dv with
- * several heads, a token stride >= dv with several tokens (or an unknown count: then for one
- * token too). */
+ * blocks), so they are refused (aiter_mla__rows_overlap; an unknown token count as two). */
 static aiter_mla_status aiter_mla__resolve_o_rows(const char *op, const char *pre, int64_t *st, int64_t *sh, int64_t heads, int64_t tokens,
                                                   int64_t dv) {
     const int64_t st_given = *st;
@@ -2092,6 +2118,14 @@ static aiter_mla_status aiter_mla__resolve_o_rows(const char *op, const char *pr
     if ((tokens < 0 || tokens > 1) && *st < dv)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
                                op, pre, (long long)*st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
+    {
+        int64_t dt, dh;
+        if (aiter_mla__rows_overlap(*st, *sh, heads, tokens, dv, &dt, &dh))
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: %so_stride_token = %lld and %so_stride_head = %lld put the o rows of (token t, head h) "
+                                   "and (token t%+lld, head h%+lld) less than the row's %lld values apart: they would overlap",
+                                   op, pre, (long long)*st, pre, (long long)*sh, (long long)dt, (long long)dh, (long long)dv);
+    }
     return AITER_MLA_OK;
 }
 
@@ -2449,24 +2483,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     return AITER_MLA_OK;
 }
 
-AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
-                                                                       int32_t *plan) {
-    aiter_mla_decode_plan_view v;
-    memset(&v, 0, sizeof v);
-    if (!info || !plan) return v;
-    v.num_lists = plan[AITER_MLA__PH_NUM_LISTS];
-    v.num_work = plan[AITER_MLA__PH_NUM_WORK];
-    v.num_reduce_tiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
-    v.num_partials = plan[AITER_MLA__PH_NUM_PARTIALS];
-    v.num_partial_rows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
-    v.batch = plan[AITER_MLA__PH_BATCH];
-    v.work_indptr = plan + info->off_work_indptr;
-    v.work_info = plan + info->off_work_info;
-    v.reduce_indptr = plan + info->off_reduce_indptr;
-    v.reduce_final_map = plan + info->off_reduce_final_map;
-    v.reduce_partial_map = plan + info->off_reduce_partial_map;
-    return v;
-}
 
 /* The fields of a plan info that its get_info sets: X(field) for each (the checks below). */
 #define AITER_MLA__DECODE_INFO_FIELDS(X)                                                                            \
@@ -2495,6 +2511,25 @@ static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_m
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH,
                                "%s: plan_info.%s differs from what aiter_mla_decode_plan_get_info makes of its desc", op, field);
     return AITER_MLA_OK;
+}
+
+AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
+                                                                       int32_t *plan) {
+    aiter_mla_decode_plan_view v;
+    memset(&v, 0, sizeof v);
+    if (!plan || aiter_mla__plan_info_check("decode_plan_view_of", info) != AITER_MLA_OK) return v;
+    v.num_lists = plan[AITER_MLA__PH_NUM_LISTS];
+    v.num_work = plan[AITER_MLA__PH_NUM_WORK];
+    v.num_reduce_tiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
+    v.num_partials = plan[AITER_MLA__PH_NUM_PARTIALS];
+    v.num_partial_rows = plan[AITER_MLA__PH_NUM_PARTIAL_ROWS];
+    v.batch = plan[AITER_MLA__PH_BATCH];
+    v.work_indptr = plan + info->off_work_indptr;
+    v.work_info = plan + info->off_work_info;
+    v.reduce_indptr = plan + info->off_reduce_indptr;
+    v.reduce_final_map = plan + info->off_reduce_final_map;
+    v.reduce_partial_map = plan + info->off_reduce_partial_map;
+    return v;
 }
 
 /* Host arrays a plan is built from: indptrs start at >= 0 and never decrease, q_len fits
@@ -3020,7 +3055,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_kernel(const aiter_mla_decode_ar
 AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args *in) {
     const char *op = "reduce_ref";
     aiter_mla_reduce_args a;
-    int t, h, d;
+    int t, h, d, rows = 0; /* rows: the tiles' row count, max of their ends */
+    int64_t dt, dh;
     AITER_MLA__NEED(op, in, "args");
     a = *in;
     if (!a.dv) a.dv = AITER_MLA_LATENT_DIM;
@@ -3059,7 +3095,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                 return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                        "%s: reduce_partial_map[%d] = %d with %d rows passes num_partial_rows = %d", op, k,
                                        a.reduce_partial_map[k], qe - qs, a.num_partial_rows);
+        if (qe > rows) rows = qe;
     }
+    if (a.lse && aiter_mla__rows_overlap(a.lse_stride_token, a.lse_stride_head, a.num_heads, rows, 1, &dt, &dh))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: lse_stride_token = %lld and lse_stride_head = %lld put the lse of (token t, head h) and "
+                               "(token t%+lld, head h%+lld) on one element (%d tokens)",
+                               op, (long long)a.lse_stride_token, (long long)a.lse_stride_head, (long long)dt, (long long)dh, rows);
     for (t = 0; t < a.num_tiles; t++) {
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t], row, k;
         if (k1 - k0 < 2) continue;
@@ -4052,9 +4094,10 @@ static aiter_mla_status aiter_mla__v4_write_resolve(const char *op, const aiter_
     AITER_MLA__RANGE(op, a->kv_stride, AITER_MLA_V4_HEAD_DIM, AITER_MLA__MAX_STRIDE, "kv_stride");
     if (!aiter_mla__is_16bit(a->src_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
-    if (!(a->fp8_max > 0.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: fp8_max = %g is outside (0, %g]", op, a->fp8_max,
-                               aiter_mla_fp8_max(a->fp8_dtype));
+    if (!(a->fp8_max >= 2.0f && a->fp8_max <= aiter_mla_fp8_max(a->fp8_dtype)))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: fp8_max = %g is outside [2, %g] (below 2 a finite group's scale passes the exponent byte's 254)", op,
+                               a->fp8_max, aiter_mla_fp8_max(a->fp8_dtype));
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->kv, "kv");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");

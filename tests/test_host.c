@@ -1548,6 +1548,14 @@ static void test_plan_corruption(void) {
     CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, batch, plan), AITER_MLA_OK, "");
     CHECK(verify_plan(&info, qo, kvp, last, batch, plan, err, sizeof err, NULL) == 0, "base plan: %s", err);
     v = aiter_mla_decode_plan_view_of(&info, plan);
+    { /* an info that get_info would not make: a zeroed view, not pointers far past the plan */
+        aiter_mla_decode_plan_info bad = info;
+        aiter_mla_decode_plan_view z;
+        bad.off_work_info = INT64_MAX / 2;
+        z = aiter_mla_decode_plan_view_of(&bad, plan);
+        CHECK(!z.work_info && !z.work_indptr && z.num_work == 0 && strstr(aiter_mla_last_error(), "plan_info.off_work_info differs"),
+              "plan_view_of of a made-up info: work_info %p, last error \"%s\"", (void *)z.work_info, aiter_mla_last_error());
+    }
     /* two adjacent pieces of one split tile: A ends where B starts */
     for (w = 0; w < v.num_work && wa < 0; w++) {
         const int32_t *x = v.work_info + 8 * w;
@@ -2271,6 +2279,97 @@ static void test_decode_ref(void) {
 /* =====================================================================================
  * reduce of split pieces (SPEC 1b)
  * ===================================================================================== */
+/* Output rows that overlap are refused: the rule against every small layout, counted
+ * element by element, and its messages in the wrappers that take o and lse strides. */
+static int naive_rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_t tokens, int64_t len) {
+    const int64_t T = tokens < 0 ? 2 : tokens;
+    int64_t t1, h1, t2, h2;
+    for (t1 = 0; t1 < T; t1++)
+        for (h1 = 0; h1 < heads; h1++)
+            for (t2 = 0; t2 < T; t2++)
+                for (h2 = 0; h2 < heads; h2++) {
+                    const int64_t a = t1 * st + h1 * sh, b = t2 * st + h2 * sh;
+                    if ((t1 != t2 || h1 != h2) && a < b + len && b < a + len) return 1;
+                }
+    return 0;
+}
+static void test_overlapping_rows(void) {
+    int64_t st, sh, heads, tokens, len, dt, dh, bad = 0, refused = 0, cases = 0;
+    for (len = 1; len <= 6; len += 5)
+        for (heads = 1; heads <= 5; heads++)
+            for (tokens = -1; tokens <= 5; tokens++)
+                for (st = 0; st <= 40; st++)
+                    for (sh = 0; sh <= 40; sh++) {
+                        const int want = naive_rows_overlap(st, sh, heads, tokens, len);
+                        const int got = aiter_mla__rows_overlap(st, sh, heads, tokens, len, &dt, &dh);
+                        cases++, refused += got;
+                        /* the pair it names overlaps */
+                        if (got != want || (got && (llabs(dt * st + dh * sh) >= len || llabs(dt) >= (tokens < 0 ? 2 : tokens) ||
+                                                    dh < 0 || dh >= heads)))
+                            bad++;
+                    }
+    CHECK(bad == 0 && refused > 0 && refused < cases, "rows_overlap: %lld of %lld layouts judged wrong (%lld refused)", (long long)bad,
+          (long long)cases, (long long)refused);
+    { /* large strides: no overflow, nested layouts pass at once */
+        CHECK(!aiter_mla__rows_overlap((int64_t)1 << 32, 512, 128, INT32_MAX, 512, &dt, &dh), "token-major, 2^31 tokens");
+        CHECK(!aiter_mla__rows_overlap(512, (int64_t)1 << 32, 128, (int64_t)1 << 23, 512, &dt, &dh), "head-major, 2^23 tokens");
+        CHECK(aiter_mla__rows_overlap(512, (int64_t)1 << 32, 128, ((int64_t)1 << 23) + 1, 512, &dt, &dh) && dt == -(1 << 23) && dh == 1,
+              "head-major, one token past the room: got %lld tokens, %lld heads apart", (long long)dt, (long long)dh);
+    }
+    { /* the wrappers: decode (T on the device: checked as two tokens), V4 (T known), reduce's lse */
+        enum { T = 2, H = 2 };
+        static uint16_t q[T * H * 576], cache[4 * 576], o[T * H * 512 * 2];
+        int32_t qo[2] = {0, 2}, kvp[2] = {0, 3}, kvi[3] = {0, 1, 2}, last[1] = {1};
+        int i;
+        aiter_mla_decode_args a;
+        for (i = 0; i < T * H * 576; i++) q[i] = aiter_mla_f32_to_bf16((float)(i % 7) / 8.0f);
+        for (i = 0; i < 4 * 576; i++) cache[i] = aiter_mla_f32_to_bf16((float)(i % 11) / 8.0f);
+        memset(&a, 0, sizeof a);
+        a.q = q, a.kv_cache = cache, a.num_pages = 4, a.o = o, a.qo_indptr = qo, a.kv_indptr = kvp, a.kv_indices = kvi;
+        a.kv_last_page_lens = last, a.batch = 1, a.num_heads = H, a.page_size = 1;
+        a.o_stride_token = 512, a.o_stride_head = 512; /* token 0 head 1 on token 1 head 0 */
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "o_stride_token = 512 and o_stride_head = 512 put the o rows of (token t, head h) and (token t-1, head h+1)");
+        CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 512 and o_stride_head = 512");
+        a.o_stride_token = 700, a.o_stride_head = 600; /* partly */
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 700 and o_stride_head = 600");
+        a.o_stride_token = 1100, a.o_stride_head = 512; /* a gap after each token's rows */
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
+        a.o_stride_token = 512, a.o_stride_head = 1024; /* head-major with room for two tokens */
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
+        {
+            static uint16_t q4[T * H * 512], rows[4 * 512];
+            int32_t idx[T * 2] = {0, 1, 2, 3};
+            aiter_mla_v4_attention_args v;
+            memset(&v, 0, sizeof v);
+            for (i = 0; i < T * H * 512; i++) q4[i] = aiter_mla_f32_to_bf16((float)(i % 5) / 8.0f);
+            for (i = 0; i < 4 * 512; i++) rows[i] = aiter_mla_f32_to_bf16((float)(i % 3) / 8.0f);
+            v.q = q4, v.o = o, v.num_tokens = T, v.num_heads = H;
+            v.keys.cache = rows, v.keys.num_blocks = 4, v.keys.rows = 1, v.keys.indices = idx, v.keys.indices_stride = 2;
+            v.o_stride_token = 512, v.o_stride_head = 512;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&v), AITER_MLA_ERR_INVALID_ARGUMENT, "o_stride_token = 512 and o_stride_head = 512");
+            v.num_tokens = 1; /* one token: its two heads' rows lie apart */
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&v), AITER_MLA_OK, "");
+            v.num_tokens = T, v.o_stride_token = 512, v.o_stride_head = 1024;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&v), AITER_MLA_OK, "");
+        }
+        {
+            static float po[4 * 2 * 512], pl[4 * 2], lse[8];
+            int32_t ri[2] = {0, 2}, fm[2] = {0, 2}, pm[2] = {0, 2};
+            aiter_mla_reduce_args r;
+            memset(&r, 0, sizeof r);
+            r.partial_o = po, r.partial_lse = pl, r.reduce_indptr = ri, r.reduce_final_map = fm, r.reduce_partial_map = pm;
+            r.num_tiles = 1, r.num_partial_rows = 4, r.num_heads = 2, r.o = o, r.lse = lse;
+            r.lse_stride_token = 1, r.lse_stride_head = 1; /* (row 0, head 1) on (row 1, head 0) */
+            CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_ERR_INVALID_ARGUMENT, "lse_stride_token = 1 and lse_stride_head = 1 put the lse of (token t, head h) and (token t-1, head h+1)");
+            r.lse_stride_head = 2; /* prefill's [H, T] with T = 2 */
+            CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_OK, "");
+            fm[1] = 1, r.lse_stride_head = 1; /* [H, T] with one row: nothing shared */
+            CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_OK, "");
+        }
+    }
+}
+
 static void test_reduce_ref(void) {
     test_rng r = rng_seed(0x7ed);
     static const int tile_tokens[6] = {1, 2, 1, 3, 1, 2};
@@ -5102,6 +5201,21 @@ static void test_v4_cache_rows(void) {
             e = w;
             e.fp8_max = 241.0f;
             CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max");
+            e.fp8_max = 1.9f; /* the largest bf16 would need an exponent byte past 254 */
+            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "fp8_max = 1.9 is outside [2, 240]");
+            { /* at the bound, a group holding 3e38 reads back as itself within e4m3's rounding */
+                uint16_t big[530];
+                float back[512];
+                memcpy(big, kv, sizeof big);
+                aiter_mla_store_f32(big, 0, src, 3.0e38f);
+                e.kv = big;
+                e.num_tokens = 1;
+                e.fp8_max = 2.0f;
+                CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_OK, "");
+                aiter_mla_v4_read_row(cache, 0, bs, slots[0], fp8, back);
+                CHECK(isfinite(back[0]) && fabs(back[0] / ref_load(big, 0, src) - 1.0) < 0.07,
+                      "v4_cache_write_ref: fp8_max 2 over 3e38 reads back %g", (double)back[0]);
+            }
             e = w;
             e.page_stride_bytes = (int64_t)bs * 584 - 1;
             CHECK_STATUS(aiter_mla_v4_cache_write_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "page_stride_bytes");
@@ -8584,6 +8698,7 @@ int main(int argc, char **argv) {
     test_plan_validation();
     test_decode_ref();
     test_reduce_ref();
+    test_overlapping_rows();
     test_merge_ref();
     test_kv_cache_write();
     test_decode_validation();
