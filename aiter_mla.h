@@ -362,7 +362,8 @@ AITER_MLA_API int aiter_mla_padded_num_heads(int num_heads);   /* max(H, 16) */
 
 typedef struct aiter_mla_head_pad_args {
     const void *src;   /* pad_q: [num_tokens, H, head_dim];  unpad_o: [num_tokens, Hp, head_dim] */
-    void *dst;         /* pad_q: [num_tokens, Hp, head_dim]; unpad_o: [num_tokens, H, head_dim]  */
+    void *dst;         /* pad_q: [num_tokens, Hp, head_dim]; unpad_o: [num_tokens, H, head_dim];
+                          not over src (dst == src only where H >= 16: nothing moves) */
     int64_t num_tokens; /* >= 0 */
     int num_heads;      /* H (the model's heads), valid per aiter_mla_num_heads_is_valid */
     int head_dim;       /* > 0; 0 means 576 */
@@ -2262,7 +2263,7 @@ AITER_MLA_API int aiter_mla_num_heads_is_valid(int h) {
 }
 AITER_MLA_API int aiter_mla_padded_num_heads(int h) { return h < 16 ? 16 : h; }
 
-static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_mla_head_pad_args *in,
+static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_mla_head_pad_args *in, int unpad,
                                                     aiter_mla_head_pad_args *a) {
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
@@ -2284,8 +2285,18 @@ static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_
                                    op, (long long)a->num_tokens, (long long)row_bytes);
     }
     if (a->num_tokens > 0) {
+        /* each head row is read and written once, in no set order: rows of one tensor over the
+         * other's would be read after they were written (with H >= 16 both are one layout, so
+         * src == dst moves nothing and is allowed) */
+        const int64_t el = (int64_t)aiter_mla_dtype_size(a->dtype) * a->head_dim * a->num_tokens;
+        const uintptr_t s = (uintptr_t)a->src, d = (uintptr_t)a->dst;
+        const uintptr_t s_end = s + (uintptr_t)(el * (unpad ? aiter_mla_padded_num_heads(a->num_heads) : a->num_heads));
+        const uintptr_t d_end = d + (uintptr_t)(el * (unpad ? a->num_heads : aiter_mla_padded_num_heads(a->num_heads)));
         AITER_MLA__NEED(op, a->src, "src");
         AITER_MLA__NEED(op, a->dst, "dst");
+        if (s < d_end && d < s_end && !(s == d && a->num_heads >= 16))
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: dst overlaps src (padding runs in place only with num_heads >= 16 and dst == src)", op);
     }
     return AITER_MLA_OK;
 }
@@ -2305,25 +2316,25 @@ static void aiter_mla__head_pad_host(const aiter_mla_head_pad_args *a, int unpad
 
 AITER_MLA_API aiter_mla_status aiter_mla_pad_q_ref(const aiter_mla_head_pad_args *in) {
     aiter_mla_head_pad_args a;
-    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, &a));
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, 0, &a));
     aiter_mla__head_pad_host(&a, 0);
     return AITER_MLA_OK;
 }
 AITER_MLA_API aiter_mla_status aiter_mla_unpad_o_ref(const aiter_mla_head_pad_args *in) {
     aiter_mla_head_pad_args a;
-    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, &a));
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, 1, &a));
     aiter_mla__head_pad_host(&a, 1);
     return AITER_MLA_OK;
 }
 AITER_MLA_API aiter_mla_status aiter_mla_pad_q(const aiter_mla_head_pad_args *in, void *stream) {
     aiter_mla_head_pad_args a;
-    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, &a));
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, 0, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
     return AITER_MLA__LAUNCH("pad_q", aiter_mla__launch_head_pad(&a, 0, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *in, void *stream) {
     aiter_mla_head_pad_args a;
-    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, &a));
+    AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, 1, &a));
     if (a.num_tokens == 0) return AITER_MLA_OK;
     return AITER_MLA__LAUNCH("unpad_o", aiter_mla__launch_head_pad(&a, 1, stream));
 }

@@ -625,6 +625,21 @@ static void test_head_padding(void) {
                         a.dst = NULL;
                         CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_NULL_POINTER, "dst");
                         a.dst = dst;
+                        /* in place: refused where heads repeat (rows would be read after being
+                         * written), allowed for 16 heads and more (src == dst: nothing moves) */
+                        a.dst = (void *)src;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "dst overlaps src");
+                        CHECK_STATUS(aiter_mla_unpad_o(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "dst overlaps src");
+                        a.dst = src + row; /* partly, one head row on */
+                        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "dst overlaps src");
+                        a.dst = src2;
+                        a.src = src2 + (size_t)N * Hp * row - row; /* src's first row is dst's last */
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "dst overlaps src");
+                        a.src = src2 + (size_t)N * Hp * row; /* right after it: apart */
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                        a.num_heads = 16, a.src = src2, a.dst = src2;
+                        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_OK, "");
+                        a.num_heads = 1, a.src = src, a.dst = dst;
                         a.num_tokens = -1;
                         CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_tokens");
                         a.num_tokens = N;
