@@ -1058,8 +1058,8 @@ enum {
  * |x| / scale <= fp8_max for every finite x, so the clamp only catches infinities (vLLM's
  * float log2 can round the exponent down; the clamp covers that there). The exponent byte
  * saturates at 254 (amax = inf); fp8_max is at least 2, so that no finite group needs a
- * larger one (below 2, the largest bf16 values would be clamped to a fraction of themselves). fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for
- * e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
+ * larger one (below 2, the largest bf16 values would be clamped to a fraction of themselves).
+ * fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
  * cache is fnuz, and vLLM's fnuz writer divides by 224 (the headroom of its
  * get_fp8_min_max): pass fp8_max = 224 to reproduce those bytes. Readers need only the
  * flavour; the scale is in the page. */
@@ -2088,8 +2088,8 @@ static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_
     int64_t h;
     *dt = *dh = 0;
     if (tokens == 0) return 0;
-    if (tmax >= 1 && st < len) return *dt = 1, 1;
     if (heads > 1 && sh < len) return *dh = 1, 1;
+    if (tmax >= 1 && st < len) return *dt = 1, 1;
     if (st >= (heads - 1) * sh + len || !st || (sh - len) / st >= tmax) return 0; /* one kind of row nested in the other */
     for (h = 1; h < heads; h++) {
         const int64_t x = h * sh, below = -(x / st); /* token distances around -x / st */
@@ -2109,25 +2109,22 @@ static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_
 static aiter_mla_status aiter_mla__resolve_o_rows(const char *op, const char *pre, int64_t *st, int64_t *sh, int64_t heads, int64_t tokens,
                                                   int64_t dv) {
     const int64_t st_given = *st;
+    int64_t dt, dh;
     AITER_MLA__CHECK(aiter_mla__check_range(op, *st, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, *sh, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
     if (!*sh) *sh = dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", st, heads, *sh, "o_stride_head"));
-    if (heads > 1 && *sh < dv)
+    if (!aiter_mla__rows_overlap(*st, *sh, heads, tokens, dv, &dt, &dh)) return AITER_MLA_OK;
+    if (!dt) /* a token's heads */
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
                                op, pre, (long long)*sh, (long long)dv);
-    if ((tokens < 0 || tokens > 1) && *st < dv)
+    if (!dh) /* a head's tokens */
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
                                op, pre, (long long)*st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
-    {
-        int64_t dt, dh;
-        if (aiter_mla__rows_overlap(*st, *sh, heads, tokens, dv, &dt, &dh))
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: %so_stride_token = %lld and %so_stride_head = %lld put the o rows of (token t, head h) "
-                                   "and (token t%+lld, head h%+lld) less than the row's %lld values apart: they would overlap",
-                                   op, pre, (long long)*st, pre, (long long)*sh, (long long)dt, (long long)dh, (long long)dv);
-    }
-    return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                           "%s: %so_stride_token = %lld and %so_stride_head = %lld put the o rows of (token t, head h) "
+                           "and (token t%+lld, head h%+lld) less than the row's %lld values apart: they would overlap",
+                           op, pre, (long long)*st, pre, (long long)*sh, (long long)dt, (long long)dh, (long long)dv);
 }
 
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
@@ -2494,7 +2491,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     return AITER_MLA_OK;
 }
 
-
 /* The fields of a plan info that its get_info sets: X(field) for each (the checks below). */
 #define AITER_MLA__DECODE_INFO_FIELDS(X)                                                                            \
     X(desc.max_batch) X(desc.num_heads) X(desc.max_q_len) X(desc.num_cu) X(desc.page_size) X(desc.kv_granularity) \
@@ -2524,11 +2520,10 @@ static aiter_mla_status aiter_mla__plan_info_check(const char *op, const aiter_m
     return AITER_MLA_OK;
 }
 
-AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
-                                                                       int32_t *plan) {
+/* The view of a plan whose info is checked (aiter_mla__plan_info_check). */
+static aiter_mla_decode_plan_view aiter_mla__plan_view(const aiter_mla_decode_plan_info *info, int32_t *plan) {
     aiter_mla_decode_plan_view v;
     memset(&v, 0, sizeof v);
-    if (!plan || aiter_mla__plan_info_check("decode_plan_view_of", info) != AITER_MLA_OK) return v;
     v.num_lists = plan[AITER_MLA__PH_NUM_LISTS];
     v.num_work = plan[AITER_MLA__PH_NUM_WORK];
     v.num_reduce_tiles = plan[AITER_MLA__PH_NUM_REDUCE_TILES];
@@ -2540,6 +2535,13 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
     v.reduce_indptr = plan + info->off_reduce_indptr;
     v.reduce_final_map = plan + info->off_reduce_final_map;
     v.reduce_partial_map = plan + info->off_reduce_partial_map;
+    return v;
+}
+AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
+                                                                       int32_t *plan) {
+    aiter_mla_decode_plan_view v;
+    if (plan && aiter_mla__plan_info_check("decode_plan_view_of", info) == AITER_MLA_OK) return aiter_mla__plan_view(info, plan);
+    memset(&v, 0, sizeof v);
     return v;
 }
 
@@ -2748,7 +2750,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
     AITER_MLA__NEED(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
-    v = aiter_mla_decode_plan_view_of(info, (int32_t *)plan);
+    v = aiter_mla__plan_view(info, (int32_t *)plan);
     tpt = info->tokens_per_tile;
     ps = info->desc.page_size;
     if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
@@ -3016,7 +3018,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     AITER_MLA__CHECK(aiter_mla__fail_within(
         op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
         "the plan does not fit these arrays (rebuild it with aiter_mla_decode_plan_build)"));
-    v = aiter_mla_decode_plan_view_of(a.plan_info, (int32_t *)a.plan);
+    v = aiter_mla__plan_view(a.plan_info, (int32_t *)a.plan);
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
     for (i = 0; i < v.num_work; i++) {
