@@ -223,9 +223,10 @@ __device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
     return c;
 }
 
-// The pieces of this block: its CU's work items (decode), or its token (sparse, V4). kOnce:
-// run is called from one place (one loop over either kind of piece), so that a kernel that
-// inlines it holds one copy of its body, not one for each kind of launch. The warpgroup decode
+// The pieces of this block: its CU's work items (decode), or its token (sparse, V4). K
+// (LaunchKind, below): which of them the instance can meet. kOnce: run is called from one place
+// (one loop over either kind of piece), so that a kernel that inlines it holds one copy of its
+// body, not one for each kind of launch. The warpgroup decode
 // takes it outside its split scheme: ptxas's spill stores there fell from 16-384 to 0-56 bytes
 // an instance, and (H200, alternately in one call, three runs each) D6 202.7-203.3 -> 198.4-199.1
 // us, SD1 395.4-395.8 -> 393.1-393.5, V4D-h64-k512-b4 14.7-15.0 -> 15.7-15.8 TFLOP/s, -b32
@@ -234,20 +235,30 @@ __device__ __forceinline__ Piece v4_piece(const DecodeParams &p, int t) {
 // 171.0-171.7, D2 321.7 -> 322.5-322.7, V4D-h16-k512-b128 81.3-81.8 -> 79.9-80.2 TFLOP/s).
 // The plan's list (CU) of this block: row-split launches put a CU's blocks side by side in x.
 __device__ __forceinline__ int block_cu(const DecodeParams &p) { return p.row_split ? blockIdx.y : blockIdx.x; }
+// What an instance knows of its launches: any kind (p.sparse and p.v4 tell), decode work
+// items only, or V4 tokens only; one that knows leaves the other kinds' pieces out.
+enum LaunchKind { kAnyLaunch, kDecodeLaunch, kV4Launch };
+template <LaunchKind K> __device__ __forceinline__ bool sparse_launch(const DecodeParams &p) {
+    if constexpr (K == kAnyLaunch) return p.sparse;
+    else return K == kV4Launch;
+}
 // Token t's piece of a sparse or V4 launch.
-__device__ __forceinline__ Piece token_piece(const DecodeParams &p, int t) { return p.v4 ? v4_piece(p, t) : sparse_piece(p, t); }
-template <bool kOnce = false, typename F>
+template <LaunchKind K> __device__ __forceinline__ Piece token_piece(const DecodeParams &p, int t) {
+    if constexpr (K == kV4Launch) return v4_piece(p, t);
+    else return p.v4 ? v4_piece(p, t) : sparse_piece(p, t);
+}
+template <bool kOnce = false, LaunchKind K = kAnyLaunch, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
     if constexpr (kOnce) {
         const int cu = block_cu(p);
-        const int64_t first = p.sparse ? (int64_t)blockIdx.x : p.work_indptr[cu];
-        const int64_t end = p.sparse ? p.tokens : p.work_indptr[cu + 1], step = p.sparse ? (int64_t)gridDim.x : 1;
-        for (int64_t i = first; i < end; i += step) run(!p.sparse ? load_piece(p, (int)i) : token_piece(p, (int)i));
+        const int64_t first = sparse_launch<K>(p) ? (int64_t)blockIdx.x : p.work_indptr[cu];
+        const int64_t end = sparse_launch<K>(p) ? p.tokens : p.work_indptr[cu + 1], step = sparse_launch<K>(p) ? (int64_t)gridDim.x : 1;
+        for (int64_t i = first; i < end; i += step) run(!sparse_launch<K>(p) ? load_piece(p, (int)i) : token_piece<K>(p, (int)i));
         return;
     }
-    if (p.sparse) {
-        for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(token_piece(p, (int)t));
+    if (sparse_launch<K>(p)) {
+        for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(token_piece<K>(p, (int)t));
         return;
     }
     const int cu = block_cu(p);
@@ -3677,18 +3688,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         }
         if constexpr (kModel1) cp_async_arrive_noinc(bar);
     };
-    // The block's jobs: its CU's work items (decode), or tokens blockIdx.x, + gridDim.x, ...
-    // (V4; its row group y, its share z of the keys: v4_piece).
-    int64_t j_begin, j_end, j_step;
-    if constexpr (kModel1) {
-        j_begin = blockIdx.x, j_end = p.tokens, j_step = gridDim.x;
-    } else {
-        j_begin = p.work_indptr[blockIdx.x], j_end = p.work_indptr[blockIdx.x + 1], j_step = 1;
-    }
-    auto piece_of = [&](int64_t j) { // (the wrappers hold tokens and work items below 2^31)
-        if constexpr (kModel1) return v4_piece(p, (int)j);
-        else return load_piece(p, (int)j);
-    };
     // The block's passes ("jobs": 16 rows of a job, usually the whole job). Each copies its
     // groups' first tiles at its start. Their lookup used to start a job early, for the next one
     // (its work item, request ints and first page entry, three dependent reads that thread 0
@@ -3700,9 +3699,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
     // 112.8-114.1, D1-fp8-p1 129.2-130.3 -> 127.7-128.8, D2-fp8 unchanged. (Pieces of several
     // passes, which no bench row has, now wait for each pass's first copy.)
     int count_loc = -1, count_rows = 0; // rows stored by the last job, counted during this one (thread kThreads - 1)
-    release_dependents(); // the reduce (if any) may launch now
-    for (int64_t wi = j_begin; wi < j_end; wi += j_step) {
-        const Piece pc = piece_of(wi);
+    // the block's jobs: its CU's work items (decode), or tokens blockIdx.x, + gridDim.x, ... (V4;
+    // its row group y, its share z of the keys)
+    for_each_piece<true, kModel1 ? kV4Launch : kDecodeLaunch>(p, [&](const Piece &pc) {
         const int ntiles = tiles_of(pc);
         // the page id of the copier's run of tile i, loaded a copy ahead of its use
         auto entry_of = [&](int i) { return copier && i < ntiles ? key_entry<KVT>(p, pc, (int64_t)i * kKeys + cr * run) : -1; };
@@ -3968,7 +3967,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             // once the next job's Q is on its way (the fence waits for the stores)
             if (p.arrivals && pc.loc >= 0) count_loc = pc.loc, count_rows = R;
         }
-    }
+    });
     if (tid == kThreads - 1 && count_loc >= 0) count_stored_rows(p, count_loc, count_rows);
 #endif
 }
@@ -6958,6 +6957,30 @@ static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
     return AITER_MLA_KERNEL_PORTABLE;
 }
 
+// A launch without a plan (sparse attention, V4): grid (token, row group of heads, split of
+// the keys), p.rows_per_block set for the kernel k.
+static dim3 token_grid(aiter_mla_kernel k, DecodeParams &p, unsigned splits) {
+    const int H = p.a.num_heads;
+    p.rows_per_block = k != AITER_MLA_KERNEL_PORTABLE ? sparse_rows_per_block(H) : 64;
+    return dim3(token_blocks(p.tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
+}
+// ... and its kernel: k's instance for cache format KVT, or the portable kernel's for
+// kPortableKVT (V4's portable instance takes any mix of formats).
+template <int KVT, int kPortableKVT = KVT>
+static hipError_t launch_tokens(aiter_mla_kernel k, dim3 grid, hipStream_t s, const DecodeParams &p, [[maybe_unused]] int num_cu) {
+    if (k == AITER_MLA_KERNEL_PORTABLE) {
+        decode_kernel<kPortableKVT><<<grid, kThreads, 0, s>>>(p);
+    } else {
+#if defined(AITER_MLA_HAS_MFMA)
+        launch_mfma<KVT, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
+#elif defined(AITER_MLA_HAS_MMA)
+        const hipError_t e = launch_mma<KVT>(grid, s, p, p.rows_per_block, num_cu);
+        if (e != hipSuccess) return e;
+#endif
+    }
+    return hipGetLastError();
+}
+
 // Sparse attention: the decode kernels without a plan (grid: token x row group of heads).
 extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_mla_kernel *kernel, void *stream) {
     const aiter_mla_kernel k = sparse_kernel_of(a);
@@ -6994,30 +7017,10 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_ml
     p.attn_sink = a->attn_sink;
     p.max_logits = a->max_logits;
     const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
-    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
-    p.rows_per_block = launched ? sparse_rows_per_block(H) : 64;
-    const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block));
-#if defined(AITER_MLA_HAS_MFMA)
-    if (launched) {
-        if (kvt == AITER_MLA_BF16) launch_mfma<AITER_MLA_BF16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else if (kvt == kDsMlaFn) launch_mfma<kDsMlaFn, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else launch_mfma<kDsMlaFnuz, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-    }
-#elif defined(AITER_MLA_HAS_MMA)
-    if (launched) {
-        hipError_t e;
-        if (kvt == AITER_MLA_BF16) e = launch_mma<AITER_MLA_BF16>(grid, s, p, p.rows_per_block, a->num_cu);
-        else if (kvt == kDsMlaFn) e = launch_mma<kDsMlaFn>(grid, s, p, p.rows_per_block, a->num_cu);
-        else e = launch_mma<kDsMlaFnuz>(grid, s, p, p.rows_per_block, a->num_cu);
-        if (e != hipSuccess) return (int)e;
-    }
-#endif
-    if (!launched) {
-        if (kvt == AITER_MLA_BF16) decode_kernel<AITER_MLA_BF16><<<grid, kThreads, 0, s>>>(p);
-        else if (kvt == kDsMlaFn) decode_kernel<kDsMlaFn><<<grid, kThreads, 0, s>>>(p);
-        else decode_kernel<kDsMlaFnuz><<<grid, kThreads, 0, s>>>(p);
-    }
-    AITER_MLA__LAUNCH_CHECK();
+    const dim3 grid = token_grid(k, p, 1);
+    if (kvt == AITER_MLA_BF16) return (int)launch_tokens<AITER_MLA_BF16>(k, grid, s, p, a->num_cu);
+    if (kvt == kDsMlaFn) return (int)launch_tokens<kDsMlaFn>(k, grid, s, p, a->num_cu);
+    return (int)launch_tokens<kDsMlaFnuz>(k, grid, s, p, a->num_cu);
 }
 
 // The V4 attention kernel for these arguments: the matrix units' for a bf16 q in 16-byte rows
@@ -7080,46 +7083,28 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
         p.part_o = (float *)a->workspace;
         p.part_lse = p.part_o + a->num_tokens * p.v4_splits * H * kL;
     }
-    const unsigned splits = (unsigned)p.v4_splits;
-    const bool launched = k != AITER_MLA_KERNEL_PORTABLE;
-    p.rows_per_block = launched ? sparse_rows_per_block(H) : 64;
-    const dim3 grid(token_blocks(a->num_tokens), (unsigned)((H + p.rows_per_block - 1) / p.rows_per_block), splits);
-#if defined(AITER_MLA_HAS_MFMA)
-    if (launched) {
-        if (a->keys.rows) launch_mfma<kV4Bf16, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-        else launch_mfma<kV4Model1, AITER_MLA_BF16>(grid, s, p, p.rows_per_block);
-    }
-#elif defined(AITER_MLA_HAS_MMA)
-    if (launched) {
-        const hipError_t e = a->keys.rows ? launch_mma<kV4Bf16>(grid, s, p, p.rows_per_block, a->num_cu)
-                                          : launch_mma<kV4Model1>(grid, s, p, p.rows_per_block, a->num_cu);
-        if (e != hipSuccess) return (int)e;
-    }
-#endif
-    if (!launched) decode_kernel<kV4Any><<<grid, kThreads, 0, s>>>(p);
-    if (splits > 1) {
-        const hipError_t e = hipGetLastError();
-        if (e != hipSuccess) return (int)e;
-        ReduceParams r{}; // the splits' partials merged by their lse, then the sink
-        r.uniform_splits = p.v4_splits;
-        r.uniform_tiles = a->num_tokens;
-        r.rows_per_tile = 1;
-        r.part_o = p.part_o;
-        r.part_lse = p.part_lse;
-        r.o = a->o;
-        r.o_stride_token = a->o_stride_token;
-        r.o_stride_head = a->o_stride_head;
-        r.lse = a->lse;
-        r.lse_stride_token = H;
-        r.lse_stride_head = 1;
-        r.empty_lse = HUGE_VALF;
-        r.attn_sink = a->attn_sink;
-        r.num_heads = H;
-        r.dv = kL;
-        r.o_dtype = a->o_dtype;
-        return (int)launch_reduce(s, r, a->num_tokens * H, false);
-    }
-    AITER_MLA__LAUNCH_CHECK();
+    const dim3 grid = token_grid(k, p, (unsigned)p.v4_splits);
+    const hipError_t e = a->keys.rows ? launch_tokens<kV4Bf16, kV4Any>(k, grid, s, p, a->num_cu)
+                                      : launch_tokens<kV4Model1, kV4Any>(k, grid, s, p, a->num_cu);
+    if (e != hipSuccess || p.v4_splits == 1) return (int)e;
+    ReduceParams r{}; // the splits' partials merged by their lse, then the sink
+    r.uniform_splits = p.v4_splits;
+    r.uniform_tiles = a->num_tokens;
+    r.rows_per_tile = 1;
+    r.part_o = p.part_o;
+    r.part_lse = p.part_lse;
+    r.o = a->o;
+    r.o_stride_token = a->o_stride_token;
+    r.o_stride_head = a->o_stride_head;
+    r.lse = a->lse;
+    r.lse_stride_token = H;
+    r.lse_stride_head = 1;
+    r.empty_lse = HUGE_VALF;
+    r.attn_sink = a->attn_sink;
+    r.num_heads = H;
+    r.dv = kL;
+    r.o_dtype = a->o_dtype;
+    return (int)launch_reduce(s, r, a->num_tokens * H, false);
 }
 
 extern "C" int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream) {
