@@ -1464,14 +1464,14 @@ static void test_plan_balance(void) {
 
 /* Ragged contexts (uniform in [0.5, 1.5] x 4096, as the bench's D1), pages of 64, every
  * kv_granularity from a quarter page to two pages and overheads 1..4: no list may cost more
- * than the lists' mean plus a step, two overheads and a block (every list but the last holds at
- * most its share, rounded up, plus an overhead and a step less a block, the last at most the
- * share, and the mean is within a block of the share: the bound leaves an overhead and a block
- * to spare), a list's cost counted as the planner documents
- * it (each item's pages in steps of max(page, kv_granularity) keys, a step costing max(1, page
- * / kv_granularity) blocks, plus overhead_blocks). With its cuts rounded down to whole steps
- * and nothing to make up for them, the planner had left the last list 60 % above the mean
- * (kv_granularity 32 on the bench's D1 contexts). */
+ * than the lists' mean plus a step, two overheads and a block, nor less than the mean minus as
+ * much (each list but the last holds its share of the work left, rounded up, with the overhead
+ * of a cut to come and half a step, less what the cut's rounding to whole steps leaves), a
+ * list's cost counted as the planner documents it (each item's pages in steps of max(page,
+ * kv_granularity) keys, a step costing max(1, page / kv_granularity) blocks, plus
+ * overhead_blocks). With its cuts rounded down to whole steps and nothing to make up for them,
+ * the planner had left the last list 60 % above the mean (kv_granularity 32 on the bench's D1
+ * contexts); with a payload fixed at the start, it left D1's last list empty. */
 static void test_plan_balance_ragged(void) {
     static const int grans[] = {16, 32, 64, 128}, ovhs[] = {1, 2, 4}, cus[] = {132, 80, 7};
     enum { B = 128, PS = 64 };
@@ -1492,7 +1492,7 @@ static void test_plan_balance_ragged(void) {
                 aiter_mla_decode_plan_desc d;
                 aiter_mla_decode_plan_info info;
                 aiter_mla_decode_plan_view v;
-                int64_t sum = 0, maxc = 0;
+                int64_t sum = 0, maxc = 0, minc = INT64_MAX;
                 int32_t *plan;
                 char err[400];
                 memset(&d, 0, sizeof d);
@@ -1516,10 +1516,14 @@ static void test_plan_balance_ragged(void) {
                     }
                     sum += cost;
                     if (cost > maxc) maxc = cost;
+                    if (cost < minc) minc = cost;
                 }
                 CHECK(maxc * cus[ci] <= sum + (int64_t)(step + 2 * ovhs[oi] + 1) * cus[ci],
                       "ragged balance (kv_granularity %d, overhead %d, %d CUs): busiest list %lld blocks, mean %.1f", grans[gi],
                       ovhs[oi], cus[ci], (long long)maxc, (double)sum / cus[ci]);
+                CHECK(minc * cus[ci] >= sum - (int64_t)(step + 2 * ovhs[oi] + 1) * cus[ci],
+                      "ragged balance (kv_granularity %d, overhead %d, %d CUs): lightest list %lld blocks, mean %.1f", grans[gi],
+                      ovhs[oi], cus[ci], (long long)minc, (double)sum / cus[ci]);
                 free(plan);
             }
 }
