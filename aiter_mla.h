@@ -1059,10 +1059,10 @@ enum {
  * float log2 can round the exponent down; the clamp covers that there). The exponent byte
  * saturates at 254 (amax = inf); fp8_max is at least 2, so that no finite group needs a
  * larger one (below 2, the largest bf16 values would be clamped to a fraction of themselves).
- * fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for e4m3fnuz. vLLM writes OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA
- * cache is fnuz, and vLLM's fnuz writer divides by 224 (the headroom of its
- * get_fp8_min_max): pass fp8_max = 224 to reproduce those bytes. Readers need only the
- * flavour; the scale is in the page. */
+ * fp8_max defaults to the flavour's maximum: 448 for e4m3fn, 240 for e4m3fnuz. vLLM writes
+ * OCP e4m3fn everywhere for the compressed cache; on gfx942 its SWA cache is fnuz, and vLLM's
+ * fnuz writer divides by 224 (the headroom of its get_fp8_min_max): pass fp8_max = 224 to
+ * reproduce those bytes. Readers need only the flavour; the scale is in the page. */
 
 /* Bytes of one page: block_size * 584 rounded up to a multiple of 576 (37440 for 64
  * tokens); 0 when block_size < 1. */
@@ -2672,7 +2672,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     aiter_mla__plan_builder pb;
     aiter_mla__divisor rows_div, step_div;
     int ps, tpt, ncu, ovh, b, cu = 0;
-    int64_t sp, bps, total = 0, work_left, remaining;
+    int64_t sp, bps, total = 0, work_left, remaining, cost;
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
     AITER_MLA__NEED(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
@@ -2732,8 +2732,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
                 w[6] = (int32_t)(kv_len - aiter_mla__min64(kv_len, (int64_t)end * ps));
                 w[7] = 0;
                 pb.nwork++;
-                remaining -= take * bps + ovh;
-                work_left -= take * bps + ovh;
+                cost = take * bps + ovh;
+                remaining -= cost;
+                work_left -= cost;
                 page = end;
                 if (page >= pages) break;
                 pb.v.work_indptr[++cu] = pb.nwork; /* the cut filled this CU */
