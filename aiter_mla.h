@@ -26,8 +26,11 @@
  *                                   tensor maps encoded at launch through the runtime's
  *                                   driver entry point, and fall back to cp.async)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
- *                                   GPU entry points then return AITER_MLA_ERR_NO_GPU and
- *                                   the program links without kernels.hip.
+ *                                   GPU entry points then validate their arguments and
+ *                                   return AITER_MLA_ERR_NO_GPU, and the program links
+ *                                   without kernels.hip.
+ *   Link with -lm (the CPU references use libm). In C++, zero a desc or args struct with
+ *   `= {}` (C's `= {0}` draws -Wmissing-field-initializers there).
  *
  * ---------------------------------------------------------------------------------------
  * WHAT IS HERE (GPU = a launch wrapper over kernels.hip; every op also has a CPU *_ref)
@@ -53,6 +56,11 @@
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
  *
+ *   Tensors (bf16 held as uint16_t; T = query tokens of the step, one a request here):
+ *     q [T, 16, 576] (the absorbed query: 512 latent dims, then 64 rope dims),
+ *     o [T, 16, 512], lse [T, 16] float (optional); the cache kv_cache
+ *     [num_pages, page_size, 576], each row a token's latent (512) and rope (64) values.
+ *
  *   1. Once, at start-up: size the plan from upper bounds and allocate its buffers.
  *        aiter_mla_decode_plan_desc pd = {0};
  *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
@@ -63,14 +71,22 @@
  *        device: int32_t plan_d[info.plan_ints], and a 16-byte aligned workspace of
  *                info.workspace_bytes bytes (fp32 partials of split pieces)
  *
- *   2. Every step: build the paged-KV metadata and the split-KV plan on the host, copy the
- *      plan to the device (one copy), and launch.
+ *   2. Every step: write the step's new latents into the cache (the decode attends over
+ *      every key of seq_lens, the new token's included), build the paged-KV metadata and
+ *      the split-KV plan on the host, copy them to the device, and launch.
+ *        aiter_mla_kv_cache_write_args w = {0};           new rows -> their cache slots
+ *        w.kv_c = kv_c_d; w.k_pe = k_pe_d;                [T, 512], [T, 64] bf16
+ *        w.slot_mapping = slots_d;                        [T] int64: page * page_size + offset
+ *        w.kv_cache = cache_d; w.num_blocks = num_pages; w.block_size = 1; w.num_tokens = T;
+ *        aiter_mla_kv_cache_write(&w, stream);
  *        aiter_mla_decode_metadata_args meta = {0};       block table -> indptr/indices
  *        meta.block_table = bt_h; meta.block_table_stride = max_pages;
  *        meta.seq_lens = seq_lens_h; meta.batch = batch; meta.page_size = 1;
- *        meta.qo_indptr = qo_indptr_h; meta.kv_indptr = kv_indptr_h;
- *        meta.kv_indices = kv_indices_h; meta.kv_indices_capacity = cap;
- *        meta.kv_last_page_lens = last_page_lens_h;
+ *        meta.qo_indptr = qo_indptr_h;                    [batch + 1]
+ *        meta.kv_indptr = kv_indptr_h;                    [batch + 1]
+ *        meta.kv_indices = kv_indices_h;                  [cap], cap >= the sum over requests
+ *        meta.kv_indices_capacity = cap;                  of ceil(seq_len / page_size)
+ *        meta.kv_last_page_lens = last_page_lens_h;       [batch]
  *        aiter_mla_decode_metadata_build(&meta);
  *        aiter_mla_decode_plan_build(&info, qo_indptr_h, kv_indptr_h, last_page_lens_h,
  *                                    batch, plan_h);
@@ -78,7 +94,7 @@
  *        rebuild plan_h before that copy has finished (double-buffer it, or wait on an
  *        event recorded after the copy)
  *        aiter_mla_decode_args a = {0};
- *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = pages;  a.o = o_d;
+ *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = num_pages;  a.o = o_d;
  *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
  *        a.batch = batch; a.num_heads = 16; a.page_size = 1;
  *        a.plan = plan_d; a.plan_info = &info;          (the decode writes counters into
@@ -95,28 +111,36 @@
  *
  *      The same struct with host copies of q, the cache and the four metadata arrays is
  *      the CPU reference: aiter_mla_decode_ref(&a) (plan and workspace unused), or
- *      aiter_mla_decode_ref_scheduled(&a) with plan_h and a host workspace, which replays
- *      the plan's pieces and reduce. examples/decode.c is this recipe as a program.
+ *      aiter_mla_decode_ref_scheduled(&a) with plan_h and a host workspace of
+ *      info.workspace_bytes, which replays the plan's pieces and reduce.
+ *      examples/decode.c is this recipe as a program.
  *
  * ---------------------------------------------------------------------------------------
  * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
  *
- *   1. Write the step's new latents into the cache: aiter_mla_ds_mla_write (kv_c, k_pe,
- *      slot_mapping, block_size = 64).
+ *   q [T, 128, 576] and o [T, 128, 512] bf16; the cache [num_blocks, 64, 656] bytes.
+ *   1. Write the step's new latents into the cache:
+ *        aiter_mla_ds_mla_write_args w = {0};
+ *        w.kv_c = kv_c_d;  w.k_pe = k_pe_d;  w.slot_mapping = slots_of_new_tokens_d;
+ *        w.kv_cache = cache_d;  w.num_blocks = num_blocks;  w.block_size = 64;
+ *        w.num_tokens = T;
+ *        aiter_mla_ds_mla_write(&w, stream);
  *   2. Turn the indexer's request-local top-k positions into global cache slots:
  *        aiter_mla_sparse_index_args ix = {0};
  *        ix.indices = topk_local_d;  ix.req_id = req_of_token_d;  ix.num_tokens = T;
  *        ix.block_table = block_table_d;  ix.block_table_stride = max_pages;
  *        ix.block_size = 64;  ix.num_requests = batch;  ix.topk = 2048;
- *        ix.out = slots_d;  ix.valid_counts = counts_d;        (-1 stays -1)
+ *        ix.out = slots_d;                               [T, 2048]; -1 stays -1
  *        aiter_mla_convert_sparse_indices(&ix, stream);
- *   3. Attend:
+ *   3. Attend (entries of -1, or outside the cache's num_blocks * 64 slots, are skipped):
  *        aiter_mla_sparse_args sa = {0};
  *        sa.q = q_d;  sa.kv_cache = cache_d;  sa.num_slots = num_blocks * 64;
- *        sa.cache_is_ds_mla = 1;  sa.indices = slots_d;  sa.topk_length = counts_d;
+ *        sa.cache_is_ds_mla = 1;  sa.indices = slots_d;
  *        sa.o = o_d;  sa.lse = lse_d;  sa.num_tokens = T;  sa.num_heads = 128;
  *        sa.topk = 2048;  sa.sm_scale = model_scale;  sa.num_cu = <SM / CU count>;
  *        aiter_mla_sparse_attention(&sa, stream);
+ *      sa.topk_length (FlashMLA's, optional) stops each row after its first n entries: set
+ *      it (e.g. to ix.valid_counts) only where every row's valid entries come first.
  *   The same structs on host copies run the CPU references (*_ref); examples/sparse.c is
  *   this recipe as a program, examples/dsv4.c a V4 step.
  *
