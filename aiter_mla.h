@@ -4013,7 +4013,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
             }
         }
     }
-    if (u != ntiles || w != nwork || ri[u] != npieces) AITER_MLA__BAD_PLAN("%s: counts do not match the header", op);
+    if (u != ntiles) AITER_MLA__BAD_PLAN("%s: the tiles number %d, the header's num_reduce_tiles %d", op, u, ntiles);
+    if (w != nwork) AITER_MLA__BAD_PLAN("%s: the work items number %d, the header's num_work %d", op, w, nwork);
+    if (ri[u] != npieces) AITER_MLA__BAD_PLAN("%s: reduce_indptr ends at %d, the header's num_partials is %d", op, ri[u], npieces);
     total = aiter_mla__prefill_units(cq, ck, batch, causal, tq, gran);
     avg = total / info->desc.num_cu;
     rem = total % info->desc.num_cu;
