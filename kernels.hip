@@ -6957,6 +6957,27 @@ static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
     return AITER_MLA_KERNEL_PORTABLE;
 }
 
+// The parameters that the launches without a plan (sparse attention, V4; their argument
+// structs name these fields alike) fill the same way: a query row a token and head, a page a
+// key, no fp8 factors. The caller adds the strides, the keys and its mode's fields.
+template <typename Args> static DecodeParams token_params(const Args *a) {
+    DecodeParams p{};
+    aiter_mla_decode_args &d = p.a;
+    d.q = a->q;
+    d.o = a->o;
+    d.lse = a->lse;
+    d.num_heads = a->num_heads;
+    d.q_dtype = a->q_dtype;
+    d.o_dtype = a->o_dtype;
+    d.sm_scale = a->sm_scale;
+    d.page_size = 1;
+    p.score_scale = a->sm_scale * kLog2e;
+    p.v_scale = 1.0f;
+    p.sparse = 1;
+    p.tokens = a->num_tokens;
+    p.attn_sink = a->attn_sink;
+    return p;
+}
 // A launch without a plan (sparse attention, V4): grid (token, row group of heads, split of
 // the keys), p.rows_per_block set for the kernel k.
 static dim3 token_grid(aiter_mla_kernel k, DecodeParams &p, unsigned splits) {
@@ -6990,31 +7011,18 @@ extern "C" int aiter_mla__launch_sparse(const aiter_mla_sparse_args *a, aiter_ml
     }
     hipStream_t s = (hipStream_t)stream;
     const int H = a->num_heads;
-    DecodeParams p{};
+    DecodeParams p = token_params(a);
     aiter_mla_decode_args &d = p.a;
-    d.q = a->q;
     d.q_stride_token = (int64_t)H * kD;
     d.q_stride_head = kD;
     d.kv_cache = a->kv_cache;
     d.num_pages = a->num_slots; // a page is one slot
-    d.page_size = 1;
     d.kv_indices = a->indices;
-    d.o = a->o;
     d.o_stride_token = (int64_t)H * kL;
     d.o_stride_head = kL;
-    d.lse = a->lse;
-    d.num_heads = H;
-    d.q_dtype = a->q_dtype;
-    d.o_dtype = a->o_dtype;
-    d.sm_scale = a->sm_scale;
-    p.score_scale = a->sm_scale * kLog2e;
-    p.v_scale = 1.0f;
-    p.sparse = 1;
-    p.tokens = a->num_tokens;
     p.topk = a->topk;
     p.indices_stride = (int)a->indices_stride;
     p.topk_length = a->topk_length;
-    p.attn_sink = a->attn_sink;
     p.max_logits = a->max_logits;
     const int kvt = !a->cache_is_ds_mla ? (int)AITER_MLA_BF16 : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? kDsMlaFnuz : kDsMlaFn;
     const dim3 grid = token_grid(k, p, 1);
@@ -7057,25 +7065,13 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     }
     hipStream_t s = (hipStream_t)stream;
     const int H = a->num_heads;
-    DecodeParams p{};
+    DecodeParams p = token_params(a);
     aiter_mla_decode_args &d = p.a;
-    d.q = a->q;
     d.q_stride_token = a->q_stride_token;
     d.q_stride_head = a->q_stride_head;
-    d.page_size = 1;
-    d.o = a->o;
     d.o_stride_token = a->o_stride_token;
     d.o_stride_head = a->o_stride_head;
-    d.lse = a->lse;
-    d.num_heads = H;
-    d.q_dtype = a->q_dtype;
-    d.o_dtype = a->o_dtype;
-    d.sm_scale = a->sm_scale;
-    p.score_scale = a->sm_scale * kLog2e;
-    p.v_scale = 1.0f;
-    p.sparse = p.v4 = 1;
-    p.tokens = a->num_tokens;
-    p.attn_sink = a->attn_sink;
+    p.v4 = 1;
     p.v4_keys[0] = a->keys;
     p.v4_keys[1] = a->extra_keys;
     p.v4_splits = a->num_splits > 1 ? a->num_splits : 1;
