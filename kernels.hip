@@ -6391,6 +6391,26 @@ static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int thre
     kernel<<<grid, threads, 0, s>>>(args...);
     return hipGetLastError();
 }
+// The reduce of a launch over query tokens (decode's split tiles, V4's splits): p's partials
+// into p.a's o and lse [T, H], a row no piece saw a key for +inf, the sink (V4) on the way.
+static ReduceParams token_reduce_params(const DecodeParams &p) {
+    const aiter_mla_decode_args &a = p.a;
+    ReduceParams r{};
+    r.part_o = p.part_o;
+    r.part_lse = p.part_lse;
+    r.o = a.o;
+    r.o_stride_token = a.o_stride_token;
+    r.o_stride_head = a.o_stride_head;
+    r.lse = a.lse;
+    r.lse_stride_token = a.num_heads;
+    r.lse_stride_head = 1;
+    r.empty_lse = HUGE_VALF;
+    r.attn_sink = p.attn_sink;
+    r.num_heads = a.num_heads;
+    r.dv = kL;
+    r.o_dtype = a.o_dtype;
+    return r;
+}
 static hipError_t launch_reduce(hipStream_t s, const ReduceParams &r, int64_t rows, bool wide) {
     auto units = [&](int span) { return rows * ((r.dv + span - 1) / span); };
     auto grid = [&](int64_t blocks) { return (unsigned)max((int64_t)1, min(blocks, (int64_t)kMaxGrid)); }; // grid-stride past that
@@ -6715,20 +6735,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     }
     hipError_t e = hipGetLastError();
     if (e != hipSuccess || info->max_partials == 0) return (int)e;
-    ReduceParams r{};
-    r.part_o = p.part_o;
-    r.part_lse = p.part_lse;
-    r.o = a->o;
-    r.o_stride_token = a->o_stride_token;
-    r.o_stride_head = a->o_stride_head;
-    r.lse = a->lse;
-    r.lse_stride_token = a->num_heads;
-    r.lse_stride_head = 1;
-    r.empty_lse = HUGE_VALF;
-    r.lse_head_stride_at = nullptr;
-    r.num_heads = a->num_heads;
-    r.dv = kL;
-    r.o_dtype = a->o_dtype;
+    ReduceParams r = token_reduce_params(p);
     r.arrivals = p.arrivals;
     r.departures = p.arrivals ? p.arrivals + info->max_partial_rows : nullptr;
     e = launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
@@ -7083,23 +7090,10 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     const hipError_t e = a->keys.rows ? launch_tokens<kV4Bf16, kV4Any>(k, grid, s, p, a->num_cu)
                                       : launch_tokens<kV4Model1, kV4Any>(k, grid, s, p, a->num_cu);
     if (e != hipSuccess || p.v4_splits == 1) return (int)e;
-    ReduceParams r{}; // the splits' partials merged by their lse, then the sink
+    ReduceParams r = token_reduce_params(p); // the splits' partials merged by their lse, then the sink
     r.uniform_splits = p.v4_splits;
     r.uniform_tiles = a->num_tokens;
     r.rows_per_tile = 1;
-    r.part_o = p.part_o;
-    r.part_lse = p.part_lse;
-    r.o = a->o;
-    r.o_stride_token = a->o_stride_token;
-    r.o_stride_head = a->o_stride_head;
-    r.lse = a->lse;
-    r.lse_stride_token = H;
-    r.lse_stride_head = 1;
-    r.empty_lse = HUGE_VALF;
-    r.attn_sink = a->attn_sink;
-    r.num_heads = H;
-    r.dv = kL;
-    r.o_dtype = a->o_dtype;
     return (int)launch_reduce(s, r, a->num_tokens * H, false);
 }
 
