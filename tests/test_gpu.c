@@ -2239,6 +2239,7 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
             if (t == 1 || r < 8) v = -1;
             else if (r < 10) v = (int32_t)slots + r;
             else if (r < 14 && i > 0) v = row[i - 1];
+            else if (r < 40 && i > 0 && row[i - 1] >= 0) v = row[i - 1] + 1; /* runs of consecutive slots, as a window's */
             row[i] = v;
         }
         l->len[t] = t == 3 && dense ? width + 5 : n; /* a length past the width is clamped */
