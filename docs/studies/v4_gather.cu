@@ -326,24 +326,28 @@ int main(int argc, char **argv) {
                "target: %.1f us\n",
                T, K, (long long)keys, key_bytes / 1e6, sets, row_bytes / (0.7 * copy_gbs * 1e3));
         printf("| kernel | us | GB/s (keys + lists) | %% of copy |\n|---|---|---|---|\n");
-        auto time = [&](const char *name, void (*kern)(Lists), int smem, int grid = 0) {
-            if (smem > 48 * 1024) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        // a row: launch(L) timed over the runs, each on the next set; its rate over `bytes`
+        auto time_launch = [&](const char *name, double bytes, auto &&launch) {
             std::vector<float> ts;
             for (int r = 0; r < runs + 5; r++) {
                 const Set &s = set[r % sets];
-                Lists L{s.swa_cache, s.cmp_cache, s.swa, s.cmp, d_swa_len, d_cmp_len, s.contig, contig_stride, K, d_sum};
+                const Lists L{s.swa_cache, s.cmp_cache, s.swa, s.cmp, d_swa_len, d_cmp_len, s.contig, contig_stride, K, d_sum};
                 float ms;
                 hold<<<1, 1, 0, st>>>(200000);
                 CK(cudaEventRecord(e0, st));
-                kern<<<grid ? grid : T, kThreads, smem, st>>>(L);
+                launch(L);
                 CK(cudaEventRecord(e1, st));
                 CK(cudaEventSynchronize(e1));
                 CK(cudaEventElapsedTime(&ms, e0, e1));
                 if (r >= 5) ts.push_back(ms * 1000.0f);
             }
-            const double us = median(ts), gbs = (key_bytes + list_bytes) / (us * 1e3);
+            const double us = median(ts), gbs = bytes / (us * 1e3);
             printf("| %s | %.1f | %.0f | %.1f %% |\n", name, us, gbs, 100.0 * gbs / copy_gbs);
             fflush(stdout);
+        };
+        auto time = [&](const char *name, void (*kern)(Lists), int smem, int grid = 0) {
+            if (smem > 48 * 1024) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            time_launch(name, (double)(key_bytes + list_bytes), [&](const Lists &L) { kern<<<grid ? grid : T, kThreads, smem, st>>>(L); });
         };
         constexpr int kStage = kKeys * (kRow + kScale);
         time("bulk, 2 stages", gather<kBulk, 2>, 2 * kStage);
@@ -361,23 +365,8 @@ int main(int argc, char **argv) {
         time("contig, 2 stages, 2 blocks a token", gather<kContig, 2, 2>, 2 * kStage, 2 * T);
         time("contig, 2 stages, 3 blocks a token", gather<kContig, 2, 3>, 2 * kStage, 3 * T);
         time("empty kernel, 128 blocks", empty_kernel, 0);
-        { // stream: every SM reads the tokens' rows in one piece
-            std::vector<float> ts;
-            for (int r = 0; r < runs + 5; r++) {
-                const Set &s = set[r % sets];
-                Lists L{s.swa_cache, s.cmp_cache, s.swa, s.cmp, d_swa_len, d_cmp_len, s.contig, contig_stride, K, d_sum};
-                float ms;
-                hold<<<1, 1, 0, st>>>(200000);
-                CK(cudaEventRecord(e0, st));
-                stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>(L, key_bytes / 16);
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (r >= 5) ts.push_back(ms * 1000.0f);
-            }
-            const double us = median(ts), gbs = key_bytes / (us * 1e3);
-            printf("| stream: the key bytes in one piece, every SM | %.1f | %.0f | %.1f %% |\n", us, gbs, 100.0 * gbs / copy_gbs);
-        }
+        time_launch("stream: the key bytes in one piece, every SM", (double)key_bytes,
+                    [&](const Lists &L) { stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>(L, key_bytes / 16); });
         for (auto &s : set) {
             CK(cudaFree(s.swa_cache));
             CK(cudaFree(s.cmp_cache));
