@@ -23,23 +23,10 @@
 //   one launch:    the same merge inside the first kernel, after a grid-wide barrier (a counter
 //                  every block adds to and spins on).
 // Timed as `make bench` times a row: device events queued behind a spin, median of the runs.
-#include <cuda_runtime.h>
-#include <algorithm>
+#include "study.h"
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
-#include <vector>
-
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 constexpr int kH = 16, kD = 576, kDv = 512, kPage = 64, kKeys = 8192, kPages = kKeys / kPage, kThreads = 256;
 constexpr int kPageBytes = kPage * kD * 2, kQBytes = kH * kD * 2;
@@ -152,27 +139,12 @@ __global__ void __launch_bounds__(kThreads, 2) piece(Args a) {
 template <int P>
 __global__ void __launch_bounds__(kThreads) reduce(Args a) { merge_slice<P>(a, blockIdx.x); }
 __global__ void empty_kernel() {}
-__global__ void hold(long long cycles) {
-    const long long t0 = clock64();
-    while (clock64() - t0 < cycles) {
-    }
-}
-
-static double median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 int main(int argc, char **argv) {
     const int runs = argc > 1 ? atoi(argv[1]) : 60;
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("# %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    const cudaDeviceProp prop = study_device();
+    StudyTimer tm;
+    const cudaStream_t st = tm.st;
 
     // sets of the request's pages (and their table) rotating past the L2
     const int sets = (int)(4 * (int64_t)prop.l2CacheSize / ((int64_t)kPages * kPageBytes)) + 2, pool_pages = sets * kPages;
@@ -203,19 +175,10 @@ int main(int argc, char **argv) {
 
     printf("%d sets of %d pages (9.4 MB each)\n| variant | us |\n|---|---|\n", sets, kPages);
     auto time = [&](const char *name, auto &&launch) {
-        std::vector<float> ts;
-        for (int r = 0; r < runs + 5; r++) {
+        printf("| %s | %.1f |\n", name, tm.median_us(runs, [&](int r) {
             Args a{pool, tables + (r % sets) * kPages, q, part_o, part_lse, o, sum, counter, 0};
-            float ms;
-            hold<<<1, 1, 0, st>>>(200000);
-            CK(cudaEventRecord(e0, st));
             launch(a);
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r >= 5) ts.push_back(ms * 1000.0f);
-        }
-        printf("| %s | %.1f |\n", name, median(ts));
+        }));
         fflush(stdout);
     };
     time("empty kernel, 128 blocks", [&](Args &) { empty_kernel<<<128, kThreads, 0, st>>>(); });

@@ -35,21 +35,8 @@
 // a spin as `make bench` times a row), the key bytes' rate and its ratio to the copy ceiling
 // measured here (the faster of cudaMemcpy and a copy kernel, bytes read + written, as `make
 // bench` does), and the time the bench row's 70 % target allows.
-#include <cuda_runtime.h>
-#include <algorithm>
+#include "study.h"
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                                \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 constexpr int kW = 128, kBS = 64, kRow = 576, kScale = 8, kKeys = 64, kThreads = 256;
 constexpr int kPageBytes = (kBS * (kRow + kScale) + kRow - 1) / kRow * kRow; // SPEC 7: a multiple of 576 bytes
@@ -206,21 +193,9 @@ __global__ void __launch_bounds__(kThreads) stream(Lists L, int64_t n16) {
     L.sum[(blockIdx.x * (int64_t)kThreads + threadIdx.x) % (4 * 128 * kThreads)] = acc;
 }
 __global__ void empty_kernel(Lists) {}
-// ~cycles of one thread's spin: the timed launches queue behind it, so that each measures the
-// device's time for its work, not the host's launch in front of it (as `make bench` times)
-__global__ void hold(long long cycles) {
-    const long long t0 = clock64();
-    while (clock64() - t0 < cycles) {
-    }
-}
 
 __global__ void copy_kernel(const uint4 *__restrict__ a, uint4 *__restrict__ b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) b[i] = a[i];
-}
-
-static double median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 struct Set {
@@ -230,14 +205,9 @@ struct Set {
 
 int main(int argc, char **argv) {
     const int runs = argc > 1 ? atoi(argv[1]) : 40;
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("# %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    const cudaDeviceProp prop = study_device();
+    StudyTimer tm;
+    const cudaStream_t st = tm.st;
 
     // the copy ceiling: 1 GiB, read + written
     const size_t cb = (size_t)1 << 30;
@@ -245,25 +215,9 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&ca, cb));
     CK(cudaMalloc(&cbuf, cb));
     CK(cudaMemset(ca, 1, cb));
-    std::vector<float> tm, tk;
-    for (int r = 0; r < 12; r++) {
-        float ms;
-        hold<<<1, 1, 0, st>>>(200000);
-                CK(cudaEventRecord(e0, st));
-        CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 2) tm.push_back(ms);
-        hold<<<1, 1, 0, st>>>(200000);
-                CK(cudaEventRecord(e0, st));
-        copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, st>>>((const uint4 *)ca, (uint4 *)cbuf, cb / 16);
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 2) tk.push_back(ms);
-    }
-    const double memcpy_gbs = 2.0 * cb / (median(tm) * 1e-3) / 1e9, kernel_gbs = 2.0 * cb / (median(tk) * 1e-3) / 1e9;
+    const double memcpy_gbs = 2.0 * cb / (tm.median_us(10, [&](int) { CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, st)); }) * 1e3);
+    const double kernel_gbs =
+        2.0 * cb / (tm.median_us(10, [&](int) { copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, st>>>((const uint4 *)ca, (uint4 *)cbuf, cb / 16); }) * 1e3);
     const double copy_gbs = std::max(memcpy_gbs, kernel_gbs);
     printf("# copy ceiling: memcpy %.0f GB/s, copy kernel %.0f GB/s\n", memcpy_gbs, kernel_gbs);
     CK(cudaFree(ca));
@@ -328,20 +282,11 @@ int main(int argc, char **argv) {
         printf("| kernel | us | GB/s (keys + lists) | %% of copy |\n|---|---|---|---|\n");
         // a row: launch(L) timed over the runs, each on the next set; its rate over `bytes`
         auto time_launch = [&](const char *name, double bytes, auto &&launch) {
-            std::vector<float> ts;
-            for (int r = 0; r < runs + 5; r++) {
+            const double us = tm.median_us(runs, [&](int r) {
                 const Set &s = set[r % sets];
-                const Lists L{s.swa_cache, s.cmp_cache, s.swa, s.cmp, d_swa_len, d_cmp_len, s.contig, contig_stride, K, d_sum};
-                float ms;
-                hold<<<1, 1, 0, st>>>(200000);
-                CK(cudaEventRecord(e0, st));
-                launch(L);
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (r >= 5) ts.push_back(ms * 1000.0f);
-            }
-            const double us = median(ts), gbs = bytes / (us * 1e3);
+                launch(Lists{s.swa_cache, s.cmp_cache, s.swa, s.cmp, d_swa_len, d_cmp_len, s.contig, contig_stride, K, d_sum});
+            });
+            const double gbs = bytes / (us * 1e3);
             printf("| %s | %.1f | %.0f | %.1f %% |\n", name, us, gbs, 100.0 * gbs / copy_gbs);
             fflush(stdout);
         };
