@@ -42,7 +42,6 @@ struct Args {
     unsigned target;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // o's kSlice outputs of block b (one head's dims): the P pieces merged by their lse. Thread t
 // takes output t % kSlice over a share of the pieces (t / kSlice, + kGroups, ...), all its loads
@@ -96,22 +95,18 @@ __global__ void __launch_bounds__(kThreads, 2) piece(Args a) {
     unsigned char *page = smem, *q = smem + kBytes;
     const int b = blockIdx.x, tid = threadIdx.x;
     if (tid == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&bar)) : "memory");
+        mbar_init(smem_u32(&bar), 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar)), "r"(kBytes) : "memory");
+        mbar_expect(smem_u32(&bar), kBytes);
         for (int j = 0; j < (kN + kPage - 1) / kPage; j++) { // the piece's pages (or its part of one)
             const int key = b * kN + j * kPage, n = kN < kPage ? kN : kPage;
             const unsigned char *src = a.pool + (int64_t)a.block_table[key / kPage] * kPageBytes + (key % kPage) * kD * 2;
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                             smem_u32(page + j * kPageBytes)),
-                         "l"(src), "r"(n * kD * 2), "r"(smem_u32(&bar))
-                         : "memory");
+            bulk(smem_u32(page + j * kPageBytes), src, n * kD * 2, smem_u32(&bar));
         }
     }
     for (int i = tid; i < kQBytes / 16; i += kThreads) reinterpret_cast<uint4 *>(q)[i] = a.q[i];
     __syncthreads(); // the barrier is initialised, q is in
-    asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra W;\n}\n" ::"r"(smem_u32(&bar))
-                 : "memory");
+    mbar_wait(smem_u32(&bar), 0);
     unsigned acc = reinterpret_cast<const unsigned *>(q)[tid];
 #pragma unroll
     for (int k = 0; k < 4; k++) { // 16 bytes of rows tid % 64 ...: the page is there

@@ -39,6 +39,7 @@
 #include <cstdint>
 
 constexpr int kW = 128, kBS = 64, kRow = 576, kScale = 8, kKeys = 64, kThreads = 256;
+constexpr int kTokens = 128, kSumBlocks = 3 * kTokens; // the bench row's batch; blocks at most (3 a token)
 constexpr int kPageBytes = (kBS * (kRow + kScale) + kRow - 1) / kRow * kRow; // SPEC 7: a multiple of 576 bytes
 
 struct Lists {
@@ -47,25 +48,9 @@ struct Lists {
     const unsigned char *contig;                   // contig: token t's rows at t * contig_stride
     int64_t contig_stride;
     int K;
-    unsigned *sum; // [blocks * kThreads]: what each thread read, xor-ed (keeps the loads)
+    unsigned *sum; // [kSumBlocks * kThreads]: what each thread read, xor-ed (keeps the loads)
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}\n" ::"r"(bar), "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
-                 "r"(bytes), "r"(bar)
-                 : "memory");
-}
 __device__ __forceinline__ void cp8(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
@@ -190,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) stream(Lists L, int64_t n16) {
         const uint4 v = ldg16(a + i);
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
-    L.sum[(blockIdx.x * (int64_t)kThreads + threadIdx.x) % (4 * 128 * kThreads)] = acc;
+    L.sum[(blockIdx.x * (int64_t)kThreads + threadIdx.x) % (kSumBlocks * kThreads)] = acc;
 }
 __global__ void empty_kernel(Lists) {}
 
@@ -223,7 +208,7 @@ int main(int argc, char **argv) {
     CK(cudaFree(ca));
     CK(cudaFree(cbuf));
 
-    const int T = 128, H = 16;
+    const int T = kTokens, H = 16;
     for (int K : {512, 1024}) {
         srand(7);
         auto frand = [] { return (double)rand() / ((double)RAND_MAX + 1.0); };
@@ -244,7 +229,7 @@ int main(int argc, char **argv) {
         unsigned *d_sum;
         CK(cudaMalloc(&d_swa_len, T * 4));
         CK(cudaMalloc(&d_cmp_len, T * 4));
-        CK(cudaMalloc(&d_sum, (size_t)4 * T * kThreads * 4)); // up to 3 blocks a token
+        CK(cudaMalloc(&d_sum, (size_t)kSumBlocks * kThreads * 4));
         CK(cudaMemcpy(d_swa_len, swa_len.data(), T * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_cmp_len, cmp_len.data(), T * 4, cudaMemcpyHostToDevice));
         const int64_t contig_stride = (int64_t)(kW + K) * (kRow + kScale);
