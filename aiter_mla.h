@@ -65,6 +65,8 @@
  *        aiter_mla_decode_plan_desc pd = {0};
  *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
  *        pd.page_size = 1;   pd.num_cu = <multiprocessor / CU count>;
+ *        (page_size: a power of two 1..256, the same in pd, w, meta and a below; num_cu
+ *        >= 1, the plan's list count: on a CPU-only build any count, e.g. 1, will do)
  *        aiter_mla_decode_plan_info info;
  *        aiter_mla_decode_plan_get_info(&pd, &info);
  *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best)
@@ -82,11 +84,12 @@
  *        aiter_mla_decode_metadata_args meta = {0};       block table -> indptr/indices
  *        meta.block_table = bt_h; meta.block_table_stride = max_pages;
  *        meta.seq_lens = seq_lens_h; meta.batch = batch; meta.page_size = 1;
- *        meta.qo_indptr = qo_indptr_h;                    [batch + 1]
- *        meta.kv_indptr = kv_indptr_h;                    [batch + 1]
- *        meta.kv_indices = kv_indices_h;                  [cap], cap >= the sum over requests
- *        meta.kv_indices_capacity = cap;                  of ceil(seq_len / page_size)
- *        meta.kv_last_page_lens = last_page_lens_h;       [batch]
+ *        meta.q_len = 1;                                  (or meta.q_lens = [batch]; 0 means 1)
+ *        meta.qo_indptr = qo_indptr_h;                    out [batch + 1]
+ *        meta.kv_indptr = kv_indptr_h;                    out [batch + 1]
+ *        meta.kv_indices = kv_indices_h;                  out [cap], cap >= the sum over
+ *        meta.kv_indices_capacity = cap;                  requests of ceil(seq_len / page_size)
+ *        meta.kv_last_page_lens = last_page_lens_h;       out [batch]
  *        aiter_mla_decode_metadata_build(&meta);
  *        aiter_mla_decode_plan_build(&info, qo_indptr_h, kv_indptr_h, last_page_lens_h,
  *                                    batch, plan_h);
@@ -97,6 +100,8 @@
  *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = num_pages;  a.o = o_d;
  *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
  *        a.batch = batch; a.num_heads = 16; a.page_size = 1;
+ *        (q, the cache and o are bf16 when a.q_dtype, a.kv_dtype, a.o_dtype are zero; an
+ *        fp8 cache sets a.kv_dtype and a.kv_scale, see aiter_mla_decode_args)
  *        a.plan = plan_d; a.plan_info = &info;          (the decode writes counters into
  *                                                       plan_d and clears them before it
  *                                                       ends: one decode per plan_d at a time)
@@ -118,7 +123,8 @@
  * ---------------------------------------------------------------------------------------
  * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
  *
- *   q [T, 128, 576] and o [T, 128, 512] bf16; the cache [num_blocks, 64, 656] bytes.
+ *   q [T, H, 576] and o [T, H, 512] bf16 (H 1..128; V3.2 runs 128 a rank); the cache
+ *   [num_blocks, 64, 656] bytes.
  *   1. Write the step's new latents into the cache:
  *        aiter_mla_ds_mla_write_args w = {0};
  *        w.kv_c = kv_c_d;  w.k_pe = k_pe_d;  w.slot_mapping = slots_of_new_tokens_d;
@@ -131,6 +137,7 @@
  *        ix.block_table = block_table_d;  ix.block_table_stride = max_pages;
  *        ix.block_size = 64;  ix.num_requests = batch;  ix.topk = 2048;
  *        ix.out = slots_d;                               [T, 2048]; -1 stays -1
+ *        ix.valid_counts = counts_d;                     optional out [T]: entries != -1
  *        aiter_mla_convert_sparse_indices(&ix, stream);
  *   3. Attend (entries of -1, or outside the cache's num_blocks * 64 slots, are skipped):
  *        aiter_mla_sparse_args sa = {0};
@@ -141,8 +148,9 @@
  *        aiter_mla_sparse_attention(&sa, stream);
  *      sa.topk_length (FlashMLA's, optional) stops each row after its first n entries: set
  *      it (e.g. to ix.valid_counts) only where every row's valid entries come first.
- *   The same structs on host copies run the CPU references (*_ref); examples/sparse.c is
- *   this recipe as a program, examples/dsv4.c a V4 step.
+ *   The same structs on host copies run the CPU references, without the stream argument:
+ *   aiter_mla_ds_mla_write_ref, _convert_sparse_indices_ref, _sparse_attention_ref.
+ *   examples/sparse.c is this recipe as a program, examples/dsv4.c a V4 step.
  *
  * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
@@ -2443,8 +2451,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
         p = aiter_mla__cdiv(n, ps);
         if (p > a.block_table_stride)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: seq_lens[%d] = %lld needs %lld pages, more than block_table_stride = %lld", op, b,
-                                   (long long)n, (long long)p, (long long)a.block_table_stride);
+                                   "%s: seq_lens[%d] = %lld needs %lld pages of page_size = %d%s, more than block_table_stride = %lld",
+                                   op, b, (long long)n, (long long)p, ps, a.page_size ? "" : " (0 means 1)",
+                                   (long long)a.block_table_stride);
         pages += p;
         tokens += q;
     }
@@ -2594,8 +2603,9 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
                                    qo[b + 1] - qo[b], info->desc.max_q_len);
         if (pages > 0 && (last[b] < 1 || last[b] > info->desc.page_size))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: kv_last_page_lens[%d] = %d is outside 1..page_size = %d (0 only for a request without pages)",
-                                   op, b, last[b], info->desc.page_size);
+                                   "%s: kv_last_page_lens[%d] = %d is outside 1..page_size = %d (0 only for a request without pages%s)",
+                                   op, b, last[b], info->desc.page_size,
+                                   info->desc.page_size == 1 ? "; a page_size of 0 means 1" : "");
         if (pages * info->desc.page_size > INT32_MAX)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                    "%s: kv_indptr gives request %d %lld pages of page_size = %d: more than 2^31 - 1 keys", op,
@@ -2847,8 +2857,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
         pages = kvp[wb + 1] - kvp[wb];
         kv_len = aiter_mla__kv_len(pages, last[wb], ps);
         if (ks != kvp[wb] + covered[u] || ke < ks || ke > kvp[wb + 1] || (ke == ks && pages > 0))
-            AITER_MLA__BAD_PLAN("%s: work %lld covers pages %d..%d of request %d, expected to start at %d", op,
-                                (long long)i, ks, ke, wb, kvp[wb] + covered[u]);
+            AITER_MLA__BAD_PLAN("%s: work %lld covers pages %d..%d of request %d, expected a start at %d and an end by %d "
+                                "(a plan built from other kv_indptr?)",
+                                op, (long long)i, ks, ke, wb, kvp[wb] + covered[u], kvp[wb + 1]);
         end_tok = aiter_mla__min64(kv_len, (int64_t)(ke - kvp[wb]) * ps);
         if (off != kv_len - end_tok)
             AITER_MLA__BAD_PLAN("%s: work %lld has kv_offset %d, expected %lld", op, (long long)i, off, (long long)(kv_len - end_tok));
@@ -2970,8 +2981,8 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: num_heads = %d but the plan was sized for %d", op,
                                a->num_heads, a->plan_info->desc.num_heads);
     if (a->page_size != a->plan_info->desc.page_size)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: page_size = %d but the plan was sized for %d", op,
-                               a->page_size, a->plan_info->desc.page_size);
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: page_size = %d%s but the plan was sized for %d", op,
+                               a->page_size, in->page_size ? "" : " (0 means 1)", a->plan_info->desc.page_size);
     if (a->batch > a->plan_info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op,
                                a->batch, a->plan_info->desc.max_batch);

@@ -925,6 +925,8 @@ static void test_metadata_build(void) {
             int32_t saved_q = ql[0];
             a.block_table_stride = maxp - 1; /* narrower than the longest request needs */
             CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
+            CHECK(ps_arg || strstr(aiter_mla_last_error(), "page_size = 1 (0 means 1)"),
+                  "a defaulted page_size is not named as such: %s", aiter_mla_last_error());
             a.block_table_stride = INT64_MAX; /* b * stride would overflow */
             CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "block_table_stride");
             a.block_table_stride = stride;
@@ -1734,6 +1736,24 @@ static void test_plan_corruption(void) {
         for (b = 1; b <= batch; b++) kvp2[b] += 7;
         CHECK(aiter_mla_decode_plan_check(&info, qo, kvp2, last2, batch, plan) == AITER_MLA_ERR_PLAN_INVALID,
               "plan_check accepted a plan against longer kv lengths than it was built for");
+    }
+    /* a request shorter than the plan was built for (100 keys in pages of 64 -> 20): the
+     * message names where the piece should have ended */
+    {
+        aiter_mla_decode_plan_desc d64 = d;
+        aiter_mla_decode_plan_info info64;
+        int32_t q1[2] = {0, 1}, kv_built[2] = {0, 2}, last_built[1] = {36}, kv_now[2] = {0, 1}, last_now[1] = {20};
+        int32_t *p64;
+        d64.page_size = 64;
+        d64.num_cu = 1; /* one piece: pages 0..2 */
+        if (CHECK(aiter_mla_decode_plan_get_info(&d64, &info64) == AITER_MLA_OK, "get_info: %s", aiter_mla_last_error())) {
+            p64 = alloc_i32(info64.plan_ints);
+            CHECK_STATUS(aiter_mla_decode_plan_build(&info64, q1, kv_built, last_built, 1, p64), AITER_MLA_OK, "");
+            CHECK(aiter_mla_decode_plan_check(&info64, q1, kv_now, last_now, 1, p64) == AITER_MLA_ERR_PLAN_INVALID &&
+                      strstr(aiter_mla_last_error(), "an end by 1") != NULL,
+                  "plan_check on a shortened request: %s", aiter_mla_last_error());
+            free(p64);
+        }
     }
 #undef CORRUPT_BEGIN
 #undef CORRUPT_END
