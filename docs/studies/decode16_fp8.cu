@@ -6,6 +6,7 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o decode16_fp8 decode16_fp8.cu
 //   ./decode16_fp8 [timed runs, default 20]
 //
+// Each row is timed as `make bench` times one (study.h: behind a spin, the median of the runs).
 // A block is NG groups of 4 warps; group g takes the request's 64-key tiles g, g + NG, ...
 // Per tile and group:
 //   - the tile's page (64 rows of 576 e4m3 bytes, contiguous) comes into shared memory by one
@@ -42,15 +43,10 @@
 //   SM bit 1: Q's fragments read once a tile instead of per k-step; bit 2: no V-tile stores.
 //   CH: accumulator chains per S^T n8-tile. NG: groups (2: three no longer fit shared memory
 //   with the bulk copies).
-#include <cuda_runtime.h>
+#include "study.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <cstdio>
-#include <cstdlib>
-#include <cstdint>
 #include <cmath>
-#include <vector>
-#include <algorithm>
 
 constexpr int H = 16, D = 576, DV = 512, PAGE = 64, NKS = 36;
 constexpr int kPRow = 144; // P row bytes (64 keys f16 + 16)
@@ -69,7 +65,6 @@ struct Cfg {
     static constexpr int total = fin + NG * 16 * 4 + NG * 4 * 16 * 4;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ uint32_t cvt_e4m3x2(uint32_t v16) {
     uint32_t r;
     asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16));
@@ -112,13 +107,10 @@ __device__ __forceinline__ float ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory"); }
+// one thread's copy of `bytes` to dst, the barrier's one arrival expecting them
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n.reg .pred done;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra W;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+    mbar_expect(bar, bytes);
+    bulk(dst, src, bytes, bar);
 }
 template <int ID>
 __device__ __forceinline__ void gsync() { asm volatile("bar.sync %0, 128;\n" ::"n"(ID) : "memory"); }
@@ -621,11 +613,10 @@ static float e4m3_slow(uint8_t v) {
 static float g_e4m3[256];
 static float e4m3(uint8_t v) { return g_e4m3[v]; }
 static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
 // LB < 0: layout A (decode16<NG, CH, CV, SM>); LB = 0 or 1: layout B (decode16k<NG, KEEP = LB>)
 template <int NG, int CH, int CV = 0, int SM = 0, int LB = -1>
-static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
+static void run(StudyTimer &tm, int B, int mean, bool ragged, int reps, int mode = 0) {
     std::vector<int> ctx(B);
     srand(1234 + B + mean);
     for (int b = 0; b < B; b++) ctx[b] = ragged ? (int)(mean * (0.5 + (double)rand() / RAND_MAX)) : mean;
@@ -642,7 +633,11 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
         for (int j = 0; j < (ctx[b] + PAGE - 1) / PAGE; j++) bt[(size_t)b * maxp + j] = perm[k++];
     const size_t cbytes = (size_t)pages * PAGE * D;
     std::vector<uint8_t> cache(cbytes);
-    for (size_t i = 0; i < cbytes; i++) { uint8_t v = rand() % 0x7e; if (rand() & 1) v |= 0x80; cache[i] = v; }
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)(B * 131 + mean); // xorshift: rand() per byte took seconds a row
+    for (size_t i = 0; i < cbytes; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        cache[i] = (uint8_t)((x >> 8) % 0x7e) | (uint8_t)(x & 0x80); // any finite e4m3 code below 0x7e, either sign
+    }
     std::vector<__nv_bfloat16> q((size_t)B * H * D);
     for (auto &x : q) x = __float2bfloat16((float)rand() / RAND_MAX * 2.0f - 1.0f);
     const float kv_scale = 0.05f, sm_scale = 1.0f / sqrtf(576.0f);
@@ -660,9 +655,9 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     if constexpr (LB < 0) kernel = decode16<NG, CH, CV, SM>;
     else kernel = decode16k<NG, LB>;
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    kernel<<<B, kThreads, kSmem>>>(a);
+    kernel<<<B, kThreads, kSmem, tm.st>>>(a);
     CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
+    CK(cudaStreamSynchronize(tm.st));
     // check some requests
     std::vector<__nv_bfloat16> o((size_t)B * H * DV);
     std::vector<float> lse(B * H);
@@ -696,23 +691,11 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
             lerr = std::max(lerr, fabs(mx + log(L) - lse[b * H + h]));
         }
     }
-    // timing
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int r = 0; r < reps + 3; r++) {
-        CK(cudaEventRecord(e0));
-        kernel<<<B, kThreads, kSmem>>>(a);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 3) ts.push_back(ms * 1000);
-    }
-    std::sort(ts.begin(), ts.end());
+    const double us = tm.median_us(reps, [&](int) { kernel<<<B, kThreads, kSmem, tm.st>>>(a); });
     {
         unsigned long long hp[8];
         CK(cudaMemcpyFromSymbol(hp, g_prof, sizeof hp));
-        const double tiles = (double)(reps + 4) * B * ((mean + 63) / 64);
+        const double tiles = (double)(reps + 6) * B * ((mean + 63) / 64); // the check's launch, 5 untimed, reps timed
         if (LB < 0)
             printf("  cycles per group-tile (each group's first thread): wait+read rows %.0f, bar A %.0f, S^T %.0f, max+bar C %.0f, "
                    "softmax+P+bar B %.0f, P V %.0f (loop end %.0f)\n",
@@ -727,7 +710,6 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
     size_t keys = 0;
     for (int b = 0; b < B; b++) keys += ctx[b];
     const double bytes = (double)keys * D + (double)B * H * (D * 2 + DV * 2);
-    const double us = ts[ts.size() / 2];
     printf("LB %d SM %d CV %d mode %d CH=%d NG=%d B=%d ctx=%d%s: %.1f us, %.0f GB/s  (max |err| %.3g of max |ref| %.3g, lse err %.3g)\n", LB, SM, CV, mode, CH, NG, B, mean, ragged ? " ragged" : "", us,
            bytes / us / 1e3, maxerr, maxref, lerr);
     cudaFree(dsink);
@@ -737,38 +719,31 @@ static void run(int B, int mean, bool ragged, int reps, int mode = 0) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     for (int v = 0; v < 256; v++) g_e4m3[v] = e4m3_slow((uint8_t)v);
-    // copy ceiling: device-to-device memcpy of 2 GB
-    {
-        size_t n = (size_t)1 << 30;
+    study_device();
+    StudyTimer tm;
+    { // copy ceiling: device-to-device memcpy of 2 x 1 GB
+        const size_t n = (size_t)1 << 30;
         void *x, *y;
         CK(cudaMalloc(&x, n)); CK(cudaMalloc(&y, n));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-        std::vector<float> ts;
-        for (int r = 0; r < 13; r++) {
-            CK(cudaEventRecord(e0)); CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice)); CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); if (r >= 3) ts.push_back(ms);
-        }
-        std::sort(ts.begin(), ts.end());
-        printf("memcpy d2d: %.0f GB/s\n", 2.0 * n / (ts[ts.size() / 2] * 1e-3) / 1e9);
+        const double us = tm.median_us(10, [&](int) { CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, tm.st)); });
+        printf("memcpy d2d: %.0f GB/s\n", 2.0 * n / (us * 1e3));
         cudaFree(x); cudaFree(y);
     }
     const int reps = argc > 1 ? atoi(argv[1]) : 20;
-    run<2, 2, 0, 0>(128, 4096, false, reps, 0); // as designed
-    run<2, 2, 0, 0>(128, 8192, false, reps, 0);
-    run<2, 2, 0, 0>(132, 4096, false, reps, 0);
-    run<2, 2, 0, 0>(128, 4096, true, reps, 0);  // ragged: one block a request is uneven
-    for (int mode : {8, 1, 2, 3}) run<2, 2, 0, 0>(128, 4096, false, reps, mode);
-    run<2, 2, 1, 0>(128, 4096, false, reps, 0);
-    run<2, 2, 3, 0>(128, 4096, false, reps, 0);
-    run<2, 2, 2, 0>(128, 4096, false, reps, 0);
-    run<2, 2, 0, 1>(128, 4096, false, reps, 0);
-    run<2, 2, 0, 2>(128, 4096, false, reps, 0);
-    run<2, 2, 0, 3>(128, 4096, false, reps, 0);
-    run<2, 4, 0, 0>(128, 4096, false, reps, 0);
-    run<2, 0, 0, 0, 0>(128, 4096, false, reps, 0); // layout B, the rows read again for P V
-    run<2, 0, 0, 0, 1>(128, 4096, false, reps, 0); // layout B, the rows kept in registers (spills)
-    run<2, 0, 0, 0, 1>(128, 4096, false, reps, 1);
+    run<2, 2, 0, 0>(tm, 128, 4096, false, reps, 0); // as designed
+    run<2, 2, 0, 0>(tm, 128, 8192, false, reps, 0);
+    run<2, 2, 0, 0>(tm, 132, 4096, false, reps, 0);
+    run<2, 2, 0, 0>(tm, 128, 4096, true, reps, 0);  // ragged: one block a request is uneven
+    for (int mode : {8, 1, 2, 3}) run<2, 2, 0, 0>(tm, 128, 4096, false, reps, mode);
+    run<2, 2, 1, 0>(tm, 128, 4096, false, reps, 0);
+    run<2, 2, 3, 0>(tm, 128, 4096, false, reps, 0);
+    run<2, 2, 2, 0>(tm, 128, 4096, false, reps, 0);
+    run<2, 2, 0, 1>(tm, 128, 4096, false, reps, 0);
+    run<2, 2, 0, 2>(tm, 128, 4096, false, reps, 0);
+    run<2, 2, 0, 3>(tm, 128, 4096, false, reps, 0);
+    run<2, 4, 0, 0>(tm, 128, 4096, false, reps, 0);
+    run<2, 0, 0, 0, 0>(tm, 128, 4096, false, reps, 0); // layout B, the rows read again for P V
+    run<2, 0, 0, 0, 1>(tm, 128, 4096, false, reps, 0); // layout B, the rows kept in registers (spills)
+    run<2, 0, 0, 0, 1>(tm, 128, 4096, false, reps, 1);
     return 0;
 }
