@@ -150,7 +150,42 @@
  *      it (e.g. to ix.valid_counts) only where every row's valid entries come first.
  *   The same structs on host copies run the CPU references, without the stream argument:
  *   aiter_mla_ds_mla_write_ref, _convert_sparse_indices_ref, _sparse_attention_ref.
- *   examples/sparse.c is this recipe as a program, examples/dsv4.c a V4 step.
+ *   examples/sparse.c is this recipe as a program.
+ *
+ * ---------------------------------------------------------------------------------------
+ * A V4 SPARSE DECODE STEP (a compress-ratio-4 layer: window of 128 + the indexer's top-k)
+ *
+ *   q, o [T, H, 512] bf16 (448 nope + 64 rope dims), lse [T, H], attn_sink [H] (optional);
+ *   two caches of MODEL1 pages (aiter_mla_v4_page_bytes(block_size) bytes a page): the SWA
+ *   cache (raw tokens, 64 a page) and the compressed cache (64 entries a page at ratio 4).
+ *   1. aiter_mla_v4_cache_write (w.kv [T, 512] bf16, w.slot_mapping, w.kv_cache,
+ *      w.num_blocks, w.block_size) puts new rows in either cache, e4m3fn by default.
+ *   2. Each token's SWA list and its top-k list, ragged (indices + indptr):
+ *        aiter_mla_v4_swa_index_args si = {0};
+ *        si.query_start_loc = qsl_d;  si.seq_lens = seq_lens_d;  si.token_to_req = req_d;
+ *        si.block_table = swa_bt_d;  si.block_table_stride = swa_pages;  si.num_reqs = batch;
+ *        si.num_tokens = T;  si.out.indices = swa_idx_d;  si.out.indptr = swa_ptr_d;
+ *        si.out.capacity = T * 128;                      (window 128, pages of 64 by default)
+ *        aiter_mla_v4_swa_indices(&si, stream);
+ *        aiter_mla_v4_topk_args tk = {0};                the indexer's [T, topk] positions
+ *        tk.topk_indices = topk_local_d;  tk.topk = topk;  tk.token_to_req = req_d;
+ *        tk.block_table = c_bt_d;  tk.block_table_stride = c_pages;  tk.num_reqs = batch;
+ *        tk.num_tokens = T;  tk.out.indices = c_idx_d;  tk.out.indptr = c_ptr_d;
+ *        tk.out.capacity = T * topk;
+ *        aiter_mla_v4_global_topk(&tk, stream);
+ *      (ratio 128: aiter_mla_v4_c128_indices; fixed-capacity graph buffers:
+ *      aiter_mla_v4_copy_ragged.)
+ *   3. Attend over both lists with the sink:
+ *        aiter_mla_v4_attention_args a = {0};
+ *        a.q = q_d;  a.o = o_d;  a.lse = lse_d;  a.attn_sink = sink_d;
+ *        a.num_tokens = T;  a.num_heads = H;  a.sm_scale = model_scale;  a.num_cu = num_cu;
+ *        a.keys.cache = swa_cache_d;  a.keys.num_blocks = swa_num_pages;
+ *        a.keys.indices = swa_idx_d;  a.keys.indptr = swa_ptr_d;
+ *        a.extra_keys.cache = c_cache_d;  a.extra_keys.num_blocks = c_num_pages;
+ *        a.extra_keys.indices = c_idx_d;  a.extra_keys.indptr = c_ptr_d;
+ *        aiter_mla_v4_attention(&a, stream);
+ *   Chunked prefill: aiter_mla_v4_prefill. examples/dsv4.c runs ratios 1, 4 and 128 on the
+ *   GPU or the references (each call's *_ref) and checks them against its own loop.
  *
  * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
