@@ -188,6 +188,17 @@
  *   GPU or the references (each call's *_ref) and checks them against its own loop.
  *
  * ---------------------------------------------------------------------------------------
+ * A CHUNKED PREFILL (vLLM's forward_mha: per-head k and v decompressed by your kv_b_proj)
+ *
+ *   New tokens attend causally among themselves (aiter_mla_prefill, causal = 1), then to
+ *   each context chunk: aiter_mla_gather_cache copies the chunk's latent rows out of the
+ *   paged cache, your GEMM makes k [n, H, 192] and v [n, H, 128], aiter_mla_prefill
+ *   (causal = 0) attends, and aiter_mla_merge_attn_states folds the chunk's o and lse into
+ *   the running ones. lse is [H, Tq] here, as vLLM lays it out. For many requests, a
+ *   persistent plan (aiter_mla_prefill_plan_*) balances the query tiles over the GPU.
+ *   examples/prefill.c is this recipe as a program, checked against one causal pass.
+ *
+ * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
  *
  *   AITER_MLA_IMPLEMENTATION   emit the implementation (in one translation unit)
