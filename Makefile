@@ -7,6 +7,8 @@
 #   make test-gpu-mfma  (NVIDIA) the decode, sparse and prefill GPU tests on the AMD matrix-core
 #                    kernels, their 16x16x16 product emulated (AITER_MLA_MFMA_EMULATE)
 #   make bench       ceilings and decode timings (needs a GPU)
+#   make sanitize    (NVIDIA) the quick GPU sweep under compute-sanitizer's memcheck,
+#                    racecheck and synccheck (SANITIZE_TOOLS=, SANITIZE_GROUPS=)
 #
 # GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
 # ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...).
@@ -54,7 +56,7 @@ endif
 HEADER := aiter_mla.h
 EXAMPLES := decode bench prefill sparse dsv4
 
-.PHONY: all test test-host test-gpu test-gpu-mfma run bench clean check-header check-kernels
+.PHONY: all test test-host test-gpu test-gpu-mfma sanitize run bench clean check-header check-kernels
 all: $(addprefix $(BUILD)/,$(EXAMPLES)) $(BUILD)/test_host
 
 $(BUILD):
@@ -105,6 +107,9 @@ test-gpu: $(BUILD)/test_gpu
 
 test-gpu-mfma: $(BUILD)/test_gpu_mfma
 	$(abspath $(BUILD))/test_gpu_mfma $(MFMA_TESTS)
+
+sanitize: $(BUILD)/test_gpu
+	sh tests/sanitize.sh $(abspath $(BUILD))/test_gpu
 
 bench: $(BUILD)/bench
 	$(abspath $(BUILD))/bench

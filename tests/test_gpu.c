@@ -3545,9 +3545,10 @@ static void test_neg_inf_scores(test_rng *rng) {
     printf("-inf scores: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
-/* Usage: test_gpu [--quick] [--seed N] [TEST ...]: with names (test_merge_gpu, ...), only those
- * run; --seed N mixes N into every seed, the shared stream's and each test's own, as test_host
- * --seed does (0, the default, keeps the fixed draws, so that a failure repeats). */
+/* Usage: test_gpu [--quick] [--seed N] [--list] [TEST ...]: with names (test_merge_gpu, ...),
+ * only those run; --seed N mixes N into every seed, the shared stream's and each test's own, as
+ * test_host --seed does (0, the default, keeps the fixed draws, so that a failure repeats);
+ * --list prints the tests' names, one a line, and runs nothing (tests/sanitize.sh splits them). */
 static int g_argc;
 static char **g_argv;
 enum { ARG_TEST_RAN = 1, ARG_OPTION = 2 };
@@ -3561,7 +3562,12 @@ static int wanted(const char *name) {
     }
     return !any;
 }
-#define RUN(test) do { if (wanted(#test)) test(&rng); } while (0)
+static int g_list; /* --list: name the tests instead of running them */
+#define RUN(test)                                 \
+    do {                                          \
+        if (g_list) puts(#test);                  \
+        else if (wanted(#test)) test(&rng);       \
+    } while (0)
 
 int main(int argc, char **argv) {
     test_rng rng;
@@ -3575,6 +3581,10 @@ int main(int argc, char **argv) {
             g_quick = 1;
             g_matched[i] = ARG_OPTION;
         }
+        if (!strcmp(argv[i], "--list")) {
+            g_list = 1;
+            g_matched[i] = ARG_OPTION;
+        }
         if (!strcmp(argv[i], "--seed")) {
             g_matched[i] = ARG_OPTION;
             if (i + 1 >= argc || !testing_set_seed_mix(argv[i + 1])) {
@@ -3585,13 +3595,15 @@ int main(int argc, char **argv) {
         }
     }
     rng = rng_seed(0x5eed0001u);
-    if (!gpu_device_count()) {
-        fprintf(stderr, "test_gpu: no GPU device\n");
-        return 1;
+    if (!g_list) {
+        if (!gpu_device_count()) {
+            fprintf(stderr, "test_gpu: no GPU device\n");
+            return 1;
+        }
+        printf("test_gpu on %s (%d CUs), seeds mixed with %#llx%s\n", gpu_name(), gpu_num_cu(),
+               (unsigned long long)testing_seed_mix, g_quick ? ", quick sweep" : "");
+        g_stream = gpu_stream_create();
     }
-    printf("test_gpu on %s (%d CUs), seeds mixed with %#llx%s\n", gpu_name(), gpu_num_cu(), (unsigned long long)testing_seed_mix,
-           g_quick ? ", quick sweep" : "");
-    g_stream = gpu_stream_create();
     RUN(test_head_pad);
     RUN(test_expand_page_indices);
     RUN(test_kv_cache_write);
@@ -3617,6 +3629,10 @@ int main(int argc, char **argv) {
     RUN(test_prefill_long_rows);
     RUN(test_nan_rows);
     RUN(test_neg_inf_scores);
+    if (g_list) {
+        free(g_matched);
+        return 0;
+    }
     gpu_stream_destroy(g_stream);
     for (i = 1; i < argc; i++) /* a misspelt test name must not pass by running nothing */
         CHECK(g_matched[i], "no test is named %s", argv[i]);
