@@ -4,7 +4,7 @@
 #   make test        host tests (ASan/UBSan), header and kernel compile checks, GPU tests
 #                    when a GPU is present; ends with "N passed, N failed"
 #   make test-gpu    the GPU test sweep only
-#   make test-gpu-mfma  (NVIDIA) the decode, sparse and prefill GPU tests on the AMD matrix-core
+#   make test-gpu-mfma  (NVIDIA) the decode, sparse, prefill and V4 GPU tests on the AMD matrix-core
 #                    kernels, their 16x16x16 product emulated (AITER_MLA_MFMA_EMULATE)
 #   make bench       ceilings and decode timings (needs a GPU)
 #   make sanitize    (NVIDIA) the quick GPU sweep under compute-sanitizer's memcheck,

@@ -13,7 +13,7 @@
  *   In ONE C or C++ file:           #define AITER_MLA_IMPLEMENTATION
  *                                   #include "aiter_mla.h"
  *   Everywhere else:                #include "aiter_mla.h"
- *   GPU kernels:                    hipcc --offload-arch=gfx942 -c kernels.hip     (AMD)
+ *   GPU kernels:                    hipcc -std=c++17 --offload-arch=gfx942 -c kernels.hip  (AMD)
  *                                   (gfx90a, gfx94x, gfx950: matrix-core (MFMA) kernels
  *                                   for decode, sparse, V4 and prefill; on other AMD
  *                                   targets the same kernels emulate MFMA, slowly)
@@ -22,9 +22,11 @@
  *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
  *                                   it adds the wgmma kernels for 64-row decode passes
  *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
- *                                   128/128; their loaders copy whole tiles by TMA, with
- *                                   tensor maps encoded at launch through the runtime's
- *                                   driver entry point, and fall back to cp.async)
+ *                                   128/128, and the 16-row kernel for e4m3fn decode
+ *                                   and V4 over MODEL1 e4m3fn pages; the wgmma kernels'
+ *                                   loaders copy whole tiles by TMA, with tensor maps
+ *                                   encoded at launch through the runtime's driver entry
+ *                                   point, and fall back to cp.async)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then validate their arguments and
  *                                   return AITER_MLA_ERR_NO_GPU, and the program links
@@ -1086,7 +1088,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cac
  * so the compressed cache's page size is 256 / ratio entries (64 at ratio 4, 2 at 128).
  * Every argument struct is plain pointers and sizes, so the same struct drives the CPU
  * reference and, where there is one, the GPU launch. The writer, the gather and the index
- * builders and the attention run on the GPU; vLLM's workspace prefill is a CPU reference.
+ * builders, the attention and vLLM's workspace prefill (aiter_mla_v4_prefill) run on the GPU.
  *
  *   cache (MODEL1 pages)  aiter_mla_v4_page_bytes, _v4_cache_write(_ref) (GPU), _v4_read_row,
  *                         _v4_gather(_ref) (GPU; vLLM dequantize_and_gather_k_cache)

@@ -24,13 +24,14 @@
  * empty kernels, timed as the rows are) is what any row's time includes at the least.
  * The last lines give each row's host cost: the CPU time of the library calls of one run.
  * Usage: bench [--decode-cu N] [--decode-overhead N] [--decode-granularity N] [--prefill-cu N]
- *              [--prefill-tile-q N] [--prefill-granularity N] [ROW ...]
+ *              [--prefill-tile-q N] [--prefill-granularity N] [--v4-splits N] [ROW ...]
  * (no row: every row). The --decode options set the decode rows' plan: --decode-cu N plans for
  * N CUs instead of the device's count (N > the count: more work lists than multiprocessors,
  * which the hardware hands out as blocks finish); --decode-overhead and --decode-granularity
  * set aiter_mla_decode_plan_desc's overhead_blocks and kv_granularity. The --prefill options
  * set the persistent prefill rows' plan (aiter_mla_prefill_plan_desc's num_cu, tile_q and
- * kv_granularity). */
+ * kv_granularity). --v4-splits N sets the V4 rows' num_splits (1..64) in place of the bench's
+ * choice, except in the V4P-*-ws rows' chunked prefill, which runs one split. */
 #define _POSIX_C_SOURCE 199309L
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
@@ -908,7 +909,8 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
         pf.attn = a; /* q, o, lse, the sink, heads, num_cu; the call sets the tokens and keys */
         pf.attn.o = d_o;
         pf.attn.num_tokens = 0;
-        pf.attn.workspace = NULL; /* one split: none needed */
+        pf.attn.num_splits = 1; /* the workspace flow runs one split (--v4-splits or not) */
+        pf.attn.workspace = NULL; /* so no workspace */
         pf.attn.workspace_bytes = 0;
         memset(&pf.attn.keys, 0, sizeof pf.attn.keys);
         memset(&pf.attn.extra_keys, 0, sizeof pf.attn.extra_keys);

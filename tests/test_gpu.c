@@ -3546,8 +3546,9 @@ static void test_neg_inf_scores(test_rng *rng) {
 }
 
 /* Usage: test_gpu [--quick] [--seed N] [--list] [TEST ...]: with names (test_merge_gpu, ...),
- * only those run; --seed N mixes N into every seed, the shared stream's and each test's own, as
- * test_host --seed does (0, the default, keeps the fixed draws, so that a failure repeats);
+ * only those run; --seed N mixes N into the seed of the one stream every test draws from, in
+ * order, as test_host --seed does into its seeds (0, the default, keeps the fixed draws, so that
+ * a failure repeats with the same names);
  * --list prints the tests' names, one a line, and runs nothing (tests/sanitize.sh splits them). */
 static int g_argc;
 static char **g_argv;
