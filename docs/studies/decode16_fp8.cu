@@ -107,11 +107,6 @@ __device__ __forceinline__ float ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-// one thread's copy of `bytes` to dst, the barrier's one arrival expecting them
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    mbar_expect(bar, bytes);
-    bulk(dst, src, bytes, bar);
-}
 template <int ID>
 __device__ __forceinline__ void gsync() { asm volatile("bar.sync %0, 128;\n" ::"n"(ID) : "memory"); }
 __device__ __forceinline__ void group_sync(int grp) {

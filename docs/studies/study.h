@@ -38,6 +38,11 @@ __device__ __forceinline__ void bulk(uint32_t dst, const void *src, uint32_t byt
                  "r"(bytes), "r"(bar)
                  : "memory");
 }
+// One thread's whole copy: its arrival on bar expects the `bytes` it then issues
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    mbar_expect(bar, bytes);
+    bulk(dst, src, bytes, bar);
+}
 
 // ~cycles of one thread's spin on the stream
 __global__ void study_hold(long long cycles) {

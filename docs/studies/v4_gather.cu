@@ -137,8 +137,7 @@ __global__ void __launch_bounds__(kThreads) gather(Lists L) {
                 const int keys = min(kKeys, n - i * kKeys);
                 const unsigned char *src = L.contig + t * L.contig_stride + (int64_t)i * kKeys * (kRow + kScale);
                 const uint32_t bytes = (keys * (kRow + kScale) + 15) / 16 * 16; // bulk copies take multiples of 16 bytes
-                mbar_expect(bar, bytes);
-                bulk(rows, src, bytes, bar);
+                bulk_copy(rows, src, bytes, bar);
             }
         };
         if (copier)
