@@ -68,7 +68,7 @@ $(BUILD)/test_host: tests/test_host.c tests/testing.h $(HEADER) | $(BUILD)
 
 # ---- examples and GPU tests: with kernels.hip when GPU != none ----------------------------
 ifeq ($(GPU),none)
-$(BUILD)/%: examples/%.c $(HEADER) | $(BUILD)
+$(BUILD)/%: examples/%.c $(HEADER) examples/where.h | $(BUILD)
 	$(CC) $(CFLAGS_HOST) -O2 -DAITER_MLA_NO_GPU -o $@ $< -lm
 $(BUILD)/test_gpu $(BUILD)/test_gpu_mfma:
 	@echo "$(@F) needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
@@ -77,7 +77,7 @@ $(BUILD)/kernels.o: kernels.hip $(HEADER) | $(BUILD)
 	$(GPUCC) $(GPUFLAGS) -c -o $@ kernels.hip
 $(BUILD)/gpu.o: examples/gpu.hip examples/gpu.h | $(BUILD)
 	$(GPUCC) $(GPUFLAGS) $(BLAS) -c -o $@ examples/gpu.hip
-$(BUILD)/%.o: examples/%.c $(HEADER) examples/gpu.h | $(BUILD)
+$(BUILD)/%.o: examples/%.c $(HEADER) examples/gpu.h examples/where.h | $(BUILD)
 	$(CC) $(CFLAGS_HOST) -O2 -c -o $@ $<
 $(BUILD)/test_gpu.o: tests/test_gpu.c tests/testing.h $(HEADER) examples/gpu.h | $(BUILD)
 	$(CC) $(CFLAGS_HOST) -O2 -Wno-unknown-pragmas -fopenmp -c -o $@ $<

@@ -152,7 +152,8 @@
  *      it (e.g. to ix.valid_counts) only where every row's valid entries come first.
  *   The same structs on host copies run the CPU references, without the stream argument:
  *   aiter_mla_ds_mla_write_ref, _convert_sparse_indices_ref, _sparse_attention_ref.
- *   examples/sparse.c is this recipe as a program.
+ *   examples/sparse.c is this recipe as a program (on the GPU when there is one, else on
+ *   the references), checked against its own softmax over the cache's rows.
  *
  * ---------------------------------------------------------------------------------------
  * A V4 SPARSE DECODE STEP (a compress-ratio-4 layer: window of 128 + the indexer's top-k)
@@ -198,7 +199,8 @@
  *   (causal = 0) attends, and aiter_mla_merge_attn_states folds the chunk's o and lse into
  *   the running ones. lse is [H, Tq] here, as vLLM lays it out. For many requests, a
  *   persistent plan (aiter_mla_prefill_plan_*) balances the query tiles over the GPU.
- *   examples/prefill.c is this recipe as a program, checked against one causal pass.
+ *   examples/prefill.c is this recipe as a program (on the GPU when there is one, else on
+ *   the references), checked against one causal pass of the reference.
  *
  * ---------------------------------------------------------------------------------------
  * OPTIONS (define before including)
@@ -721,7 +723,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
  * o = (w_p o_p + w_s o_s) / (w_p + w_s), w = exp(lse - max(lse_p, lse_s)); lse = +inf
  * counts as -inf. Both sides empty: o = 0, lse = -inf. A NaN lse (a NaN row of either
  * side) gives NaN o and lse. The reference computes in double;
- * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). */
+ * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). o may be
+ * o_prefix or o_suffix itself (a running merge: each value is read before it is written);
+ * lse must not overlap lse_prefix or lse_suffix (alternate two buffers). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
     const float *lse_prefix;    /* [H, T] */

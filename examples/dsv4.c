@@ -12,12 +12,7 @@
  * failure. */
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
-
-#include <stdio.h>
-#include <stdlib.h>
-#ifndef AITER_MLA_NO_GPU
-#include "gpu.h"
-#endif
+#include "where.h"
 
 enum {
     BATCH = 3,          /* requests; request 1 decodes two tokens (speculative decoding) */
@@ -39,87 +34,6 @@ static uint32_t urand(void) {
     return (uint32_t)(rng_state >> 32);
 }
 static float frand(float amp) { return ((float)urand() / 4294967296.0f * 2.0f - 1.0f) * amp; }
-
-/* Where the operations run. On the GPU every array an operation touches is a device copy
- * of a host array: dev gives it (uploading the host contents when it makes the copy; later
- * calls return the same copy, with what the GPU wrote there), back downloads it. On the
- * CPU the host arrays serve and OP calls the reference. */
-static int use_gpu;
-static int num_cu; /* the GPU's multiprocessors (0 on the CPU) */
-static void *g_stream;
-#ifndef AITER_MLA_NO_GPU
-enum { MAX_MIRRORS = 64 };
-static struct {
-    void *host, *dev;
-    size_t bytes;
-} mirrors[MAX_MIRRORS];
-static int num_mirrors;
-#endif
-static void *dev(const void *host, size_t bytes) {
-#ifndef AITER_MLA_NO_GPU
-    if (use_gpu) {
-        int i;
-        for (i = 0; i < num_mirrors && mirrors[i].host != host; i++) {}
-        if (i == num_mirrors) {
-            if (num_mirrors == MAX_MIRRORS) {
-                fprintf(stderr, "dsv4: too many device copies\n");
-                exit(1);
-            }
-            mirrors[i].host = (void *)host;
-            mirrors[i].dev = gpu_malloc(bytes);
-            mirrors[i].bytes = bytes;
-            num_mirrors++;
-            gpu_upload(mirrors[i].dev, host, bytes);
-        }
-        return mirrors[i].dev;
-    }
-#endif
-    (void)bytes;
-    return (void *)host;
-}
-/* A device copy of short-lived host data (freed by temp_free), or the data itself on the CPU. */
-static void *temp_copy(const void *host, size_t bytes) {
-#ifndef AITER_MLA_NO_GPU
-    if (use_gpu) {
-        void *d = gpu_malloc(bytes);
-        gpu_upload(d, host, bytes);
-        return d;
-    }
-#endif
-    (void)bytes;
-    return (void *)host;
-}
-static void temp_free(void *p) {
-#ifndef AITER_MLA_NO_GPU
-    if (use_gpu) gpu_free(p); /* waits for the work that reads it */
-#else
-    (void)p;
-#endif
-}
-static void back(void *host) {
-#ifndef AITER_MLA_NO_GPU
-    int i;
-    for (i = 0; i < num_mirrors; i++)
-        if (mirrors[i].host == host) gpu_download(host, mirrors[i].dev, mirrors[i].bytes);
-#else
-    (void)host;
-#endif
-}
-static void mirrors_free(void) {
-#ifndef AITER_MLA_NO_GPU
-    while (num_mirrors > 0) gpu_free(mirrors[--num_mirrors].dev);
-#endif
-}
-#define OP(name, args) (use_gpu ? name((args), g_stream) : name##_ref(args))
-
-#define TRY(call)                                                                                            \
-    do {                                                                                                     \
-        aiter_mla_status st_ = (call);                                                                       \
-        if (st_ != AITER_MLA_OK) {                                                                           \
-            fprintf(stderr, "%s: %s: %s\n", #call, aiter_mla_status_string(st_), aiter_mla_last_error());    \
-            return 1;                                                                                        \
-        }                                                                                                    \
-    } while (0)
 
 /* The page layout read by hand: block_size rows of 576 bytes (448 fp8, 64 bf16), then
  * block_size records of 8 scale bytes, 2^(byte - 127) each covering 64 values. */
@@ -185,11 +99,7 @@ int main(void) {
             positions[qsl[b] + i] = seq_lens[b] - q_lens[b] + i;
         }
     for (h = 0; h < HEADS; h++) sink[h] = h % 4 == 3 ? -INFINITY : frand(2.0f); /* a sink per head, some none */
-#ifndef AITER_MLA_NO_GPU
-    use_gpu = gpu_device_count() > 0;
-    if (use_gpu) g_stream = gpu_stream_create();
-    if (use_gpu) num_cu = gpu_num_cu();
-#endif
+    where_init();
 
     for (layer = 0; layer < LAYERS; layer++) {
         const int ratio = ratios[layer];
@@ -377,13 +287,11 @@ int main(void) {
     /* bf16 output against a double-precision reference: SPEC 8's bf16 tolerances */
     failed = !(worst_rel <= 1e-2) || !(worst_lse <= 1e-3);
     printf("DeepSeek V4 decode step: %d requests, %d tokens, %d heads, layers of ratio 1, 4, 128 (%s)\n", BATCH, TOKENS,
-           HEADS, use_gpu ? "GPU" : "CPU reference");
+           HEADS, where_name());
     printf("max |o - naive| %.3g, max relative error %.3g (<= 1e-2), max |lse - naive| %.3g (<= 1e-3): %s\n", worst_abs,
            worst_rel, worst_lse, failed ? "FAIL" : "PASS");
     free(q);
     free(o);
-#ifndef AITER_MLA_NO_GPU
-    if (use_gpu) gpu_stream_destroy(g_stream);
-#endif
+    where_done();
     return failed ? 1 : 0;
 }

@@ -93,7 +93,7 @@ for f in decl impl static; do
     step "header-$f-c++17" "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -o "$hdr/$f-cxx17" "$hdr/$f.cpp" -lm
 done
 
-# 3. the examples without a GPU, and the decode step on the CPU reference
+# 3. the examples without a GPU, on the CPU reference
 step build-examples-cpu $MAKE --no-print-directory GPU=none BUILD="$BUILD/cpu" "$BUILD/cpu/decode" "$BUILD/cpu/bench" "$BUILD/cpu/prefill" "$BUILD/cpu/sparse" "$BUILD/cpu/dsv4"
 step run-decode-cpu "./$BUILD/cpu/decode"
 step run-prefill-cpu "./$BUILD/cpu/prefill"
@@ -127,6 +127,9 @@ fi
 if [ "${GPU:-none}" != none ]; then
     step build-test-gpu $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/test_gpu"
     program test-gpu "./$BUILD/test_gpu"
+    # the examples on the GPU: each checks its results and exits non-zero on a failure
+    step build-examples-gpu $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/decode" "$BUILD/prefill" "$BUILD/sparse" "$BUILD/dsv4"
+    for ex in decode prefill sparse dsv4; do step "run-$ex-gpu" "./$BUILD/$ex"; done
     if [ "$GPU" = cuda ]; then
         step build-test-gpu-mfma $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" "$BUILD/test_gpu_mfma"
         program test-gpu-mfma $MAKE --no-print-directory GPU="$GPU" BUILD="$BUILD" test-gpu-mfma
