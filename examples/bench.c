@@ -930,7 +930,8 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     const double flops = 2.0 * H * (double)keys * (512 + 512);
     const double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-21s | %3d | %4d | %3d x %4d | %6d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q,
-           a.num_splits, us, gbs, tfl, 100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
+           run.prefill ? run.prefill->attn.num_splits : a.num_splits, /* the timed call's */
+           us, gbs, tfl, 100.0 * gbs / copy_gbs, gemm_tflops > 0 ? 100.0 * tfl / gemm_tflops : 0.0);
     fflush(stdout);
     if (d_o_pages) { /* same keys, other order: o agrees to rounding, else the row is void */
         const size_t n = (size_t)T * H * 512;
