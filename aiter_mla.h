@@ -187,8 +187,11 @@
  *        a.extra_keys.cache = c_cache_d;  a.extra_keys.num_blocks = c_num_pages;
  *        a.extra_keys.indices = c_idx_d;  a.extra_keys.indptr = c_ptr_d;
  *        aiter_mla_v4_attention(&a, stream);
- *   Chunked prefill: aiter_mla_v4_prefill. examples/dsv4.c runs ratios 1, 4 and 128 on the
- *   GPU or the references (each call's *_ref) and checks them against its own loop.
+ *   Chunked prefill: aiter_mla_v4_prefill (one call a layer: the gathers into a workspace
+ *   sized by aiter_mla_v4_prefill_workspace_size, the combine, the attention, per chunk of
+ *   requests). examples/dsv4.c runs a decode step at ratios 1, 4 and 128 and a chunked
+ *   prefill at ratio 4 on the GPU or the references (each call's *_ref), and checks them
+ *   against its own loop.
  *
  * ---------------------------------------------------------------------------------------
  * A CHUNKED PREFILL (vLLM's forward_mha: per-head k and v decompressed by your kv_b_proj)
@@ -1469,9 +1472,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
  * 16, and 8 bytes of padding after an odd block size's last scales, which the default
  * stride has) or both bf16 rows, a portable kernel otherwise (up to 16 heads over MODEL1
- * pages of e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take q . K with the e4m3 values
- * in f16, q's rows scaled by powers of two into f16's range, each scale group's sum times its
- * scale in fp32 and the rope in bf16; V and P in bf16 as elsewhere). AMD builds run the same cases on
+ * pages of e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take a kernel of their own that
+ * stages the keys by bulk copies: q . K as bf16 products of q's bf16 rows and the keys'
+ * e4m3 values times their power-of-two scales (exact) and bf16 rope; V and P in bf16 as
+ * elsewhere). AMD builds run the same cases on
  * the matrix-core (MFMA) decode kernel (MODEL1 pages there need no padding: the scale bytes
  * are read one by one). The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
