@@ -23,10 +23,12 @@
  *                                   it adds the wgmma kernels for 64-row decode passes
  *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
  *                                   128/128, and the 16-row kernel for e4m3fn decode
- *                                   and V4 over MODEL1 e4m3fn pages; the wgmma kernels'
- *                                   loaders copy whole tiles by TMA, with tensor maps
- *                                   encoded at launch through the runtime's driver entry
- *                                   point, and fall back to cp.async)
+ *                                   and for V4 over MODEL1 e4m3fn pages with one split;
+ *                                   TMA copies, with tensor maps encoded at launch
+ *                                   through the runtime's driver entry point, bring the
+ *                                   prefill's whole tiles and the decode's Q and bf16
+ *                                   pages of 64 keys or more, cp.async where the driver
+ *                                   has no encoder; other keys come by cp.async or loads)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then validate their arguments and
  *                                   return AITER_MLA_ERR_NO_GPU, and the program links
@@ -541,7 +543,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
  * Unused tail entries of reduce_indptr repeat the last value.
  *
  * The GPU decode may write to its plan: on NVIDIA's tensor-core kernels (the warpgroup one
- * always; the mma ones when the batch has at least num_cu (token, head) rows) each split
+ * always; the mma ones when the plan's rows, batch x tokens a tile x H, are at least
+ * num_cu) each split
  * piece counts its stored rows in reduce_counters, so that the reduce merges a tile as soon
  * as its pieces are in (not after the whole decode), and the reduce zeroes the counters
  * again. A plan buffer therefore serves one aiter_mla_decode at a time (in stream order, any
@@ -639,8 +642,9 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * widened exactly to bf16 as it loads) over its fp8 cache, takes the tensor-core kernel
  * (with kernels.hip built with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query
  * tile has more than 16 rows); everything else the portable one. fp8 keys are widened
- * exactly: to bf16, except e4m3fn keys in passes of up to 16 rows, widened to f16 with q
- * rows scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
+ * exactly: to bf16 on the wgmma variant and for e4m3fnuz; e4m3fn keys elsewhere (passes of
+ * up to 16 rows, and every pass in builds without AITER_MLA_WGMMA) to f16, with q rows
+ * scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
  * [0, 1]). AMD builds take the
  * matrix-core (MFMA) kernel for a bf16 or f16 q (the same alignment) over a cache of q's type
  * or fp8, keys widened exactly to q's type and P rounded to it, and for an e4m3 q (8-byte
@@ -760,10 +764,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
  * once when that grid has more (and at most 64 query tiles a request), each taking grid
  * blocks in turn, so that its next tile's first loads overlap the end of the one before;
  * with a persistent plan (plan + plan_info + workspace, below), one block per (list, head)
- * runs that CU's work items and the reduce merges split tiles. Tensor
- * cores (mma.sync, sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16
- * bytes (fp8 widened exactly: to f16 with f16 products for the 192/128 and 128/128 pairs,
- * else to bf16); with AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the
+ * runs that CU's work items and the reduce merges split tiles. Tensor cores (mma.sync,
+ * sm_80+) take 16-byte aligned q/k/v whose strides are multiples of 16 bytes: bf16 and fp8
+ * at every head-dim pair, f16 at 192/128 and 128/128 only (other f16 pairs run the portable
+ * kernel); fp8 is widened exactly, to f16 with f16 products for the 192/128 and 128/128
+ * pairs, else to bf16. With AITER_MLA_WGMMA, bf16, f16 and e4m3fn on those two pairs run the
  * wgmma kernel (128 query rows a block; e4m3fn takes q K^T as e4m3 products, whose sums on
  * Hopper keep about 14 bits: lse within 3e-3, o within SPEC 8's fp8 bounds; P V as e4m3
  * products too, P rounded to e4m3 after a factor 2^4); on AMD builds those two pairs run the
@@ -1039,9 +1044,11 @@ typedef struct aiter_mla_sparse_args {
     float sm_scale;              /* 0 means 1/sqrt(576) */
     aiter_mla_dtype q_dtype;     /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means bf16 */
-    int num_cu;                  /* GPU, optional: the device's multiprocessors (CUs, SMs), 0..65536;
-                                    as aiter_mla_v4_attention_args.num_cu. 0: a block for each
-                                    token and head group */
+    int num_cu;                  /* GPU, optional: the device's multiprocessors (CUs, SMs), 0..65536.
+                                    In AITER_MLA_WGMMA builds the warpgroup kernel (more than 16
+                                    heads) then launches at most num_cu blocks, each taking tokens
+                                    in turn; other kernels ignore it. A wrong count costs time,
+                                    never rows. 0: a block for each token and head group */
 } aiter_mla_sparse_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
@@ -1458,15 +1465,18 @@ typedef struct aiter_mla_v4_attention_args {
                                     4-byte aligned, device memory */
     size_t workspace_bytes;
     int num_cu;                  /* GPU, optional: the device's multiprocessors (CUs, SMs), 0..65536.
-                                    The 64-row tensor-core kernel then launches at most num_cu
-                                    blocks, each taking tokens in turn (below); a wrong count costs
-                                    time, never rows. 0: a block for each token and head group */
+                                    In AITER_MLA_WGMMA builds the warpgroup kernel (more than 16
+                                    heads) and the 16-head kernel over MODEL1 e4m3fn pages with one
+                                    split then launch at most num_cu blocks, each taking tokens in
+                                    turn (below); other kernels ignore it. A wrong count costs time,
+                                    never rows. 0: a block for each token and head group */
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
 /* The same on the GPU (every pointer on the device; graph-capturable): one block per token
- * and group of up to 64 heads (given num_cu, on sm_90a with more than 16 heads, only the
- * blocks that fit at once, each taking tokens in turn, so that a token's q
+ * and group of up to 64 heads (given num_cu, in AITER_MLA_WGMMA builds with more than 16
+ * heads, or up to 16 over MODEL1 e4m3fn pages with one split, only the blocks that fit at
+ * once, each taking tokens in turn, so that a token's q
  * loads while the one before ends: 4 x 4096 prefill tokens at 64 heads through the bf16
  * workspace, 3417 -> 2960 us on an H100), the tensor-core decode kernel on sm_90 for bf16 q (16-byte
  * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
@@ -1570,11 +1580,11 @@ typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
     AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile;
                                   over a per-tensor e4m3fn cache, and V4's MODEL1 pages of
-                                  e4m3fn, AITER_MLA_WGMMA builds take a kernel of their own that
-                                  stages keys by bulk copies) */
+                                  e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take a kernel
+                                  of their own that stages keys by bulk copies) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
-                                  its other head dims and e4m3fnuz) */
+                                  its other head dims, bf16 and fp8 only, and e4m3fnuz) */
     AITER_MLA_KERNEL_WGMMA,    /* NVIDIA sm_90a warpgroup kernels (AITER_MLA_WGMMA builds): 64-row
                                   passes; prefill at head dims 192/128 and 128/128 (e4m3fn as e4m3
                                   products) */

@@ -4919,10 +4919,12 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 // ==== varlen prefill: warpgroup path (NVIDIA sm_90a, wgmma) ================================
 // bf16, f16 and e4m3fn q/k/v with head dims 192/128 or 128/128, in builds whose every NVIDIA
 // target is sm_90a (AITER_MLA_WGMMA); the other pairs, builds and e4m3fnuz (no wgmma takes it)
-// take the mma.sync path. e4m3fn: S from e4m3 Q and K as copied (m64n128k32), P V in f16 over
-// V that the loader widens in shared memory (copied as bytes to a staging slot, then widened).
-// Widening K too, and through registers, made the loader the bottleneck (P1-fp8 3519 -> 5445
-// us against the mma.sync path); this way 3522 -> 1572 us.
+// take the mma.sync path. e4m3fn: S from e4m3 Q and K as copied (m64n128k32), P V as e4m3
+// products too, P rounded to e4m3 after a factor kPUp and V transposed by the loader (copied
+// as bytes to a staging slot, then transposed into its slot; see prefill_wgmma_kernel). An
+// earlier form widened V to f16 in shared memory for f16 P V products: P1-fp8 3522 -> 1572 us
+// against the mma.sync path (widening K too, and through registers, had made the loader the
+// bottleneck: 3519 -> 5445 us).
 // 128 query rows a pass, key tiles of 128 in two slots, three warpgroups:
 //   warpgroups 0 and 1 (the consumers): 64 query rows each; S = Q K^T (wgmma, Q and K in
 //     shared memory), the online softmax in registers, O += P V with P from registers (the
@@ -4932,9 +4934,10 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
 //     barriers), so that one's softmax overlaps the other's products rather than both idling
 //     the tensor cores at once;
 //   warpgroup 2 (the loader): Q and each tile's K and V; K and V are handed over separately, so
-//     S starts before V has landed. 16-bit whole tiles (128 rows of the request) come by TMA,
-//     one copy a 64-dim panel issued by one thread (PfMaps); the rest (a request's last tile,
-//     fp8, or no maps) by 16-byte cp.async from every loader thread, zero-filled past the keys.
+//     S starts before V has landed. Whole tiles (128 rows of the request; fp8 too, fp8 V into
+//     its staging slot) come by TMA, one copy a 128-byte panel (64 dims, fp8 128) issued by
+//     one thread (PfMaps); the rest (a request's last tile, or no maps) by 16-byte cp.async
+//     from every loader thread, zero-filled past the keys.
 // Same unit walk, masks and outputs as the mma.sync path. Shared tiles are blocks of 128 rows x
 // 64 dims, swizzled as in the decode (swz<128>); a consumer's Q is rows 64 w .. 64 w + 63 of Q's
 // blocks.
