@@ -18,9 +18,11 @@ int gpu_num_cu(void);                 /* multiprocessors / compute units */
 size_t gpu_l2_bytes(void);
 void *gpu_malloc(size_t bytes);
 void gpu_free(void *p);
-void gpu_upload(void *dst, const void *src, size_t bytes);   /* synchronous (device-wide) */
-void gpu_download(void *dst, const void *src, size_t bytes); /* waits for all device work */
-void gpu_memset(void *p, int byte, size_t bytes);             /* synchronous (device-wide) */
+/* Uploads, downloads and memsets wait for all device work (every stream's) before they start
+ * and are complete when they return. */
+void gpu_upload(void *dst, const void *src, size_t bytes);
+void gpu_download(void *dst, const void *src, size_t bytes);
+void gpu_memset(void *p, int byte, size_t bytes);
 void gpu_sync(void);                  /* device-wide; also reports asynchronous kernel errors */
 void *gpu_stream_create(void);
 void gpu_stream_destroy(void *stream);

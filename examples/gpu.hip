@@ -67,8 +67,10 @@ extern "C" void *gpu_malloc(size_t bytes) {
 }
 extern "C" void gpu_free(void *p) { if (p) CHECK(RT(Free)(p)); }
 // Uploads and memsets run on the legacy default stream, which does not order itself with
-// non-blocking streams: wait for them, so a kernel on any stream sees their result.
+// non-blocking streams: wait for the device before (so that no kernel still reads what they
+// overwrite) and after (so that a kernel on any stream sees their result).
 extern "C" void gpu_upload(void *dst, const void *src, size_t n) {
+    CHECK(RT(DeviceSynchronize)());
     CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyHostToDevice)));
     CHECK(RT(DeviceSynchronize)());
 }
@@ -77,6 +79,7 @@ extern "C" void gpu_download(void *dst, const void *src, size_t n) {
     CHECK(RT(Memcpy)(dst, src, n, RT(MemcpyDeviceToHost)));
 }
 extern "C" void gpu_memset(void *p, int byte, size_t n) {
+    CHECK(RT(DeviceSynchronize)());
     CHECK(RT(Memset)(p, byte, n));
     CHECK(RT(DeviceSynchronize)());
 }
