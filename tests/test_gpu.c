@@ -3450,6 +3450,21 @@ static void test_merge_gpu(test_rng *rng) {
             gpu_sync();
             gpu_download(o_got, d_o, ob);
             gpu_download(lse_got, d_lse, (size_t)rows * 4);
+            if (rows > 0) { /* o in place of one side (a running merge; the prefix by n): the same bits */
+                void *d_io = upload_copy(n & 1 ? op : os, ob);
+                unsigned char *io_got = (unsigned char *)test_malloc(ob + 1);
+                aiter_mla_merge_args mi = m;
+                if (n & 1) mi.o_prefix = (char *)d_io + shift;
+                else mi.o_suffix = (char *)d_io + shift;
+                mi.o = (char *)d_io + shift;
+                mi.lse = NULL;
+                CHECK_STATUS(aiter_mla_merge_attn_states(&mi, g_stream), AITER_MLA_OK, "");
+                gpu_download(io_got, d_io, ob);
+                CHECK(first_diff(io_got + shift, o_got + shift, ob - shift) < 0, "%s: o in place of %s differs", what,
+                      n & 1 ? "o_prefix" : "o_suffix");
+                gpu_free(d_io);
+                free(io_got);
+            }
             m.o_prefix = (char *)op + shift;
             m.lse_prefix = lp;
             m.o_suffix = (char *)os + shift;

@@ -2699,6 +2699,19 @@ static void test_merge_ref(void) {
             }
         }
 #undef LIX
+        { /* o in place of one side (a running merge; the prefix in odd variants): the same bits */
+            const size_t bytes = (size_t)n * aiter_mla_dtype_size(dt);
+            void *io = alloc_elems(n, dt);
+            aiter_mla_merge_args b = a;
+            memcpy(io, variant & 1 ? op : os, bytes);
+            if (variant & 1) b.o_prefix = io;
+            else b.o_suffix = io;
+            b.o = io;
+            b.lse = NULL;
+            if (CHECK(aiter_mla_merge_attn_states_ref(&b) == AITER_MLA_OK, "%s in place: %s", what, aiter_mla_last_error()))
+                CHECK(memcmp(io, o, bytes) == 0, "%s: o in place of %s differs", what, variant & 1 ? "o_prefix" : "o_suffix");
+            free(io);
+        }
         if (variant == 0) {
             aiter_mla_merge_args b = a;
             b.num_heads = 0;
