@@ -61,6 +61,9 @@ static inline void *dev(const void *host, size_t bytes) {
             where_mirrors[i].bytes = bytes;
             where_num_mirrors++;
             gpu_upload(where_mirrors[i].dev, host, bytes);
+        } else if (bytes > where_mirrors[i].bytes) {
+            fprintf(stderr, "where.h: %zu bytes asked of a device copy of %zu\n", bytes, where_mirrors[i].bytes);
+            exit(1);
         }
         return where_mirrors[i].dev;
     }
