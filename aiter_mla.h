@@ -1579,18 +1579,20 @@ typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
     AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile;
-                                  over a per-tensor e4m3fn cache, and V4's MODEL1 pages of
-                                  e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take a kernel
-                                  of their own that stages keys by bulk copies) */
+                                  BULK16's cases excepted) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims, bf16 and fp8 only, and e4m3fnuz) */
     AITER_MLA_KERNEL_WGMMA,    /* NVIDIA sm_90a warpgroup kernels (AITER_MLA_WGMMA builds): 64-row
                                   passes; prefill at head dims 192/128 and 128/128 (e4m3fn as e4m3
                                   products) */
-    AITER_MLA_KERNEL_MFMA      /* AMD matrix cores (gfx90a, gfx94x, gfx950; emulated elsewhere) */
+    AITER_MLA_KERNEL_MFMA,     /* AMD matrix cores (gfx90a, gfx94x, gfx950; emulated elsewhere) */
+    AITER_MLA_KERNEL_BULK16    /* NVIDIA sm_90a, AITER_MLA_WGMMA builds: the 16-row kernel that stages
+                                  keys by bulk copies, for the passes of up to 16 rows over a
+                                  per-tensor e4m3fn cache (decode) and V4 attention over MODEL1
+                                  pages of e4m3fn with num_splits 1 */
 } aiter_mla_kernel;
-/* "portable", "mma16", "mma", "wgmma", "mfma", "none"; "?" for other values. */
+/* "portable", "mma16", "mma", "wgmma", "mfma", "bulk16", "none"; "?" for other values. */
 AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k);
 AITER_MLA_API aiter_mla_status aiter_mla_decode_kernel(const aiter_mla_decode_args *a, aiter_mla_kernel *kernel);
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_kernel(const aiter_mla_sparse_args *a, aiter_mla_kernel *kernel);
@@ -2264,6 +2266,7 @@ AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k) {
     case AITER_MLA_KERNEL_PORTABLE: return "portable";
     case AITER_MLA_KERNEL_MMA16: return "mma16";
     case AITER_MLA_KERNEL_MMA: return "mma";
+    case AITER_MLA_KERNEL_BULK16: return "bulk16";
     case AITER_MLA_KERNEL_WGMMA: return "wgmma";
     case AITER_MLA_KERNEL_MFMA: return "mfma";
     default: return "?";

@@ -6548,6 +6548,13 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // widen each tile once between them (kPair).
 // num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
 #ifdef AITER_MLA_HAS_WGMMA
+// V4 attention over MODEL1 pages whose 16-row passes go to the kernel that stages keys by bulk
+// copies (f8::decode16_fp8_kernel): e4m3fn in both lists, a token's keys in one block (splits
+// leave each block a few tiles, where the 16-row mma.sync kernel's 32-key tiles and lighter
+// start win). The launch and the kernel query both ask it.
+static bool v4_takes_bulk16(int splits, const aiter_mla_v4_keys &keys, const aiter_mla_v4_keys &extra) {
+    return splits == 1 && keys.dtype == AITER_MLA_FP8_E4M3FN && (!extra.indices || extra.dtype == AITER_MLA_FP8_E4M3FN);
+}
 // A token-per-block grid (sparse, V4) cut to the blocks that run at once where the caller gave
 // its multiprocessors (num_cu > 0; one block an SM), block x then taking tokens x, x + gridDim.x, ...
 static dim3 resident_token_blocks(dim3 grid, int num_cu) {
@@ -6572,8 +6579,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // multiprocessors, only the blocks that run at once (one an SM), each taking tokens in turn
     // so that a token's first tiles copy while the one before ends.
     if constexpr (KVT == kV4Model1)
-        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && p.v4_splits == 1 && p.v4_keys[0].dtype == AITER_MLA_FP8_E4M3FN &&
-            (!p.v4_keys[1].indices || p.v4_keys[1].dtype == AITER_MLA_FP8_E4M3FN)) {
+        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && v4_takes_bulk16(p.v4_splits, p.v4_keys[0], p.v4_keys[1])) {
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, resident_token_blocks(grid, num_cu), f8::kThreads, f8::Smem<KVT>::total, s, p);
         }
 #else
@@ -6660,6 +6666,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     const aiter_mla_kernel k = decode_kernel_of(a, tile_rows);
     if (kernel) {
         *kernel = k;
+#ifdef AITER_MLA_HAS_WGMMA
+        if (k == AITER_MLA_KERNEL_MMA16 && a->kv_dtype == AITER_MLA_FP8_E4M3FN) *kernel = AITER_MLA_KERNEL_BULK16; // launch_mma's pick
+#endif
         return 0;
     }
     hipStream_t s = (hipStream_t)stream;
@@ -7071,6 +7080,10 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     const aiter_mla_kernel k = v4_kernel_of(a);
     if (kernel) {
         *kernel = k;
+#ifdef AITER_MLA_HAS_WGMMA
+        if (k == AITER_MLA_KERNEL_MMA16 && !a->keys.rows && v4_takes_bulk16(max(a->num_splits, 1), a->keys, a->extra_keys))
+            *kernel = AITER_MLA_KERNEL_BULK16; // launch_mma's pick
+#endif
         return 0;
     }
     hipStream_t s = (hipStream_t)stream;

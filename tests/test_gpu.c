@@ -359,7 +359,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         int32_t *counter = back + info.off_reduce_counters + pv.reduce_partial_map[0];
         const int wide = (int64_t)B * info.tokens_per_tile * H < info.desc.num_cu;
         const int counted = kernel == AITER_MLA_KERNEL_WGMMA ||
-                            ((kernel == AITER_MLA_KERNEL_MMA16 || kernel == AITER_MLA_KERNEL_MMA) && !wide);
+                            ((kernel == AITER_MLA_KERNEL_MMA16 || kernel == AITER_MLA_KERNEL_MMA || kernel == AITER_MLA_KERNEL_BULK16) && !wide);
         if (runs == 3 && !counted) { /* a launch that does not count leaves it */
             CHECK(*counter == 1 << 30, "%s: the %s kernel changed a piece's counter to %d", what, aiter_mla_kernel_name(kernel), *counter);
             *counter = 0;

@@ -74,13 +74,13 @@ static const char *after_op_name(const char *msg) {
  * ===================================================================================== */
 static void test_status_and_dtypes(void) {
     int i, j;
-    for (i = AITER_MLA_KERNEL_NONE; i <= AITER_MLA_KERNEL_MFMA; i++) { /* kernel names: distinct, none "?" */
+    for (i = AITER_MLA_KERNEL_NONE; i <= AITER_MLA_KERNEL_BULK16; i++) { /* kernel names: distinct, none "?" */
         const char *s = aiter_mla_kernel_name((aiter_mla_kernel)i);
         CHECK(s[0] != '\0' && strcmp(s, "?") != 0, "kernel %d has no name", i);
         for (j = AITER_MLA_KERNEL_NONE; j < i; j++)
             CHECK(strcmp(s, aiter_mla_kernel_name((aiter_mla_kernel)j)) != 0, "kernels %d and %d share a name", i, j);
     }
-    CHECK(!strcmp(aiter_mla_kernel_name((aiter_mla_kernel)(AITER_MLA_KERNEL_MFMA + 1)), "?"), "an unknown kernel's name");
+    CHECK(!strcmp(aiter_mla_kernel_name((aiter_mla_kernel)(AITER_MLA_KERNEL_BULK16 + 1)), "?"), "an unknown kernel's name");
     for (i = 0; i < (int)AITER_MLA_STATUS_COUNT; i++) {
         const char *s = aiter_mla_status_string((aiter_mla_status)i);
         CHECK(s != NULL && s[0] != '\0', "status %d has no string", i);
