@@ -1484,8 +1484,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * stride has) or both bf16 rows, a portable kernel otherwise (up to 16 heads over MODEL1
  * pages of e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take a kernel of their own that
  * stages the keys by bulk copies: q . K as bf16 products of q's bf16 rows and the keys'
- * e4m3 values times their power-of-two scales (exact) and bf16 rope; V and P in bf16 as
- * elsewhere). AMD builds run the same cases on
+ * e4m3 values times their power-of-two scales (exact where the product is a normal bf16)
+ * and bf16 rope; V and P in bf16 as elsewhere). AMD builds run the same cases on
  * the matrix-core (MFMA) decode kernel (MODEL1 pages there need no padding: the scale bytes
  * are read one by one). The device arrays are not read on
  * the host: a ragged length below zero counts as none, and a NaN sink gives NaN rows. */
@@ -1588,9 +1588,10 @@ typedef enum aiter_mla_kernel {
                                   products) */
     AITER_MLA_KERNEL_MFMA,     /* AMD matrix cores (gfx90a, gfx94x, gfx950; emulated elsewhere) */
     AITER_MLA_KERNEL_BULK16    /* NVIDIA sm_90a, AITER_MLA_WGMMA builds: the 16-row kernel that stages
-                                  keys by bulk copies, for the passes of up to 16 rows over a
-                                  per-tensor e4m3fn cache (decode) and V4 attention over MODEL1
-                                  pages of e4m3fn with num_splits 1 */
+                                  keys by bulk copies, for the decode's passes of up to 16 rows
+                                  over a per-tensor e4m3fn cache, and V4 attention with up to 16
+                                  heads over MODEL1 pages of e4m3fn in both lists, num_splits 1
+                                  (where the tensor cores take the call at all: a bf16 q, aligned) */
 } aiter_mla_kernel;
 /* "portable", "mma16", "mma", "wgmma", "mfma", "bulk16", "none"; "?" for other values. */
 AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k);
