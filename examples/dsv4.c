@@ -8,10 +8,10 @@
  * 128), copy the ragged lists into fixed-capacity buffers as a captured graph would, and
  * attend with a per-head attention sink. Then aiter_mla_v4_prefill runs vLLM's chunked
  * prefill of five requests over a ratio-4 layer (its gathers into a workspace, the combine
- * of each token's rows, the attention). An independent double-precision computation
- * written here (its own reading of the page layout, its own key sets from positions) checks
- * every output; the program prints the errors and PASS or FAIL, and exits non-zero on
- * failure. */
+ * of each token's rows, the attention). The caches the writer left must equal the reference
+ * writer's bytes, and an independent double-precision computation written here (its own
+ * reading of the page layout, its own key sets from positions) checks every output; the
+ * program prints the errors and PASS or FAIL, and exits non-zero on failure. */
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
 #include "where.h"

@@ -6,8 +6,9 @@
  * request-local positions for each token (here chosen by a rule, with -1 padding), convert
  * them to global slots through the block table with the count of valid entries as
  * topk_length (aiter_mla_convert_sparse_indices), and attend (aiter_mla_sparse_attention).
- * Independent checks written here: the slots and counts from the block table by hand, and
- * a naive double-precision softmax over the rows read back from the cache. The program
+ * Checks: the cache against the reference writer's bytes, the slots and counts against the
+ * block table by hand, and a naive double-precision softmax over the rows read back from the
+ * cache. The program
  * prints the errors and PASS or FAIL, and exits non-zero on failure. */
 #define AITER_MLA_IMPLEMENTATION
 #include "../aiter_mla.h"
