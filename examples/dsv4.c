@@ -106,6 +106,75 @@ typedef struct {
     const int32_t *bt_row;
     aiter_mla_dtype fp8;
 } paged_rows;
+
+/* A layer's two MODEL1 caches for nreq requests: the SWA cache (SWA_PAGE raw tokens a page) and
+ * the compressed one (cbs entries a page), request b owning pages b, b + nreq, ... of each. */
+typedef struct {
+    int nreq, cbs, swa_pages, c_pages;     /* c_pages, swa_pages: pages a request */
+    int64_t swa_page_bytes, c_page_bytes;
+    aiter_mla_dtype swa_fp8;               /* the compressed cache is e4m3fn */
+    unsigned char *swa, *comp;             /* host copies: what the writer left, once layer_fill returns */
+    void *swa_at, *comp_at;                /* where the operations run */
+    int32_t *swa_bt, *c_bt;                /* block tables [nreq, swa_pages], [nreq, c_pages] */
+} layer_caches;
+
+/* Makes a layer's caches and writes request b's seq_lens[b] raw tokens and seq_lens[b] / ratio
+ * compressed entries (none at ratio 1); the host copies then hold what the writer left, and
+ * *writer_errors counts the caches whose bytes differ from the reference writer's. */
+static aiter_mla_status layer_fill(layer_caches *lc, int nreq, const int32_t *seq_lens, int ratio, aiter_mla_dtype swa_fp8,
+                                   int *writer_errors) {
+    size_t swa_bytes, c_bytes;
+    unsigned char *swa_ref, *comp_ref;
+    aiter_mla_status st = AITER_MLA_OK;
+    int b, i;
+    lc->nreq = nreq;
+    lc->cbs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / ratio;
+    lc->swa_pages = MAX_LEN / SWA_PAGE;
+    lc->c_pages = ratio > 1 ? MAX_LEN / ratio / lc->cbs : 1;
+    lc->swa_page_bytes = aiter_mla_v4_page_bytes(SWA_PAGE);
+    lc->c_page_bytes = aiter_mla_v4_page_bytes(lc->cbs);
+    lc->swa_fp8 = swa_fp8;
+    swa_bytes = (size_t)nreq * lc->swa_pages * lc->swa_page_bytes;
+    c_bytes = (size_t)nreq * lc->c_pages * lc->c_page_bytes;
+    lc->swa = (unsigned char *)calloc(swa_bytes, 1);
+    lc->comp = (unsigned char *)calloc(c_bytes, 1);
+    swa_ref = (unsigned char *)calloc(swa_bytes, 1);
+    comp_ref = (unsigned char *)calloc(c_bytes, 1);
+    lc->swa_bt = (int32_t *)malloc(sizeof(int32_t) * (size_t)nreq * lc->swa_pages);
+    lc->c_bt = (int32_t *)malloc(sizeof(int32_t) * (size_t)nreq * lc->c_pages);
+    lc->swa_at = dev(lc->swa, swa_bytes);
+    lc->comp_at = dev(lc->comp, c_bytes);
+    for (b = 0; b < nreq && st == AITER_MLA_OK; b++) {
+        for (i = 0; i < lc->swa_pages; i++) lc->swa_bt[b * lc->swa_pages + i] = i * nreq + b;
+        for (i = 0; i < lc->c_pages; i++) lc->c_bt[b * lc->c_pages + i] = i * nreq + b;
+        st = write_entries(lc->swa_at, swa_ref, (int64_t)nreq * lc->swa_pages, SWA_PAGE, lc->swa_bt + b * lc->swa_pages, seq_lens[b], swa_fp8);
+        if (st == AITER_MLA_OK && ratio > 1)
+            st = write_entries(lc->comp_at, comp_ref, (int64_t)nreq * lc->c_pages, lc->cbs, lc->c_bt + b * lc->c_pages, seq_lens[b] / ratio,
+                               AITER_MLA_FP8_E4M3FN);
+    }
+    back(lc->swa); /* the naive check reads the pages */
+    back(lc->comp);
+    *writer_errors += memcmp(lc->swa, swa_ref, swa_bytes) != 0;
+    *writer_errors += memcmp(lc->comp, comp_ref, c_bytes) != 0;
+    free(swa_ref);
+    free(comp_ref);
+    return st;
+}
+static void layer_free(layer_caches *lc) {
+    free(lc->swa);
+    free(lc->comp);
+    free(lc->swa_bt);
+    free(lc->c_bt);
+}
+/* Request b's rows in either cache, as the naive check reads them. */
+static paged_rows swa_rows_of(const layer_caches *lc, int b) {
+    const paged_rows r = {lc->swa, lc->swa_page_bytes, SWA_PAGE, lc->swa_bt + b * lc->swa_pages, lc->swa_fp8};
+    return r;
+}
+static paged_rows comp_rows_of(const layer_caches *lc, int b) {
+    const paged_rows r = {lc->comp, lc->c_page_bytes, lc->cbs, lc->c_bt + b * lc->c_pages, AITER_MLA_FP8_E4M3FN};
+    return r;
+}
 typedef struct {
     double err2, ref2, abs, lse; /* squared error and reference sums of o; the largest |o| and |lse| errors */
     int empty;                   /* (worst) runs whose naive outputs were all zero: nothing was checked */
@@ -166,7 +235,6 @@ int main(void) {
     static const int ratios[LAYERS] = {1, 4, 128};
     const int32_t q_lens[BATCH] = {1, 2, 1}, seq_lens[BATCH] = {90, 700, 1500};
     const float sm_scale = 0.044194173824159216f; /* 512^-0.5 */
-    const int swa_pages = MAX_LEN / SWA_PAGE;
     int32_t qsl[BATCH + 1], token_req[TOKENS];
     int64_t positions[TOKENS];
     uint16_t *q = (uint16_t *)malloc(sizeof(uint16_t) * TOKENS * HEADS * D);
@@ -189,15 +257,8 @@ int main(void) {
     for (layer = 0; layer < LAYERS; layer++) {
         const int ratio = ratios[layer];
         const aiter_mla_dtype swa_fp8 = ratio == 128 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN; /* gfx942-style SWA */
-        const int cbs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / ratio, c_pages = ratio > 1 ? MAX_LEN / ratio / cbs : 1;
-        const int64_t swa_page_bytes = aiter_mla_v4_page_bytes(SWA_PAGE), c_page_bytes = aiter_mla_v4_page_bytes(cbs);
         const int c128_width = (MAX_LEN + 127) / 128;
-        unsigned char *swa = (unsigned char *)calloc((size_t)BATCH * swa_pages, (size_t)swa_page_bytes);
-        unsigned char *comp = (unsigned char *)calloc((size_t)BATCH * c_pages, (size_t)c_page_bytes);
-        unsigned char *swa_ref = (unsigned char *)calloc((size_t)BATCH * swa_pages, (size_t)swa_page_bytes);
-        unsigned char *comp_ref = (unsigned char *)calloc((size_t)BATCH * c_pages, (size_t)c_page_bytes);
-        void *swa_at = dev(swa, (size_t)BATCH * swa_pages * swa_page_bytes), *comp_at = dev(comp, (size_t)BATCH * c_pages * c_page_bytes);
-        int32_t swa_bt[BATCH * (MAX_LEN / SWA_PAGE)], c_bt[BATCH * (MAX_LEN / 4 / 64)];
+        layer_caches lc;
         int32_t local[TOKENS * TOPK];
         int32_t swa_idx[TOKENS * W], swa_ptr[TOKENS + 1], c_idx[TOKENS * (MAX_LEN / 4)], c_ptr[TOKENS + 1];
         /* persistent buffers a captured graph reads (capacity rows x max entries per row) */
@@ -207,27 +268,15 @@ int main(void) {
         aiter_mla_v4_attention_args a = {0};
         errors err = {0.0, 0.0, 0.0, 0.0, 0};
 
-        /* pages: request b owns pages b, b + BATCH, ... (interleaved in both caches) */
-        for (b = 0; b < BATCH; b++) {
-            for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * BATCH + b;
-            for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = i * BATCH + b;
-            TRY(write_entries(swa_at, swa_ref, (int64_t)BATCH * swa_pages, SWA_PAGE, swa_bt + b * swa_pages, seq_lens[b], swa_fp8));
-            if (ratio > 1)
-                TRY(write_entries(comp_at, comp_ref, (int64_t)BATCH * c_pages, cbs, c_bt + b * c_pages, seq_lens[b] / ratio,
-                                  AITER_MLA_FP8_E4M3FN));
-        }
-        back(swa); /* the naive check below reads the pages */
-        back(comp);
-        writer_errors += memcmp(swa, swa_ref, (size_t)BATCH * swa_pages * swa_page_bytes) != 0;
-        writer_errors += memcmp(comp, comp_ref, (size_t)BATCH * c_pages * c_page_bytes) != 0;
+        TRY(layer_fill(&lc, BATCH, seq_lens, ratio, swa_fp8, &writer_errors));
         for (i = 0; i < TOKENS * HEADS * D; i++) q[i] = aiter_mla_f32_to_bf16(frand(1.0f));
 
         /* the SWA lists: raw tokens [max(0, pos - 127), pos] */
         si.query_start_loc = (const int32_t *)dev(qsl, sizeof qsl);
         si.seq_lens = (const int32_t *)dev(seq_lens, sizeof seq_lens);
         si.token_to_req = (const int32_t *)dev(token_req, sizeof token_req);
-        si.block_table = (const int32_t *)dev(swa_bt, sizeof swa_bt);
-        si.block_table_stride = swa_pages;
+        si.block_table = (const int32_t *)dev(lc.swa_bt, sizeof(int32_t) * BATCH * lc.swa_pages);
+        si.block_table_stride = lc.swa_pages;
         si.block_size = SWA_PAGE;
         si.num_reqs = BATCH;
         si.num_tokens = TOKENS;
@@ -255,9 +304,9 @@ int main(void) {
             tk.topk_indices = (const int32_t *)dev(local, sizeof local);
             tk.topk = TOPK;
             tk.token_to_req = si.token_to_req;
-            tk.block_table = (const int32_t *)dev(c_bt, sizeof c_bt);
-            tk.block_table_stride = c_pages;
-            tk.block_size = cbs;
+            tk.block_table = (const int32_t *)dev(lc.c_bt, sizeof(int32_t) * BATCH * lc.c_pages);
+            tk.block_table_stride = lc.c_pages;
+            tk.block_size = lc.cbs;
             tk.num_reqs = BATCH;
             tk.num_tokens = TOKENS;
             tk.out.indices = (int32_t *)dev(c_idx, sizeof c_idx);
@@ -268,9 +317,9 @@ int main(void) {
             aiter_mla_v4_c128_args c = {0};
             c.positions = (const int64_t *)dev(positions, sizeof positions);
             c.token_to_req = si.token_to_req;
-            c.block_table = (const int32_t *)dev(c_bt, sizeof c_bt);
-            c.block_table_stride = c_pages;
-            c.block_size = cbs;
+            c.block_table = (const int32_t *)dev(lc.c_bt, sizeof(int32_t) * BATCH * lc.c_pages);
+            c.block_table_stride = lc.c_pages;
+            c.block_size = lc.cbs;
             c.num_reqs = BATCH;
             c.compress_ratio = 128;
             c.width = c128_width;
@@ -298,16 +347,16 @@ int main(void) {
         a.num_tokens = TOKENS;
         a.num_heads = HEADS;
         a.sm_scale = sm_scale;
-        a.keys.cache = swa_at;
-        a.keys.num_blocks = (int64_t)BATCH * swa_pages;
+        a.keys.cache = lc.swa_at;
+        a.keys.num_blocks = (int64_t)BATCH * lc.swa_pages;
         a.keys.block_size = SWA_PAGE;
         a.keys.dtype = swa_fp8;
         a.keys.indices = (const int32_t *)dev(g_swa_idx, sizeof g_swa_idx);
         a.keys.indptr = (const int32_t *)dev(g_swa_ptr, sizeof g_swa_ptr);
         if (ratio > 1) {
-            a.extra_keys.cache = comp_at;
-            a.extra_keys.num_blocks = (int64_t)BATCH * c_pages;
-            a.extra_keys.block_size = cbs;
+            a.extra_keys.cache = lc.comp_at;
+            a.extra_keys.num_blocks = (int64_t)BATCH * lc.c_pages;
+            a.extra_keys.block_size = lc.cbs;
             a.extra_keys.indices = (const int32_t *)dev(g_c_idx, sizeof g_c_idx);
             a.extra_keys.indptr = (const int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
         }
@@ -323,10 +372,8 @@ int main(void) {
             const int r = token_req[t];
             const int64_t pos = positions[t];
             const int nc = ratio == 1 ? 0 : ratio == 4 ? ((pos + 1) / 4 < TOPK ? (int)((pos + 1) / 4) : TOPK) : (int)((pos + 1) / 128);
-            const paged_rows swa_rows = {swa, swa_page_bytes, SWA_PAGE, swa_bt + r * swa_pages, swa_fp8};
-            const paged_rows comp_rows = {comp, c_page_bytes, cbs, c_bt + r * c_pages, AITER_MLA_FP8_E4M3FN};
-            naive_token(q + (size_t)t * HEADS * D, o + (size_t)t * HEADS * D, lse + t * HEADS, sink, sm_scale, pos, swa_rows, comp_rows,
-                        ratio == 4 ? local + t * TOPK : NULL, nc, &err);
+            naive_token(q + (size_t)t * HEADS * D, o + (size_t)t * HEADS * D, lse + t * HEADS, sink, sm_scale, pos, swa_rows_of(&lc, r),
+                        comp_rows_of(&lc, r), ratio == 4 ? local + t * TOPK : NULL, nc, &err);
         }
         printf("layer ratio %3d: SWA keys per token", ratio);
         for (t = 0; t < TOKENS; t++) printf(" %d", g_swa_ptr[t + 1] - g_swa_ptr[t]);
@@ -336,10 +383,7 @@ int main(void) {
         }
         printf("\n                 max |o - naive| %.3g, relative %.3g, max |lse - naive| %.3g\n", err.abs, relative(&err), err.lse);
         note_worst(&err, &worst);
-        free(swa);
-        free(comp);
-        free(swa_ref);
-        free(comp_ref);
+        layer_free(&lc);
         mirrors_free();
     }
     /* A chunked prefill of a ratio-4 layer (aiter_mla_v4_prefill: vLLM's workspace flow, the
@@ -348,14 +392,8 @@ int main(void) {
     {
         enum { PBATCH = 5, PTOKENS = 87 };
         const int32_t pq_lens[PBATCH] = {40, 20, 16, 8, 3}, pseq[PBATCH] = {40, 300, 700, 1000, 129};
-        const int cbs = AITER_MLA_V4_COMPRESSED_PAGE_TOKENS / 4, c_pages = MAX_LEN / 4 / cbs;
-        const int64_t swa_page_bytes = aiter_mla_v4_page_bytes(SWA_PAGE), c_page_bytes = aiter_mla_v4_page_bytes(cbs);
-        unsigned char *swa = (unsigned char *)calloc((size_t)PBATCH * swa_pages, (size_t)swa_page_bytes);
-        unsigned char *comp = (unsigned char *)calloc((size_t)PBATCH * c_pages, (size_t)c_page_bytes);
-        unsigned char *swa_ref = (unsigned char *)calloc((size_t)PBATCH * swa_pages, (size_t)swa_page_bytes);
-        unsigned char *comp_ref = (unsigned char *)calloc((size_t)PBATCH * c_pages, (size_t)c_page_bytes);
-        void *swa_at = dev(swa, (size_t)PBATCH * swa_pages * swa_page_bytes), *comp_at = dev(comp, (size_t)PBATCH * c_pages * c_page_bytes);
-        int32_t swa_bt[PBATCH * (MAX_LEN / SWA_PAGE)], c_bt[PBATCH * (MAX_LEN / 4 / 64)], pqsl[PBATCH + 1], ptopk[PTOKENS * TOPK];
+        layer_caches lc;
+        int32_t pqsl[PBATCH + 1], ptopk[PTOKENS * TOPK];
         uint16_t *pq = (uint16_t *)malloc(sizeof(uint16_t) * PTOKENS * HEADS * D), *po = (uint16_t *)malloc(sizeof(uint16_t) * PTOKENS * HEADS * D);
         float plse[PTOKENS * HEADS];
         unsigned char *ws;
@@ -364,16 +402,7 @@ int main(void) {
 
         pqsl[0] = 0;
         for (b = 0; b < PBATCH; b++) pqsl[b + 1] = pqsl[b] + pq_lens[b];
-        for (b = 0; b < PBATCH; b++) {
-            for (i = 0; i < swa_pages; i++) swa_bt[b * swa_pages + i] = i * PBATCH + b;
-            for (i = 0; i < c_pages; i++) c_bt[b * c_pages + i] = i * PBATCH + b;
-            TRY(write_entries(swa_at, swa_ref, (int64_t)PBATCH * swa_pages, SWA_PAGE, swa_bt + b * swa_pages, pseq[b], AITER_MLA_FP8_E4M3FN));
-            TRY(write_entries(comp_at, comp_ref, (int64_t)PBATCH * c_pages, cbs, c_bt + b * c_pages, pseq[b] / 4, AITER_MLA_FP8_E4M3FN));
-        }
-        back(swa);
-        back(comp);
-        writer_errors += memcmp(swa, swa_ref, (size_t)PBATCH * swa_pages * swa_page_bytes) != 0;
-        writer_errors += memcmp(comp, comp_ref, (size_t)PBATCH * c_pages * c_page_bytes) != 0;
+        TRY(layer_fill(&lc, PBATCH, pseq, 4, AITER_MLA_FP8_E4M3FN, &writer_errors));
         for (i = 0; i < PTOKENS * HEADS * D; i++) pq[i] = aiter_mla_f32_to_bf16(frand(1.0f));
         for (b = 0; b < PBATCH; b++) /* the indexer's choice, as in the decode layers */
             for (t = pqsl[b]; t < pqsl[b + 1]; t++) {
@@ -399,16 +428,16 @@ int main(void) {
         pf.chunk_size = 4;
         pf.topk_indices = (const int32_t *)dev(ptopk, sizeof ptopk);
         pf.topk = TOPK;
-        pf.swa_cache = swa_at;
-        pf.swa_num_blocks = (int64_t)PBATCH * swa_pages;
+        pf.swa_cache = lc.swa_at;
+        pf.swa_num_blocks = (int64_t)PBATCH * lc.swa_pages;
         pf.swa_block_size = SWA_PAGE;
-        pf.swa_block_table = (const int32_t *)dev(swa_bt, sizeof swa_bt);
-        pf.swa_block_table_stride = swa_pages;
-        pf.compressed_cache = comp_at;
-        pf.compressed_num_blocks = (int64_t)PBATCH * c_pages;
-        pf.compressed_block_size = cbs;
-        pf.compressed_block_table = (const int32_t *)dev(c_bt, sizeof c_bt);
-        pf.compressed_block_table_stride = c_pages;
+        pf.swa_block_table = (const int32_t *)dev(lc.swa_bt, sizeof(int32_t) * PBATCH * lc.swa_pages);
+        pf.swa_block_table_stride = lc.swa_pages;
+        pf.compressed_cache = lc.comp_at;
+        pf.compressed_num_blocks = (int64_t)PBATCH * lc.c_pages;
+        pf.compressed_block_size = lc.cbs;
+        pf.compressed_block_table = (const int32_t *)dev(lc.c_bt, sizeof(int32_t) * PBATCH * lc.c_pages);
+        pf.compressed_block_table_stride = lc.c_pages;
         TRY(aiter_mla_v4_prefill_workspace_size(&pf, &pf.workspace_bytes));
         ws = (unsigned char *)calloc(pf.workspace_bytes, 1);
         pf.workspace = dev(ws, pf.workspace_bytes);
@@ -420,10 +449,8 @@ int main(void) {
             for (t = pqsl[b]; t < pqsl[b + 1]; t++) {
                 const int64_t pos = pseq[b] - pq_lens[b] + (t - pqsl[b]);
                 const int nc = (pos + 1) / 4 < TOPK ? (int)((pos + 1) / 4) : TOPK;
-                const paged_rows swa_rows = {swa, swa_page_bytes, SWA_PAGE, swa_bt + b * swa_pages, AITER_MLA_FP8_E4M3FN};
-                const paged_rows comp_rows = {comp, c_page_bytes, cbs, c_bt + b * c_pages, AITER_MLA_FP8_E4M3FN};
-                naive_token(pq + (size_t)t * HEADS * D, po + (size_t)t * HEADS * D, plse + t * HEADS, sink, sm_scale, pos, swa_rows, comp_rows,
-                            ptopk + t * TOPK, nc, &err);
+                naive_token(pq + (size_t)t * HEADS * D, po + (size_t)t * HEADS * D, plse + t * HEADS, sink, sm_scale, pos, swa_rows_of(&lc, b),
+                            comp_rows_of(&lc, b), ptopk + t * TOPK, nc, &err);
             }
         printf("prefill, ratio 4: %d requests in chunks of 4, new tokens", PBATCH);
         for (b = 0; b < PBATCH; b++) printf(" %d", pq_lens[b]);
@@ -432,10 +459,7 @@ int main(void) {
         printf(" (workspace %zu bytes)\n                 max |o - naive| %.3g, relative %.3g, max |lse - naive| %.3g\n",
                pf.workspace_bytes, err.abs, relative(&err), err.lse);
         note_worst(&err, &worst);
-        free(swa);
-        free(comp);
-        free(swa_ref);
-        free(comp_ref);
+        layer_free(&lc);
         free(pq);
         free(po);
         free(ws);
