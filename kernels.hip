@@ -6451,6 +6451,14 @@ static constexpr bool wgmma_rows(int tile_rows) {
 static constexpr aiter_mla_kernel mma_kernel_of(int tile_rows) {
     return tile_rows <= 16 ? AITER_MLA_KERNEL_MMA16 : wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
 }
+#ifdef AITER_MLA_HAS_WGMMA
+// Whether a decode's tensor-core pass goes to the kernel that stages keys by bulk copies
+// (f8::decode16_fp8_kernel): every 16-row pass over a per-tensor e4m3fn cache. The launch and
+// the kernel query both ask it.
+static constexpr bool decode_takes_bulk16(int kv_dtype, int tile_rows) {
+    return kv_dtype == AITER_MLA_FP8_E4M3FN && mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16;
+}
+#endif
 
 // A kernel with more than 48 KB of dynamic shared memory. The limit is per device and cheap
 // to set: set it at every launch.
@@ -6570,7 +6578,7 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // copies need), so this build leaves out the 16-row mma.sync kernel's e4m3fn instance
     constexpr bool kE4m3fnKernel = KVT == AITER_MLA_FP8_E4M3FN;
     if constexpr (kE4m3fnKernel)
-        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16)
+        if (decode_takes_bulk16(KVT, tile_rows))
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
     // ... and 16-row passes of V4 attention over MODEL1 pages of e4m3fn (both lists) with a
     // token's keys in one block: keys split over blocks leave each a few tiles, where the 16-row
@@ -6667,7 +6675,7 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     if (kernel) {
         *kernel = k;
 #ifdef AITER_MLA_HAS_WGMMA
-        if (k == AITER_MLA_KERNEL_MMA16 && a->kv_dtype == AITER_MLA_FP8_E4M3FN) *kernel = AITER_MLA_KERNEL_BULK16; // launch_mma's pick
+        if (k == AITER_MLA_KERNEL_MMA16 && decode_takes_bulk16(a->kv_dtype, tile_rows)) *kernel = AITER_MLA_KERNEL_BULK16; // launch_mma's pick
 #endif
         return 0;
     }
