@@ -4861,7 +4861,9 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->workspace_dtype, "", "workspace_dtype"));
     *M = aiter_mla_v4_workspace_rows(a->max_model_len, a->compress_ratio, a->window, a->max_num_batched_tokens, N);
     if (*M * a->chunk_size > INT32_MAX)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: chunk_size x M = %d x %lld workspace rows do not fit int32",
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: chunk_size x M = %d x %lld workspace rows do not fit int32 (M: aiter_mla_v4_workspace_rows "
+                               "of max_model_len, compress_ratio, window, max_num_batched_tokens)",
                                op, a->chunk_size, (long long)*M);
     *width = (a->compress_ratio > 1 ? a->topk : 0) + (int64_t)a->window;
     rows = *M * a->chunk_size;

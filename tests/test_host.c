@@ -70,6 +70,349 @@ static const char *after_op_name(const char *msg) {
     } while (0)
 
 /* =====================================================================================
+ * scalar fields at their extremes: each size, stride, count, flag, dtype and scale of a
+ * valid call, set alone to every value of its kind's list (and to its own value +-1 and
+ * doubled). The GPU wrapper (its checks alone in this build) accepts (ERR_NO_GPU, or OK with
+ * nothing to launch) or refuses with a status and a message of its own; a refusal is the
+ * reference's too (status and message after the op name) and the kernel query's. The binary
+ * runs under ASan/UBSan: an overflow in a check, or a read past a buffer, aborts it.
+ * ===================================================================================== */
+typedef enum { SW_INT, SW_I64, SW_SIZE, SW_DTYPE, SW_FLOAT } sweep_kind;
+typedef struct sweep_field {
+    const char *name;
+    size_t offset, size;
+    sweep_kind kind;
+    int gpu_only; /* a field the reference ignores, or reads without the GPU call's check against its plan:
+                     the reference is not called */
+} sweep_field;
+#define SW(T, f, kind) {#f, offsetof(T, f), sizeof(((T *)0)->f), kind, 0}
+#define SWG(T, f, kind) {#f, offsetof(T, f), sizeof(((T *)0)->f), kind, 1}
+typedef struct sweep_op {
+    const char *name;
+    size_t args_size;
+    aiter_mla_status (*gpu)(const void *args);                       /* the wrapper, stream NULL */
+    aiter_mla_status (*ref)(const void *args);                       /* NULL: none to compare */
+    aiter_mla_status (*query)(const void *args, aiter_mla_kernel *k); /* NULL: no kernel query */
+} sweep_op;
+/* sweep_<op>: aiter_mla_<op> (stream NULL) against aiter_mla_<op>_ref; _QUERY adds aiter_mla_<op>_kernel. */
+#define SWEEP_CALLS_(op, T)                                                                              \
+    static aiter_mla_status sweep_gpu_##op(const void *a) { return aiter_mla_##op((const T *)a, NULL); } \
+    static aiter_mla_status sweep_ref_##op(const void *a) { return aiter_mla_##op##_ref((const T *)a); }
+#define SWEEP_OP(op, T) \
+    SWEEP_CALLS_(op, T) \
+    static const sweep_op sweep_##op = {#op, sizeof(T), sweep_gpu_##op, sweep_ref_##op, NULL}
+#define SWEEP_OP_QUERY(op, T)                                                                                               \
+    SWEEP_CALLS_(op, T)                                                                                                     \
+    static aiter_mla_status sweep_query_##op(const void *a, aiter_mla_kernel *k) { return aiter_mla_##op##_kernel((const T *)a, k); } \
+    static const sweep_op sweep_##op = {#op, sizeof(T), sweep_gpu_##op, sweep_ref_##op, sweep_query_##op}
+
+static const int64_t sweep_ints[] = {-1, 0, 1, 2, 3, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512,
+                                     513, 575, 576, 577, 1023, 1024, 1025, 65535, 65536, 65537, 1 << 24, INT32_MAX - 1,
+                                     INT32_MAX, INT32_MIN, INT32_MIN + 1, -2, -(1 << 20)};
+static const int64_t sweep_i64s[] = {(int64_t)1 << 31, ((int64_t)1 << 31) + 1, (int64_t)1 << 32, ((int64_t)1 << 32) + 1,
+                                     (int64_t)1 << 40, (int64_t)1 << 53, (int64_t)1 << 62, INT64_MAX - 1, INT64_MAX,
+                                     INT64_MIN, INT64_MIN + 1, -((int64_t)1 << 32), -((int64_t)1 << 40)};
+static const float sweep_floats[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 2.0f, 1e-45f, 1e-38f, 1e-30f, 1e30f, FLT_MAX,
+                                     -FLT_MAX, 240.0f, 448.0f, 57344.0f};
+
+/* The field's value in args as an int64 (floats: 0). */
+static int64_t sweep_get(const unsigned char *args, const sweep_field *f) {
+    int32_t v32;
+    int64_t v64;
+    size_t vz;
+    switch (f->kind) {
+    case SW_I64: memcpy(&v64, args + f->offset, 8); return v64;
+    case SW_SIZE: memcpy(&vz, args + f->offset, sizeof vz); return (int64_t)vz;
+    case SW_FLOAT: return 0;
+    default: memcpy(&v32, args + f->offset, 4); return v32;
+    }
+}
+static void sweep_set(unsigned char *args, const sweep_field *f, int64_t v, float fv) {
+    const int32_t v32 = (int32_t)(v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v);
+    const size_t vz = (size_t)v;
+    switch (f->kind) {
+    case SW_I64: memcpy(args + f->offset, &v, 8); break;
+    case SW_SIZE: memcpy(args + f->offset, &vz, sizeof vz); break;
+    case SW_FLOAT: memcpy(args + f->offset, &fv, 4); break;
+    default: memcpy(args + f->offset, &v32, 4); break;
+    }
+}
+
+/* Refusals only the GPU call makes (documented in the header): its 32-bit indexing, and a
+ * plan sized for other arguments (the references take no plan). */
+static int sweep_gpu_rule(const char *msg) {
+    static const char *const rules[] = {"(split the batch)", "but the plan was sized for"};
+    size_t i;
+    for (i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (strstr(msg, rules[i])) return 1;
+    return 0;
+}
+/* One value in one field: the checks' answers. Returns NULL when they hold, else what broke
+ * (written into why). */
+static const char *sweep_one(const sweep_op *op, const sweep_field *f, const unsigned char *args, char *why, size_t n) {
+    char msg[320];
+    aiter_mla_status st, st_ref, st_q;
+    aiter_mla_kernel k = AITER_MLA_KERNEL_MFMA;
+    (void)aiter_mla_merge_attn_states_ref(NULL); /* a known message: the call must write its own */
+    snprintf(msg, sizeof msg, "%s", aiter_mla_last_error());
+    st = op->gpu(args);
+    if (st == AITER_MLA_OK || st == AITER_MLA_ERR_NO_GPU) {
+        if (op->query && (op->query(args, &k) != AITER_MLA_OK || k != AITER_MLA_KERNEL_NONE)) {
+            snprintf(why, n, "the call accepted it, the kernel query says %s \"%s\" (kernel %s)",
+                     testing_status_name(op->query(args, &k)), aiter_mla_last_error(), aiter_mla_kernel_name(k));
+            return why;
+        }
+        return NULL;
+    }
+    if ((int)st <= 0 || (int)st >= (int)AITER_MLA_STATUS_COUNT || !aiter_mla_last_error()[0] || !strcmp(aiter_mla_last_error(), msg)) {
+        snprintf(why, n, "the wrapper returned %d with message \"%s\"", (int)st, aiter_mla_last_error());
+        return why;
+    }
+    snprintf(msg, sizeof msg, "%s", aiter_mla_last_error());
+    if (op->query) {
+        st_q = op->query(args, &k);
+        if (st_q != st || strcmp(after_op_name(msg), after_op_name(aiter_mla_last_error()))) {
+            snprintf(why, n, "the wrapper: %s \"%s\"; the kernel query: %s \"%s\"", testing_status_name(st), msg,
+                     testing_status_name(st_q), aiter_mla_last_error());
+            return why;
+        }
+    }
+    if (op->ref && !f->gpu_only && !sweep_gpu_rule(msg)) {
+        st_ref = op->ref(args);
+        if (st_ref != st || strcmp(after_op_name(msg), after_op_name(aiter_mla_last_error()))) {
+            snprintf(why, n, "the wrapper: %s \"%s\"; the reference: %s \"%s\"", testing_status_name(st), msg,
+                     testing_status_name(st_ref), st_ref == AITER_MLA_OK ? "" : aiter_mla_last_error());
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* Every field of `fields` through every value of its kind: one check a field. */
+static void sweep_fields(const sweep_op *op, const void *base, const sweep_field *fields, int num_fields) {
+    unsigned char *args = (unsigned char *)test_malloc(op->args_size);
+    char why[900];
+    int i, j;
+    for (i = 0; i < num_fields; i++) {
+        const sweep_field *f = &fields[i];
+        const int64_t own = sweep_get((const unsigned char *)base, f);
+        const char *bad = NULL;
+        int64_t bad_v = 0;
+        float bad_f = 0.0f;
+        const size_t want = f->kind == SW_I64 ? 8 : f->kind == SW_SIZE ? sizeof(size_t) : 4;
+        if (f->size != want) {
+            CHECK(0, "%s sweep: field %s has %zu bytes, its kind %zu", op->name, f->name, f->size, want);
+            continue;
+        }
+        for (j = 0; !bad && j < 64; j++) { /* the lists, then own - 1, own + 1, 2 own */
+            int64_t v = 0;
+            float fv = 0.0f;
+            const int ni = (int)(sizeof sweep_ints / sizeof sweep_ints[0]), nl = (int)(sizeof sweep_i64s / sizeof sweep_i64s[0]);
+            if (f->kind == SW_FLOAT) {
+                if (j >= (int)(sizeof sweep_floats / sizeof sweep_floats[0]) + 3) break;
+                fv = j < (int)(sizeof sweep_floats / sizeof sweep_floats[0]) ? sweep_floats[j]
+                     : j % 3 == 0 ? NAN : j % 3 == 1 ? INFINITY : -INFINITY;
+            } else if (f->kind == SW_DTYPE) {
+                const int n = (int)AITER_MLA_DTYPE_COUNT; /* -1 .. n, then far outside */
+                if (j > n + 4) break;
+                v = j <= n + 1 ? j - 1 : j == n + 2 ? 1000 : j == n + 3 ? INT32_MAX : INT32_MIN;
+            } else if (j < ni) {
+                v = sweep_ints[j];
+            } else if (j < ni + 3) {
+                v = j == ni ? own - 1 : j == ni + 1 ? own + 1 : own * 2;
+            } else if (f->kind != SW_INT && j < ni + 3 + nl) {
+                v = sweep_i64s[j - ni - 3];
+            } else {
+                break;
+            }
+            memcpy(args, base, op->args_size);
+            sweep_set(args, f, v, fv);
+            bad = sweep_one(op, f, args, why, sizeof why);
+            bad_v = v;
+            bad_f = fv;
+        }
+        if (f->kind == SW_FLOAT)
+            CHECK(!bad, "%s sweep: %s = %g: %s", op->name, f->name, (double)bad_f, bad ? bad : "");
+        else
+            CHECK(!bad, "%s sweep: %s = %lld: %s", op->name, f->name, (long long)bad_v, bad ? bad : "");
+    }
+    free(args);
+}
+#define SWEEP(op, base, fields) sweep_fields(&sweep_##op, &(base), fields, (int)(sizeof fields / sizeof fields[0]))
+
+/* Calls that size a plan or a workspace: OK, or a refusal of their own (nothing to compare). */
+static aiter_mla_status sweep_gpu_decode_plan_get_info(const void *a) {
+    aiter_mla_decode_plan_info info;
+    return aiter_mla_decode_plan_get_info((const aiter_mla_decode_plan_desc *)a, &info);
+}
+static aiter_mla_status sweep_gpu_prefill_plan_get_info(const void *a) {
+    aiter_mla_prefill_plan_info info;
+    return aiter_mla_prefill_plan_get_info((const aiter_mla_prefill_plan_desc *)a, &info);
+}
+static aiter_mla_status sweep_gpu_v4_attention_workspace_size(const void *a) {
+    size_t bytes;
+    return aiter_mla_v4_attention_workspace_size((const aiter_mla_v4_attention_args *)a, &bytes);
+}
+static aiter_mla_status sweep_gpu_v4_prefill_workspace_size(const void *a) {
+    size_t bytes;
+    return aiter_mla_v4_prefill_workspace_size((const aiter_mla_v4_prefill_args *)a, &bytes);
+}
+static const sweep_op sweep_decode_plan_get_info = {"decode_plan_get_info", sizeof(aiter_mla_decode_plan_desc),
+                                                    sweep_gpu_decode_plan_get_info, NULL, NULL};
+static const sweep_op sweep_prefill_plan_get_info = {"prefill_plan_get_info", sizeof(aiter_mla_prefill_plan_desc),
+                                                     sweep_gpu_prefill_plan_get_info, NULL, NULL};
+static const sweep_op sweep_v4_attention_workspace_size = {"v4_attention_workspace_size", sizeof(aiter_mla_v4_attention_args),
+                                                           sweep_gpu_v4_attention_workspace_size, NULL, NULL};
+static const sweep_op sweep_v4_prefill_workspace_size = {"v4_prefill_workspace_size", sizeof(aiter_mla_v4_prefill_args),
+                                                         sweep_gpu_v4_prefill_workspace_size, NULL, NULL};
+SWEEP_OP(pad_q, aiter_mla_head_pad_args);
+SWEEP_OP(unpad_o, aiter_mla_head_pad_args);
+SWEEP_OP(expand_page_indices, aiter_mla_expand_page_indices_args);
+SWEEP_OP(kv_cache_write, aiter_mla_kv_cache_write_args);
+SWEEP_OP_QUERY(decode, aiter_mla_decode_args);
+SWEEP_OP(convert_sparse_indices, aiter_mla_sparse_index_args);
+SWEEP_OP(filter_prefill_indices, aiter_mla_filter_prefill_args);
+SWEEP_OP(ds_mla_write, aiter_mla_ds_mla_write_args);
+SWEEP_OP(gather_cache, aiter_mla_gather_cache_args);
+SWEEP_OP(v4_cache_write, aiter_mla_v4_cache_write_args);
+SWEEP_OP(v4_gather, aiter_mla_v4_gather_args);
+SWEEP_OP(v4_swa_indices, aiter_mla_v4_swa_index_args);
+SWEEP_OP(v4_global_topk, aiter_mla_v4_topk_args);
+SWEEP_OP(v4_c128_indices, aiter_mla_v4_c128_args);
+SWEEP_OP(v4_combine, aiter_mla_v4_combine_args);
+SWEEP_OP(v4_copy_ragged, aiter_mla_v4_ragged_copy_args);
+SWEEP_OP(merge_attn_states, aiter_mla_merge_args);
+SWEEP_OP_QUERY(prefill, aiter_mla_prefill_args);
+SWEEP_OP_QUERY(sparse_attention, aiter_mla_sparse_args);
+SWEEP_OP_QUERY(v4_attention, aiter_mla_v4_attention_args);
+SWEEP_OP(v4_prefill, aiter_mla_v4_prefill_args);
+
+#define T_ aiter_mla_decode_plan_desc
+static const sweep_field sweep_decode_desc_fields[] = {SW(T_, max_batch, SW_INT),     SW(T_, num_heads, SW_INT), SW(T_, max_q_len, SW_INT),
+                                                       SW(T_, num_cu, SW_INT),        SW(T_, page_size, SW_INT), SW(T_, kv_granularity, SW_INT),
+                                                       SW(T_, overhead_blocks, SW_INT)};
+#undef T_
+#define T_ aiter_mla_prefill_plan_desc
+static const sweep_field sweep_prefill_desc_fields[] = {SW(T_, max_batch, SW_INT), SW(T_, max_q_tokens, SW_I64), SW(T_, num_heads, SW_INT),
+                                                        SW(T_, num_cu, SW_INT),    SW(T_, dv, SW_INT),           SW(T_, tile_q, SW_INT),
+                                                        SW(T_, kv_granularity, SW_INT)};
+#undef T_
+#define T_ aiter_mla_head_pad_args
+static const sweep_field sweep_head_pad_fields[] = {SW(T_, num_tokens, SW_I64), SW(T_, num_heads, SW_INT), SW(T_, head_dim, SW_INT),
+                                                    SW(T_, dtype, SW_DTYPE)};
+#undef T_
+#define T_ aiter_mla_expand_page_indices_args
+static const sweep_field sweep_expand_fields[] = {SW(T_, block_table_stride, SW_I64), SW(T_, page_indices_capacity, SW_I64),
+                                                  SW(T_, batch, SW_INT), SW(T_, kernel_block_size, SW_INT)};
+#undef T_
+#define T_ aiter_mla_kv_cache_write_args
+static const sweep_field sweep_kv_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64),
+                                                    SW(T_, block_size, SW_INT),   SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
+                                                    SW(T_, cache_dtype, SW_DTYPE), SW(T_, scale, SW_FLOAT)};
+#undef T_
+#define T_ aiter_mla_decode_args
+static const sweep_field sweep_decode_fields[] = {
+    SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, num_pages, SW_I64),   SW(T_, o_stride_token, SW_I64),
+    SW(T_, o_stride_head, SW_I64),  SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, batch, SW_INT), SW(T_, num_heads, SW_INT),
+    SW(T_, page_size, SW_INT),      SW(T_, q_dtype, SW_DTYPE),       SW(T_, kv_dtype, SW_DTYPE), SW(T_, o_dtype, SW_DTYPE),
+    SW(T_, sm_scale, SW_FLOAT),     SW(T_, q_scale, SW_FLOAT),       SW(T_, kv_scale, SW_FLOAT)};
+#undef T_
+#define T_ aiter_mla_sparse_index_args
+static const sweep_field sweep_sparse_index_fields[] = {SW(T_, indices_stride, SW_I64), SW(T_, block_table_stride, SW_I64),
+                                                        SW(T_, block_size, SW_INT),     SW(T_, num_requests, SW_INT),
+                                                        SW(T_, num_tokens, SW_I64),     SW(T_, topk, SW_INT),
+                                                        SW(T_, out_stride, SW_I64)};
+#undef T_
+#define T_ aiter_mla_filter_prefill_args
+static const sweep_field sweep_filter_fields[] = {SW(T_, num_requests, SW_INT), SW(T_, num_tokens, SW_I64), SW(T_, topk, SW_INT)};
+#undef T_
+#define T_ aiter_mla_ds_mla_write_args
+static const sweep_field sweep_ds_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64),
+                                                    SW(T_, block_size, SW_INT),   SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
+                                                    SW(T_, fp8_dtype, SW_DTYPE),  SW(T_, fp8_max, SW_FLOAT),  SW(T_, pow2_scales, SW_INT)};
+#undef T_
+#define T_ aiter_mla_gather_cache_args
+static const sweep_field sweep_gather_fields[] = {SW(T_, num_blocks, SW_I64),     SW(T_, block_size, SW_INT), SW(T_, cache_dtype, SW_DTYPE),
+                                                  SW(T_, scale, SW_FLOAT),        SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
+                                                  SW(T_, block_table_stride, SW_I64), SW(T_, batch, SW_INT), SW(T_, out_rows, SW_I64),
+                                                  SW(T_, out_dtype, SW_DTYPE)};
+#undef T_
+#define T_ aiter_mla_v4_cache_write_args
+static const sweep_field sweep_v4_write_fields[] = {SW(T_, kv_stride, SW_I64),   SW(T_, num_blocks, SW_I64), SW(T_, block_size, SW_INT),
+                                                    SW(T_, page_stride_bytes, SW_I64), SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
+                                                    SW(T_, fp8_dtype, SW_DTYPE), SW(T_, fp8_max, SW_FLOAT)};
+#undef T_
+#define T_ aiter_mla_v4_gather_args
+static const sweep_field sweep_v4_gather_fields[] = {SW(T_, num_blocks, SW_I64), SW(T_, block_size, SW_INT), SW(T_, page_stride_bytes, SW_I64),
+                                                     SW(T_, fp8_dtype, SW_DTYPE), SW(T_, block_table_stride, SW_I64), SW(T_, batch, SW_INT),
+                                                     SW(T_, out_rows, SW_I64),    SW(T_, offset, SW_I64), SW(T_, out_dtype, SW_DTYPE)};
+#undef T_
+#define T_ aiter_mla_v4_swa_index_args
+static const sweep_field sweep_v4_swa_fields[] = {SW(T_, block_table_stride, SW_I64), SW(T_, block_size, SW_INT), SW(T_, window, SW_INT),
+                                                  SW(T_, num_reqs, SW_INT), SW(T_, token_offset, SW_I64), SW(T_, num_tokens, SW_I64),
+                                                  SW(T_, out.dense_stride, SW_I64), SW(T_, out.capacity, SW_I64)};
+#undef T_
+#define T_ aiter_mla_v4_topk_args
+static const sweep_field sweep_v4_topk_fields[] = {SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, block_table_stride, SW_I64),
+                                                   SW(T_, block_size, SW_INT), SW(T_, num_reqs, SW_INT), SW(T_, num_tokens, SW_I64),
+                                                   SW(T_, out.dense_stride, SW_I64), SW(T_, out.capacity, SW_I64)};
+#undef T_
+#define T_ aiter_mla_v4_c128_args
+static const sweep_field sweep_v4_c128_fields[] = {SW(T_, block_table_stride, SW_I64), SW(T_, block_size, SW_INT), SW(T_, num_reqs, SW_INT),
+                                                   SW(T_, compress_ratio, SW_INT), SW(T_, width, SW_INT), SW(T_, num_tokens, SW_I64),
+                                                   SW(T_, out.dense_stride, SW_I64), SW(T_, out.capacity, SW_I64)};
+#undef T_
+#define T_ aiter_mla_v4_combine_args
+static const sweep_field sweep_v4_combine_fields[] = {SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, num_reqs, SW_INT),
+                                                      SW(T_, window, SW_INT), SW(T_, compress_ratio, SW_INT), SW(T_, M, SW_I64),
+                                                      SW(T_, N, SW_I64), SW(T_, out.dense_stride, SW_I64), SW(T_, out.capacity, SW_I64)};
+#undef T_
+#define T_ aiter_mla_v4_ragged_copy_args
+static const sweep_field sweep_v4_copy_fields[] = {SW(T_, num_rows, SW_I64), SW(T_, max_entries_per_row, SW_INT),
+                                                   SW(T_, indices_buffer_capacity, SW_I64), SW(T_, indptr_buffer_capacity, SW_I64),
+                                                   SW(T_, clamp, SW_INT)};
+#undef T_
+#define T_ aiter_mla_merge_args
+static const sweep_field sweep_merge_fields[] = {SW(T_, num_tokens, SW_I64), SW(T_, num_heads, SW_INT), SW(T_, head_dim, SW_INT),
+                                                 SW(T_, dtype, SW_DTYPE)};
+#undef T_
+#define T_ aiter_mla_prefill_args
+static const sweep_field sweep_prefill_fields[] = {SW(T_, batch, SW_INT),     SWG(T_, max_seqlen_q, SW_INT), SWG(T_, num_cu, SW_INT),
+                                                   SW(T_, num_heads, SW_INT), SW(T_, causal, SW_INT),       SW(T_, sm_scale, SW_FLOAT),
+                                                   SW(T_, qkv_dtype, SW_DTYPE), SW(T_, o_dtype, SW_DTYPE), SWG(T_, workspace_bytes, SW_SIZE)};
+#undef T_
+#define T_ aiter_mla_sparse_args
+static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64),  SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
+                                                  SW(T_, indices_stride, SW_I64), SW(T_, num_tokens, SW_I64), SW(T_, num_heads, SW_INT),
+                                                  SW(T_, topk, SW_INT),       SW(T_, sm_scale, SW_FLOAT),      SW(T_, q_dtype, SW_DTYPE),
+                                                  SW(T_, o_dtype, SW_DTYPE),  SWG(T_, num_cu, SW_INT)};
+#undef T_
+#define T_ aiter_mla_v4_attention_args
+#define SW_KEYS_(k)                                                                                                     \
+    SW(T_, k.num_blocks, SW_I64), SW(T_, k.block_size, SW_INT), SW(T_, k.page_stride_bytes, SW_I64), SW(T_, k.rows, SW_INT), \
+        SW(T_, k.dtype, SW_DTYPE), SW(T_, k.indices_stride, SW_I64)
+static const sweep_field sweep_v4_attention_fields[] = {
+    SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, o_stride_token, SW_I64), SW(T_, o_stride_head, SW_I64),
+    SW(T_, num_tokens, SW_I64),     SW(T_, num_heads, SW_INT),     SW(T_, sm_scale, SW_FLOAT),     SW(T_, q_dtype, SW_DTYPE),
+    SW(T_, o_dtype, SW_DTYPE),      SW_KEYS_(keys),                SW_KEYS_(extra_keys),           SWG(T_, num_splits, SW_INT),
+    SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, num_cu, SW_INT)};
+#undef SW_KEYS_
+#undef T_
+#define T_ aiter_mla_v4_prefill_args
+/* not batch: the GPU call reads batch + 1 entries of query_start_loc_host */
+static const sweep_field sweep_v4_prefill_fields[] = {
+    SW(T_, attn.q_stride_token, SW_I64), SW(T_, attn.q_stride_head, SW_I64), SW(T_, attn.o_stride_token, SW_I64),
+    SW(T_, attn.o_stride_head, SW_I64), SW(T_, attn.num_tokens, SW_I64), SW(T_, attn.num_heads, SW_INT),
+    SW(T_, attn.sm_scale, SW_FLOAT), SW(T_, attn.q_dtype, SW_DTYPE), SW(T_, attn.o_dtype, SW_DTYPE),
+    SWG(T_, attn.num_cu, SW_INT), SWG(T_, attn.num_splits, SW_INT), SW(T_, compress_ratio, SW_INT), SW(T_, window, SW_INT),
+    SW(T_, max_model_len, SW_I64), SW(T_, max_num_batched_tokens, SW_I64), SW(T_, chunk_size, SW_INT),
+    SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, swa_num_blocks, SW_I64), SW(T_, swa_block_size, SW_INT),
+    SW(T_, swa_page_stride_bytes, SW_I64), SW(T_, swa_fp8_dtype, SW_DTYPE), SW(T_, swa_block_table_stride, SW_I64),
+    SW(T_, compressed_num_blocks, SW_I64), SW(T_, compressed_block_size, SW_INT), SW(T_, compressed_page_stride_bytes, SW_I64),
+    SW(T_, compressed_fp8_dtype, SW_DTYPE), SW(T_, compressed_block_table_stride, SW_I64), SW(T_, workspace_dtype, SW_DTYPE),
+    SWG(T_, workspace_bytes, SW_SIZE)};
+#undef T_
+/* =====================================================================================
  * status strings, dtype helpers
  * ===================================================================================== */
 static void test_status_and_dtypes(void) {
@@ -602,9 +945,11 @@ static void test_head_padding(void) {
                         a.src = src;
                         a.dst = dst;
                         CHECK_STATUS(aiter_mla_pad_q(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                        SWEEP(pad_q, a, sweep_head_pad_fields);
                         a.src = src2;
                         a.dst = dst2;
                         CHECK_STATUS(aiter_mla_unpad_o(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                        SWEEP(unpad_o, a, sweep_head_pad_fields);
                         /* invalid inputs */
                         a.src = src;
                         a.dst = dst;
@@ -737,6 +1082,7 @@ static void test_expand_page_indices(void) {
                   first_t);
             if (ki == 0 && it == 0) {
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+                SWEEP(expand_page_indices, a, sweep_expand_fields);
                 a.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (its kernel counts requests in int64) */
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
                 a.batch = INT32_MAX; /* cu_num_tokens has batch + 1 entries */
@@ -2839,6 +3185,7 @@ static void test_kv_cache_write(void) {
         if (ci == 0) {
             aiter_mla_kv_cache_write_args b = a;
             CHECK_STATUS(aiter_mla_kv_cache_write(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+            SWEEP(kv_cache_write, a, sweep_kv_write_fields);
             b.cache_dtype = AITER_MLA_F32;
             CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
             CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
@@ -2924,6 +3271,8 @@ static void test_decode_validation(void) {
     CHECK_STATUS(aiter_mla_decode_ref_scheduled(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode(&base, NULL), AITER_MLA_ERR_NO_GPU, "");
     CHECK_KERNEL_LIKE_CALL(decode, &base);
+    SWEEP(decode, base, sweep_decode_fields);
+    SWEEP(decode_plan_get_info, d, sweep_decode_desc_fields);
     CHECK_STATUS(aiter_mla_decode_kernel(&base, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
     CHECK_STATUS(aiter_mla_prefill_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
     CHECK_STATUS(aiter_mla_sparse_attention_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
@@ -4259,6 +4608,7 @@ static void test_small_op_wrappers(void) {
         a.workspace_starts = st;
 #define SI_CASE(mutation, expect) LIKE_REF_CASE(convert_sparse_indices, b, a, mutation, expect)
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(convert_sparse_indices, a, sweep_sparse_index_fields);
         SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.num_tokens = 0, AITER_MLA_OK);
         SI_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4290,6 +4640,7 @@ static void test_small_op_wrappers(void) {
         a.new_out = no;
 #define FP_CASE(mutation, expect) LIKE_REF_CASE(filter_prefill_indices, b, a, mutation, expect)
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(filter_prefill_indices, a, sweep_filter_fields);
         FP_CASE(b.num_tokens = 0, AITER_MLA_OK);
         FP_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         FP_CASE(b.num_requests = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4318,6 +4669,7 @@ static void test_small_op_wrappers(void) {
         a.num_tokens = 2;
 #define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(ds_mla_write, a, sweep_ds_write_fields);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.num_tokens = 0, AITER_MLA_OK);
         DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
@@ -4353,6 +4705,7 @@ static void test_small_op_wrappers(void) {
         a.out_rows = 3;
 #define GA_CASE(mutation, expect) LIKE_REF_CASE(gather_cache, b, a, mutation, expect)
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(gather_cache, a, sweep_gather_fields);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_OK);
         GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
@@ -4398,6 +4751,7 @@ static void test_small_op_wrappers(void) {
         a.num_tokens = 2;
 #define V4W_CASE(mutation, expect) LIKE_REF_CASE(v4_cache_write, b, a, mutation, expect)
         V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_cache_write, a, sweep_v4_write_fields);
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
         V4W_CASE(b.num_tokens = 0, AITER_MLA_OK);
         V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_OK);
@@ -4436,6 +4790,7 @@ static void test_small_op_wrappers(void) {
         a.offset = 1;
 #define V4G_CASE(mutation, expect) LIKE_REF_CASE(v4_gather, b, a, mutation, expect)
         V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_gather, a, sweep_v4_gather_fields);
         V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
                  AITER_MLA_ERR_NO_GPU);
         V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_OK);
@@ -4492,6 +4847,7 @@ static void test_small_op_wrappers(void) {
         a.out.capacity = 24;
 #define V4S_CASE(mutation, expect) LIKE_REF_CASE(v4_swa_indices, b, a, mutation, expect)
         V4S_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_swa_indices, a, sweep_v4_swa_fields);
         V4S_CASE((b.out.dense = NULL, b.out.lens = NULL, b.block_size = 0, b.window = 0), AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.out.indices = NULL, b.out.indptr = NULL, b.token_offset = 1, b.num_tokens = 2), AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK); /* nothing to launch */
@@ -4546,6 +4902,7 @@ static void test_small_op_wrappers(void) {
         a.out.capacity = 8;
 #define V4K_CASE(mutation, expect) LIKE_REF_CASE(v4_global_topk, b, a, mutation, expect)
         V4K_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_global_topk, a, sweep_v4_topk_fields);
         V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
         V4K_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
@@ -4588,6 +4945,7 @@ static void test_small_op_wrappers(void) {
         a.out.capacity = 30;
 #define V4C_CASE(mutation, expect) LIKE_REF_CASE(v4_c128_indices, b, a, mutation, expect)
         V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_c128_indices, a, sweep_v4_c128_fields);
         V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.compress_ratio = 0, b.block_size = 0, b.out.lens = NULL), AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
@@ -4632,6 +4990,7 @@ static void test_small_op_wrappers(void) {
         a.out.capacity = 36;
 #define V4M_CASE(mutation, expect) LIKE_REF_CASE(v4_combine, b, a, mutation, expect)
         V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_combine, a, sweep_v4_combine_fields);
         V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
         V4M_CASE((b.topk = 0, b.topk_indices = NULL, b.compress_ratio = 0, b.N = 0, b.out.indptr = NULL, b.out.indices = NULL),
                  AITER_MLA_ERR_NO_GPU);
@@ -4690,6 +5049,7 @@ static void test_small_op_wrappers(void) {
         a.num_dropped = &dropped;
 #define V4R_CASE(mutation, expect) LIKE_REF_CASE(v4_copy_ragged, b, a, mutation, expect)
         V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(v4_copy_ragged, a, sweep_v4_copy_fields);
         V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
         V4R_CASE((b.num_rows = 0, b.indices = NULL), AITER_MLA_ERR_NO_GPU); /* indptr_buffer[0] and num_dropped still */
         V4R_CASE(b.num_rows = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4740,6 +5100,7 @@ static void test_small_op_wrappers(void) {
         a.head_dim = 8;
 #define MG_CASE(mutation, expect) LIKE_REF_CASE(merge_attn_states, b, a, mutation, expect)
         MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+        SWEEP(merge_attn_states, a, sweep_merge_fields);
         MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.num_tokens = 0, AITER_MLA_OK);
         MG_CASE(b.num_tokens = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4780,6 +5141,7 @@ static void test_attention_wrappers(void) {
     a.causal = 1;
 #define PF_CASE(mutation, expect) LIKE_REF_CASE(prefill, b, a, mutation, expect)
     PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+    SWEEP(prefill, a, sweep_prefill_fields);
     PF_CASE(b.dqk = 100, AITER_MLA_ERR_UNSUPPORTED);
     PF_CASE((b.dqk = 128, b.dv = 192), AITER_MLA_ERR_UNSUPPORTED);
     PF_CASE(b.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4837,6 +5199,7 @@ static void test_attention_wrappers(void) {
         pd.num_heads = 2;
         pd.num_cu = 3;
         CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &info), AITER_MLA_OK, "");
+        SWEEP(prefill_plan_get_info, pd, sweep_prefill_desc_fields);
         plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
         ws = (float *)test_malloc(info.workspace_bytes + 64);
         CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 2, 1, plan), AITER_MLA_OK, "");
@@ -4883,6 +5246,7 @@ static void test_attention_wrappers(void) {
     s.topk = 3;
 #define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+    SWEEP(sparse_attention, s, sweep_sparse_fields);
     SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
     SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -6055,6 +6419,8 @@ static void test_v4_attention(void) {
             /* the GPU wrapper refuses what the reference refuses, and reads no device array */
 #define V4A_CASE(mutation, expect) LIKE_REF_CASE(v4_attention, e, a, mutation, expect)
             V4A_CASE((void)0, AITER_MLA_ERR_NO_GPU);
+            SWEEP(v4_attention, a, sweep_v4_attention_fields);
+            SWEEP(v4_attention_workspace_size, a, sweep_v4_attention_fields);
             V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
             V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -6484,6 +6850,12 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             e.query_start_loc_host = qsl;
             CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
             memcpy(bad_qsl, qsl, sizeof bad_qsl);
+            { /* the host arrays, so that the reference may read what the wrapper refuses */
+                aiter_mla_v4_prefill_args h = p;
+                h.query_start_loc_host = qsl;
+                SWEEP(v4_prefill, h, sweep_v4_prefill_fields);
+                SWEEP(v4_prefill_workspace_size, h, sweep_v4_prefill_fields);
+            }
             bad_qsl[2] = bad_qsl[1] - 1;
             e.query_start_loc_host = bad_qsl;
             CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "query_start_loc_host");
