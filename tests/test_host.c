@@ -69,6 +69,19 @@ static const char *after_op_name(const char *msg) {
                   aiter_mla_last_error(), testing_status_name(kc_call_), kc_msg_);                                    \
     } while (0)
 
+/* A known message left in aiter_mla_last_error() before a call (a success leaves the message
+ * as it was), so that a failure shows it wrote its own; armed holds ARMED_MSG_BYTES. */
+enum { ARMED_MSG_BYTES = 320 };
+static void arm_last_error(char *armed) {
+    (void)aiter_mla_merge_attn_states_ref(NULL);
+    snprintf(armed, ARMED_MSG_BYTES, "%s", aiter_mla_last_error());
+}
+/* st is a failure status with a message of its own (not the armed one, not empty). */
+static int failed_with_message(aiter_mla_status st, const char *armed) {
+    const char *msg = aiter_mla_last_error();
+    return st > AITER_MLA_OK && st < AITER_MLA_STATUS_COUNT && msg[0] != '\0' && strcmp(msg, armed) != 0;
+}
+
 /* =====================================================================================
  * scalar fields at their extremes: each size, stride, count, flag, dtype and scale of a
  * valid call, set alone to every value of its kind's list (and to its own value +-1 and
@@ -152,11 +165,10 @@ static int sweep_gpu_rule(const char *msg) {
  * errors first, so that the reference need only refuse too): the checks' answers. Returns NULL when they hold, else what broke
  * (written into why). */
 static const char *sweep_one(const sweep_op *op, int gpu_only, int several, const unsigned char *args, char *why, size_t n) {
-    char msg[320];
+    char msg[ARMED_MSG_BYTES];
     aiter_mla_status st, st_ref, st_q;
     aiter_mla_kernel k = AITER_MLA_KERNEL_MFMA;
-    (void)aiter_mla_merge_attn_states_ref(NULL); /* a known message: the call must write its own */
-    snprintf(msg, sizeof msg, "%s", aiter_mla_last_error());
+    arm_last_error(msg);
     st = op->gpu(args);
     if (st == AITER_MLA_OK || st == AITER_MLA_ERR_NO_GPU) {
         if (op->query && (op->query(args, &k) != AITER_MLA_OK || k != AITER_MLA_KERNEL_NONE)) {
@@ -166,7 +178,7 @@ static const char *sweep_one(const sweep_op *op, int gpu_only, int several, cons
         }
         return NULL;
     }
-    if ((int)st <= 0 || (int)st >= (int)AITER_MLA_STATUS_COUNT || !aiter_mla_last_error()[0] || !strcmp(aiter_mla_last_error(), msg)) {
+    if (!failed_with_message(st, msg)) {
         snprintf(why, n, "the wrapper returned %d with message \"%s\"", (int)st, aiter_mla_last_error());
         return why;
     }
@@ -7035,7 +7047,7 @@ static void test_v4_rejects(void) {
  * arguments describe; page ids and slots out of range are data). The binary runs under
  * ASan/UBSan, so a stray access aborts it.
  * ===================================================================================== */
-static char fuzz_armed_msg[320];
+static char fuzz_armed_msg[ARMED_MSG_BYTES];
 static int fuzz_calls = 0, fuzz_skipped = 0;
 
 /* One entry of an int32 index array whose valid values are [0, hi): -1, another negative,
@@ -7080,19 +7092,16 @@ static int fuzz_indptr_ok(const int32_t *p, int64_t n) {
         if (p[i + 1] < p[i]) return 0;
     return 1;
 }
-/* Leave a known message in aiter_mla_last_error(), so that a failure shows it wrote its own
- * (the message is not cleared by a success). */
+/* Before a fuzzed call: arm_last_error, and count the call. */
 static void fuzz_arm(void) {
-    (void)aiter_mla_merge_attn_states_ref(NULL);
-    snprintf(fuzz_armed_msg, sizeof fuzz_armed_msg, "%s", aiter_mla_last_error());
+    arm_last_error(fuzz_armed_msg);
     fuzz_calls++;
 }
 /* The answer of a fuzzed call (fuzz_arm just before it): OK, or a failure status with a
  * message of its own. 1 for OK. */
 static int fuzz_answer(aiter_mla_status st, const char *what, int it) {
-    const char *msg = aiter_mla_last_error();
-    const int failed_well = st > AITER_MLA_OK && st < AITER_MLA_STATUS_COUNT && msg[0] != '\0' && strcmp(msg, fuzz_armed_msg) != 0;
-    CHECK(st == AITER_MLA_OK || failed_well, "%s, iteration %d: status %d, last_error \"%s\"", what, it, (int)st, msg);
+    CHECK(st == AITER_MLA_OK || failed_with_message(st, fuzz_armed_msg), "%s, iteration %d: status %d, last_error \"%s\"", what,
+          it, (int)st, aiter_mla_last_error());
     return st == AITER_MLA_OK;
 }
 /* Attention rows (token t in [t0, t1), head h) of dv fp32 values at o[(t * H + h) * dv] and
