@@ -417,9 +417,13 @@ static const sweep_field sweep_merge_fields[] = {SW(T_, num_tokens, SW_I64), SW(
                                                  SW(T_, dtype, SW_DTYPE)};
 #undef T_
 #define T_ aiter_mla_prefill_args
-static const sweep_field sweep_prefill_fields[] = {SW(T_, batch, SW_INT),     SWG(T_, max_seqlen_q, SW_INT), SWG(T_, num_cu, SW_INT),
-                                                   SW(T_, num_heads, SW_INT), SW(T_, causal, SW_INT),       SW(T_, sm_scale, SW_FLOAT),
-                                                   SW(T_, qkv_dtype, SW_DTYPE), SW(T_, o_dtype, SW_DTYPE), SWG(T_, workspace_bytes, SW_SIZE)};
+static const sweep_field sweep_prefill_fields[] = {
+    SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, k_stride_token, SW_I64), SW(T_, k_stride_head, SW_I64),
+    SW(T_, v_stride_token, SW_I64), SW(T_, v_stride_head, SW_I64), SW(T_, o_stride_token, SW_I64), SW(T_, o_stride_head, SW_I64),
+    SW(T_, batch, SW_INT),          SWG(T_, max_seqlen_q, SW_INT), SWG(T_, num_cu, SW_INT),        SW(T_, num_heads, SW_INT),
+    SW(T_, dqk, SW_INT),            SW(T_, dv, SW_INT),            SW(T_, causal, SW_INT),         SW(T_, sm_scale, SW_FLOAT),
+    SW(T_, q_scale, SW_FLOAT),      SW(T_, k_scale, SW_FLOAT),     SW(T_, v_scale, SW_FLOAT),      SW(T_, qkv_dtype, SW_DTYPE),
+    SW(T_, o_dtype, SW_DTYPE),      SWG(T_, workspace_bytes, SW_SIZE)};
 #undef T_
 #define T_ aiter_mla_sparse_args
 static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64),  SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
@@ -427,16 +431,16 @@ static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64),  SW
                                                   SW(T_, topk, SW_INT),       SW(T_, sm_scale, SW_FLOAT),      SW(T_, q_dtype, SW_DTYPE),
                                                   SW(T_, o_dtype, SW_DTYPE),  SWG(T_, num_cu, SW_INT)};
 #undef T_
-#define T_ aiter_mla_v4_attention_args
+/* An aiter_mla_v4_keys member k of T_ */
 #define SW_KEYS_(k)                                                                                                     \
     SW(T_, k.num_blocks, SW_I64), SW(T_, k.block_size, SW_INT), SW(T_, k.page_stride_bytes, SW_I64), SW(T_, k.rows, SW_INT), \
         SW(T_, k.dtype, SW_DTYPE), SW(T_, k.indices_stride, SW_I64)
+#define T_ aiter_mla_v4_attention_args
 static const sweep_field sweep_v4_attention_fields[] = {
     SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, o_stride_token, SW_I64), SW(T_, o_stride_head, SW_I64),
     SW(T_, num_tokens, SW_I64),     SW(T_, num_heads, SW_INT),     SW(T_, sm_scale, SW_FLOAT),     SW(T_, q_dtype, SW_DTYPE),
     SW(T_, o_dtype, SW_DTYPE),      SW_KEYS_(keys),                SW_KEYS_(extra_keys),           SWG(T_, num_splits, SW_INT),
     SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, num_cu, SW_INT)};
-#undef SW_KEYS_
 #undef T_
 #define T_ aiter_mla_v4_prefill_args
 /* not batch: the GPU call reads batch + 1 entries of query_start_loc_host */
@@ -450,8 +454,9 @@ static const sweep_field sweep_v4_prefill_fields[] = {
     SW(T_, swa_page_stride_bytes, SW_I64), SW(T_, swa_fp8_dtype, SW_DTYPE), SW(T_, swa_block_table_stride, SW_I64),
     SW(T_, compressed_num_blocks, SW_I64), SW(T_, compressed_block_size, SW_INT), SW(T_, compressed_page_stride_bytes, SW_I64),
     SW(T_, compressed_fp8_dtype, SW_DTYPE), SW(T_, compressed_block_table_stride, SW_I64), SW(T_, workspace_dtype, SW_DTYPE),
-    SWG(T_, workspace_bytes, SW_SIZE)};
+    SWG(T_, workspace_bytes, SW_SIZE), SW_KEYS_(attn.keys), SW_KEYS_(attn.extra_keys), SWG(T_, attn.workspace_bytes, SW_SIZE)};
 #undef T_
+#undef SW_KEYS_
 /* =====================================================================================
  * status strings, dtype helpers
  * ===================================================================================== */
