@@ -171,9 +171,9 @@ static const char *sweep_one(const sweep_op *op, int gpu_only, int several, cons
     arm_last_error(msg);
     st = op->gpu(args);
     if (st == AITER_MLA_OK || st == AITER_MLA_ERR_NO_GPU) {
-        if (op->query && (op->query(args, &k) != AITER_MLA_OK || k != AITER_MLA_KERNEL_NONE)) {
-            snprintf(why, n, "the call accepted it, the kernel query says %s \"%s\" (kernel %s)",
-                     testing_status_name(op->query(args, &k)), aiter_mla_last_error(), aiter_mla_kernel_name(k));
+        if (op->query && ((st_q = op->query(args, &k)) != AITER_MLA_OK || k != AITER_MLA_KERNEL_NONE)) {
+            snprintf(why, n, "the call accepted it, the kernel query says %s \"%s\" (kernel %s)", testing_status_name(st_q),
+                     st_q == AITER_MLA_OK ? "" : aiter_mla_last_error(), aiter_mla_kernel_name(k));
             return why;
         }
         return NULL;
