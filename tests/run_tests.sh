@@ -75,6 +75,8 @@ fi
 # 1. host tests under ASan + UBSan
 step build-test-host $MAKE --no-print-directory GPU=none BUILD="$BUILD" "$BUILD/test_host"
 program test-host "./$BUILD/test_host"
+# the sweep's field tables in test_host.c list every scalar field of the header's args structs
+step check-sweep-fields sh tests/check_sweep_fields.sh
 
 # 2. the header alone: C99 -pedantic (gcc, clang), C++ (11, 17), with and without the
 #    implementation, and AITER_MLA_STATIC

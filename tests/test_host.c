@@ -89,6 +89,8 @@ static int failed_with_message(aiter_mla_status st, const char *armed) {
  * nothing to launch) or refuses with a status and a message of its own; a refusal is the
  * reference's too (status and message after the op name) and the kernel query's. The binary
  * runs under ASan/UBSan: an overflow in a check, or a read past a buffer, aborts it.
+ * tests/check_sweep_fields.sh holds the sweep_*_fields tables below against the header's
+ * structs: a new field goes into its table, or is named there as "sweep-skip: NAME (why)".
  * ===================================================================================== */
 typedef enum { SW_INT, SW_I64, SW_SIZE, SW_DTYPE, SW_FLOAT } sweep_kind;
 typedef struct sweep_field {
@@ -443,7 +445,7 @@ static const sweep_field sweep_v4_attention_fields[] = {
     SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, num_cu, SW_INT)};
 #undef T_
 #define T_ aiter_mla_v4_prefill_args
-/* not batch: the GPU call reads batch + 1 entries of query_start_loc_host */
+/* sweep-skip: batch (the GPU call reads batch + 1 entries of the host array query_start_loc_host) */
 static const sweep_field sweep_v4_prefill_fields[] = {
     SW(T_, attn.q_stride_token, SW_I64), SW(T_, attn.q_stride_head, SW_I64), SW(T_, attn.o_stride_token, SW_I64),
     SW(T_, attn.o_stride_head, SW_I64), SW(T_, attn.num_tokens, SW_I64), SW(T_, attn.num_heads, SW_INT),
