@@ -6556,12 +6556,13 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // widen each tile once between them (kPair).
 // num_cu: sparse attention's multiprocessors as the caller gives them (0: not given).
 #ifdef AITER_MLA_HAS_WGMMA
-// V4 attention over MODEL1 pages whose 16-row passes go to the kernel that stages keys by bulk
-// copies (f8::decode16_fp8_kernel): e4m3fn in both lists, a token's keys in one block (splits
-// leave each block a few tiles, where the 16-row mma.sync kernel's 32-key tiles and lighter
-// start win). The launch and the kernel query both ask it.
-static bool v4_takes_bulk16(int splits, const aiter_mla_v4_keys &keys, const aiter_mla_v4_keys &extra) {
-    return splits == 1 && keys.dtype == AITER_MLA_FP8_E4M3FN && (!extra.indices || extra.dtype == AITER_MLA_FP8_E4M3FN);
+// Whether a V4 attention's tensor-core pass goes to the kernel that stages keys by bulk copies
+// (f8::decode16_fp8_kernel): a 16-row pass over MODEL1 pages of e4m3fn in both lists, a token's
+// keys in one block (splits leave each block a few tiles, where the 16-row mma.sync kernel's
+// 32-key tiles and lighter start win). The launch and the kernel query both ask it.
+static bool v4_takes_bulk16(int tile_rows, int splits, const aiter_mla_v4_keys &keys, const aiter_mla_v4_keys &extra) {
+    return mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && splits == 1 && !keys.rows &&
+           keys.dtype == AITER_MLA_FP8_E4M3FN && (!extra.indices || extra.dtype == AITER_MLA_FP8_E4M3FN);
 }
 // A token-per-block grid (sparse, V4) cut to the blocks that run at once where the caller gave
 // its multiprocessors (num_cu > 0; one block an SM), block x then taking tokens x, x + gridDim.x, ...
@@ -6587,9 +6588,8 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     // multiprocessors, only the blocks that run at once (one an SM), each taking tokens in turn
     // so that a token's first tiles copy while the one before ends.
     if constexpr (KVT == kV4Model1)
-        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && v4_takes_bulk16(p.v4_splits, p.v4_keys[0], p.v4_keys[1])) {
+        if (v4_takes_bulk16(tile_rows, p.v4_splits, p.v4_keys[0], p.v4_keys[1]))
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, resident_token_blocks(grid, num_cu), f8::kThreads, f8::Smem<KVT>::total, s, p);
-        }
 #else
     constexpr bool kE4m3fnKernel = false;
 #endif
@@ -7089,7 +7089,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     if (kernel) {
         *kernel = k;
 #ifdef AITER_MLA_HAS_WGMMA
-        if (k == AITER_MLA_KERNEL_MMA16 && !a->keys.rows && v4_takes_bulk16(max(a->num_splits, 1), a->keys, a->extra_keys))
+        if (k == AITER_MLA_KERNEL_MMA16 && v4_takes_bulk16(sparse_rows_per_block(a->num_heads), max(a->num_splits, 1), a->keys, a->extra_keys))
             *kernel = AITER_MLA_KERNEL_BULK16; // launch_mma's pick
 #endif
         return 0;
