@@ -299,6 +299,15 @@ static aiter_mla_status sweep_gpu_v4_prefill_workspace_size(const void *a) {
     size_t bytes;
     return aiter_mla_v4_prefill_workspace_size((const aiter_mla_v4_prefill_args *)a, &bytes);
 }
+/* Host calls with no GPU twin: OK, or a refusal of their own. Their tables hold only the
+ * fields that cannot widen what the call reads or writes of the caller's arrays. */
+static aiter_mla_status sweep_gpu_decode_metadata_build(const void *a) {
+    return aiter_mla_decode_metadata_build((const aiter_mla_decode_metadata_args *)a);
+}
+static aiter_mla_status sweep_gpu_reduce_ref(const void *a) { return aiter_mla_reduce_ref((const aiter_mla_reduce_args *)a); }
+static const sweep_op sweep_decode_metadata_build = {"decode_metadata_build", sizeof(aiter_mla_decode_metadata_args),
+                                                     sweep_gpu_decode_metadata_build, NULL, NULL};
+static const sweep_op sweep_reduce_ref = {"reduce_ref", sizeof(aiter_mla_reduce_args), sweep_gpu_reduce_ref, NULL, NULL};
 static const sweep_op sweep_decode_plan_get_info = {"decode_plan_get_info", sizeof(aiter_mla_decode_plan_desc),
                                                     sweep_gpu_decode_plan_get_info, NULL, NULL};
 static const sweep_op sweep_prefill_plan_get_info = {"prefill_plan_get_info", sizeof(aiter_mla_prefill_plan_desc),
@@ -338,6 +347,23 @@ static const sweep_field sweep_decode_desc_fields[] = {SW(T_, max_batch, SW_INT)
 static const sweep_field sweep_prefill_desc_fields[] = {SW(T_, max_batch, SW_INT), SW(T_, max_q_tokens, SW_I64), SW(T_, num_heads, SW_INT),
                                                         SW(T_, num_cu, SW_INT),    SW(T_, dv, SW_INT),           SW(T_, tile_q, SW_INT),
                                                         SW(T_, kv_granularity, SW_INT)};
+#undef T_
+#define T_ aiter_mla_decode_metadata_args
+/* sweep-skip: block_table_stride (a wider stride reads past the caller's block table) */
+/* sweep-skip: batch (more requests read past seq_lens and write past the outputs) */
+static const sweep_field sweep_metadata_fields[] = {SW(T_, q_len, SW_INT), SW(T_, page_size, SW_INT),
+                                                    SW(T_, kv_indices_capacity, SW_I64)};
+#undef T_
+#define T_ aiter_mla_reduce_args
+/* sweep-skip: num_tiles (more tiles read past the caller's maps) */
+/* sweep-skip: num_heads (more heads read past the partials and write past o and lse) */
+/* sweep-skip: dv (a wider row reads past the partials and writes past o) */
+/* sweep-skip: o_stride_token (a wider stride writes past o) */
+/* sweep-skip: o_stride_head (a wider stride writes past o) */
+/* sweep-skip: lse_stride_token (a wider stride writes past lse) */
+/* sweep-skip: lse_stride_head (a wider stride writes past lse) */
+static const sweep_field sweep_reduce_fields[] = {SW(T_, num_partial_rows, SW_INT), SW(T_, empty_lse_neg_inf, SW_INT),
+                                                  SW(T_, o_dtype, SW_DTYPE)};
 #undef T_
 #define T_ aiter_mla_head_pad_args
 static const sweep_field sweep_head_pad_fields[] = {SW(T_, num_tokens, SW_I64), SW(T_, num_heads, SW_INT), SW(T_, head_dim, SW_INT),
@@ -1286,6 +1312,7 @@ static void test_metadata_build(void) {
         }
         CHECK(bad == 0, "metadata build it=%d (batch %d, page_size %d, q_lens %s): %d wrong entries", it, batch, ps,
               use_ql ? "array" : "scalar", bad);
+        if (it == 0) SWEEP(decode_metadata_build, a, sweep_metadata_fields); /* q_len alone, page size 1 */
         if (total > 0 && it < 10) {
             a.kv_indices_capacity = total - 1;
             CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_indices");
@@ -3009,6 +3036,7 @@ static void test_reduce_ref(void) {
                 CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "reduce_indptr");
             }
         }
+        if (variant == 1) SWEEP(reduce_ref, a, sweep_reduce_fields); /* f32 o: the widest element */
         free(po);
         free(pl);
         free(o);
