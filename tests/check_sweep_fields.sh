@@ -46,28 +46,27 @@ file == 2 && in_keys {
     if (out !~ /\\$/) in_keys = 0
     next
 }
-file == 2 && out ~ /^#define T_ / { split(out, w, /[ \t]+/); ttype = w[3]; table = ""; skipline = ""; next }
+# A table block: #define T_ STRUCT ... #undef T_. Its entries and its sweep-skip notes both
+# count as listed fields of STRUCT (one table a struct).
+file == 2 && out ~ /^#define T_ / { split(out, w, /[ \t]+/); ttype = w[3]; skipline = ""; next }
 file == 2 && out ~ /^#undef T_/ { ttype = ""; next }
 file == 2 && ttype != "" {
     if (skipline != "") {
-        s = skipline; sub(/^.*sweep-skip: */, "", s); sub(/[ (].*$/, "", s)
-        if (table == "") pending_skip[s] = 1; else listed[table, s]++
-        skipline = ""
+        s = skipline; sub(/^.*sweep-skip: */, "", s); sub(/[ (].*$/, "", s); listed[ttype, s]++; skipline = ""
     }
     if (match(out, /sweep_field sweep_[a-z0-9_]+_fields/)) {
-        table = substr(out, RSTART + 12, RLENGTH - 12); ntables++; tables[ntables] = table; struct_of[table] = ttype
-        has_table[ttype] = 1
-        for (s in pending_skip) { listed[table, s]++; delete pending_skip[s] }
+        f = substr(out, RSTART + 12, RLENGTH - 12)
+        if (ttype in table_of) { printf "FAIL  struct %s has two tables, %s and %s\n", ttype, table_of[ttype], f; bad++ }
+        else { table_of[ttype] = f; ntables++; tables[ntables] = ttype }
     }
-    if (table == "") next
     s = out
     while (match(s, /SWG?\(T_, *[A-Za-z0-9_.]+/)) {
-        f = substr(s, RSTART, RLENGTH); sub(/^SWG?\(T_, */, "", f); listed[table, f]++; s = substr(s, RSTART + RLENGTH)
+        f = substr(s, RSTART, RLENGTH); sub(/^SWG?\(T_, */, "", f); listed[ttype, f]++; s = substr(s, RSTART + RLENGTH)
     }
     s = out
     while (match(s, /SW_KEYS_\([A-Za-z0-9_.]+\)/)) {
         p = substr(s, RSTART + 9, RLENGTH - 10)
-        for (k = 1; k <= nkeys; k++) listed[table, p "." keyfield[k]]++
+        for (k = 1; k <= nkeys; k++) listed[ttype, p "." keyfield[k]]++
         s = substr(s, RSTART + RLENGTH)
     }
     next
@@ -93,21 +92,21 @@ function collect(t, prefix,    n, decls, i, d, type, names, m, j, nm) {
     }
 }
 END {
-    bad = 0; checked = 0
+    checked = 0
     if (nkeys == 0) { print "FAIL  tests/test_host.c: no fields found in SW_KEYS_"; bad++ }
     for (i = 1; i <= ntables; i++) {
-        table = tables[i]; t = struct_of[table]; nfields = 0
+        t = tables[i]; table = table_of[t]; nfields = 0
         delete fields
         collect(t, "")
         for (j = 1; j <= nfields; j++) {
-            c = listed[table, fields[j]] + 0; checked++
+            c = listed[t, fields[j]] + 0; checked++
             if (c == 0) { printf "FAIL  %s (struct %s) misses field %s: add it to the table, or name it as sweep-skip: %s (why)\n", table, t, fields[j], fields[j]; bad++ }
             if (c > 1) { printf "FAIL  %s (struct %s) lists field %s %d times\n", table, t, fields[j], c; bad++ }
         }
     }
     for (i = 1; i <= nstructs; i++) {
         t = order[i]
-        if (t ~ /_(args|desc)$/ && !(t in has_table)) {
+        if (t ~ /_(args|desc)$/ && !(t in table_of)) {
             printf "FAIL  struct %s has no sweep table in tests/test_host.c\n", t; bad++
         }
     }

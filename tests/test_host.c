@@ -181,7 +181,7 @@ static const char *sweep_one(const sweep_op *op, int gpu_only, int several, cons
         return NULL;
     }
     if (!failed_with_message(st, msg)) {
-        snprintf(why, n, "the wrapper returned %d with message \"%s\"", (int)st, aiter_mla_last_error());
+        snprintf(why, n, "the call returned %d without a message of its own (last error \"%s\")", (int)st, aiter_mla_last_error());
         return why;
     }
     snprintf(msg, sizeof msg, "%s", aiter_mla_last_error());
