@@ -229,6 +229,12 @@ static int sweep_value(const sweep_field *f, int j, int64_t own, int64_t *v, flo
     }
 }
 
+/* "name = value" of field f into dst (n bytes); snprintf's count. */
+static int sweep_print(char *dst, size_t n, const sweep_field *f, int64_t v, float fv) {
+    if (f->kind == SW_FLOAT) return snprintf(dst, n, "%s = %g", f->name, (double)fv);
+    return snprintf(dst, n, "%s = %lld", f->name, (long long)v);
+}
+
 /* Every field of `fields` through every value of its list (one check a field), then random
  * sets of two or three fields at once (one check), where products of sizes overflow. */
 static void sweep_fields(const sweep_op *op, const void *base, const sweep_field *fields, int num_fields) {
@@ -251,8 +257,7 @@ static void sweep_fields(const sweep_op *op, const void *base, const sweep_field
             memcpy(args, base, op->args_size);
             sweep_set(args, f, v, fv);
             bad = sweep_one(op, f->gpu_only, 0, args, why, sizeof why);
-            if (f->kind == SW_FLOAT) snprintf(what, sizeof what, "%s = %g", f->name, (double)fv);
-            else snprintf(what, sizeof what, "%s = %lld", f->name, (long long)v);
+            sweep_print(what, sizeof what, f, v, fv);
         }
         CHECK(!bad, "%s sweep: %s: %s", op->name, what, bad ? bad : "");
     }
@@ -271,8 +276,9 @@ static void sweep_fields(const sweep_op *op, const void *base, const sweep_field
             sweep_value(f, rng_int(&r, 0, count - 1), own, &v, &fv);
             sweep_set(args, f, v, fv);
             gpu_only |= f->gpu_only;
-            if (f->kind == SW_FLOAT) len += (size_t)snprintf(what + len, sizeof what - len, "%s%s = %g", k ? ", " : "", f->name, (double)fv);
-            else len += (size_t)snprintf(what + len, sizeof what - len, "%s%s = %lld", k ? ", " : "", f->name, (long long)v);
+            if (k) len += (size_t)snprintf(what + len, sizeof what - len, ", ");
+            if (len >= sizeof what) len = sizeof what - 1;
+            len += (size_t)sweep_print(what + len, sizeof what - len, f, v, fv);
             if (len >= sizeof what) len = sizeof what - 1;
         }
         bad = sweep_one(op, gpu_only, 1, args, why, sizeof why);
