@@ -22,6 +22,12 @@ typedef cudaError_t hipError_t;
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define aiter_mla__shfl(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
+// Device passes below sm_90 compile the tensor-core kernels' bodies out (below sm_80 the
+// prefill's too), which leaves their helpers and constants unreferenced there: nvcc's
+// "declared but never referenced" (177) would flood an sm_75 or sm_80 build.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#pragma nv_diag_suppress 177
+#endif
 #else
 #include <hip/hip_runtime.h>
 #if defined(__AMDGCN_WAVEFRONT_SIZE)

@@ -46,11 +46,13 @@ mkdir -p "$kdir"
 # The compile checks of kernels.hip (minutes each) run in the background from the start, in
 # two lanes beside the host work: NVIDIA's targets one after the other, AMD's one after the
 # other. Section 4 waits for them and counts them. Two targets are checked in full (sm_90a
-# with the warpgroup kernels, gfx940): every kernel compiled to machine code. Two more are
+# with the warpgroup kernels, gfx940): every kernel compiled to machine code. Three more are
 # checked up to the compilers' back ends, which take most of the time (CI has two cores and
-# 20 minutes): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones), and
-# gfx90a to LLVM IR (the source path of gfx940's matrix-core kernels; front end and code
-# generation, so every kernel is instantiated for it and its builtins checked).
+# 20 minutes): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones),
+# sm_80 to PTX (the pass that compiles the sm_90 kernels' bodies out: portable decode,
+# mma.sync prefill), and gfx90a to LLVM IR (the source path of gfx940's matrix-core kernels;
+# front end and code generation, so every kernel is instantiated for it and its builtins
+# checked). nvcc's own warnings are errors too (-Werror all-warnings).
 later() { # later NAME COMMAND...: run in a lane, keep the log and the exit status
     name=$1; shift
     "$@" >"$LOG/$name.log" 2>&1
@@ -60,9 +62,11 @@ collect() { report "$1" "$(cat "$LOG/$1.rc" 2>/dev/null || echo 1)"; }
 # --split-compile=0: the device code optimised on every core (sm_90a 9.6 -> 5.4 min on two)
 if [ -n "${NVCC:-}" ]; then
     ( later kernels-cuda-sm_90a "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WGMMA \
-          -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
+          -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
       later kernels-cuda-sm_90-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_90,code=compute_90 \
-          -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o" ) &
+          -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
+      later kernels-cuda-sm_80-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_80,code=compute_80 \
+          -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm80.o" ) &
     nvidia_lane=$!
 fi
 if [ -n "${HIPCC:-}" ]; then
@@ -123,6 +127,7 @@ if [ -n "${NVCC:-}" ]; then
     wait "$nvidia_lane"
     collect kernels-cuda-sm_90a
     collect kernels-cuda-sm_90-ptx
+    collect kernels-cuda-sm_80-ptx
 fi
 
 # 5. the GPU tests, when there is a GPU
