@@ -40,8 +40,9 @@ ifeq ($(GPU),cuda)
   GPUCC := $(NVCC)
   GPUFLAGS := -x cu -std=c++17 -O3 --split-compile=0 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
               -Xcompiler -Wall,-Wextra,-Werror
-  # the warpgroup (wgmma) decode kernel needs sm_90a, so only builds for sm_90a alone take it
-  GPUFLAGS += $(if $(filter-out sm_90a,$(subst $(comma), ,$(ARCH))),,-DAITER_MLA_WGMMA)
+  # the warpgroup (wgmma) kernels need sm_90a: builds with it take them (on Hopper alone;
+  # ARCH=sm_80,sm_90a runs mma.sync and portable kernels on Ampere)
+  GPUFLAGS += $(if $(filter sm_90a,$(subst $(comma), ,$(ARCH))),-DAITER_MLA_WGMMA)
   GPULINK := $(NVCC) -Xcompiler -fopenmp
   GPULIBS := -lcublas
   BLAS := -DAITER_MLA_WITH_BLAS

@@ -4,7 +4,9 @@
  * the multi-head latent attention (MLA) of DeepSeek V2/V3: host planners, head-padding
  * helpers, validating launch wrappers, GPU kernels for AMD (hipcc) and NVIDIA (nvcc on the
  * same source) and a CPU reference for every operation. No Python, no allocation behind
- * your back, no device queries, no stream creation. docs/SPEC.md states what each op
+ * your back, no device-property queries, no stream creation (NVIDIA launches ask the runtime
+ * once per device which of kernels.hip's images it runs, so that a build for several targets
+ * takes each one's kernels where they run). docs/SPEC.md states what each op
  * computes (the "SPEC n" section numbers below); docs/DESIGN.md explains the layout.
  *
  * ---------------------------------------------------------------------------------------
@@ -19,7 +21,9 @@
  *                                   targets the same kernels emulate MFMA, slowly)
  *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
  *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
- *                                   (AITER_MLA_WGMMA: only when every target is sm_90a;
+ *                                   (AITER_MLA_WGMMA: when Hopper is built as sm_90a, alone
+ *                                   or beside other targets, e.g. also
+ *                                   -gencode=arch=compute_80,code=sm_80; on Hopper
  *                                   it adds the wgmma kernels for 64-row decode passes
  *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
  *                                   128/128, and the 16-row kernel for e4m3fn decode
@@ -636,12 +640,13 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * sees no key, SPEC 1). Page ids outside
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
- * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA builds whose every
- * target is sm_90 or newer, a bf16 q (16-byte aligned base, strides multiples of 8
- * elements) over a bf16 or fp8 cache, or an e4m3 q (8-byte aligned, the same strides,
- * widened exactly to bf16 as it loads) over its fp8 cache, takes the tensor-core kernel
- * (with kernels.hip built with AITER_MLA_WGMMA for sm_90a, its wgmma variant when a query
- * tile has more than 16 rows); everything else the portable one. fp8 keys are widened
+ * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA devices that run a
+ * pass of kernels.hip built for sm_90 or newer, a bf16 q (16-byte aligned base, strides
+ * multiples of 8 elements) over a bf16 or fp8 cache, or an e4m3 q (8-byte aligned, the
+ * same strides, widened exactly to bf16 as it loads) over its fp8 cache, takes the
+ * tensor-core kernel (where the device runs the sm_90a pass of a build with
+ * AITER_MLA_WGMMA, its wgmma variant when a query tile has more than 16 rows); everything
+ * else the portable one. fp8 keys are widened
  * exactly: to bf16 on the wgmma variant and for e4m3fnuz; e4m3fn keys elsewhere (passes of
  * up to 16 rows, and every pass in builds without AITER_MLA_WGMMA) to f16, with q rows
  * scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
@@ -1569,7 +1574,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
 
 /* ---- which kernel a call takes ----------------------------------------------------------
  * The attention ops pick their GPU kernel from the arguments (dtypes, alignment and strides,
- * rows per tile) and the targets kernels.hip was built for. These report that pick without
+ * rows per tile) and, on NVIDIA, the pass of kernels.hip the current device runs (the
+ * runtime's answer for the build's targets; no image for it: the portable kernel, whose
+ * launch then fails with the runtime's error). These report that pick without
  * launching anything, after the same checks as the call (bad arguments get the call's status
  * and message, but for the op's name, and *kernel is left as it was): for logs, and for tests
  * that hold each kernel to its own bound. Device arrays are not read. With no tokens (sparse,

@@ -11,6 +11,7 @@
 #include <cuda.h> // types only (CUtensorMap); the driver's encoder is looked up at run time
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <atomic> // the per-device image arch of the launches (image_arch)
 typedef cudaStream_t hipStream_t;
 typedef cudaError_t hipError_t;
 #define hipSuccess cudaSuccess
@@ -22,10 +23,11 @@ typedef cudaError_t hipError_t;
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define aiter_mla__shfl(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
-// Device passes below sm_90 compile the tensor-core kernels' bodies out (below sm_80 the
-// prefill's too), which leaves their helpers and constants unreferenced there: nvcc's
-// "declared but never referenced" (177) would flood an sm_75 or sm_80 build.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+// Device passes compile out the kernels their target cannot run (below sm_90 the tensor-core
+// kernels, below sm_80 the prefill's too; the warpgroup kernels outside sm_90a), which leaves
+// those kernels' helpers and constants unreferenced there: nvcc's "declared but never
+// referenced" (177) would flood an sm_75, sm_80 or sm_100 pass.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || (defined(AITER_MLA_WGMMA) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)))
 #pragma nv_diag_suppress 177
 #endif
 #else
@@ -1079,19 +1081,20 @@ __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, int loc
 }
 __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) { count_stored_rows(p, pc.loc, rows); }
 
-// The path needs sm_90 (the e4m3 converter): taken only when every target this
-// file was built for has it (nvcc lists them in __CUDA_ARCH_LIST__).
-constexpr int kArchs[] = {
-#ifdef __CUDA_ARCH_LIST__
-    __CUDA_ARCH_LIST__
+// The path needs sm_90 (the e4m3 converter): its kernels have bodies only in device passes
+// for sm_90 and newer, and a launch takes them only where the device runs such a pass's code
+// (mma_runs, at run time: a build for sm_80 and sm_90a runs them on Hopper alone).
+// Whether this device pass leaves the body of decode instance (kvt, m) out: an sm_90a pass of
+// an AITER_MLA_WGMMA build, whose launches take the warpgroup kernel for every 64-row pass and
+// the bulk-copy kernel (f8::) for every 16-row e4m3fn one, compiles those instances only for
+// the build's other targets.
+__host__ __device__ constexpr bool left_out_here(int kvt, int m) {
+#if defined(AITER_MLA_WGMMA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    return m != 16 || kvt == AITER_MLA_FP8_E4M3FN;
 #else
-    0
+    return (void)kvt, (void)m, false;
 #endif
-};
-constexpr bool archs_at_least(int min, int i = 0) {
-    return i == (int)(sizeof kArchs / sizeof kArchs[0]) || (kArchs[i] >= min && archs_at_least(min, i + 1));
 }
-constexpr bool kEnabled = archs_at_least(900);
 
 constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
 constexpr int kRowB = kD * 2 + 16;  // bf16 row + 16 B: ldmatrix's 8 rows hit 8 distinct bank groups
@@ -1527,7 +1530,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (kFnuzLut) fill_fnuz_lut(lut, tid, kThreads);
     __syncthreads(); // the table is ready
 
-    for_each_piece(p, [&](const Piece &pc) {
+    if constexpr (!left_out_here(KVT, M)) for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
@@ -2107,9 +2110,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 
 // ==== dense decode: warpgroup path (NVIDIA sm_90a, wgmma) ==================================
 // Every 64-row pass of the tensor-core decode (MLA decode with more than 16 rows per query
-// tile, V3.2 sparse attention, V4 attention; bf16, fp8, fp8_ds_mla and MODEL1 keys), in builds
-// whose every NVIDIA target is sm_90a (AITER_MLA_WGMMA, which the Makefile defines for
-// ARCH=sm_90a). Same plan, pieces and output conventions as the paths above. Three
+// tile, V3.2 sparse attention, V4 attention; bf16, fp8, fp8_ds_mla and MODEL1 keys), on devices
+// that run the sm_90a pass of an AITER_MLA_WGMMA build (which the Makefile defines where ARCH
+// has sm_90a; other passes compile these kernels' bodies out and launch the mma.sync ones
+// instead). Same plan, pieces and output conventions as the paths above. Three
 // warpgroups, key tiles of 64 in two slots:
 //   warpgroup 0: S = Q K^T (wgmma, Q and K in shared memory), the online softmax in registers,
 //     O[:, 0:256] += P V with P from its registers; it hands P (bf16) and each row's rescale
@@ -2129,8 +2133,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 // every tile. Shared tiles are blocks of 64 rows x 64 dims (128-byte rows), 16-byte chunk c of
 // row r stored at chunk c ^ (r & 7): the 128-byte swizzle wgmma reads without bank conflicts.
 #if defined(AITER_MLA_HAS_MMA) && defined(AITER_MLA_WGMMA)
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "AITER_MLA_WGMMA needs every NVIDIA target of the build to be sm_90a"
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "AITER_MLA_WGMMA: build Hopper as sm_90a (a launch tells the sm_90a image by its arch, 90)"
 #endif
 #define AITER_MLA_HAS_WGMMA 1
 namespace wg {
@@ -2658,7 +2662,7 @@ struct DecodeMaps {
 };
 template <int KVT, bool kPair = false, bool kTma = false, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ DecodeMaps maps) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // sm_90a passes alone (a launch takes it only there)
     static_assert(!kTma || (KVT == AITER_MLA_BF16 && !kPair), "the cache map is bf16 rows, a block's own");
     static_assert(!kSplit || (!Wide<KVT>::on && !kPair && !kTma), "the split scheme takes bf16 rows by cp.async");
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // k-steps of a row
@@ -3632,7 +3636,7 @@ __device__ __forceinline__ uint32_t scale_of(uint2 sc, int j) { return ue8m0_to_
 // against Q^T in bf16; the V tile holds the same values, and P^T is bf16 to match.
 template <int KVT>
 __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams p) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // sm_90a passes alone
     using S = Smem<KVT>;
     constexpr bool kModel1 = KVT == kV4Model1, kF16 = !kModel1; // the P.V products in f16 (MODEL1: bf16)
     constexpr int kSteps = ksteps<KVT>;
@@ -4660,7 +4664,6 @@ __global__ void __launch_bounds__(kThreads) prefill_mfma_kernel(PrefillParams p)
 #ifdef AITER_MLA_HAS_MMA
 namespace mma {
 
-constexpr bool kPrefillEnabled = archs_at_least(800);
 constexpr int kPfN = 64; // keys per tile
 
 template <int DQK, int DV, bool STAGED = false> // STAGED: fp8 K and V staged as bytes
@@ -5013,7 +5016,7 @@ __device__ __forceinline__ void pf_copy_rows(uint32_t dst, const unsigned char *
 // operand only K-major, and V's K dimension is the keys). F16 does not apply (instances take true).
 template <int DQK, int DV, bool F16, bool FP8>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParams p, const __grid_constant__ PfMaps maps) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // sm_90a passes alone
     static_assert(!FP8 || F16, "one fp8 instance a shape: F16 = true");
     using S = PfSmem<DQK, DV, FP8>;
     constexpr int kElt = FP8 ? 1 : 2; // bytes of a q, k, v element
@@ -6360,6 +6363,39 @@ static hipError_t taken(hipError_t e) {
     if (e != hipSuccess) (void)hipGetLastError();
     return e;
 }
+// Which of the build's device passes the current device runs: its __CUDA_ARCH__ / 10 (90 for
+// sm_90a, 80 for sm_80 or compute_80 PTX), 0 where the runtime cannot say (no device, no
+// image of this file for it; such a launch fails as it would anyway). A fat build (sm_80 and
+// sm_90a, say) has the tensor-core kernels' bodies in some images only, so the launches ask
+// this, not the build's target list. Looked up once per device (the PTX version of a kernel,
+// cudaFuncGetAttributes: no synchronisation, no allocation), then read from a table.
+__global__ void image_probe_kernel() {}
+static int image_arch() {
+    constexpr int kCached = 64; // devices with a slot; others are looked up at every call
+    static std::atomic<int> arch_of[kCached]; // 0: not looked up yet
+    int dev = 0;
+    if (taken(cudaGetDevice(&dev)) != hipSuccess) return 0;
+    const bool cached = dev >= 0 && dev < kCached;
+    int arch = cached ? arch_of[dev].load(std::memory_order_relaxed) : 0;
+    if (arch) return arch;
+    cudaFuncAttributes fa{};
+    if (taken(cudaFuncGetAttributes(&fa, image_probe_kernel)) != hipSuccess) return 0;
+    arch = fa.ptxVersion;
+    if (cached) arch_of[dev].store(arch, std::memory_order_relaxed);
+    return arch;
+}
+// Whether launches on the current device may take the mma.sync kernels (bodies from sm_90 on;
+// the prefill's from sm_80)...
+static bool mma_runs() { return image_arch() >= 90; }
+static bool prefill_mma_runs() { return image_arch() >= 80; }
+// ... and the warpgroup ones (AITER_MLA_WGMMA builds; Hopper's pass is sm_90a there).
+static bool wgmma_runs() {
+#ifdef AITER_MLA_HAS_WGMMA
+    return image_arch() == 90;
+#else
+    return false;
+#endif
+}
 // A launch with one launch attribute (cudaLaunchKernelEx), `bytes` of dynamic shared memory.
 template <typename... P, typename... A>
 static hipError_t launch_ex(void (*kernel)(P...), dim3 grid, int threads, int bytes, hipStream_t s, const cudaLaunchAttribute &attr,
@@ -6384,7 +6420,7 @@ template <typename... P, typename... A>
 static hipError_t launch_dependent(void (*kernel)(P...), unsigned grid, int threads, int spread_smem, hipStream_t s,
                                    const A &...args) {
 #ifdef AITER_MLA_HAS_MMA
-    if constexpr (mma::archs_at_least(900)) {
+    if (image_arch() >= 90) {
         // a device with less shared memory (sm_120: 99 KB a block) refuses the limit: no reservation
         if (spread_smem > 48 * 1024 &&
             taken(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, spread_smem)) != hipSuccess) {
@@ -6442,10 +6478,10 @@ static hipError_t launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_
     return launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
 }
 
-// Whether launch_mma takes the warpgroup kernel (builds that have it): more than 16 rows per tile.
-static constexpr bool wgmma_rows(int tile_rows) {
+// Whether launch_mma takes the warpgroup kernel (where it runs): more than 16 rows per tile.
+static bool wgmma_rows(int tile_rows) {
 #ifdef AITER_MLA_HAS_WGMMA
-    return tile_rows > 16;
+    return tile_rows > 16 && wgmma_runs();
 #else
     return (void)tile_rows, false;
 #endif
@@ -6453,16 +6489,16 @@ static constexpr bool wgmma_rows(int tile_rows) {
 
 #ifdef AITER_MLA_HAS_MMA
 // The tensor-core kernel launch_mma takes for tile_rows query rows per tile: the 16-row kernel
-// up to 16 rows, else the warpgroup kernel where the build has it (64-row mma.sync otherwise).
-static constexpr aiter_mla_kernel mma_kernel_of(int tile_rows) {
+// up to 16 rows, else the warpgroup kernel where it runs (64-row mma.sync otherwise).
+static aiter_mla_kernel mma_kernel_of(int tile_rows) {
     return tile_rows <= 16 ? AITER_MLA_KERNEL_MMA16 : wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
 }
 #ifdef AITER_MLA_HAS_WGMMA
 // Whether a decode's tensor-core pass goes to the kernel that stages keys by bulk copies
-// (f8::decode16_fp8_kernel): every 16-row pass over a per-tensor e4m3fn cache. The launch and
-// the kernel query both ask it.
-static constexpr bool decode_takes_bulk16(int kv_dtype, int tile_rows) {
-    return kv_dtype == AITER_MLA_FP8_E4M3FN && mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16;
+// (f8::decode16_fp8_kernel): every 16-row pass over a per-tensor e4m3fn cache where the
+// warpgroup kernels run. The launch and the kernel query both ask it.
+static bool decode_takes_bulk16(int kv_dtype, int tile_rows) {
+    return kv_dtype == AITER_MLA_FP8_E4M3FN && mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && wgmma_runs();
 }
 #endif
 
@@ -6567,7 +6603,7 @@ static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &
 // keys in one block (splits leave each block a few tiles, where the 16-row mma.sync kernel's
 // 32-key tiles and lighter start win). The launch and the kernel query both ask it.
 static bool v4_takes_bulk16(int tile_rows, int splits, const aiter_mla_v4_keys &keys, const aiter_mla_v4_keys &extra) {
-    return mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && splits == 1 && !keys.rows &&
+    return mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16 && wgmma_runs() && splits == 1 && !keys.rows &&
            keys.dtype == AITER_MLA_FP8_E4M3FN && (!extra.indices || extra.dtype == AITER_MLA_FP8_E4M3FN);
 }
 // A token-per-block grid (sparse, V4) cut to the blocks that run at once where the caller gave
@@ -6582,9 +6618,8 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
 #ifdef AITER_MLA_HAS_WGMMA
     // Every 16-row pass over a per-tensor e4m3fn cache (a decode: sparse attention reads bf16
     // or fp8_ds_mla rows; the wrapper holds the cache's base to 16 bytes, as the kernel's bulk
-    // copies need), so this build leaves out the 16-row mma.sync kernel's e4m3fn instance
-    constexpr bool kE4m3fnKernel = KVT == AITER_MLA_FP8_E4M3FN;
-    if constexpr (kE4m3fnKernel)
+    // copies need), so sm_90a passes leave out the 16-row mma.sync kernel's e4m3fn instance
+    if constexpr (KVT == AITER_MLA_FP8_E4M3FN)
         if (decode_takes_bulk16(KVT, tile_rows))
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, grid, f8::kThreads, f8::Smem<KVT>::total, s, p);
     // ... and 16-row passes of V4 attention over MODEL1 pages of e4m3fn (both lists) with a
@@ -6596,12 +6631,10 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
     if constexpr (KVT == kV4Model1)
         if (v4_takes_bulk16(tile_rows, p.v4_splits, p.v4_keys[0], p.v4_keys[1]))
             return launch_big_smem(f8::decode16_fp8_kernel<KVT>, resident_token_blocks(grid, num_cu), f8::kThreads, f8::Smem<KVT>::total, s, p);
-#else
-    constexpr bool kE4m3fnKernel = false;
 #endif
-    if constexpr (!kE4m3fnKernel)
-        if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
+    if (mma_kernel_of(tile_rows) == AITER_MLA_KERNEL_MMA16) return launch_mma_rows<KVT, 16>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
+    if (!wgmma_runs()) return launch_mma_rows<KVT, 64>(grid, s, p); // a device that runs another pass
     // Sparse, given the multiprocessors (one block of this kernel fits one): only the blocks
     // that run at once, each taking tokens x, x + gridDim.x, ..., so that a token's Q loads
     // while the one before ends and the blocks of a token's row groups run side by side.
@@ -6669,7 +6702,7 @@ static aiter_mla_kernel decode_kernel_of(const aiter_mla_decode_args *a, [[maybe
     // loads), bf16 or fp8 cache
     const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
                       ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
-    if (mma::kEnabled && q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8)) return mma_kernel_of(tile_rows);
+    if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8) && mma_runs()) return mma_kernel_of(tile_rows);
 #endif
     return AITER_MLA_KERNEL_PORTABLE;
 }
@@ -6781,7 +6814,7 @@ static dim3 prefill_grid(const aiter_mla_prefill_args *a, int rows_per_pass) {
 }
 
 #ifdef AITER_MLA_HAS_WGMMA
-// Without a plan and given the caller's num_cu (the library queries no device), when the
+// Without a plan and given the caller's num_cu (the library queries no device property), when the
 // grid has more blocks than fit at once, the wgmma prefill launches only those that fit and
 // each takes several of the grid's blocks in turn (for_each_prefill_unit), so that a unit's
 // start (Q and its first keys, ~4 us in a fresh block) overlaps the end of the one before.
@@ -6869,10 +6902,10 @@ static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
 #if defined(AITER_MLA_HAS_MFMA)
     if (aligned && common) return AITER_MLA_KERNEL_MFMA;
 #elif defined(AITER_MLA_HAS_MMA)
-    if (mma::kPrefillEnabled && aligned) {
+    if (aligned && prefill_mma_runs()) {
 #ifdef AITER_MLA_HAS_WGMMA
         // e4m3fn: e4m3 products (wgmma has none for e4m3fnuz, which stays on the staged path)
-        if (common && a->qkv_dtype != AITER_MLA_FP8_E4M3FNUZ) return AITER_MLA_KERNEL_WGMMA;
+        if (common && a->qkv_dtype != AITER_MLA_FP8_E4M3FNUZ && wgmma_runs()) return AITER_MLA_KERNEL_WGMMA;
 #endif
         // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
         // other pairs run portable, fp8's widen to bf16 on the way in
@@ -6984,7 +7017,7 @@ static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
 #if defined(AITER_MLA_HAS_MFMA)
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, (int64_t)a->num_heads * kD, kD)) return AITER_MLA_KERNEL_MFMA;
 #elif defined(AITER_MLA_HAS_MMA)
-    if (mma::kEnabled && a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
+    if (a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && mma_runs()) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;
     return AITER_MLA_KERNEL_PORTABLE;
@@ -7082,7 +7115,7 @@ static aiter_mla_kernel v4_kernel_of(const aiter_mla_v4_attention_args *a) {
         return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
                (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
     };
-    if (mma::kEnabled && q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1))))
+    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1))) && mma_runs())
         return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;

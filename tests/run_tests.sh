@@ -49,10 +49,11 @@ mkdir -p "$kdir"
 # with the warpgroup kernels, gfx940): every kernel compiled to machine code. Three more are
 # checked up to the compilers' back ends, which take most of the time (CI has two cores and
 # 20 minutes): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones),
-# sm_80 to PTX (the pass that compiles the sm_90 kernels' bodies out: portable decode,
-# mma.sync prefill), and gfx90a to LLVM IR (the source path of gfx940's matrix-core kernels;
-# front end and code generation, so every kernel is instantiated for it and its builtins
-# checked). nvcc's own warnings are errors too (-Werror all-warnings).
+# sm_80 to PTX with AITER_MLA_WGMMA (the pass of a build for several targets that compiles
+# the sm_90 and sm_90a kernels' bodies out: portable decode, mma.sync prefill; and the host
+# code that picks them at run time), and gfx90a to LLVM IR (the source path of gfx940's
+# matrix-core kernels; front end and code generation, so every kernel is instantiated for it
+# and its builtins checked). nvcc's own warnings are errors too (-Werror all-warnings).
 later() { # later NAME COMMAND...: run in a lane, keep the log and the exit status
     name=$1; shift
     "$@" >"$LOG/$name.log" 2>&1
@@ -65,7 +66,7 @@ if [ -n "${NVCC:-}" ]; then
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
       later kernels-cuda-sm_90-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_90,code=compute_90 \
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
-      later kernels-cuda-sm_80-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_80,code=compute_80 \
+      later kernels-cuda-sm_80-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_80,code=compute_80 -DAITER_MLA_WGMMA \
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm80.o" ) &
     nvidia_lane=$!
 fi
