@@ -6388,14 +6388,10 @@ static int image_arch() {
 // the prefill's from sm_80)...
 static bool mma_runs() { return image_arch() >= 90; }
 static bool prefill_mma_runs() { return image_arch() >= 80; }
-// ... and the warpgroup ones (AITER_MLA_WGMMA builds; Hopper's pass is sm_90a there).
-static bool wgmma_runs() {
 #ifdef AITER_MLA_HAS_WGMMA
-    return image_arch() == 90;
-#else
-    return false;
+// ... and the warpgroup ones (Hopper's pass is sm_90a in these builds).
+static bool wgmma_runs() { return image_arch() == 90; }
 #endif
-}
 // A launch with one launch attribute (cudaLaunchKernelEx), `bytes` of dynamic shared memory.
 template <typename... P, typename... A>
 static hipError_t launch_ex(void (*kernel)(P...), dim3 grid, int threads, int bytes, hipStream_t s, const cudaLaunchAttribute &attr,
