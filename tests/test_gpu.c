@@ -2305,7 +2305,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     float *lse_ref = (float *)test_malloc((size_t)T * H * 4), *lse_gpu = (float *)test_malloc((size_t)T * H * 4);
     fill_random(q, nq, c->q_dtype, rng, -1.0f, 1.0f, 1.0f);
     if (c->tiny_q)
-        for (h = 0; h < T * H; h++) fill_random_at(q, h * qsh, 64, c->q_dtype, rng, -0x1p-44f, 0x1p-44f, 1.0f);
+        for (h = 0; h < T * H; h++) fill_random_at(q, h * qsh, 64, c->q_dtype, rng, -0x1p-42f, 0x1p-42f, 1.0f);
     void *d_q = upload_copy(q, (size_t)nq * qe), *d_o = gpu_malloc((size_t)no * oe);
     float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_sink = (float *)upload_copy(sink, sizeof sink);
     gpu_memset(d_o, 0xff, (size_t)no * oe); /* NaN: an unwritten element fails */
@@ -2441,10 +2441,12 @@ static void test_v4_attention_gpu(test_rng *rng) {
             c.num_cu = v ? 3 : 0;
             run_v4_case(&c, rng);
         }
-    /* Q values below 2^-28 of their row's largest (2^-44 against ~1, which an f16 form of the
+    /* Q values below 2^-28 of their row's largest (2^-42 against ~1, which an f16 form of the
      * row scaled to its largest would flush) where every MODEL1 key's first scale group is
      * ~2^46: their products move each score by several units, so only a kernel that takes Q
-     * as it is passes. The e4m3fn kernel (16 heads, one split), the 16-row mma.sync kernel
+     * as it is passes. (At 2^-44 they moved a row's lse by as little as 0.07 for one head and
+     * six tokens, under the case's own check of 0.1; at 2^-42 by 1.4 at least in 2000 draws
+     * of a model of the case.) The e4m3fn kernel (16 heads, one split), the 16-row mma.sync kernel
      * (splits), the 64-row kernel (64 heads: warpgroup on sm_90a builds, mma.sync otherwise). */
     for (v = 0; v < 3; v++) {
         static const int tiny_heads[] = {16, 1, 64}, tiny_splits[] = {1, 3, 1};
@@ -3620,13 +3622,15 @@ int main(int argc, char **argv) {
                (unsigned long long)testing_seed_mix, g_quick ? ", quick sweep" : "");
         g_stream = gpu_stream_create();
     }
+    /* first: the process's first launch is then inside a stream capture, where the launches'
+       once-per-device lookup of the kernel image (kernels.hip, image_arch) runs too */
+    RUN(test_decode_graph);
     RUN(test_head_pad);
     RUN(test_expand_page_indices);
     RUN(test_kv_cache_write);
     RUN(test_decode_variants);
     RUN(test_decode_many_items);
     RUN(test_decode_rising_keys);
-    RUN(test_decode_graph);
     RUN(test_decode_fp8_codes);
     RUN(test_decode_sweep);
     RUN(test_sparse_indices_gpu);
