@@ -247,7 +247,9 @@
  *
  * WHAT THIS LIBRARY DOES NOT DO
  *
- *   - allocate device memory or query the device (you pass num_cu and buffers);
+ *   - allocate device memory or query the device's properties (you pass num_cu and
+ *     buffers; NVIDIA launches only ask which kernel image the device runs, once per device,
+ *     which is allowed inside a graph capture);
  *   - synchronise the device or create streams (every launch is asynchronous on the
  *     stream you give, so it can be captured in a graph);
  *   - include HIP or CUDA headers (streams and device pointers are void *).
