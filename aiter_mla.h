@@ -64,10 +64,13 @@
  * ---------------------------------------------------------------------------------------
  * A DECODE STEP (DeepSeek V3, 16 heads per rank, bf16 cache, page size 1)
  *
- *   Tensors (bf16 held as uint16_t; T = query tokens of the step, one a request here):
+ *   Tensors (bf16 held as uint16_t, converted by aiter_mla_f32_to_bf16 and
+ *   aiter_mla_bf16_to_f32; T = query tokens of the step, one a request here):
  *     q [T, 16, 576] (the absorbed query: 512 latent dims, then 64 rope dims),
  *     o [T, 16, 512], lse [T, 16] float (optional); the cache kv_cache
- *     [num_pages, page_size, 576], each row a token's latent (512) and rope (64) values.
+ *     [num_pages, page_size, 576], each row a token's latent (512) and rope (64) values;
+ *     the block table bt [batch, max_pages] int32, each request's page ids in order.
+ *   Each call below returns aiter_mla_status (AITER_MLA_OK = 0; see ERRORS below).
  *
  *   1. Once, at start-up: size the plan from upper bounds and allocate its buffers.
  *        aiter_mla_decode_plan_desc pd = {0};
@@ -77,7 +80,8 @@
  *        >= 1, the plan's list count: on a CPU-only build any count, e.g. 1, will do)
  *        aiter_mla_decode_plan_info info;
  *        aiter_mla_decode_plan_get_info(&pd, &info);
- *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best)
+ *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best;
+ *                                                         plan_ints is int64_t)
  *        device: int32_t plan_d[info.plan_ints], and a 16-byte aligned workspace of
  *                info.workspace_bytes bytes (fp32 partials of split pieces)
  *
@@ -88,11 +92,13 @@
  *        w.kv_c = kv_c_d; w.k_pe = k_pe_d;                [T, 512], [T, 64] bf16
  *        w.slot_mapping = slots_d;                        [T] int64: page * page_size + offset
  *        w.kv_cache = cache_d; w.num_blocks = num_pages; w.block_size = 1; w.num_tokens = T;
- *        aiter_mla_kv_cache_write(&w, stream);
+ *        aiter_mla_kv_cache_write(&w, stream);            (num_blocks, block_size: vLLM's
+ *                                                         names for num_pages, page_size)
  *        aiter_mla_decode_metadata_args meta = {0};       block table -> indptr/indices
  *        meta.block_table = bt_h; meta.block_table_stride = max_pages;
  *        meta.seq_lens = seq_lens_h; meta.batch = batch; meta.page_size = 1;
- *        meta.q_len = 1;                                  (or meta.q_lens = [batch]; 0 means 1)
+ *        meta.q_len = 1;                                  (0 means 1; or per request:
+ *                                                         meta.q_lens = [batch] host ints)
  *        meta.qo_indptr = qo_indptr_h;                    out [batch + 1]
  *        meta.kv_indptr = kv_indptr_h;                    out [batch + 1]
  *        meta.kv_indices = kv_indices_h;                  out [cap], cap >= the sum over
@@ -106,7 +112,10 @@
  *        event recorded after the copy)
  *        aiter_mla_decode_args a = {0};
  *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = num_pages;  a.o = o_d;
- *        a.qo_indptr = ...; a.kv_indptr = ...; a.kv_indices = ...; a.kv_last_page_lens = ...;
+ *        a.lse = lse_d;                                 (optional: NULL writes no lse)
+ *        a.qo_indptr = qo_indptr_d;  a.kv_indptr = kv_indptr_d;   (the device copies of
+ *        a.kv_indices = kv_indices_d;                             the metadata arrays)
+ *        a.kv_last_page_lens = last_page_lens_d;
  *        a.batch = batch; a.num_heads = 16; a.page_size = 1;
  *        (q, the cache and o are bf16 when a.q_dtype, a.kv_dtype, a.o_dtype are zero; an
  *        fp8 cache sets a.kv_dtype and a.kv_scale, see aiter_mla_decode_args)
@@ -122,10 +131,10 @@
  *      the decode and its reduce; 10-12 us on an H100 server's host). Capture the step in
  *      a graph to pay one graph launch instead (make bench prints each row's host cost).
  *
- *      The same struct with host copies of q, the cache and the four metadata arrays is
- *      the CPU reference: aiter_mla_decode_ref(&a) (plan and workspace unused), or
- *      aiter_mla_decode_ref_scheduled(&a) with plan_h and a host workspace of
- *      info.workspace_bytes, which replays the plan's pieces and reduce.
+ *      The same structs with host copies of q, the cache and the four metadata arrays are
+ *      the CPU references: aiter_mla_kv_cache_write_ref(&w), then aiter_mla_decode_ref(&a)
+ *      (plan and workspace unused), or aiter_mla_decode_ref_scheduled(&a) with plan_h and
+ *      a host workspace of info.workspace_bytes, which replays the plan's pieces and reduce.
  *      examples/decode.c is this recipe as a program.
  *
  * ---------------------------------------------------------------------------------------
