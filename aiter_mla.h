@@ -173,19 +173,25 @@
  * ---------------------------------------------------------------------------------------
  * A V4 SPARSE DECODE STEP (a compress-ratio-4 layer: window of 128 + the indexer's top-k)
  *
- *   q, o [T, H, 512] bf16 (448 nope + 64 rope dims), lse [T, H], attn_sink [H] (optional);
- *   two caches of MODEL1 pages (aiter_mla_v4_page_bytes(block_size) bytes a page): the SWA
- *   cache (raw tokens, 64 a page) and the compressed cache (64 entries a page at ratio 4).
- *   1. aiter_mla_v4_cache_write (w.kv [T, 512] bf16, w.slot_mapping, w.kv_cache,
- *      w.num_blocks, w.block_size) puts new rows in either cache, e4m3fn by default.
- *   2. Each token's SWA list and its top-k list, ragged (indices + indptr):
+ *   q, o [T, H, 512] bf16 (448 nope + 64 rope dims), lse [T, H] fp32, attn_sink [H] fp32
+ *   (optional); two caches of MODEL1 pages (aiter_mla_v4_page_bytes(block_size) bytes a
+ *   page): the SWA cache (raw tokens, 64 a page; a request's block table maps position p to
+ *   its page p / 64, no ring) and the compressed cache (64 entries a page at ratio 4, entry
+ *   j covering positions 4j .. 4j + 3). aiter_mla_v4_read_row reads one row back as 512
+ *   floats on the host.
+ *   1. aiter_mla_v4_cache_write (w.kv [T, 512] bf16, w.slot_mapping [T] int64, w.kv_cache,
+ *      w.num_blocks, w.block_size, w.num_tokens = T: 0 writes nothing) puts new rows in
+ *      either cache, e4m3fn by default.
+ *   2. Each token's SWA list (positions pos - 127 .. pos, its own included) and its top-k
+ *      list, ragged (indices + indptr):
  *        aiter_mla_v4_swa_index_args si = {0};
  *        si.query_start_loc = qsl_d;  si.seq_lens = seq_lens_d;  si.token_to_req = req_d;
  *        si.block_table = swa_bt_d;  si.block_table_stride = swa_pages;  si.num_reqs = batch;
  *        si.num_tokens = T;  si.out.indices = swa_idx_d;  si.out.indptr = swa_ptr_d;
  *        si.out.capacity = T * 128;                      (window 128, pages of 64 by default)
  *        aiter_mla_v4_swa_indices(&si, stream);
- *        aiter_mla_v4_topk_args tk = {0};                the indexer's [T, topk] positions
+ *        aiter_mla_v4_topk_args tk = {0};                the indexer's [T, topk] picks:
+ *                                                        request-local entries j, -1 none
  *        tk.topk_indices = topk_local_d;  tk.topk = topk;  tk.token_to_req = req_d;
  *        tk.block_table = c_bt_d;  tk.block_table_stride = c_pages;  tk.num_reqs = batch;
  *        tk.num_tokens = T;  tk.out.indices = c_idx_d;  tk.out.indptr = c_ptr_d;
@@ -193,7 +199,9 @@
  *        aiter_mla_v4_global_topk(&tk, stream);
  *      (ratio 128: aiter_mla_v4_c128_indices; fixed-capacity graph buffers:
  *      aiter_mla_v4_copy_ragged.)
- *   3. Attend over both lists with the sink:
+ *   3. Attend over both lists: softmax of sm_scale * q.k (0 means 1/sqrt(512)) over the
+ *      keys of both, the values being the keys' 512 dims, with exp(attn_sink[h]) added to
+ *      the denominator; lse leaves the sink out (aiter_mla_v4_attention_args, SPEC 7):
  *        aiter_mla_v4_attention_args a = {0};
  *        a.q = q_d;  a.o = o_d;  a.lse = lse_d;  a.attn_sink = sink_d;
  *        a.num_tokens = T;  a.num_heads = H;  a.sm_scale = model_scale;  a.num_cu = num_cu;
@@ -4685,6 +4693,9 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
                                                    int required, int host_arrays) {
     int64_t t;
     if (!required && !k->indices) return AITER_MLA_OK;
+    /* the pointers first: a list set without its cache names the cache, not its size */
+    AITER_MLA__CHECK(aiter_mla__check_need(op, k->cache, pre, "cache"));
+    AITER_MLA__CHECK(aiter_mla__check_need(op, k->indices, pre, "indices"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, k->rows, 0, 1, pre, "rows"));
     if (k->rows) {
         if (k->dtype == AITER_MLA_DTYPE_DEFAULT) k->dtype = AITER_MLA_BF16;
@@ -4694,8 +4705,6 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, pre, k->num_blocks, &k->block_size, &k->page_stride_bytes, &k->dtype,
                                                      "dtype", 64));
     }
-    AITER_MLA__CHECK(aiter_mla__check_need(op, k->cache, pre, "cache"));
-    AITER_MLA__CHECK(aiter_mla__check_need(op, k->indices, pre, "indices"));
     if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
     if (!host_arrays) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, pre, "indptr"));

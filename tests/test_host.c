@@ -6502,6 +6502,10 @@ static void test_v4_attention(void) {
             e.sm_scale = -1.0f;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
             e = a;
+            e.extra_keys.cache = NULL;
+            e.extra_keys.num_blocks = 0;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "extra_keys.cache");
+            e = a;
             e.o = NULL;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "o");
             e.num_tokens = 0; /* no tokens: nothing to write */
@@ -7073,10 +7077,11 @@ static void test_v4_rejects(void) {
     CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
     CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
     CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&p, &bytes), AITER_MLA_ERR_INVALID_ARGUMENT, "max_model_len");
-    /* the first field a runtime forgets once the sizes are in */
+    /* the first field a runtime forgets once the sizes are in: a list's pointers are named
+     * before its sizes (a list set without its cache names the cache, not num_blocks) */
     a.num_heads = 16;
     a.num_tokens = 1;
-    CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "num_blocks");
+    CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_NULL_POINTER, "keys.cache");
     s.num_reqs = 1;
     s.block_table_stride = 1;
     CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&s), AITER_MLA_ERR_NULL_POINTER, "out");
