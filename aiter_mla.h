@@ -140,29 +140,36 @@
  * ---------------------------------------------------------------------------------------
  * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
  *
- *   q [T, H, 576] and o [T, H, 512] bf16 (H 1..128; V3.2 runs 128 a rank); the cache
- *   [num_blocks, 64, 656] bytes.
+ *   q [T, H, 576] and o [T, H, 512] bf16 (H 1..128; V3.2 runs 128 a rank), lse [T, H]
+ *   fp32; the cache [num_blocks, 64, 656] bytes (aiter_mla_ds_mla_read_row(cache + slot *
+ *   AITER_MLA_DS_MLA_ROW_BYTES, AITER_MLA_DTYPE_DEFAULT, out576) reads a row on the host).
  *   1. Write the step's new latents into the cache:
  *        aiter_mla_ds_mla_write_args w = {0};
- *        w.kv_c = kv_c_d;  w.k_pe = k_pe_d;  w.slot_mapping = slots_of_new_tokens_d;
+ *        w.kv_c = kv_c_d;  w.k_pe = k_pe_d;              [T, 512], [T, 64] bf16
+ *        w.slot_mapping = slots_of_new_tokens_d;         [T] int64
  *        w.kv_cache = cache_d;  w.num_blocks = num_blocks;  w.block_size = 64;
  *        w.num_tokens = T;
  *        aiter_mla_ds_mla_write(&w, stream);
- *   2. Turn the indexer's request-local top-k positions into global cache slots:
+ *   2. Turn the indexer's request-local top-k positions into global cache slots (positions
+ *      are not checked against seq_len: one at or past it reads whatever its slot holds; pad the
+ *      block table with -1, since a zeroed entry maps to page 0):
  *        aiter_mla_sparse_index_args ix = {0};
  *        ix.indices = topk_local_d;  ix.req_id = req_of_token_d;  ix.num_tokens = T;
  *        ix.block_table = block_table_d;  ix.block_table_stride = max_pages;
  *        ix.block_size = 64;  ix.num_requests = batch;  ix.topk = 2048;
- *        ix.out = slots_d;                               [T, 2048]; -1 stays -1
- *        ix.valid_counts = counts_d;                     optional out [T]: entries != -1
+ *        ix.out = slots_d;                               [T, 2048] int32; -1 stays -1
+ *        ix.valid_counts = counts_d;                     optional out [T] int32: entries != -1
  *        aiter_mla_convert_sparse_indices(&ix, stream);
  *   3. Attend (entries of -1, or outside the cache's num_blocks * 64 slots, are skipped):
  *        aiter_mla_sparse_args sa = {0};
  *        sa.q = q_d;  sa.kv_cache = cache_d;  sa.num_slots = num_blocks * 64;
- *        sa.cache_is_ds_mla = 1;  sa.indices = slots_d;
+ *        sa.cache_is_ds_mla = 1;                         (0 reads bf16 rows of 1152 bytes:
+ *                                                        past the end of this cache)
+ *        sa.indices = slots_d;
  *        sa.o = o_d;  sa.lse = lse_d;  sa.num_tokens = T;  sa.num_heads = 128;
  *        sa.topk = 2048;  sa.sm_scale = model_scale;  sa.num_cu = <SM / CU count>;
- *        aiter_mla_sparse_attention(&sa, stream);
+ *        aiter_mla_sparse_attention(&sa, stream);        (sm_scale 0: 1/sqrt(576); a token
+ *                                                        with no valid entry: o 0, lse +inf)
  *      sa.topk_length (FlashMLA's, optional) stops each row after its first n entries: set
  *      it (e.g. to ix.valid_counts) only where every row's valid entries come first.
  *   The same structs on host copies run the CPU references, without the stream argument:
@@ -219,12 +226,40 @@
  * ---------------------------------------------------------------------------------------
  * A CHUNKED PREFILL (vLLM's forward_mha: per-head k and v decompressed by your kv_b_proj)
  *
- *   New tokens attend causally among themselves (aiter_mla_prefill, causal = 1), then to
- *   each context chunk: aiter_mla_gather_cache copies the chunk's latent rows out of the
- *   paged cache, your GEMM makes k [n, H, 192] and v [n, H, 128], aiter_mla_prefill
- *   (causal = 0) attends, and aiter_mla_merge_attn_states folds the chunk's o and lse into
- *   the running ones. lse is [H, Tq] here, as vLLM lays it out. For many requests, a
- *   persistent plan (aiter_mla_prefill_plan_*) balances the query tiles over the GPU.
+ *   q [Tq, H, 192] (128 nope dims, then 64 rope) of the step's new tokens, cu_q [batch + 1]
+ *   their offsets; o [Tq, H, 128]; lse [H, Tq] fp32, as vLLM lays it out.
+ *   1. New tokens attend causally among themselves (k, v: the new tokens' own, made by your
+ *      kv_b_proj; the rope dims of k are the token's 64 cached rope values for every head):
+ *        aiter_mla_prefill_args p = {0};
+ *        p.q = q_d;  p.k = k_d;  p.v = v_d;  p.cu_seqlens_q = p.cu_seqlens_k = cu_q_d;
+ *        p.o = o_d;  p.lse = lse_d;  p.batch = batch;  p.num_heads = H;  p.causal = 1;
+ *        p.sm_scale = model_scale;                       (0 means 1/sqrt(dqk))
+ *        aiter_mla_prefill(&p, stream);                  (dqk, dv: 0 means 192, 128)
+ *   2. Each context chunk c of C positions: gather its latent rows (512 latent, then 64
+ *      rope), decompress them into k [n, H, 192] and v [n, H, 128], attend, merge:
+ *        aiter_mla_gather_cache_args g = {0};
+ *        g.kv_cache = cache_d;  g.num_blocks = num_pages;  g.block_size = page_size;
+ *        g.block_table = bt_d;  g.block_table_stride = max_pages;  g.batch = batch;
+ *        g.seq_starts = starts_d;                        [batch]: c * C each
+ *        g.cu_out_rows = cu_rows_d;                      [batch + 1] offsets of each
+ *                                                        request's max(0, min(ctx,
+ *                                                        (c + 1) * C) - c * C) rows
+ *        g.out = rows_d;  g.out_rows = n;                [n, 576] bf16
+ *        aiter_mla_gather_cache(&g, stream);
+ *        p.k, p.v = the chunk's;  p.cu_seqlens_k = cu_rows_d;  p.causal = 0;
+ *        p.o = o_chunk_d;  p.lse = lse_chunk_d;          a request with no rows: o 0, lse -inf
+ *        aiter_mla_prefill(&p, stream);
+ *        aiter_mla_merge_args m = {0};
+ *        m.o_prefix = o_d;  m.lse_prefix = lse_d;  m.o_suffix = o_chunk_d;
+ *        m.lse_suffix = lse_chunk_d;
+ *        m.o = o_d;                                      (o may be an input itself,
+ *        m.lse = lse_other_d;                            lse may not: swap lse_d and
+ *                                                        lse_other_d after each chunk)
+ *        m.num_tokens = Tq;  m.num_heads = H;  m.head_dim = 128;
+ *        aiter_mla_merge_attn_states(&m, stream);
+ *      (m.dtype is o's type: set it to p.o_dtype when that is not the default bf16.)
+ *   For many requests, a persistent plan (aiter_mla_prefill_plan_*) balances the query
+ *   tiles over the GPU.
  *   examples/prefill.c is this recipe as a program (on the GPU when there is one, else on
  *   the references), checked against one causal pass of the reference.
  *
@@ -755,8 +790,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
  * counts as -inf. Both sides empty: o = 0, lse = -inf. A NaN lse (a NaN row of either
  * side) gives NaN o and lse. The reference computes in double;
  * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). o may be
- * o_prefix or o_suffix itself (a running merge: each value is read before it is written);
- * lse must not overlap lse_prefix or lse_suffix (alternate two buffers). */
+ * o_prefix or o_suffix itself (a running merge: each value is read before it is written)
+ * but not overlap either otherwise; lse must not overlap lse_prefix, lse_suffix or o
+ * (alternate two lse buffers); all checked. dtype is the o buffers' type: the prefill's
+ * o_dtype (both default to bf16). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
     const float *lse_prefix;    /* [H, T] */
@@ -1086,7 +1123,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
  * i < cu_out_rows[b+1] - cu_out_rows[b], context position p = seq_starts[b] + i (0 when
  * seq_starts is NULL) is read from block block_table[b, p / block_size], offset
  * p % block_size, and written to row cu_out_rows[b] + i of out. Chunk c of a long context
- * is seq_starts = c * C with rows min(ctx, (c + 1) * C) - c * C. A block index beyond the
+ * is seq_starts = c * C with rows max(0, min(ctx, (c + 1) * C) - c * C). A block index beyond the
  * table or a block id outside [0, num_blocks) gives a row of zeros. A 16-bit cache
  * gathered into its own dtype is copied bit for bit; everything else goes through fp32
  * (fp8 times its scale). The GPU version is bit-identical to the reference. It cannot
@@ -2210,6 +2247,18 @@ static aiter_mla_status aiter_mla__plan_count(const char *op, const char *field,
  * rows are. tokens -1 (a count not known here) is checked as two tokens. For each head distance
  * the token distance that brings the rows closest is one of two, so this costs `heads` steps,
  * and none for the usual layouts (token-major or head-major with room for every row). */
+/* Whether the byte ranges [a, a + na) and [b, b + nb) share a byte (no sum that can wrap). */
+static int aiter_mla__bytes_overlap(const void *a, uintptr_t na, const void *b, uintptr_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    if (!na || !nb) return 0;
+    return x <= y ? y - x < na : x - y < nb;
+}
+
+/* n elements of elem_bytes bytes, saturated at UINTPTR_MAX (a size no buffer reaches). */
+static uintptr_t aiter_mla__bytes_of(uint64_t n, uint64_t elem_bytes) {
+    return elem_bytes && n > (uint64_t)UINTPTR_MAX / elem_bytes ? UINTPTR_MAX : (uintptr_t)(n * elem_bytes);
+}
+
 static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_t tokens, int64_t len, int64_t *dt, int64_t *dh) {
     const int64_t tmax = tokens < 0 ? 1 : tokens - 1; /* the largest token distance */
     int64_t h;
@@ -3307,6 +3356,27 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
     AITER_MLA__NEED(op, a->o_suffix, "o_suffix");
     AITER_MLA__NEED(op, a->lse_suffix, "lse_suffix");
     AITER_MLA__NEED(op, a->o, "o");
+    { /* o may be an input itself (each value is read before it is written) but not lie across
+         one; lse is written by one lane while others of its row may still read the inputs' lse */
+        const uint64_t rows = (uint64_t)a->num_tokens * (uint64_t)a->num_heads; /* < 2^47 */
+        const uintptr_t o_bytes = aiter_mla__bytes_of(rows, (uint64_t)a->head_dim * aiter_mla_dtype_size(a->dtype));
+        const uintptr_t lse_bytes = aiter_mla__bytes_of(rows, sizeof(float));
+        const void *const ins[2] = {a->o_prefix, a->o_suffix};
+        const float *const lse_ins[2] = {a->lse_prefix, a->lse_suffix};
+        static const char *const in_names[2] = {"prefix", "suffix"};
+        int i;
+        for (i = 0; i < 2; i++) {
+            if (ins[i] != a->o && aiter_mla__bytes_overlap(a->o, o_bytes, ins[i], o_bytes))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                       "%s: o overlaps o_%s without being it (o may be an input itself, not lie across one)", op,
+                                       in_names[i]);
+            if (a->lse && aiter_mla__bytes_overlap(a->lse, lse_bytes, lse_ins[i], lse_bytes))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                       "%s: lse overlaps lse_%s (alternate two lse buffers)", op, in_names[i]);
+        }
+        if (a->lse && aiter_mla__bytes_overlap(a->o, o_bytes, a->lse, lse_bytes))
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: lse overlaps o", op);
+    }
     return AITER_MLA_OK;
 }
 

@@ -3167,6 +3167,26 @@ static void test_merge_ref(void) {
             b = a;
             b.lse_prefix = NULL;
             CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_NULL_POINTER, "lse_prefix");
+            /* overlaps the kernels would race on: o across an input (not on it), lse on an
+             * input's lse or on o; refused before anything is read */
+            b = a;
+            b.o = (char *)os + aiter_mla_dtype_size(dt);
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_suffix");
+            b = a;
+            b.o = (char *)op + (size_t)(n - 1) * aiter_mla_dtype_size(dt); /* its first element on the last */
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_prefix");
+            b = a;
+            b.lse = ls;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse_suffix");
+            b = a;
+            b.lse = lp + (int64_t)H * T - 1;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse_prefix");
+            b = a;
+            b.lse = (float *)o;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps o");
+            b = a; /* an lse buffer of its own */
+            b.lse = lo;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_OK, "");
         }
         free(op);
         free(os);
