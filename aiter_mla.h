@@ -2463,12 +2463,11 @@ static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_
          * other's would be read after they were written (with H >= 16 both are one layout, so
          * src == dst moves nothing and is allowed) */
         const int64_t el = (int64_t)aiter_mla_dtype_size(a->dtype) * a->head_dim * a->num_tokens;
-        const uintptr_t s = (uintptr_t)a->src, d = (uintptr_t)a->dst;
-        const uintptr_t s_end = s + (uintptr_t)(el * (unpad ? aiter_mla_padded_num_heads(a->num_heads) : a->num_heads));
-        const uintptr_t d_end = d + (uintptr_t)(el * (unpad ? a->num_heads : aiter_mla_padded_num_heads(a->num_heads)));
+        const int64_t padded = el * aiter_mla_padded_num_heads(a->num_heads), plain = el * a->num_heads;
         AITER_MLA__NEED(op, a->src, "src");
         AITER_MLA__NEED(op, a->dst, "dst");
-        if (s < d_end && d < s_end && !(s == d && a->num_heads >= 16))
+        if (aiter_mla__bytes_overlap(a->src, (uintptr_t)(unpad ? padded : plain), a->dst, (uintptr_t)(unpad ? plain : padded)) &&
+            !(a->src == a->dst && a->num_heads >= 16))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                    "%s: dst overlaps src (padding runs in place only with num_heads >= 16 and dst == src)", op);
     }
