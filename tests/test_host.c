@@ -7102,6 +7102,13 @@ static void test_v4_rejects(void) {
     a.num_heads = 16;
     a.num_tokens = 1;
     CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_NULL_POINTER, "keys.cache");
+    { /* with its pointers set, the list's size is the next field named */
+        static const unsigned char page[1];
+        static const int32_t entry[1];
+        a.keys.cache = page;
+        a.keys.indices = entry;
+        CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "keys.num_blocks");
+    }
     s.num_reqs = 1;
     s.block_table_stride = 1;
     CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&s), AITER_MLA_ERR_NULL_POINTER, "out");
