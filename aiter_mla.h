@@ -77,7 +77,7 @@
  *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
  *        pd.page_size = 1;   pd.num_cu = <multiprocessor / CU count>;
  *        (page_size: a power of two 1..256, the same in pd, w, meta and a below; num_cu
- *        >= 1, the plan's list count: on a CPU-only build any count, e.g. 1, will do)
+ *        1..65535, the plan's list count: on a CPU-only build any count, e.g. 1, will do)
  *        aiter_mla_decode_plan_info info;
  *        aiter_mla_decode_plan_get_info(&pd, &info);
  *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best;
@@ -294,6 +294,13 @@
  *   describe.
  *   Host arrays are trusted to be aligned to their element type, as any C array is (the
  *   GPU wrappers check the alignment their kernels need).
+ *   Outputs must not share memory with inputs or with each other (where an op allows
+ *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
+ *   struct says so). The CPU references check it from the shapes their fields give,
+ *   before any write (ERR_INVALID_ARGUMENT, "<output> overlaps <input>"), against every
+ *   array they read after their first write but q, which an attention may overwrite row by
+ *   row with its o; the GPU wrappers, given device pointers whose extents often hang on
+ *   device data, do not, and overlapping buffers there give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -509,9 +516,9 @@ typedef struct aiter_mla_head_pad_args {
     const void *src;   /* pad_q: [num_tokens, H, head_dim];  unpad_o: [num_tokens, Hp, head_dim] */
     void *dst;         /* pad_q: [num_tokens, Hp, head_dim]; unpad_o: [num_tokens, H, head_dim];
                           not over src (dst == src only where H >= 16: nothing moves) */
-    int64_t num_tokens; /* >= 0 */
+    int64_t num_tokens; /* 0..2^31 - 1 */
     int num_heads;      /* H (the model's heads), valid per aiter_mla_num_heads_is_valid */
-    int head_dim;       /* > 0; 0 means 576 */
+    int head_dim;       /* 1..65536; 0 means 576 */
     aiter_mla_dtype dtype; /* element type of src and dst; DEFAULT means bf16 */
 } aiter_mla_head_pad_args;
 
@@ -529,7 +536,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *
  * GPU version cannot read them on the host and drops writes outside the capacity. */
 typedef struct aiter_mla_expand_page_indices_args {
     const int32_t *block_table;  /* [batch, block_table_stride] */
-    int64_t block_table_stride;  /* elements per row, >= ceil(max seq_len / K) */
+    int64_t block_table_stride;  /* elements per row, >= 1 and >= ceil(max seq_len / K) */
     const int32_t *cu_num_tokens; /* [batch + 1] start of each request's output */
     const int32_t *seq_lens;     /* [batch] tokens per request */
     int32_t *page_indices;       /* [page_indices_capacity] output */
@@ -547,7 +554,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_exp
  *   kv_indptr[b+1] = kv_indptr[b] + ceil(seq_lens[b] / page_size)
  *   kv_indices     = the first ceil(seq_lens[b] / page_size) block-table entries of each row
  *   kv_last_page_lens[b] = tokens used in the last page (page_size if full, 0 if empty).
- * seq_lens count every key, the new tokens included. */
+ * seq_lens count every key, the new tokens included. The planner and the decode take a request
+ * whose pages hold at most 2^31 - 1 slots (pages x page_size), a key count a little below
+ * INT32_MAX for pages over 1. */
 typedef struct aiter_mla_decode_metadata_args {
     const int32_t *block_table;  /* [batch, block_table_stride] page ids */
     int64_t block_table_stride;  /* elements per row (>= pages of the longest request) */
@@ -617,7 +626,7 @@ enum { /* header slots of the plan buffer (internal) */
 };
 
 typedef struct aiter_mla_decode_plan_desc {
-    int max_batch;      /* >= 1: most requests in one step */
+    int max_batch;      /* 1..2^20: most requests in one step */
     int num_heads;      /* H, 1..128 */
     int max_q_len;      /* 1..8: most query tokens of one request */
     int num_cu;         /* 1..65535: multiprocessors / CUs the decode kernel may fill (see num_lists;
@@ -770,7 +779,7 @@ typedef struct aiter_mla_reduce_args {
     int num_tiles;              /* tiles to visit (tiles with < 2 pieces are skipped) */
     int num_partial_rows;       /* rows in partial_o / partial_lse (bounds the maps) */
     int num_heads;              /* 1..65535 (a decode plan has at most 128, a prefill plan 65535) */
-    int dv;                     /* 0 means 512 */
+    int dv;                     /* 1..1024; 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
                                               overlap (checked for two tokens: token stride >= dv
@@ -791,9 +800,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
  * side) gives NaN o and lse. The reference computes in double;
  * the GPU version in fp32 (SPEC 8 tolerances; the infinities land exactly). o may be
  * o_prefix or o_suffix itself (a running merge: each value is read before it is written)
- * but not overlap either otherwise; lse must not overlap lse_prefix, lse_suffix or o
- * (alternate two lse buffers); all checked. dtype is the o buffers' type: the prefill's
- * o_dtype (both default to bf16). */
+ * but not overlap either otherwise, nor lse_prefix or lse_suffix; lse must not overlap any
+ * input or o (alternate two lse buffers); all checked. dtype is the o buffers' type: the
+ * prefill's o_dtype (both default to bf16). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
     const float *lse_prefix;    /* [H, T] */
@@ -903,10 +912,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * over a single 4096-row request (218 against 174 us on the rule's 8 lists).
  * aiter_mla_prefill_plan_fit_lists computes the count; docs/PERFORMANCE.md has the sweep. */
 typedef struct aiter_mla_prefill_plan_desc {
-    int max_batch;          /* >= 1 */
-    int64_t max_q_tokens;   /* >= 1: query rows of a batch at most */
+    int max_batch;          /* 1..2^20 */
+    int64_t max_q_tokens;   /* 1..2^26: query rows of a batch at most */
     int num_heads;          /* >= 1 */
-    int num_cu;             /* >= 1: the work lists (AITER: the CUs; for aiter_mla_prefill see above) */
+    int num_cu;             /* 1..65536: the work lists (AITER: the CUs; for aiter_mla_prefill see above) */
     int dv;                 /* 64, 128, 192 or 256, the prefill call's; 0 means 128 (sizes the workspace) */
     int tile_q;             /* power of two 16..1024; 0 means 256 (AITER's; 128 runs faster here, above) */
     int kv_granularity;     /* power of two 16..4096; 0 means 128 */
@@ -956,7 +965,7 @@ typedef struct aiter_mla_kv_cache_write_args {
     const int64_t *slot_mapping; /* [num_tokens] int64 */
     void *kv_cache;             /* [num_blocks, block_size, 576] cache_dtype */
     int64_t num_blocks;         /* >= 1 */
-    int block_size;             /* >= 1; 0 means 1 */
+    int block_size;             /* 1..65536; 0 means 1 */
     int64_t num_tokens;         /* >= 0 */
     aiter_mla_dtype src_dtype;  /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (both); DEFAULT means src_dtype */
@@ -1069,7 +1078,9 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * -inf. attn_sink NULL (or -inf entries) means no sink; +inf takes all the weight (o = 0);
  * NaN is refused by the reference (the GPU, which cannot read it, gives NaN o). A NaN or +inf
  * score (from a NaN or an infinity in q or a valid key's row) makes the row's o and lse NaN,
- * never an empty row's zeros, on the GPU and in the reference alike; a -inf score weighs 0.
+ * never an empty row's zeros, on the GPU and in the reference alike; a -inf score weighs 0
+ * (an infinite or NaN V value of a key that weighs 0 is outside this contract: that dim of o
+ * may come out NaN, 0 * inf, as in the dense decode).
  * Caches: bf16 rows of 576 ([num_slots, 576]) or fp8_ds_mla rows ([num_slots, 656] bytes).
  * GPU: one block per (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
@@ -1472,9 +1483,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  *   o = sum_k exp(s_k - m) K_k / (sum_k exp(s_k - m) + exp(attn_sink[h] - m)),
  *   lse = m + log sum_k exp(s_k - m) (natural log, the sink not included).
  * No valid entry: o = 0, lse = +inf (the V3.2 sparse reference's convention); a NaN or +inf
- * score (from a NaN or an infinity in q or a key): NaN o and lse; a -inf score weighs 0 (vLLM's
- * ROCm V4 decode kernels read a NaN key element as 0, its prefill kernels do not: here a NaN in
- * the cache shows). The sink:
+ * score (from a NaN or an infinity in q or a key): NaN o and lse; a -inf score weighs 0 (an
+ * infinite or NaN value of such a key is outside this contract: that dim of o may come out
+ * NaN, 0 * inf, as in the dense decode; vLLM's ROCm V4 decode kernels read a NaN key element
+ * as 0, its prefill kernels do not: here a NaN in the cache shows). The sink:
  * NULL or -inf means none; a finite sink only enlarges the denominator; +inf means the
  * sink takes all the weight: o = 0 (no NaN) and lse unchanged; NaN is refused. Entries
  * count once per appearance (duplicates are not merged). */
@@ -2259,6 +2271,52 @@ static uintptr_t aiter_mla__bytes_of(uint64_t n, uint64_t elem_bytes) {
     return elem_bytes && n > (uint64_t)UINTPTR_MAX / elem_bytes ? UINTPTR_MAX : (uintptr_t)(n * elem_bytes);
 }
 
+/* An array a call reads or writes: where, how many bytes (0 or a NULL p: nothing to overlap) and
+ * its field's name. */
+typedef struct aiter_mla__span {
+    const void *p;
+    uintptr_t bytes;
+    const char *name;
+} aiter_mla__span;
+
+/* Refuses the first output that shares a byte with an input or an earlier output: the call
+ * would read what it has already written (an index array rewritten under the loop that follows
+ * it, a length grown past its buffer), so such arrays are bad input, named before any write. */
+static aiter_mla_status aiter_mla__check_disjoint(const char *op, const aiter_mla__span *outs, int n_out, const aiter_mla__span *ins,
+                                                  int n_in) {
+    int i, j;
+    for (i = 0; i < n_out; i++)
+        for (j = 0; j < n_in + i; j++) {
+            const aiter_mla__span *x = j < n_in ? &ins[j] : &outs[j - n_in];
+            if (outs[i].p && x->p && aiter_mla__bytes_overlap(outs[i].p, outs[i].bytes, x->p, x->bytes))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                       "%s: %s overlaps %s (an output may not share memory with an input or another output)", op,
+                                       outs[i].name, x->name);
+        }
+    return AITER_MLA_OK;
+}
+/* The span of n elements of elem_bytes at p (none for n <= 0). */
+static aiter_mla__span aiter_mla__span_of(const void *p, int64_t n, uint64_t elem_bytes, const char *name) {
+    aiter_mla__span s;
+    s.p = p;
+    s.bytes = n > 0 ? aiter_mla__bytes_of((uint64_t)n, elem_bytes) : 0;
+    s.name = name;
+    return s;
+}
+/* The span of a strided array, from its first element to past its last: tokens x heads rows
+ * of len elements, strides in elements (all >= 0, as resolved); none for no rows. */
+static aiter_mla__span aiter_mla__span_strided(const void *p, int64_t tokens, int64_t heads, int64_t st, int64_t sh, int64_t len,
+                                               uint64_t elem_bytes, const char *name) {
+    aiter_mla__span s;
+    s.p = p;
+    s.bytes = tokens <= 0 || heads <= 0 ? 0
+                                        : aiter_mla__bytes_of((uint64_t)(tokens - 1) * (uint64_t)st +
+                                                                  (uint64_t)(heads - 1) * (uint64_t)sh + (uint64_t)len,
+                                                              elem_bytes);
+    s.name = name;
+    return s;
+}
+
 static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_t tokens, int64_t len, int64_t *dt, int64_t *dh) {
     const int64_t tmax = tokens < 0 ? 1 : tokens - 1; /* the largest token distance */
     int64_t h;
@@ -2313,6 +2371,9 @@ static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
                            aiter_mla__native_error_string(native), native);
 #endif
 }
+/* A GPU call with no work: OK, or ERR_NO_GPU in a build without GPU support, so that every GPU
+ * entry point of such a build answers alike, whatever its arguments' sizes. */
+static aiter_mla_status aiter_mla__nothing_to_launch(const char *op) { return aiter_mla__gpu_result(op, 0); }
 /* Without a GPU the launch is still compiled, but only as sizeof's unevaluated operand: its
  * arguments (the stream among them) count as used and keep their type checks, and nothing
  * calls, or needs a definition of, the launcher. */
@@ -2502,13 +2563,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_unpad_o_ref(const aiter_mla_head_pad_ar
 AITER_MLA_API aiter_mla_status aiter_mla_pad_q(const aiter_mla_head_pad_args *in, void *stream) {
     aiter_mla_head_pad_args a;
     AITER_MLA__CHECK(aiter_mla__head_pad_resolve("pad_q", in, 0, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("pad_q");
     return AITER_MLA__LAUNCH("pad_q", aiter_mla__launch_head_pad(&a, 0, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_unpad_o(const aiter_mla_head_pad_args *in, void *stream) {
     aiter_mla_head_pad_args a;
     AITER_MLA__CHECK(aiter_mla__head_pad_resolve("unpad_o", in, 1, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("unpad_o");
     return AITER_MLA__LAUNCH("unpad_o", aiter_mla__launch_head_pad(&a, 1, stream));
 }
 
@@ -2535,6 +2596,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
     aiter_mla_expand_page_indices_args a;
     int r;
     AITER_MLA__CHECK(aiter_mla__expand_resolve(op, in, &a));
+    if (a.batch > 0) {
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
+                                        aiter_mla__span_of(a.cu_num_tokens, (int64_t)a.batch + 1, 4, "cu_num_tokens"),
+                                        aiter_mla__span_of(a.seq_lens, a.batch, 4, "seq_lens")};
+        const aiter_mla__span out = aiter_mla__span_of(a.page_indices, a.page_indices_capacity, 4, "page_indices");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 3));
+    }
     for (r = 0; r < a.batch; r++) {
         int64_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
         if (n < 0)
@@ -2560,7 +2628,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
 AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices(const aiter_mla_expand_page_indices_args *in, void *stream) {
     aiter_mla_expand_page_indices_args a;
     AITER_MLA__CHECK(aiter_mla__expand_resolve("expand_page_indices", in, &a));
-    if (a.batch == 0) return AITER_MLA_OK;
+    if (a.batch == 0) return aiter_mla__nothing_to_launch("expand_page_indices");
     return AITER_MLA__LAUNCH("expand_page_indices", aiter_mla__launch_expand_page_indices(&a, stream));
 }
 
@@ -2609,6 +2677,16 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
     if (tokens > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s add up to more than 2^31 query tokens", op,
                                a.q_lens ? "q_lens" : "batch x q_len");
+    {
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
+                                        aiter_mla__span_of(a.seq_lens, a.batch, 4, "seq_lens"),
+                                        aiter_mla__span_of(a.q_lens, a.batch, 4, "q_lens")};
+        const aiter_mla__span outs[4] = {aiter_mla__span_of(a.qo_indptr, a.batch + 1, 4, "qo_indptr"),
+                                         aiter_mla__span_of(a.kv_indptr, a.batch + 1, 4, "kv_indptr"),
+                                         aiter_mla__span_of(a.kv_indices, pages, 4, "kv_indices"),
+                                         aiter_mla__span_of(a.kv_last_page_lens, a.batch, 4, "kv_last_page_lens")};
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 3));
+    }
     a.qo_indptr[0] = 0;
     a.kv_indptr[0] = 0;
     for (b = 0; b < a.batch; b++) {
@@ -2717,9 +2795,12 @@ static aiter_mla_decode_plan_view aiter_mla__plan_view(const aiter_mla_decode_pl
 AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const aiter_mla_decode_plan_info *info,
                                                                        int32_t *plan) {
     aiter_mla_decode_plan_view v;
-    if (plan && aiter_mla__plan_info_check("decode_plan_view_of", info) == AITER_MLA_OK) return aiter_mla__plan_view(info, plan);
     memset(&v, 0, sizeof v);
-    return v;
+    if (!plan) {
+        aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "decode_plan_view_of: plan is NULL");
+        return v;
+    }
+    return aiter_mla__plan_info_check("decode_plan_view_of", info) == AITER_MLA_OK ? aiter_mla__plan_view(info, plan) : v;
 }
 
 /* Host arrays a plan is built from: indptrs start at >= 0 and never decrease, q_len fits
@@ -2752,8 +2833,8 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
                                    info->desc.page_size == 1 ? "; a page_size of 0 means 1" : "");
         if (pages * info->desc.page_size > INT32_MAX)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: kv_indptr gives request %d %lld pages of page_size = %d: more than 2^31 - 1 keys", op,
-                                   b, (long long)pages, info->desc.page_size);
+                                   "%s: kv_indptr gives request %d %lld pages of page_size = %d: their slots (pages x page_size) "
+                                   "exceed 2^31 - 1", op, b, (long long)pages, info->desc.page_size);
     }
     return AITER_MLA_OK;
 }
@@ -3189,12 +3270,34 @@ static aiter_mla_status aiter_mla__decode_arrays_check(const char *op, const ait
     return aiter_mla__plan_inputs_check(op, &any, a->qo_indptr, a->kv_indptr, a->kv_last_page_lens, a->batch);
 }
 
+/* The references' outputs (o, lse; the scheduled replay's partials) against the arrays they
+ * read after their first write (q aside: see ERRORS); host arrays, already checked by
+ * decode_arrays_check. */
+static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, int scheduled) {
+    const int64_t T = a->qo_indptr[a->batch], B = a->batch;
+    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
+                                                       AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
+                                    aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
+                                    aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
+                                    aiter_mla__span_of(a->kv_indices, a->kv_indptr[a->batch], 4, "kv_indices"),
+                                    aiter_mla__span_of(a->kv_last_page_lens, B, 4, "kv_last_page_lens"),
+                                    aiter_mla__span_of(scheduled ? a->plan : NULL, scheduled ? a->plan_info->plan_ints : 0, 4, "plan")};
+    aiter_mla__span outs[3];
+    outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
+                                      aiter_mla_dtype_size(a->o_dtype), "o");
+    outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
+    outs[2] = aiter_mla__span_of(scheduled ? a->workspace : NULL, scheduled ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
+                                 "workspace");
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 6);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *in) {
     const char *op = "decode_ref";
     aiter_mla_decode_args a;
     int b;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 0));
     AITER_MLA__CHECK(aiter_mla__decode_arrays_check(op, &a));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 0));
     for (b = 0; b < a.batch; b++)
         aiter_mla__ref_rows(&a, b, a.qo_indptr[b], a.qo_indptr[b + 1], 0, INT64_MAX, -1, NULL, NULL);
     return AITER_MLA_OK;
@@ -3211,6 +3314,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     AITER_MLA__CHECK(aiter_mla__fail_within(
         op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
         "the plan does not fit these arrays (rebuild it with aiter_mla_decode_plan_build)"));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 1));
     v = aiter_mla__plan_view(a.plan_info, (int32_t *)a.plan);
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
@@ -3308,6 +3412,19 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                                "%s: lse_stride_token = %lld and lse_stride_head = %lld put the lse of (token t, head h) and "
                                "(token t%+lld, head h%+lld) on one element (%d tokens)",
                                op, (long long)a.lse_stride_token, (long long)a.lse_stride_head, (long long)dt, (long long)dh, rows);
+    { /* o and lse against the maps and partials the loop below reads after its first writes */
+        const int64_t prow = (int64_t)a.num_partial_rows * a.num_heads;
+        const aiter_mla__span ins[5] = {aiter_mla__span_of(a.reduce_indptr, (int64_t)a.num_tiles + 1, 4, "reduce_indptr"),
+                                        aiter_mla__span_of(a.reduce_final_map, 2 * (int64_t)a.num_tiles, 4, "reduce_final_map"),
+                                        aiter_mla__span_of(a.reduce_partial_map, a.reduce_indptr[a.num_tiles], 4, "reduce_partial_map"),
+                                        aiter_mla__span_of(a.partial_o, prow * a.dv, 4, "partial_o"),
+                                        aiter_mla__span_of(a.partial_lse, prow, 4, "partial_lse")};
+        aiter_mla__span outs[2];
+        outs[0] = aiter_mla__span_strided(a.o, rows, a.num_heads, a.o_stride_token, a.o_stride_head, a.dv,
+                                          aiter_mla_dtype_size(a.o_dtype), "o");
+        outs[1] = aiter_mla__span_strided(a.lse, rows, a.num_heads, a.lse_stride_token, a.lse_stride_head, 1, 4, "lse");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, ins, 5));
+    }
     for (t = 0; t < a.num_tiles; t++) {
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t], row, k;
         if (k1 - k0 < 2) continue;
@@ -3355,23 +3472,23 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
     AITER_MLA__NEED(op, a->o_suffix, "o_suffix");
     AITER_MLA__NEED(op, a->lse_suffix, "lse_suffix");
     AITER_MLA__NEED(op, a->o, "o");
-    { /* o may be an input itself (each value is read before it is written) but not lie across
-         one; lse is written by one lane while others of its row may still read the inputs' lse */
+    { /* The outputs against the inputs: o may be an o input itself (each value is read before it
+         is written) but may not lie across one, nor over an input's lse; lse, written by one
+         lane while others of its row may still read the inputs, overlaps nothing. */
         const uint64_t rows = (uint64_t)a->num_tokens * (uint64_t)a->num_heads; /* < 2^47 */
         const uintptr_t o_bytes = aiter_mla__bytes_of(rows, (uint64_t)a->head_dim * aiter_mla_dtype_size(a->dtype));
         const uintptr_t lse_bytes = aiter_mla__bytes_of(rows, sizeof(float));
-        const void *const ins[2] = {a->o_prefix, a->o_suffix};
-        const float *const lse_ins[2] = {a->lse_prefix, a->lse_suffix};
-        static const char *const in_names[2] = {"prefix", "suffix"};
+        const void *const ins[4] = {a->o_prefix, a->o_suffix, a->lse_prefix, a->lse_suffix};
+        static const char *const in_names[4] = {"o_prefix", "o_suffix", "lse_prefix", "lse_suffix"};
         int i;
-        for (i = 0; i < 2; i++) {
-            if (ins[i] != a->o && aiter_mla__bytes_overlap(a->o, o_bytes, ins[i], o_bytes))
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                       "%s: o overlaps o_%s without being it (o may be an input itself, not lie across one)", op,
-                                       in_names[i]);
-            if (a->lse && aiter_mla__bytes_overlap(a->lse, lse_bytes, lse_ins[i], lse_bytes))
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                       "%s: lse overlaps lse_%s (alternate two lse buffers)", op, in_names[i]);
+        for (i = 0; i < 4; i++) {
+            const uintptr_t in_bytes = i < 2 ? o_bytes : lse_bytes;
+            if ((i >= 2 || ins[i] != a->o) && aiter_mla__bytes_overlap(a->o, o_bytes, ins[i], in_bytes))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: o overlaps %s%s", op, in_names[i],
+                                       i < 2 ? " without being it (o may be an o input itself, not lie across one)" : "");
+            if (a->lse && aiter_mla__bytes_overlap(a->lse, lse_bytes, ins[i], in_bytes))
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s%s", op, in_names[i],
+                                       i < 2 ? "" : " (alternate two lse buffers)");
         }
         if (a->lse && aiter_mla__bytes_overlap(a->o, o_bytes, a->lse, lse_bytes))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: lse overlaps o", op);
@@ -3407,7 +3524,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_m
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge_args *in, void *stream) {
     aiter_mla_merge_args a;
     AITER_MLA__CHECK(aiter_mla__merge_resolve("merge_attn_states", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("merge_attn_states");
     return AITER_MLA__LAUNCH("merge_attn_states", aiter_mla__launch_merge_attn_states(&a, stream));
 }
 
@@ -3440,11 +3557,30 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     return AITER_MLA_OK;
 }
 
+/* A cache writer's reference: its cache (rows of row_bytes) against the rows and slots it
+ * reads after its first write (num_tokens rows of kv_c and of k_pe, k_pe NULL for none). */
+static aiter_mla_status aiter_mla__writer_disjoint(const char *op, const void *cache, int64_t rows, uint64_t row_bytes,
+                                                   const int64_t *slot_mapping, int64_t num_tokens, const void *kv_c,
+                                                   int64_t kv_c_stride, int kv_c_len, const void *k_pe, int64_t k_pe_stride,
+                                                   aiter_mla_dtype src_dtype) {
+    const uint64_t elem = aiter_mla_dtype_size(src_dtype);
+    aiter_mla__span ins[3];
+    const aiter_mla__span out = aiter_mla__span_of(cache, rows, row_bytes, "kv_cache");
+    ins[0] = aiter_mla__span_of(slot_mapping, num_tokens, 8, "slot_mapping");
+    ins[1] = aiter_mla__span_strided(kv_c, num_tokens, 1, kv_c_stride, 0, kv_c_len, elem, k_pe ? "kv_c" : "kv");
+    ins[2] = aiter_mla__span_strided(k_pe, num_tokens, 1, k_pe_stride, 0, AITER_MLA_HEAD_DIM - AITER_MLA_LATENT_DIM, elem, "k_pe");
+    return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *in) {
     aiter_mla_kv_cache_write_args a;
     int64_t t;
     int c;
     AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write_ref", in, &a));
+    AITER_MLA__CHECK(aiter_mla__writer_disjoint("kv_cache_write_ref", a.kv_cache, a.num_blocks * a.block_size,
+                                                AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype), a.slot_mapping,
+                                                a.num_tokens, a.kv_c, a.kv_c_stride, AITER_MLA_LATENT_DIM, a.k_pe, a.k_pe_stride,
+                                                a.src_dtype));
     for (t = 0; t < a.num_tokens; t++)
         for (c = 0; c < AITER_MLA_HEAD_DIM; c++) aiter_mla__kv_write_elem(&a, t, c);
     return AITER_MLA_OK;
@@ -3453,7 +3589,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_c
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write(const aiter_mla_kv_cache_write_args *in, void *stream) {
     aiter_mla_kv_cache_write_args a;
     AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("kv_cache_write");
     return AITER_MLA__LAUNCH("kv_cache_write", aiter_mla__launch_kv_cache_write(&a, stream));
 }
 
@@ -3488,6 +3624,17 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_
     int64_t t;
     int i;
     AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices_ref", in, &a));
+    if (a.num_tokens > 0) {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.indices, a.num_tokens * a.indices_stride, 4, "indices"),
+                                        aiter_mla__span_of(a.req_id, a.num_tokens, 4, "req_id"),
+                                        aiter_mla__span_of(a.block_table, a.block_table ? a.num_requests * a.block_table_stride : 0,
+                                                           4, "block_table"),
+                                        aiter_mla__span_of(a.block_table ? NULL : a.workspace_starts, a.num_requests, 4,
+                                                           "workspace_starts")};
+        const aiter_mla__span outs[2] = {aiter_mla__span_of(a.out, a.num_tokens * a.out_stride, 4, "out"),
+                                         aiter_mla__span_of(a.valid_counts, a.num_tokens, 4, "valid_counts")};
+        AITER_MLA__CHECK(aiter_mla__check_disjoint("convert_sparse_indices_ref", outs, 2, ins, 4));
+    }
     for (t = 0; t < a.num_tokens; t++) {
         int32_t valid = 0;
         for (i = 0; i < a.topk; i++) {
@@ -3503,7 +3650,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_
 AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices(const aiter_mla_sparse_index_args *in, void *stream) {
     aiter_mla_sparse_index_args a;
     AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("convert_sparse_indices");
     return AITER_MLA__LAUNCH("convert_sparse_indices", aiter_mla__launch_convert_sparse_indices(&a, stream));
 }
 
@@ -3528,6 +3675,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_
     int64_t t;
     int i;
     AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices_ref", in, &a));
+    if (a.num_tokens > 0) {
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(a.indices, a.num_tokens * a.topk, 4, "indices"),
+                                        aiter_mla__span_of(a.req_id, a.num_tokens, 4, "req_id"),
+                                        aiter_mla__span_of(a.ctx_lens, a.num_requests, 4, "ctx_lens")};
+        const aiter_mla__span outs[2] = {aiter_mla__span_of(a.context_out, a.num_tokens * a.topk, 4, "context_out"),
+                                         aiter_mla__span_of(a.new_out, a.num_tokens * a.topk, 4, "new_out")};
+        AITER_MLA__CHECK(aiter_mla__check_disjoint("filter_prefill_indices_ref", outs, 2, ins, 3));
+    }
     for (t = 0; t < a.num_tokens; t++) {
         const int32_t ctx = aiter_mla__filter_ctx_len(&a, a.req_id[t]);
         for (i = 0; i < a.topk; i++)
@@ -3539,7 +3694,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices(const aiter_mla_filter_prefill_args *in, void *stream) {
     aiter_mla_filter_prefill_args a;
     AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("filter_prefill_indices");
     return AITER_MLA__LAUNCH("filter_prefill_indices", aiter_mla__launch_filter_prefill_indices(&a, stream));
 }
 
@@ -3588,6 +3743,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
     int64_t t;
     int g, i;
     AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write_ref", in, &a));
+    AITER_MLA__CHECK(aiter_mla__writer_disjoint("ds_mla_write_ref", a.kv_cache, a.num_blocks * a.block_size,
+                                                AITER_MLA_DS_MLA_ROW_BYTES, a.slot_mapping, a.num_tokens, a.kv_c, a.kv_c_stride,
+                                                AITER_MLA_LATENT_DIM, a.k_pe, a.k_pe_stride, a.src_dtype));
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
         unsigned char *row;
@@ -3616,7 +3774,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write(const aiter_mla_ds_mla_write_args *in, void *stream) {
     aiter_mla_ds_mla_write_args a;
     AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("ds_mla_write");
     return AITER_MLA__LAUNCH("ds_mla_write", aiter_mla__launch_ds_mla_write(&a, stream));
 }
 
@@ -3679,6 +3837,19 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
     int64_t t;
     int h, k, d;
     AITER_MLA__CHECK(aiter_mla__sparse_resolve("sparse_attention_ref", in, &a));
+    if (a.num_tokens > 0) { /* the outputs against what later tokens read */
+        const int64_t rows = a.num_tokens * a.num_heads;
+        const aiter_mla__span ins[4] = {
+            aiter_mla__span_of(a.kv_cache, a.num_slots,
+                               a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2, "kv_cache"),
+            aiter_mla__span_of(a.indices, a.num_tokens * a.indices_stride, 4, "indices"),
+            aiter_mla__span_of(a.topk_length, a.num_tokens, 4, "topk_length"),
+            aiter_mla__span_of(a.attn_sink, a.num_heads, 4, "attn_sink")};
+        const aiter_mla__span outs[3] = {aiter_mla__span_of(a.o, rows * AITER_MLA_LATENT_DIM, aiter_mla_dtype_size(a.o_dtype), "o"),
+                                         aiter_mla__span_of(a.lse, rows, 4, "lse"),
+                                         aiter_mla__span_of(a.max_logits, rows, 4, "max_logits")};
+        AITER_MLA__CHECK(aiter_mla__check_disjoint("sparse_attention_ref", outs, 3, ins, 4));
+    }
     if (a.attn_sink) /* host memory here (the GPU call cannot read it) */
         for (h = 0; h < a.num_heads; h++)
             if (a.attn_sink[h] != a.attn_sink[h])
@@ -3723,7 +3894,7 @@ static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_s
     if (a.num_tokens * a.indices_stride > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * indices_stride = %lld exceeds 2^31 - 1 (split the batch)",
                                op, (long long)(a.num_tokens * a.indices_stride));
-    if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));
 }
@@ -3769,16 +3940,27 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
     aiter_mla_gather_cache_args a;
     int b, d;
     AITER_MLA__CHECK(aiter_mla__gather_resolve(op, in, &a));
-    if (a.cu_out_rows[0] < 0) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_out_rows[0] is negative", op);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, a.cu_out_rows, "", "cu_out_rows"));
     for (b = 0; b < a.batch; b++) {
-        if (a.cu_out_rows[b + 1] < a.cu_out_rows[b])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_out_rows is not monotone at %d", op, b);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, a.cu_out_rows, b, "", "cu_out_rows"));
         if (a.seq_starts && a.seq_starts[b] < 0)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: seq_starts[%d] = %d is negative", op, b, a.seq_starts[b]);
     }
     if (a.cu_out_rows[a.batch] > a.out_rows)
         return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: cu_out_rows[%d] = %d exceeds out_rows = %lld", op,
                                a.batch, a.cu_out_rows[a.batch], (long long)a.out_rows);
+    { /* out against what later requests read */
+        const aiter_mla__span ins[4] = {
+            aiter_mla__span_of(a.kv_cache, a.num_blocks * a.block_size,
+                               a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype),
+                               "kv_cache"),
+            aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
+            aiter_mla__span_of(a.cu_out_rows, (int64_t)a.batch + 1, 4, "cu_out_rows"),
+            aiter_mla__span_of(a.seq_starts, a.batch, 4, "seq_starts")};
+        const aiter_mla__span out =
+            aiter_mla__span_of(a.out, a.cu_out_rows[a.batch], AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.out_dtype), "out");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 4));
+    }
     for (b = 0; b < a.batch; b++) {
         int32_t i;
         for (i = 0; i < a.cu_out_rows[b + 1] - a.cu_out_rows[b]; i++) {
@@ -3792,7 +3974,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
 AITER_MLA_API aiter_mla_status aiter_mla_gather_cache(const aiter_mla_gather_cache_args *in, void *stream) {
     aiter_mla_gather_cache_args a;
     AITER_MLA__CHECK(aiter_mla__gather_resolve("gather_cache", in, &a));
-    if (a.out_rows == 0) return AITER_MLA_OK;
+    if (a.out_rows == 0) return aiter_mla__nothing_to_launch("gather_cache");
     return AITER_MLA__LAUNCH("gather_cache", aiter_mla__launch_gather_cache(&a, stream));
 }
 
@@ -3807,11 +3989,11 @@ static aiter_mla_status aiter_mla__check_prefill_dim(const char *op, int d, cons
  * planner check them alike). */
 static aiter_mla_status aiter_mla__cu_seqlens_check(const char *op, const int32_t *cq, const int32_t *ck, int batch) {
     int b;
-    if (cq[0] < 0 || ck[0] < 0)
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q[0] and cu_seqlens_k[0] must be >= 0", op);
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, cq, "", "cu_seqlens_q"));
+    AITER_MLA__CHECK(aiter_mla__indptr_start(op, ck, "", "cu_seqlens_k"));
     for (b = 0; b < batch; b++) {
-        if (cq[b + 1] < cq[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_q is not monotone at %d", op, b);
-        if (ck[b + 1] < ck[b]) return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: cu_seqlens_k is not monotone at %d", op, b);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, cq, b, "", "cu_seqlens_q"));
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, ck, b, "", "cu_seqlens_k"));
     }
     return AITER_MLA_OK;
 }
@@ -3923,10 +4105,30 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
         }
 }
 
+/* The references' outputs (o, lse; the scheduled replay's partials) against what they read
+ * after their first writes: k, v, cu_seqlens, the plan (q may be o: a row's q is read before
+ * its o is written). Host arrays, their contents already checked. */
+static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, int scheduled) {
+    const int64_t tq = a->cu_seqlens_q[a->batch], tk = a->cu_seqlens_k[a->batch], qkv = aiter_mla_dtype_size(a->qkv_dtype);
+    aiter_mla__span ins[5], outs[3];
+    ins[0] = aiter_mla__span_of(a->cu_seqlens_q, (int64_t)a->batch + 1, 4, "cu_seqlens_q");
+    ins[1] = aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k");
+    ins[2] = aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k");
+    ins[3] = aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v");
+    ins[4] = aiter_mla__span_of(scheduled ? a->plan : NULL, scheduled ? a->plan_info->plan_ints : 0, 4, "plan");
+    outs[0] = aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv,
+                                      aiter_mla_dtype_size(a->o_dtype), "o");
+    outs[1] = aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse");
+    outs[2] = aiter_mla__span_of(scheduled ? a->workspace : NULL, scheduled ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
+                                 "workspace");
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
     aiter_mla_prefill_args a;
     int b;
     AITER_MLA__CHECK(aiter_mla__prefill_resolve("prefill_ref", in, &a, 1));
+    AITER_MLA__CHECK(aiter_mla__prefill_disjoint("prefill_ref", &a, 0));
     for (b = 0; b < a.batch; b++)
         aiter_mla__prefill_rows(&a, b, 0, a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b], 0, INT64_MAX, -1, NULL, NULL);
     return AITER_MLA_OK;
@@ -4250,6 +4452,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     info = a.plan_info;
     AITER_MLA__CHECK(aiter_mla__fail_within(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
                                             "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build)"));
+    AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, 1));
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
     nwork = a.plan[AITER_MLA__PH_NUM_WORK];
@@ -4338,6 +4541,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_c
     aiter_mla_v4_cache_write_args a;
     int64_t t, slots;
     AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write_ref", in, &a));
+    AITER_MLA__CHECK(aiter_mla__writer_disjoint("v4_cache_write_ref", a.kv_cache, a.num_blocks, (uint64_t)a.page_stride_bytes,
+                                                a.slot_mapping, a.num_tokens, a.kv, a.kv_stride, AITER_MLA_V4_HEAD_DIM, NULL, 0,
+                                                a.src_dtype));
     slots = a.num_blocks * a.block_size;
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
@@ -4351,7 +4557,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_c
 AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write(const aiter_mla_v4_cache_write_args *in, void *stream) {
     aiter_mla_v4_cache_write_args a;
     AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write", in, &a));
-    if (a.num_tokens == 0) return AITER_MLA_OK;
+    if (a.num_tokens == 0) return aiter_mla__nothing_to_launch("v4_cache_write");
     return AITER_MLA__LAUNCH("v4_cache_write", aiter_mla__launch_v4_cache_write(&a, stream));
 }
 
@@ -4394,7 +4600,7 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
 AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_args *in, void *stream) {
     aiter_mla_v4_gather_args a;
     AITER_MLA__CHECK(aiter_mla__v4_gather_resolve("v4_gather", in, &a));
-    if (a.out_rows == a.offset) return AITER_MLA_OK; /* no row can be written */
+    if (a.out_rows == a.offset) return aiter_mla__nothing_to_launch("v4_gather"); /* no row can be written */
     return AITER_MLA__LAUNCH("v4_gather", aiter_mla__launch_v4_gather(&a, stream));
 }
 
@@ -4412,6 +4618,15 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather
         if (a.offset + g > a.out_rows)
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: offset %lld + %d rows of request %d pass out_rows = %lld",
                                    op, (long long)a.offset, g, b, (long long)a.out_rows);
+    }
+    { /* out against what later requests read */
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.kv_cache, a.num_blocks * a.page_stride_bytes, 1, "kv_cache"),
+                                        aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
+                                        aiter_mla__span_of(a.seq_lens, a.batch, 4, "seq_lens"),
+                                        aiter_mla__span_of(a.gather_lens, a.batch, 4, "gather_lens")};
+        const aiter_mla__span out =
+            aiter_mla__span_of(a.out, a.batch * a.out_rows, AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a.out_dtype), "out");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 4));
     }
     for (b = 0; b < a.batch; b++) {
         const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
@@ -4447,11 +4662,14 @@ static aiter_mla_status aiter_mla__v4_out_check(const char *op, aiter_mla_v4_ind
 typedef int32_t (*aiter_mla__v4_row_fn)(const void *ctx, int64_t r, int32_t *row);
 
 /* The one writer of every builder's outputs: count the ragged total first (nothing is
- * written when it exceeds the capacity), then dense rows (-1 padded), lengths and CSR. */
+ * written when it exceeds the capacity or an output overlaps one of the n_in arrays ins the
+ * rows read, or another output), then dense rows (-1 padded), lengths and CSR. */
 static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_index_out *out, int64_t num_tokens, int64_t width,
-                                           aiter_mla__v4_row_fn fn, const void *ctx) {
+                                           aiter_mla__v4_row_fn fn, const void *ctx, const aiter_mla__span *ins, int n_in) {
     int32_t *row = (int32_t *)AITER_MLA_MALLOC((size_t)width * sizeof(int32_t));
     int64_t r, total = 0;
+    aiter_mla__span outs[4];
+    aiter_mla_status st;
     if (!row) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
     if (out->indices) {
         for (r = 0; r < num_tokens; r++) total += fn(ctx, r, row);
@@ -4460,8 +4678,17 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: the lists hold %lld entries, out.capacity = %lld", op,
                                    (long long)total, (long long)out->capacity);
         }
-        out->indptr[0] = 0;
     }
+    outs[0] = aiter_mla__span_of(out->dense, num_tokens * out->dense_stride, 4, "out.dense");
+    outs[1] = aiter_mla__span_of(out->lens, num_tokens, 4, "out.lens");
+    outs[2] = aiter_mla__span_of(out->indices, total, 4, "out.indices");
+    outs[3] = aiter_mla__span_of(out->indices ? out->indptr : NULL, num_tokens + 1, 4, "out.indptr");
+    st = aiter_mla__check_disjoint(op, outs, 4, ins, n_in);
+    if (st != AITER_MLA_OK) {
+        AITER_MLA_FREE(row);
+        return st;
+    }
+    if (out->indices) out->indptr[0] = 0;
     total = 0;
     for (r = 0; r < num_tokens; r++) {
         const int32_t n = fn(ctx, r, row);
@@ -4525,13 +4752,22 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_s
     aiter_mla_v4_swa_index_args a;
     AITER_MLA__CHECK(aiter_mla__v4_swa_resolve(op, in, &a));
     AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
-    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a);
+    {
+        const int64_t toks = a.token_offset + a.num_tokens;
+        const aiter_mla__span ins[5] = {aiter_mla__span_of(a.query_start_loc, (int64_t)a.num_reqs + 1, 4, "query_start_loc"),
+                                        aiter_mla__span_of(a.seq_lens, a.num_reqs, 4, "seq_lens"),
+                                        aiter_mla__span_of(a.token_to_req, toks, 4, "token_to_req"),
+                                        aiter_mla__span_of(a.is_valid_token, toks, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
+        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a, ins, 5);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_index_args *in, void *stream) {
     aiter_mla_v4_swa_index_args a;
     AITER_MLA__CHECK(aiter_mla__v4_swa_resolve("v4_swa_indices", in, &a));
-    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK; /* a ragged output still gets indptr[0] */
+    if (a.num_tokens == 0 && !a.out.indptr) /* a ragged output still gets indptr[0] */
+        return aiter_mla__nothing_to_launch("v4_swa_indices");
     return AITER_MLA__LAUNCH("v4_swa_indices", aiter_mla__launch_v4_swa_indices(&a, stream));
 }
 
@@ -4569,13 +4805,19 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_t
     const char *op = "v4_global_topk_ref";
     aiter_mla_v4_topk_args a;
     AITER_MLA__CHECK(aiter_mla__v4_topk_resolve(op, in, &a));
-    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a);
+    {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.topk_indices, a.num_tokens * a.topk_stride, 4, "topk_indices"),
+                                        aiter_mla__span_of(a.token_to_req, a.num_tokens, 4, "token_to_req"),
+                                        aiter_mla__span_of(a.is_valid_token, a.num_tokens, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
+        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk(const aiter_mla_v4_topk_args *in, void *stream) {
     aiter_mla_v4_topk_args a;
     AITER_MLA__CHECK(aiter_mla__v4_topk_resolve("v4_global_topk", in, &a));
-    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !a.out.indptr) return aiter_mla__nothing_to_launch("v4_global_topk");
     return AITER_MLA__LAUNCH("v4_global_topk", aiter_mla__launch_v4_global_topk(&a, stream));
 }
 
@@ -4615,13 +4857,19 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_
     const char *op = "v4_c128_indices_ref";
     aiter_mla_v4_c128_args a;
     AITER_MLA__CHECK(aiter_mla__v4_c128_resolve(op, in, &a));
-    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a);
+    {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.positions, a.num_tokens, 8, "positions"),
+                                        aiter_mla__span_of(a.token_to_req, a.num_tokens, 4, "token_to_req"),
+                                        aiter_mla__span_of(a.is_valid_token, a.num_tokens, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
+        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices(const aiter_mla_v4_c128_args *in, void *stream) {
     aiter_mla_v4_c128_args a;
     AITER_MLA__CHECK(aiter_mla__v4_c128_resolve("v4_c128_indices", in, &a));
-    if (a.num_tokens == 0 && !a.out.indptr) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !a.out.indptr) return aiter_mla__nothing_to_launch("v4_c128_indices");
     return AITER_MLA__LAUNCH("v4_c128_indices", aiter_mla__launch_v4_c128_indices(&a, stream));
 }
 
@@ -4691,7 +4939,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: N = %lld + %d gathered rows of request %d pass M = %lld",
                                    op, (long long)a.N, g, b, (long long)a.M);
     }
-    return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a);
+    {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.topk ? a.topk_indices : NULL, num_tokens * a.topk_stride, 4,
+                                                           "topk_indices"),
+                                        aiter_mla__span_of(a.query_start_loc, (int64_t)a.num_reqs + 1, 4, "query_start_loc"),
+                                        aiter_mla__span_of(a.seq_lens, a.num_reqs, 4, "seq_lens"),
+                                        aiter_mla__span_of(a.gather_lens, a.num_reqs, 4, "gather_lens")};
+        return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *in, void *stream) {
@@ -4735,6 +4990,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
                                    op, (long long)r, a.indptr[r + 1] - a.indptr[r], a.max_entries_per_row);
     }
     if (a.indptr[a.num_rows] > a.indptr[0]) AITER_MLA__NEED(op, a.indices, "indices");
+    {
+        const aiter_mla__span ins[2] = {aiter_mla__span_of(a.indices, a.indptr[a.num_rows], 4, "indices"),
+                                        aiter_mla__span_of(a.indptr, a.num_rows + 1, 4, "indptr")};
+        const aiter_mla__span outs[3] = {aiter_mla__span_of(a.indices_buffer, a.indices_buffer_capacity, 4, "indices_buffer"),
+                                         aiter_mla__span_of(a.indptr_buffer, a.num_rows + 1, 4, "indptr_buffer"),
+                                         aiter_mla__span_of(a.num_dropped, 1, 8, "num_dropped")};
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 3, ins, 2));
+    }
     a.indptr_buffer[0] = 0;
     for (r = 0; r < a.num_rows; r++) {
         int64_t cut;
@@ -4872,10 +5135,34 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
     return AITER_MLA_OK;
 }
 
+/* A resolved key list's arrays as the reference reads them (none for an unused list); names:
+ * its cache, indices, indptr and lens. */
+static void aiter_mla__v4_key_spans(const aiter_mla_v4_keys *k, int64_t T, const char *const names[4], aiter_mla__span *s) {
+    const int used = k->indices != NULL; /* an unused list's other fields are not resolved */
+    const int64_t cache_bytes = !used    ? 0
+                                : k->rows ? k->num_blocks * AITER_MLA_V4_HEAD_DIM * (k->dtype == AITER_MLA_F32 ? 4 : 2)
+                                          : k->num_blocks * k->page_stride_bytes;
+    s[0] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[0]);
+    s[1] = aiter_mla__span_of(k->indices, !used ? 0 : k->indptr ? k->indptr[T] : T * k->indices_stride, 4, names[1]);
+    s[2] = aiter_mla__span_of(k->indptr, used ? T + 1 : 0, 4, names[2]);
+    s[3] = aiter_mla__span_of(k->lens, used && !k->indptr ? T : 0, 4, names[3]);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
+    static const char *const key_names[2][4] = {{"keys.cache", "keys.indices", "keys.indptr", "keys.lens"},
+                                                {"extra_keys.cache", "extra_keys.indices", "extra_keys.indptr", "extra_keys.lens"}};
     const char *op = "v4_attention_ref";
     aiter_mla_v4_attention_args a;
+    aiter_mla__span ins[9], outs[2];
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 1));
+    /* the outputs against what the loop over tokens reads after the first token's writes */
+    aiter_mla__v4_key_spans(&a.keys, a.num_tokens, key_names[0], ins);
+    aiter_mla__v4_key_spans(&a.extra_keys, a.num_tokens, key_names[1], ins + 4);
+    ins[8] = aiter_mla__span_of(a.attn_sink, a.num_heads, 4, "attn_sink");
+    outs[0] = aiter_mla__span_strided(a.o, a.num_tokens, a.num_heads, a.o_stride_token, a.o_stride_head, AITER_MLA_V4_HEAD_DIM,
+                                      aiter_mla_dtype_size(a.o_dtype), "o");
+    outs[1] = aiter_mla__span_of(a.lse, a.num_tokens * a.num_heads, 4, "lse");
+    AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, ins, 9));
     return aiter_mla__v4_attend(op, &a);
 }
 
@@ -4922,7 +5209,7 @@ static aiter_mla_status aiter_mla__v4_attention_call(const char *op, const aiter
                                                      aiter_mla_kernel *kernel, void *stream) {
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
-    if (a.num_tokens == 0 && !kernel) return AITER_MLA_OK;
+    if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_v4_attention(&a, kernel, stream));
 }
@@ -5134,6 +5421,27 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
     aiter_mla__v4_prefill r;
     int64_t c0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
+    if (!gpu && r.tokens > 0) { /* the reference's outputs (workspace, o, lse) against what it reads */
+        const aiter_mla_v4_prefill_args *a = &r.a;
+        const int64_t ratio = a->compress_ratio > 1, T = r.tokens;
+        const aiter_mla__span ins[8] = {
+            aiter_mla__span_of(a->query_start_loc, (int64_t)a->batch + 1, 4, "query_start_loc"),
+            aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens"),
+            aiter_mla__span_of(a->topk_indices, ratio ? T * a->topk_stride : 0, 4, "topk_indices"),
+            aiter_mla__span_of(a->swa_cache, a->swa_num_blocks * a->swa_page_stride_bytes, 1, "swa_cache"),
+            aiter_mla__span_of(a->swa_block_table, a->batch * a->swa_block_table_stride, 4, "swa_block_table"),
+            aiter_mla__span_of(a->compressed_cache, ratio ? a->compressed_num_blocks * a->compressed_page_stride_bytes : 0, 1,
+                               "compressed_cache"),
+            aiter_mla__span_of(a->compressed_block_table, ratio ? a->batch * a->compressed_block_table_stride : 0, 4,
+                               "compressed_block_table"),
+            aiter_mla__span_of(a->attn.attn_sink, a->attn.num_heads, 4, "attn.attn_sink")};
+        aiter_mla__span outs[3];
+        outs[0] = aiter_mla__span_of(a->workspace, (int64_t)a->workspace_bytes, 1, "workspace");
+        outs[1] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
+                                          AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.o_dtype), "attn.o");
+        outs[2] = aiter_mla__span_of(a->attn.lse, T * a->attn.num_heads, 4, "attn.lse");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 3, ins, 8));
+    }
     for (c0 = 0; r.tokens > 0 && c0 < r.a.batch; c0 += r.a.chunk_size) {
         const aiter_mla_v4_prefill_args *a = &r.a;
         const int cs = (int)c0, n = a->batch - cs < a->chunk_size ? a->batch - cs : a->chunk_size;
@@ -5167,7 +5475,7 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
             AITER_MLA__CHECK(aiter_mla_v4_attention_ref(&at));
         }
     }
-    return AITER_MLA_OK;
+    return gpu ? aiter_mla__nothing_to_launch(op) : AITER_MLA_OK; /* ERR_NO_GPU without a GPU, even for no tokens */
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *a) {

@@ -50,7 +50,7 @@ static const char *after_op_name(const char *msg) {
 
 /* aiter_mla_<op>_kernel against aiter_mla_<op> on the same args: the same refusal (status and
  * message after the op name), or where the call gets past its checks (ERR_NO_GPU in this
- * build; OK with nothing to launch) OK and AITER_MLA_KERNEL_NONE. */
+ * build, with nothing to launch too; never OK) OK and AITER_MLA_KERNEL_NONE. */
 #define CHECK_KERNEL_LIKE_CALL(op, args)                                                                      \
     do {                                                                                                              \
         char kc_msg_[320];                                                                                            \
@@ -59,12 +59,13 @@ static const char *after_op_name(const char *msg) {
         aiter_mla_status kc_query_;                                                                                   \
         snprintf(kc_msg_, sizeof kc_msg_, "%s", kc_call_ == AITER_MLA_OK ? "" : aiter_mla_last_error());             \
         kc_query_ = aiter_mla_##op##_kernel((args), &kc_k_);                                                          \
-        if (kc_call_ == AITER_MLA_OK || kc_call_ == AITER_MLA_ERR_NO_GPU)                                             \
+        if (kc_call_ == AITER_MLA_ERR_NO_GPU)                                                                         \
             CHECK(kc_query_ == AITER_MLA_OK && kc_k_ == AITER_MLA_KERNEL_NONE,                                        \
                   "%s_kernel(%s): %s \"%s\", kernel %s; the call: %s", #op, #args, testing_status_name(kc_query_),     \
                   aiter_mla_last_error(), aiter_mla_kernel_name(kc_k_), testing_status_name(kc_call_));               \
         else                                                                                                          \
-            CHECK(kc_query_ == kc_call_ && !strcmp(after_op_name(kc_msg_), after_op_name(aiter_mla_last_error())),    \
+            CHECK(kc_call_ != AITER_MLA_OK && kc_query_ == kc_call_ &&                                                \
+                      !strcmp(after_op_name(kc_msg_), after_op_name(aiter_mla_last_error())),                         \
                   "%s_kernel(%s): %s \"%s\"; the call: %s \"%s\"", #op, #args, testing_status_name(kc_query_),          \
                   aiter_mla_last_error(), testing_status_name(kc_call_), kc_msg_);                                    \
     } while (0)
@@ -85,8 +86,8 @@ static int failed_with_message(aiter_mla_status st, const char *armed) {
 /* =====================================================================================
  * scalar fields at their extremes: each size, stride, count, flag, dtype and scale of a
  * valid call, set alone to every value of its kind's list (and to its own value +-1 and
- * doubled). The GPU wrapper (its checks alone in this build) accepts (ERR_NO_GPU, or OK with
- * nothing to launch) or refuses with a status and a message of its own; a refusal is the
+ * doubled). The GPU wrapper (its checks alone in this build) accepts (ERR_NO_GPU; OK from the
+ * host-only ops the sweep also takes) or refuses with a status and a message of its own; a refusal is the
  * reference's too (status and message after the op name) and the kernel query's. The binary
  * runs under ASan/UBSan: an overflow in a check, or a read past a buffer, aborts it.
  * tests/check_sweep_fields.sh holds the sweep_*_fields tables below against the header's
@@ -1160,6 +1161,9 @@ static void test_expand_page_indices(void) {
             CHECK(bad == 0, "expand K=%d batch=%d: %d wrong entries (first request %d token %d)", K, batch, bad, first_b,
                   first_t);
             if (ki == 0 && it == 0) {
+                aiter_mla_expand_page_indices_args m = a;
+                m.page_indices = seq;
+                CHECK_STATUS(aiter_mla_expand_page_indices_ref(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices overlaps");
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
                 SWEEP(expand_page_indices, a, sweep_expand_fields);
                 a.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (its kernel counts requests in int64) */
@@ -1297,6 +1301,18 @@ static void test_metadata_build(void) {
         a.kv_indices = kvi;
         a.kv_indices_capacity = cap;
         a.kv_last_page_lens = last;
+        if (it == 0) { /* outputs over inputs or each other: refused before any write */
+            aiter_mla_decode_metadata_args m = a;
+            m.qo_indptr = seq;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "qo_indptr overlaps");
+            m = a;
+            m.kv_indices = bt;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&m), total ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_OK,
+                         total ? "kv_indices overlaps" : "");
+            m = a;
+            m.kv_last_page_lens = kvp + 1;
+            CHECK_STATUS(aiter_mla_decode_metadata_build(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_last_page_lens overlaps kv_indptr");
+        }
         CHECK_STATUS(aiter_mla_decode_metadata_build(&a), AITER_MLA_OK, "");
         {
             int32_t q_acc = 0, k_acc = 0;
@@ -2012,6 +2028,10 @@ static void test_plan_corruption(void) {
         z = aiter_mla_decode_plan_view_of(&bad, plan);
         CHECK(!z.work_info && !z.work_indptr && z.num_work == 0 && strstr(aiter_mla_last_error(), "plan_info.off_work_info differs"),
               "plan_view_of of a made-up info: work_info %p, last error \"%s\"", (void *)z.work_info, aiter_mla_last_error());
+        aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "an earlier message"); /* a NULL plan says so itself */
+        z = aiter_mla_decode_plan_view_of(&info, NULL);
+        CHECK(!z.work_info && z.num_work == 0 && strstr(aiter_mla_last_error(), "plan is NULL"),
+              "plan_view_of a NULL plan: work_info %p, last error \"%s\"", (void *)z.work_info, aiter_mla_last_error());
     }
     /* two adjacent pieces of one split tile: A ends where B starts */
     for (w = 0; w < v.num_work && wa < 0; w++) {
@@ -3006,6 +3026,13 @@ static void test_reduce_ref(void) {
             b = a;
             b.dv = -1;
             CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "dv");
+            /* o or lse over the maps the loop follows after its first writes */
+            b = a;
+            b.o = (void *)a.reduce_final_map;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
+            b = a;
+            b.lse = (float *)a.reduce_partial_map;
+            CHECK_STATUS(aiter_mla_reduce_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
             /* indices the reduce would follow are checked before any write */
             b = a;
             b.num_partial_rows = P - 2; /* the last piece ends at row P - 1 */
@@ -3184,6 +3211,18 @@ static void test_merge_ref(void) {
             b = a;
             b.lse = (float *)o;
             CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps o");
+            b = a; /* lse over an o input's last bytes: its rows would change under later reads */
+            b.lse = (float *)((char *)op + (size_t)n * aiter_mla_dtype_size(dt) - sizeof(float));
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_prefix");
+            b = a;
+            b.lse = (float *)((char *)os + (size_t)n * aiter_mla_dtype_size(dt) - sizeof(float));
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "o_suffix");
+            b = a; /* o over an input's lse (its lse may still be read after o's first rows are written) */
+            b.o = ls;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse_suffix");
+            b = a;
+            b.o = lp + (int64_t)H * T - 1;
+            CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "lse_prefix");
             b = a; /* an lse buffer of its own */
             b.lse = lo;
             CHECK_STATUS(aiter_mla_merge_attn_states_ref(&b), AITER_MLA_OK, "");
@@ -3403,6 +3442,10 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indices = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indices");
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_last_page_lens");
+    /* outputs over the arrays the references read after their first writes */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.lse = (float *)s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.o = s.kvi, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.workspace = plan, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
@@ -4665,12 +4708,13 @@ static void test_prefill_plan_fit_lists(void) {
 
 /* =====================================================================================
  * GPU wrappers of the small ops: the same validation as their references (status and
- * message after the op name), ERR_NO_GPU only once it passes, nothing launched for empty
- * work; device-array contents are not checked by the wrappers
+ * message after the op name), ERR_NO_GPU only once it passes (empty work included: a build
+ * without a GPU answers every GPU call alike); device-array contents are not checked by the
+ * wrappers
  * ===================================================================================== */
-/* ref_call and gpu_call on the same args; expect is the case's outcome. OK or ERR_NO_GPU:
- * the reference accepts (returns OK) and the wrapper returns expect (ERR_NO_GPU in this build,
- * OK when there is nothing to launch). Any other status: the reference refuses with exactly
+/* ref_call and gpu_call on the same args; expect is the case's outcome. ERR_NO_GPU: the
+ * reference accepts (returns OK) and the wrapper, having accepted too, says it has no GPU (this
+ * build; also for empty work). Any other status: the reference refuses with exactly
  * that status, and the wrapper with the same status and the same message after the op name. */
 #define CHECK_LIKE_REF(ref_call, gpu_call, expect, what)                                                              \
     do {                                                                                                              \
@@ -4690,6 +4734,17 @@ static void test_prefill_plan_fit_lists(void) {
                   "%s: expected %s (same message) from both; reference says %s \"%s\", GPU wrapper %s \"%s\"",        \
                   (what), testing_status_name(lr_exp_), testing_status_name(lr_ref_), lr_msg_,                        \
                   testing_status_name(lr_gpu_), aiter_mla_last_error());                                              \
+    } while (0)
+
+/* An output of op's reference moved over an input (args = base, then `mutation`): refused
+ * before any write, the message naming the output ("o overlaps": which input it meets first
+ * depends on where the arrays lie). Without the check these writes run past their arrays, which
+ * ASan reports. */
+#define REF_OVERLAP_CASE(op, args, base, mutation, named)                                                   \
+    do {                                                                                                    \
+        args = base;                                                                                        \
+        mutation;                                                                                           \
+        CHECK_STATUS(aiter_mla_##op##_ref(&args), AITER_MLA_ERR_INVALID_ARGUMENT, named);                   \
     } while (0)
 
 /* One validation case of op (aiter_mla_<op>_ref against aiter_mla_<op>): args = base, then
@@ -4717,10 +4772,12 @@ static void test_small_op_wrappers(void) {
         a.valid_counts = counts;
         a.workspace_starts = st;
 #define SI_CASE(mutation, expect) LIKE_REF_CASE(convert_sparse_indices, b, a, mutation, expect)
+        REF_OVERLAP_CASE(convert_sparse_indices, b, a, b.valid_counts = req, "valid_counts overlaps");
+        REF_OVERLAP_CASE(convert_sparse_indices, b, a, b.out = idx + 4, "out overlaps");
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(convert_sparse_indices, a, sweep_sparse_index_fields);
         SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
-        SI_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        SI_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         SI_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
         SI_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         SI_CASE(b.num_requests = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4732,7 +4789,7 @@ static void test_small_op_wrappers(void) {
         SI_CASE(b.block_size = 5000, AITER_MLA_ERR_INVALID_ARGUMENT);
         SI_CASE(b.block_table_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         SI_CASE((b.block_table = NULL, b.workspace_starts = NULL), AITER_MLA_ERR_NULL_POINTER);
-        SI_CASE((b.req_id = NULL, b.num_tokens = 0), AITER_MLA_OK);
+        SI_CASE((b.req_id = NULL, b.num_tokens = 0), AITER_MLA_ERR_NO_GPU);
 #undef SI_CASE
         CHECK_STATUS(aiter_mla_convert_sparse_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
@@ -4749,9 +4806,11 @@ static void test_small_op_wrappers(void) {
         a.context_out = co;
         a.new_out = no;
 #define FP_CASE(mutation, expect) LIKE_REF_CASE(filter_prefill_indices, b, a, mutation, expect)
+        REF_OVERLAP_CASE(filter_prefill_indices, b, a, b.new_out = ctx, "new_out overlaps");
+        REF_OVERLAP_CASE(filter_prefill_indices, b, a, b.context_out = idx + 2, "context_out overlaps");
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(filter_prefill_indices, a, sweep_filter_fields);
-        FP_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        FP_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         FP_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         FP_CASE(b.num_requests = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         FP_CASE(b.ctx_lens = NULL, AITER_MLA_ERR_NULL_POINTER);
@@ -4778,10 +4837,11 @@ static void test_small_op_wrappers(void) {
         a.block_size = 2;
         a.num_tokens = 2;
 #define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
+        REF_OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(ds_mla_write, a, sweep_ds_write_fields);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
-        DS_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        DS_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
         DS_CASE(b.fp8_max = 500.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 448.0f), AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4814,10 +4874,11 @@ static void test_small_op_wrappers(void) {
         a.out = out;
         a.out_rows = 3;
 #define GA_CASE(mutation, expect) LIKE_REF_CASE(gather_cache, b, a, mutation, expect)
+        REF_OVERLAP_CASE(gather_cache, b, a, b.out = bt, "out overlaps");
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(gather_cache, a, sweep_gather_fields);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
-        GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_OK);
+        GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_ERR_NO_GPU);
         GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_BF16), AITER_MLA_ERR_UNSUPPORTED);
         GA_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
@@ -4860,11 +4921,12 @@ static void test_small_op_wrappers(void) {
         a.block_size = 2;
         a.num_tokens = 2;
 #define V4W_CASE(mutation, expect) LIKE_REF_CASE(v4_cache_write, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_cache_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_cache_write, a, sweep_v4_write_fields);
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
-        V4W_CASE(b.num_tokens = 0, AITER_MLA_OK);
-        V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_OK);
+        V4W_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
+        V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_ERR_NO_GPU);
         V4W_CASE(b.num_tokens = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4W_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
         V4W_CASE(b.fp8_max = 500.0f, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -4899,11 +4961,12 @@ static void test_small_op_wrappers(void) {
         a.out_rows = 4;
         a.offset = 1;
 #define V4G_CASE(mutation, expect) LIKE_REF_CASE(v4_gather, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_gather, b, a, b.out = sl, "out overlaps");
         V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_gather, a, sweep_v4_gather_fields);
         V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
                  AITER_MLA_ERR_NO_GPU);
-        V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_OK);
+        V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_ERR_NO_GPU);
         gl[0] = 2;
         gl[1] = 1;
         V4G_CASE(b.out_dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
@@ -4956,11 +5019,14 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 24;
 #define V4S_CASE(mutation, expect) LIKE_REF_CASE(v4_swa_indices, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.lens = seq, "out.lens overlaps");
+        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.dense = qsl, "out.dense overlaps");
+        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.indptr = idx + 1, "out.indptr overlaps out.indices");
         V4S_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_swa_indices, a, sweep_v4_swa_fields);
         V4S_CASE((b.out.dense = NULL, b.out.lens = NULL, b.block_size = 0, b.window = 0), AITER_MLA_ERR_NO_GPU);
         V4S_CASE((b.out.indices = NULL, b.out.indptr = NULL, b.token_offset = 1, b.num_tokens = 2), AITER_MLA_ERR_NO_GPU);
-        V4S_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK); /* nothing to launch */
+        V4S_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_ERR_NO_GPU); /* nothing to launch */
         V4S_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);                                     /* indptr[0] = 0 still */
         V4S_CASE(b.num_reqs = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4S_CASE(b.block_size = 2000, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5011,10 +5077,11 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 8;
 #define V4K_CASE(mutation, expect) LIKE_REF_CASE(v4_global_topk, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_global_topk, b, a, b.out.indices = t2r, "out.indices overlaps");
         V4K_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_global_topk, a, sweep_v4_topk_fields);
         V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
-        V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
+        V4K_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_ERR_NO_GPU);
         V4K_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         V4K_CASE(b.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4K_CASE(b.topk_stride = 3, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5054,11 +5121,12 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 30;
 #define V4C_CASE(mutation, expect) LIKE_REF_CASE(v4_c128_indices, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_c128_indices, b, a, b.out.lens = (int32_t *)pos, "out.lens overlaps");
         V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_c128_indices, a, sweep_v4_c128_fields);
         V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
         V4C_CASE((b.compress_ratio = 0, b.block_size = 0, b.out.lens = NULL), AITER_MLA_ERR_NO_GPU);
-        V4C_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_OK);
+        V4C_CASE((b.num_tokens = 0, b.out.indices = NULL, b.out.indptr = NULL), AITER_MLA_ERR_NO_GPU);
         V4C_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         V4C_CASE(b.width = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
         V4C_CASE(b.width = (1 << 24) + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5099,6 +5167,7 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 36;
 #define V4M_CASE(mutation, expect) LIKE_REF_CASE(v4_combine, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_combine, b, a, b.out.indptr = qsl, "out.indptr overlaps");
         V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_combine, a, sweep_v4_combine_fields);
         V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
@@ -5158,6 +5227,7 @@ static void test_small_op_wrappers(void) {
         a.indptr_buffer_capacity = 3;
         a.num_dropped = &dropped;
 #define V4R_CASE(mutation, expect) LIKE_REF_CASE(v4_copy_ragged, b, a, mutation, expect)
+        REF_OVERLAP_CASE(v4_copy_ragged, b, a, b.indptr_buffer = ptr, "indptr_buffer overlaps");
         V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_copy_ragged, a, sweep_v4_copy_fields);
         V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
@@ -5212,7 +5282,7 @@ static void test_small_op_wrappers(void) {
         MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(merge_attn_states, a, sweep_merge_fields);
         MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
-        MG_CASE(b.num_tokens = 0, AITER_MLA_OK);
+        MG_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         MG_CASE(b.num_tokens = -3, AITER_MLA_ERR_INVALID_ARGUMENT);
         MG_CASE(b.dtype = AITER_MLA_FP8_E4M3FN, AITER_MLA_ERR_UNSUPPORTED);
         MG_CASE(b.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5250,6 +5320,8 @@ static void test_attention_wrappers(void) {
     a.num_heads = 2;
     a.causal = 1;
 #define PF_CASE(mutation, expect) LIKE_REF_CASE(prefill, b, a, mutation, expect)
+    REF_OVERLAP_CASE(prefill, b, a, b.lse = (float *)ck, "lse overlaps");
+    REF_OVERLAP_CASE(prefill, b, a, b.o = k, "o overlaps");
     PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(prefill, a, sweep_prefill_fields);
     PF_CASE(b.dqk = 100, AITER_MLA_ERR_UNSUPPORTED);
@@ -5355,9 +5427,10 @@ static void test_attention_wrappers(void) {
     s.num_heads = 4;
     s.topk = 3;
 #define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
+    REF_OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(sparse_attention, s, sweep_sparse_fields);
-    SP_CASE(t.num_tokens = 0, AITER_MLA_OK);
+    SP_CASE(t.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
     SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.indices_stride = 2, AITER_MLA_ERR_INVALID_ARGUMENT); /* below topk */
@@ -5383,7 +5456,7 @@ static void test_attention_wrappers(void) {
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache");
     CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     t.num_tokens = 0; /* nothing to launch: the cache's alignment is not checked, by the query either */
-    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_OK, "");
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
     CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     free(cache);
 }
@@ -6525,6 +6598,12 @@ static void test_v4_attention(void) {
             e.extra_keys.cache = NULL;
             e.extra_keys.num_blocks = 0;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "extra_keys.cache");
+            e = a; /* o or lse over a key list's arrays, which later tokens read */
+            e.lse = (float *)a.keys.indices;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
+            e = a;
+            e.o = (void *)a.extra_keys.indices;
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
             e = a;
             e.o = NULL;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "o");
@@ -6551,7 +6630,7 @@ static void test_v4_attention(void) {
             V4A_CASE((e.num_heads = 2, e.q_stride_token = 0, e.o_stride_token = 0, e.o_stride_head = (int64_t)1 << 32),
                      AITER_MLA_ERR_INVALID_ARGUMENT); /* the default o_stride_token, 2 x 2^32 */
             V4A_CASE(e.o = NULL, AITER_MLA_ERR_NULL_POINTER);
-            V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_OK);
+            V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_ERR_NO_GPU);
             V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
 #undef V4A_CASE
@@ -6571,7 +6650,7 @@ static void test_v4_attention(void) {
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.num_tokens = 0; /* nothing to launch: no workspace needed, by the query either */
                 e.workspace = ws_small + 1;
-                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_OK, "");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.num_tokens = a.num_tokens;
                 e.workspace = ws_small;
@@ -6937,6 +7016,12 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.topk_indices = NULL;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
+        e = p; /* the workspace over an input: refused before the first chunk */
+        e.workspace = (void *)p.seq_lens;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+        e = p;
+        e.attn.lse = (float *)p.query_start_loc;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.lse overlaps");
         e = p;
         e.compressed_block_size = 2000;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compressed_block_size");
