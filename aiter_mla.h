@@ -897,8 +897,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * the reduce (SPEC 1b) merges; whole tiles write o and lse directly. Reduce tile t is the
  * t-th tile in visit order. Sizes from upper bounds: tiles <= max_q_tokens / tile_q +
  * max_batch, work <= tiles + num_cu - 1, split pieces <= min(work, 2 (num_cu - 1)). The
- * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps)
- * and aiter_mla_decode_plan_view reads it too. CPU planner and scheduled reference.
+ * plan buffer has the decode plan's layout (header, work_indptr, work_info, reduce maps),
+ * at the offsets aiter_mla_prefill_plan_info gives (aiter_mla_decode_plan_view_of takes a
+ * decode plan's info only). CPU planner and scheduled reference.
  * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (their
  * q_head_range); aiter_mla_prefill runs a block per (list, head), so a plan with a list per
  * CU cuts nearly every tile (fp32 partials and their reduce) and leaves each block a few
