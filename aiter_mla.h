@@ -299,8 +299,10 @@
  *   struct says so). The CPU references check it from the shapes their fields give,
  *   before any write (ERR_INVALID_ARGUMENT, "<output> overlaps <input>"), against every
  *   array they read after their first write but q, which an attention may overwrite row by
- *   row with its o; the GPU wrappers, given device pointers whose extents often hang on
- *   device data, do not, and overlapping buffers there give undefined results.
+ *   row with its o. The GPU wrappers, whose arrays' extents mostly hang on device data,
+ *   check what the host can size: the decode's and the planned prefill's partials
+ *   (workspace) and the decode's plan (it writes counters there) against the plan and the
+ *   indptrs; other overlaps on the GPU give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -3271,25 +3273,29 @@ static aiter_mla_status aiter_mla__decode_arrays_check(const char *op, const ait
     return aiter_mla__plan_inputs_check(op, &any, a->qo_indptr, a->kv_indptr, a->kv_last_page_lens, a->batch);
 }
 
-/* The references' outputs (o, lse; the scheduled replay's partials) against the arrays they
- * read after their first write (q aside: see ERRORS); host arrays, already checked by
- * decode_arrays_check. */
-static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, int scheduled) {
-    const int64_t T = a->qo_indptr[a->batch], B = a->batch;
-    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
+/* What a decode writes against what it reads after its first writes (q aside: see ERRORS).
+ * mode 0, decode_ref: o and lse; 1, the scheduled replay: also the workspace's partials, the
+ * plan read; 2, the GPU call: the partials and the plan (whose counters it writes), against
+ * the indptrs and last pages (o, lse and kv_indices hang on device indptrs; a workspace over
+ * the cache, whose page ids are bounds-checked, gives wrong rows, not a fault).
+ * The host modes come after decode_arrays_check, so their indptrs are sound. */
+static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, int mode) {
+    const int host = mode < 2;
+    const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
+    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, host ? a->num_pages * a->page_size : 0,
                                                        AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
                                     aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
-                                    aiter_mla__span_of(a->kv_indices, a->kv_indptr[a->batch], 4, "kv_indices"),
+                                    aiter_mla__span_of(a->kv_indices, host ? a->kv_indptr[a->batch] : 0, 4, "kv_indices"),
                                     aiter_mla__span_of(a->kv_last_page_lens, B, 4, "kv_last_page_lens"),
-                                    aiter_mla__span_of(scheduled ? a->plan : NULL, scheduled ? a->plan_info->plan_ints : 0, 4, "plan")};
-    aiter_mla__span outs[3];
-    outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
-                                      aiter_mla_dtype_size(a->o_dtype), "o");
-    outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
-    outs[2] = aiter_mla__span_of(scheduled ? a->workspace : NULL, scheduled ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
-                                 "workspace");
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 6);
+                                    aiter_mla__span_of(a->plan, mode == 1 ? a->plan_info->plan_ints : 0, 4, "plan")};
+    const aiter_mla__span outs[4] = {
+        aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
+                                aiter_mla_dtype_size(a->o_dtype), "o"),
+        aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse"),
+        aiter_mla__span_of(a->workspace, mode ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace"),
+        aiter_mla__span_of(a->plan, mode == 2 ? a->plan_info->plan_ints : 0, 4, "plan")};
+    return aiter_mla__check_disjoint(op, outs, 4, ins, 6);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *in) {
@@ -3352,6 +3358,7 @@ static aiter_mla_status aiter_mla__decode_call(const char *op, const aiter_mla_d
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 2));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_decode(&a, a.plan_info, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in, void *stream) {
@@ -4106,22 +4113,26 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
         }
 }
 
-/* The references' outputs (o, lse; the scheduled replay's partials) against what they read
- * after their first writes: k, v, cu_seqlens, the plan (q may be o: a row's q is read before
- * its o is written). Host arrays, their contents already checked. */
-static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, int scheduled) {
-    const int64_t tq = a->cu_seqlens_q[a->batch], tk = a->cu_seqlens_k[a->batch], qkv = aiter_mla_dtype_size(a->qkv_dtype);
-    aiter_mla__span ins[5], outs[3];
-    ins[0] = aiter_mla__span_of(a->cu_seqlens_q, (int64_t)a->batch + 1, 4, "cu_seqlens_q");
-    ins[1] = aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k");
-    ins[2] = aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k");
-    ins[3] = aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v");
-    ins[4] = aiter_mla__span_of(scheduled ? a->plan : NULL, scheduled ? a->plan_info->plan_ints : 0, 4, "plan");
-    outs[0] = aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv,
-                                      aiter_mla_dtype_size(a->o_dtype), "o");
-    outs[1] = aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse");
-    outs[2] = aiter_mla__span_of(scheduled ? a->workspace : NULL, scheduled ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
-                                 "workspace");
+/* What a prefill writes against what it reads after its first writes: k, v, cu_seqlens and
+ * the plan (q may be o: a row's q is read before its o is written). mode 0, prefill_ref: o and
+ * lse; 1, the scheduled replay: also the workspace's partials; 2, the GPU call with a plan: the
+ * partials against the plan and cu_seqlens (o, lse, k and v hang on device cu_seqlens). The
+ * host modes come after the cu_seqlens checks. */
+static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, int mode) {
+    const int host = mode < 2;
+    const int64_t tq = host ? a->cu_seqlens_q[a->batch] : 0, tk = host ? a->cu_seqlens_k[a->batch] : 0;
+    const uint64_t qkv = aiter_mla_dtype_size(a->qkv_dtype);
+    const aiter_mla__span ins[5] = {
+        aiter_mla__span_of(a->cu_seqlens_q, (int64_t)a->batch + 1, 4, "cu_seqlens_q"),
+        aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k"),
+        aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k"),
+        aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v"),
+        aiter_mla__span_of(a->plan, mode ? a->plan_info->plan_ints : 0, 4, "plan")};
+    const aiter_mla__span outs[3] = {
+        aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv, aiter_mla_dtype_size(a->o_dtype),
+                                "o"),
+        aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
+        aiter_mla__span_of(a->workspace, mode ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
     return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
 }
 
@@ -4428,6 +4439,7 @@ static aiter_mla_status aiter_mla__prefill_call(const char *op, const aiter_mla_
     if (a.plan) {
         AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
+        AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, 2));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
@@ -5136,41 +5148,45 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
     return AITER_MLA_OK;
 }
 
-/* A resolved key list's arrays as the reference reads them (none for an unused list); names:
- * its cache, indices, indptr and lens. */
-static void aiter_mla__v4_key_spans(const aiter_mla_v4_keys *k, int64_t T, const char *const names[4], aiter_mla__span *s) {
-    const int used = k->indices != NULL; /* an unused list's other fields are not resolved */
-    const int64_t cache_bytes = !used    ? 0
-                                : k->rows ? k->num_blocks * AITER_MLA_V4_HEAD_DIM * (k->dtype == AITER_MLA_F32 ? 4 : 2)
-                                          : k->num_blocks * k->page_stride_bytes;
-    s[0] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[0]);
-    s[1] = aiter_mla__span_of(k->indices, !used ? 0 : k->indptr ? k->indptr[T] : T * k->indices_stride, 4, names[1]);
-    s[2] = aiter_mla__span_of(k->indptr, used ? T + 1 : 0, 4, names[2]);
-    s[3] = aiter_mla__span_of(k->lens, used && !k->indptr ? T : 0, 4, names[3]);
-}
-
-AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
-    static const char *const key_names[2][4] = {{"keys.cache", "keys.indices", "keys.indptr", "keys.lens"},
-                                                {"extra_keys.cache", "extra_keys.indices", "extra_keys.indptr", "extra_keys.lens"}};
-    const char *op = "v4_attention_ref";
-    aiter_mla_v4_attention_args a;
-    aiter_mla__span ins[9], outs[2];
-    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 1));
-    /* the outputs against what the loop over tokens reads after the first token's writes */
-    aiter_mla__v4_key_spans(&a.keys, a.num_tokens, key_names[0], ins);
-    aiter_mla__v4_key_spans(&a.extra_keys, a.num_tokens, key_names[1], ins + 4);
-    ins[8] = aiter_mla__span_of(a.attn_sink, a.num_heads, 4, "attn_sink");
-    outs[0] = aiter_mla__span_strided(a.o, a.num_tokens, a.num_heads, a.o_stride_token, a.o_stride_head, AITER_MLA_V4_HEAD_DIM,
-                                      aiter_mla_dtype_size(a.o_dtype), "o");
-    outs[1] = aiter_mla__span_of(a.lse, a.num_tokens * a.num_heads, 4, "lse");
-    AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, ins, 9));
-    return aiter_mla__v4_attend(op, &a);
-}
-
 static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a) {
     return a->num_splits > 1 ? (size_t)a->num_tokens * (size_t)a->num_splits * (size_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
                              : 0u;
 }
+/* The reference's outputs (o, lse) against what it reads after its first writes (q aside: see
+ * ERRORS): both lists' arrays and caches, the sink; after the ragged indptrs' checks. An unused
+ * list's fields are not resolved and count for nothing. */
+static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const aiter_mla_v4_attention_args *a) {
+    static const char *const names[2][4] = {{"keys.indptr", "keys.lens", "keys.indices", "keys.cache"},
+                                            {"extra_keys.indptr", "extra_keys.lens", "extra_keys.indices", "extra_keys.cache"}};
+    const int64_t T = a->num_tokens;
+    aiter_mla__span ins[9], outs[2];
+    int i;
+    for (i = 0; i < 2; i++) {
+        const aiter_mla_v4_keys *k = i ? &a->extra_keys : &a->keys;
+        const int used = k->indices != NULL;
+        const int64_t cache_bytes = !used    ? 0
+                                    : k->rows ? k->num_blocks * AITER_MLA_V4_HEAD_DIM * (k->dtype == AITER_MLA_F32 ? 4 : 2)
+                                              : k->num_blocks * k->page_stride_bytes;
+        ins[i * 4] = aiter_mla__span_of(k->indptr, used ? T + 1 : 0, 4, names[i][0]);
+        ins[i * 4 + 1] = aiter_mla__span_of(k->lens, used && !k->indptr ? T : 0, 4, names[i][1]);
+        ins[i * 4 + 2] = aiter_mla__span_of(k->indices, !used ? 0 : k->indptr ? k->indptr[T] : T * k->indices_stride, 4, names[i][2]);
+        ins[i * 4 + 3] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[i][3]);
+    }
+    ins[8] = aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink");
+    outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_V4_HEAD_DIM,
+                                      aiter_mla_dtype_size(a->o_dtype), "o");
+    outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
+    return aiter_mla__check_disjoint(op, outs, 2, ins, 9);
+}
+
+AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
+    const char *op = "v4_attention_ref";
+    aiter_mla_v4_attention_args a;
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 1));
+    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a));
+    return aiter_mla__v4_attend(op, &a);
+}
+
 /* The split partials are indexed by int32 rows (token * splits + split): the size query and
  * the launch refuse the same products. */
 static aiter_mla_status aiter_mla__v4_splits_fit(const char *op, const aiter_mla_v4_attention_args *a) {

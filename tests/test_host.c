@@ -3446,6 +3446,9 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode_ref(&a), a.lse = (float *)s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
     DEC_CASE(aiter_mla_decode_ref(&a), a.o = s.kvi, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.workspace = plan, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+    /* the GPU call: its partials and the plan's counters against the arrays the host can size */
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = s.kvp, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "plan overlaps");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
@@ -4582,6 +4585,11 @@ static void test_prefill_plan(void) {
             aiter_mla_prefill_args e = a;
             e.workspace_bytes = info.workspace_bytes - 4;
             CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "workspace_bytes");
+            e = a; /* the partials over the plan: the replay and the GPU call refuse it alike */
+            e.workspace = plan;
+            CHECK_STATUS(aiter_mla_prefill_ref_scheduled(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps plan");
+            CHECK_STATUS(aiter_mla_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps plan");
+            CHECK_STATUS(aiter_mla_prefill(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
         }
         if (iter == 0) {
             aiter_mla_prefill_args e = a;
