@@ -3849,7 +3849,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sp
         const int64_t rows = a.num_tokens * a.num_heads;
         const aiter_mla__span ins[4] = {
             aiter_mla__span_of(a.kv_cache, a.num_slots,
-                               a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2, "kv_cache"),
+                               a.cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2u, "kv_cache"),
             aiter_mla__span_of(a.indices, a.num_tokens * a.indices_stride, 4, "indices"),
             aiter_mla__span_of(a.topk_length, a.num_tokens, 4, "topk_length"),
             aiter_mla__span_of(a.attn_sink, a.num_heads, 4, "attn_sink")};
@@ -3960,7 +3960,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
     { /* out against what later requests read */
         const aiter_mla__span ins[4] = {
             aiter_mla__span_of(a.kv_cache, a.num_blocks * a.block_size,
-                               a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype),
+                               a.cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype),
                                "kv_cache"),
             aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
             aiter_mla__span_of(a.cu_out_rows, (int64_t)a.batch + 1, 4, "cu_out_rows"),
