@@ -3480,28 +3480,18 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
     AITER_MLA__NEED(op, a->o_suffix, "o_suffix");
     AITER_MLA__NEED(op, a->lse_suffix, "lse_suffix");
     AITER_MLA__NEED(op, a->o, "o");
-    { /* The outputs against the inputs: o may be an o input itself (each value is read before it
-         is written) but may not lie across one, nor over an input's lse; lse, written by one
-         lane while others of its row may still read the inputs, overlaps nothing. */
-        const uint64_t rows = (uint64_t)a->num_tokens * (uint64_t)a->num_heads; /* < 2^47 */
-        const uintptr_t o_bytes = aiter_mla__bytes_of(rows, (uint64_t)a->head_dim * aiter_mla_dtype_size(a->dtype));
-        const uintptr_t lse_bytes = aiter_mla__bytes_of(rows, sizeof(float));
-        const void *const ins[4] = {a->o_prefix, a->o_suffix, a->lse_prefix, a->lse_suffix};
-        static const char *const in_names[4] = {"o_prefix", "o_suffix", "lse_prefix", "lse_suffix"};
-        int i;
-        for (i = 0; i < 4; i++) {
-            const uintptr_t in_bytes = i < 2 ? o_bytes : lse_bytes;
-            if ((i >= 2 || ins[i] != a->o) && aiter_mla__bytes_overlap(a->o, o_bytes, ins[i], in_bytes))
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: o overlaps %s%s", op, in_names[i],
-                                       i < 2 ? " without being it (o may be an o input itself, not lie across one)" : "");
-            if (a->lse && aiter_mla__bytes_overlap(a->lse, lse_bytes, ins[i], in_bytes))
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: lse overlaps %s%s", op, in_names[i],
-                                       i < 2 ? "" : " (alternate two lse buffers)");
-        }
-        if (a->lse && aiter_mla__bytes_overlap(a->o, o_bytes, a->lse, lse_bytes))
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: lse overlaps o", op);
+    { /* o may be an o input itself (a running merge: each value is read before it is written),
+         so that input drops out (lse against o covers its bytes); lse, written by one lane while
+         others of its row may still read the inputs, overlaps nothing */
+        const int64_t rows = a->num_tokens * a->num_heads; /* < 2^47 */
+        const uint64_t o_row = (uint64_t)a->head_dim * aiter_mla_dtype_size(a->dtype);
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->o_prefix == a->o ? NULL : a->o_prefix, rows, o_row, "o_prefix"),
+                                        aiter_mla__span_of(a->o_suffix == a->o ? NULL : a->o_suffix, rows, o_row, "o_suffix"),
+                                        aiter_mla__span_of(a->lse_prefix, rows, 4, "lse_prefix"),
+                                        aiter_mla__span_of(a->lse_suffix, rows, 4, "lse_suffix")};
+        const aiter_mla__span outs[2] = {aiter_mla__span_of(a->o, rows, o_row, "o"), aiter_mla__span_of(a->lse, rows, 4, "lse")};
+        return aiter_mla__check_disjoint(op, outs, 2, ins, 4);
     }
-    return AITER_MLA_OK;
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *in) {
