@@ -3273,14 +3273,18 @@ static aiter_mla_status aiter_mla__decode_arrays_check(const char *op, const ait
     return aiter_mla__plan_inputs_check(op, &any, a->qo_indptr, a->kv_indptr, a->kv_last_page_lens, a->batch);
 }
 
+/* Which call an attention's overlap check serves: its reference, its scheduled replay (a plan
+ * and a workspace on the host), or its GPU launch (only what the host can size). */
+typedef enum { AITER_MLA__CALL_REF, AITER_MLA__CALL_SCHEDULED, AITER_MLA__CALL_GPU } aiter_mla__call_kind;
+
 /* What a decode writes against what it reads after its first writes (q aside: see ERRORS).
- * mode 0, decode_ref: o and lse; 1, the scheduled replay: also the workspace's partials, the
- * plan read; 2, the GPU call: the partials and the plan (whose counters it writes), against
+ * REF: o and lse; SCHEDULED: also the workspace's partials, the plan read; GPU: the
+ * partials and the plan (whose counters it writes), against
  * the indptrs and last pages (o, lse and kv_indices hang on device indptrs; a workspace over
  * the cache, whose page ids are bounds-checked, gives wrong rows, not a fault).
- * The host modes come after decode_arrays_check, so their indptrs are sound. */
-static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, int mode) {
-    const int host = mode < 2;
+ * The host calls come after decode_arrays_check, so their indptrs are sound. */
+static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, aiter_mla__call_kind call) {
+    const int host = call != AITER_MLA__CALL_GPU;
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
     const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, host ? a->num_pages * a->page_size : 0,
                                                        AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
@@ -3288,13 +3292,14 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
                                     aiter_mla__span_of(a->kv_indices, host ? a->kv_indptr[a->batch] : 0, 4, "kv_indices"),
                                     aiter_mla__span_of(a->kv_last_page_lens, B, 4, "kv_last_page_lens"),
-                                    aiter_mla__span_of(a->plan, mode == 1 ? a->plan_info->plan_ints : 0, 4, "plan")};
+                                    aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_SCHEDULED ? a->plan_info->plan_ints : 0, 4,
+                                                       "plan")};
     const aiter_mla__span outs[4] = {
         aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
                                 aiter_mla_dtype_size(a->o_dtype), "o"),
         aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse"),
-        aiter_mla__span_of(a->workspace, mode ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace"),
-        aiter_mla__span_of(a->plan, mode == 2 ? a->plan_info->plan_ints : 0, 4, "plan")};
+        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace"),
+        aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_GPU ? a->plan_info->plan_ints : 0, 4, "plan")};
     return aiter_mla__check_disjoint(op, outs, 4, ins, 6);
 }
 
@@ -3304,7 +3309,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args 
     int b;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 0));
     AITER_MLA__CHECK(aiter_mla__decode_arrays_check(op, &a));
-    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 0));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, AITER_MLA__CALL_REF));
     for (b = 0; b < a.batch; b++)
         aiter_mla__ref_rows(&a, b, a.qo_indptr[b], a.qo_indptr[b + 1], 0, INT64_MAX, -1, NULL, NULL);
     return AITER_MLA_OK;
@@ -3321,7 +3326,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     AITER_MLA__CHECK(aiter_mla__fail_within(
         op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
         "the plan does not fit these arrays (rebuild it with aiter_mla_decode_plan_build)"));
-    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 1));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, AITER_MLA__CALL_SCHEDULED));
     v = aiter_mla__plan_view(a.plan_info, (int32_t *)a.plan);
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)a.plan_info->max_partial_rows * a.num_heads * AITER_MLA_LATENT_DIM : NULL;
@@ -3358,7 +3363,7 @@ static aiter_mla_status aiter_mla__decode_call(const char *op, const aiter_mla_d
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
     AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
-    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, 2));
+    AITER_MLA__CHECK(aiter_mla__decode_disjoint(op, &a, AITER_MLA__CALL_GPU));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_decode(&a, a.plan_info, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *in, void *stream) {
@@ -4104,12 +4109,12 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
 }
 
 /* What a prefill writes against what it reads after its first writes: k, v, cu_seqlens and
- * the plan (q may be o: a row's q is read before its o is written). mode 0, prefill_ref: o and
- * lse; 1, the scheduled replay: also the workspace's partials; 2, the GPU call with a plan: the
- * partials against the plan and cu_seqlens (o, lse, k and v hang on device cu_seqlens). The
- * host modes come after the cu_seqlens checks. */
-static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, int mode) {
-    const int host = mode < 2;
+ * the plan (q may be o: a row's q is read before its o is written). REF: o and lse;
+ * SCHEDULED: also the workspace's partials; GPU (with a plan): the partials against the plan
+ * and cu_seqlens (o, lse, k and v hang on device cu_seqlens). The host calls come after the
+ * cu_seqlens checks. */
+static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, aiter_mla__call_kind call) {
+    const int host = call != AITER_MLA__CALL_GPU;
     const int64_t tq = host ? a->cu_seqlens_q[a->batch] : 0, tk = host ? a->cu_seqlens_k[a->batch] : 0;
     const uint64_t qkv = aiter_mla_dtype_size(a->qkv_dtype);
     const aiter_mla__span ins[5] = {
@@ -4117,12 +4122,12 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
         aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k"),
         aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k"),
         aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v"),
-        aiter_mla__span_of(a->plan, mode ? a->plan_info->plan_ints : 0, 4, "plan")};
+        aiter_mla__span_of(a->plan, call != AITER_MLA__CALL_REF ? a->plan_info->plan_ints : 0, 4, "plan")};
     const aiter_mla__span outs[3] = {
         aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv, aiter_mla_dtype_size(a->o_dtype),
                                 "o"),
         aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
-        aiter_mla__span_of(a->workspace, mode ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
+        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
     return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
 }
 
@@ -4130,7 +4135,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_arg
     aiter_mla_prefill_args a;
     int b;
     AITER_MLA__CHECK(aiter_mla__prefill_resolve("prefill_ref", in, &a, 1));
-    AITER_MLA__CHECK(aiter_mla__prefill_disjoint("prefill_ref", &a, 0));
+    AITER_MLA__CHECK(aiter_mla__prefill_disjoint("prefill_ref", &a, AITER_MLA__CALL_REF));
     for (b = 0; b < a.batch; b++)
         aiter_mla__prefill_rows(&a, b, 0, a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b], 0, INT64_MAX, -1, NULL, NULL);
     return AITER_MLA_OK;
@@ -4429,7 +4434,7 @@ static aiter_mla_status aiter_mla__prefill_call(const char *op, const aiter_mla_
     if (a.plan) {
         AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
-        AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, 2));
+        AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, AITER_MLA__CALL_GPU));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
@@ -4455,7 +4460,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     info = a.plan_info;
     AITER_MLA__CHECK(aiter_mla__fail_within(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
                                             "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build)"));
-    AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, 1));
+    AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, AITER_MLA__CALL_SCHEDULED));
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
     nwork = a.plan[AITER_MLA__PH_NUM_WORK];
