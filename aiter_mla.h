@@ -299,10 +299,13 @@
  *   struct says so). The CPU references check it from the shapes their fields give,
  *   before any write (ERR_INVALID_ARGUMENT, "<output> overlaps <input>"), against every
  *   array they read after their first write but q, which an attention may overwrite row by
- *   row with its o. The GPU wrappers, whose arrays' extents mostly hang on device data,
- *   check what the host can size: the decode's and the planned prefill's partials
- *   (workspace) and the decode's plan (it writes counters there) against the plan and the
- *   indptrs; other overlaps on the GPU give undefined results.
+ *   row with its o. The GPU wrappers make the same check over every array whose extent
+ *   host fields give (all of them in the cache writers, the index converters and builders,
+ *   the gathers, sparse and V4 attention and V4 prefill; the splits' partials in their
+ *   workspaces), and leave out what hangs on device data: a ragged list's entries (its
+ *   indptr's last value), the dense decode's and prefill's o, lse, kv_indices, k and v (their
+ *   indptrs), a V4 combine's per-token outputs (its token count). Those overlaps on the GPU
+ *   give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -2591,7 +2594,13 @@ static aiter_mla_status aiter_mla__expand_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->cu_num_tokens, "cu_num_tokens");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a->page_indices, "page_indices");
-    return AITER_MLA_OK;
+    { /* the output against what later requests read (host sizes: the GPU call checks them too) */
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(a->block_table, a->batch * a->block_table_stride, 4, "block_table"),
+                                        aiter_mla__span_of(a->cu_num_tokens, (int64_t)a->batch + 1, 4, "cu_num_tokens"),
+                                        aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens")};
+        const aiter_mla__span out = aiter_mla__span_of(a->page_indices, a->page_indices_capacity, 4, "page_indices");
+        return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla_expand_page_indices_args *in) {
@@ -2599,13 +2608,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_expand_page_indices_ref(const aiter_mla
     aiter_mla_expand_page_indices_args a;
     int r;
     AITER_MLA__CHECK(aiter_mla__expand_resolve(op, in, &a));
-    if (a.batch > 0) {
-        const aiter_mla__span ins[3] = {aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
-                                        aiter_mla__span_of(a.cu_num_tokens, (int64_t)a.batch + 1, 4, "cu_num_tokens"),
-                                        aiter_mla__span_of(a.seq_lens, a.batch, 4, "seq_lens")};
-        const aiter_mla__span out = aiter_mla__span_of(a.page_indices, a.page_indices_capacity, 4, "page_indices");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 3));
-    }
     for (r = 0; r < a.batch; r++) {
         int64_t start = a.cu_num_tokens[r], n = a.seq_lens[r];
         if (n < 0)
@@ -3532,6 +3534,22 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
 }
 
 /* ---- KV cache write ------------------------------------------------------------------ */
+/* A cache writer's cache (rows of row_bytes) against the rows and slots it reads after its
+ * first write (num_tokens rows of kv_c and of k_pe, k_pe NULL for none). Every size is a host
+ * field, so the reference and the GPU call check the same spans. */
+static aiter_mla_status aiter_mla__writer_disjoint(const char *op, const void *cache, int64_t rows, uint64_t row_bytes,
+                                                   const int64_t *slot_mapping, int64_t num_tokens, const void *kv_c,
+                                                   int64_t kv_c_stride, int kv_c_len, const void *k_pe, int64_t k_pe_stride,
+                                                   aiter_mla_dtype src_dtype) {
+    const uint64_t elem = aiter_mla_dtype_size(src_dtype);
+    aiter_mla__span ins[3];
+    const aiter_mla__span out = aiter_mla__span_of(cache, rows, row_bytes, "kv_cache");
+    ins[0] = aiter_mla__span_of(slot_mapping, num_tokens, 8, "slot_mapping");
+    ins[1] = aiter_mla__span_strided(kv_c, num_tokens, 1, kv_c_stride, 0, kv_c_len, elem, k_pe ? "kv_c" : "kv");
+    ins[2] = aiter_mla__span_strided(k_pe, num_tokens, 1, k_pe_stride, 0, AITER_MLA_HEAD_DIM - AITER_MLA_LATENT_DIM, elem, "k_pe");
+    return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+}
+
 static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_mla_kv_cache_write_args *in,
                                                     aiter_mla_kv_cache_write_args *a) {
     AITER_MLA__NEED(op, in, "args");
@@ -3557,22 +3575,9 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     AITER_MLA__NEED(op, a->k_pe, "k_pe");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
-    return AITER_MLA_OK;
-}
-
-/* A cache writer's reference: its cache (rows of row_bytes) against the rows and slots it
- * reads after its first write (num_tokens rows of kv_c and of k_pe, k_pe NULL for none). */
-static aiter_mla_status aiter_mla__writer_disjoint(const char *op, const void *cache, int64_t rows, uint64_t row_bytes,
-                                                   const int64_t *slot_mapping, int64_t num_tokens, const void *kv_c,
-                                                   int64_t kv_c_stride, int kv_c_len, const void *k_pe, int64_t k_pe_stride,
-                                                   aiter_mla_dtype src_dtype) {
-    const uint64_t elem = aiter_mla_dtype_size(src_dtype);
-    aiter_mla__span ins[3];
-    const aiter_mla__span out = aiter_mla__span_of(cache, rows, row_bytes, "kv_cache");
-    ins[0] = aiter_mla__span_of(slot_mapping, num_tokens, 8, "slot_mapping");
-    ins[1] = aiter_mla__span_strided(kv_c, num_tokens, 1, kv_c_stride, 0, kv_c_len, elem, k_pe ? "kv_c" : "kv");
-    ins[2] = aiter_mla__span_strided(k_pe, num_tokens, 1, k_pe_stride, 0, AITER_MLA_HEAD_DIM - AITER_MLA_LATENT_DIM, elem, "k_pe");
-    return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size,
+                                      AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->cache_dtype), a->slot_mapping, a->num_tokens,
+                                      a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe, a->k_pe_stride, a->src_dtype);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *in) {
@@ -3580,10 +3585,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_c
     int64_t t;
     int c;
     AITER_MLA__CHECK(aiter_mla__kv_write_resolve("kv_cache_write_ref", in, &a));
-    AITER_MLA__CHECK(aiter_mla__writer_disjoint("kv_cache_write_ref", a.kv_cache, a.num_blocks * a.block_size,
-                                                AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype), a.slot_mapping,
-                                                a.num_tokens, a.kv_c, a.kv_c_stride, AITER_MLA_LATENT_DIM, a.k_pe, a.k_pe_stride,
-                                                a.src_dtype));
     for (t = 0; t < a.num_tokens; t++)
         for (c = 0; c < AITER_MLA_HEAD_DIM; c++) aiter_mla__kv_write_elem(&a, t, c);
     return AITER_MLA_OK;
@@ -3619,7 +3620,17 @@ static aiter_mla_status aiter_mla__sparse_index_resolve(const char *op, const ai
     AITER_MLA__NEED(op, a->indices, "indices");
     AITER_MLA__NEED(op, a->req_id, "req_id");
     AITER_MLA__NEED(op, a->out, "out");
-    return AITER_MLA_OK;
+    { /* the outputs against what later tokens read (host sizes: the GPU call checks them too) */
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->indices, a->num_tokens * a->indices_stride, 4, "indices"),
+                                        aiter_mla__span_of(a->req_id, a->num_tokens, 4, "req_id"),
+                                        aiter_mla__span_of(a->block_table, a->block_table ? a->num_requests * a->block_table_stride : 0,
+                                                           4, "block_table"),
+                                        aiter_mla__span_of(a->block_table ? NULL : a->workspace_starts, a->num_requests, 4,
+                                                           "workspace_starts")};
+        const aiter_mla__span outs[2] = {aiter_mla__span_of(a->out, a->num_tokens * a->out_stride, 4, "out"),
+                                         aiter_mla__span_of(a->valid_counts, a->num_tokens, 4, "valid_counts")};
+        return aiter_mla__check_disjoint(op, outs, 2, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_mla_sparse_index_args *in) {
@@ -3627,17 +3638,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_convert_sparse_indices_ref(const aiter_
     int64_t t;
     int i;
     AITER_MLA__CHECK(aiter_mla__sparse_index_resolve("convert_sparse_indices_ref", in, &a));
-    if (a.num_tokens > 0) {
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.indices, a.num_tokens * a.indices_stride, 4, "indices"),
-                                        aiter_mla__span_of(a.req_id, a.num_tokens, 4, "req_id"),
-                                        aiter_mla__span_of(a.block_table, a.block_table ? a.num_requests * a.block_table_stride : 0,
-                                                           4, "block_table"),
-                                        aiter_mla__span_of(a.block_table ? NULL : a.workspace_starts, a.num_requests, 4,
-                                                           "workspace_starts")};
-        const aiter_mla__span outs[2] = {aiter_mla__span_of(a.out, a.num_tokens * a.out_stride, 4, "out"),
-                                         aiter_mla__span_of(a.valid_counts, a.num_tokens, 4, "valid_counts")};
-        AITER_MLA__CHECK(aiter_mla__check_disjoint("convert_sparse_indices_ref", outs, 2, ins, 4));
-    }
     for (t = 0; t < a.num_tokens; t++) {
         int32_t valid = 0;
         for (i = 0; i < a.topk; i++) {
@@ -3670,7 +3670,14 @@ static aiter_mla_status aiter_mla__filter_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->ctx_lens, "ctx_lens");
     AITER_MLA__NEED(op, a->context_out, "context_out");
     AITER_MLA__NEED(op, a->new_out, "new_out");
-    return AITER_MLA_OK;
+    { /* the outputs against what later tokens read (host sizes: the GPU call checks them too) */
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(a->indices, a->num_tokens * a->topk, 4, "indices"),
+                                        aiter_mla__span_of(a->req_id, a->num_tokens, 4, "req_id"),
+                                        aiter_mla__span_of(a->ctx_lens, a->num_requests, 4, "ctx_lens")};
+        const aiter_mla__span outs[2] = {aiter_mla__span_of(a->context_out, a->num_tokens * a->topk, 4, "context_out"),
+                                         aiter_mla__span_of(a->new_out, a->num_tokens * a->topk, 4, "new_out")};
+        return aiter_mla__check_disjoint(op, outs, 2, ins, 3);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *in) {
@@ -3678,14 +3685,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_
     int64_t t;
     int i;
     AITER_MLA__CHECK(aiter_mla__filter_resolve("filter_prefill_indices_ref", in, &a));
-    if (a.num_tokens > 0) {
-        const aiter_mla__span ins[3] = {aiter_mla__span_of(a.indices, a.num_tokens * a.topk, 4, "indices"),
-                                        aiter_mla__span_of(a.req_id, a.num_tokens, 4, "req_id"),
-                                        aiter_mla__span_of(a.ctx_lens, a.num_requests, 4, "ctx_lens")};
-        const aiter_mla__span outs[2] = {aiter_mla__span_of(a.context_out, a.num_tokens * a.topk, 4, "context_out"),
-                                         aiter_mla__span_of(a.new_out, a.num_tokens * a.topk, 4, "new_out")};
-        AITER_MLA__CHECK(aiter_mla__check_disjoint("filter_prefill_indices_ref", outs, 2, ins, 3));
-    }
     for (t = 0; t < a.num_tokens; t++) {
         const int32_t ctx = aiter_mla__filter_ctx_len(&a, a.req_id[t]);
         for (i = 0; i < a.topk; i++)
@@ -3738,7 +3737,9 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->k_pe, "k_pe");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
-    return AITER_MLA_OK;
+    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size, AITER_MLA_DS_MLA_ROW_BYTES, a->slot_mapping,
+                                      a->num_tokens, a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe, a->k_pe_stride,
+                                      a->src_dtype);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla_write_args *in) {
@@ -3746,9 +3747,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
     int64_t t;
     int g, i;
     AITER_MLA__CHECK(aiter_mla__ds_mla_resolve("ds_mla_write_ref", in, &a));
-    AITER_MLA__CHECK(aiter_mla__writer_disjoint("ds_mla_write_ref", a.kv_cache, a.num_blocks * a.block_size,
-                                                AITER_MLA_DS_MLA_ROW_BYTES, a.slot_mapping, a.num_tokens, a.kv_c, a.kv_c_stride,
-                                                AITER_MLA_LATENT_DIM, a.k_pe, a.k_pe_stride, a.src_dtype));
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
         unsigned char *row;
@@ -3834,25 +3832,29 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     return AITER_MLA_OK;
 }
 
+/* Sparse attention's outputs against what later tokens read (every size is a host field, so
+ * the GPU call checks the same spans). */
+static aiter_mla_status aiter_mla__sparse_disjoint(const char *op, const aiter_mla_sparse_args *a) {
+    const int64_t rows = a->num_tokens * a->num_heads;
+    const aiter_mla__span ins[4] = {
+        aiter_mla__span_of(a->kv_cache, a->num_slots,
+                           a->cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2u, "kv_cache"),
+        aiter_mla__span_of(a->indices, a->num_tokens * a->indices_stride, 4, "indices"),
+        aiter_mla__span_of(a->topk_length, a->num_tokens, 4, "topk_length"),
+        aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink")};
+    const aiter_mla__span outs[3] = {aiter_mla__span_of(a->o, rows * AITER_MLA_LATENT_DIM, aiter_mla_dtype_size(a->o_dtype), "o"),
+                                     aiter_mla__span_of(a->lse, rows, 4, "lse"),
+                                     aiter_mla__span_of(a->max_logits, rows, 4, "max_logits")};
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 4);
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
     aiter_mla_sparse_args a;
     float keys[AITER_MLA_HEAD_DIM];
     int64_t t;
     int h, k, d;
     AITER_MLA__CHECK(aiter_mla__sparse_resolve("sparse_attention_ref", in, &a));
-    if (a.num_tokens > 0) { /* the outputs against what later tokens read */
-        const int64_t rows = a.num_tokens * a.num_heads;
-        const aiter_mla__span ins[4] = {
-            aiter_mla__span_of(a.kv_cache, a.num_slots,
-                               a.cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2u, "kv_cache"),
-            aiter_mla__span_of(a.indices, a.num_tokens * a.indices_stride, 4, "indices"),
-            aiter_mla__span_of(a.topk_length, a.num_tokens, 4, "topk_length"),
-            aiter_mla__span_of(a.attn_sink, a.num_heads, 4, "attn_sink")};
-        const aiter_mla__span outs[3] = {aiter_mla__span_of(a.o, rows * AITER_MLA_LATENT_DIM, aiter_mla_dtype_size(a.o_dtype), "o"),
-                                         aiter_mla__span_of(a.lse, rows, 4, "lse"),
-                                         aiter_mla__span_of(a.max_logits, rows, 4, "max_logits")};
-        AITER_MLA__CHECK(aiter_mla__check_disjoint("sparse_attention_ref", outs, 3, ins, 4));
-    }
+    AITER_MLA__CHECK(aiter_mla__sparse_disjoint("sparse_attention_ref", &a));
     if (a.attn_sink) /* host memory here (the GPU call cannot read it) */
         for (h = 0; h < a.num_heads; h++)
             if (a.attn_sink[h] != a.attn_sink[h])
@@ -3899,6 +3901,7 @@ static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_s
                                op, (long long)(a.num_tokens * a.indices_stride));
     if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
+    AITER_MLA__CHECK(aiter_mla__sparse_disjoint(op, &a));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
@@ -3935,7 +3938,19 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->cu_out_rows, "cu_out_rows");
     AITER_MLA__NEED(op, a->out, "out");
-    return AITER_MLA_OK;
+    { /* out, all out_rows of it (host sizes: the GPU call checks them too), against what later
+         requests read */
+        const aiter_mla__span ins[4] = {
+            aiter_mla__span_of(a->kv_cache, a->num_blocks * a->block_size,
+                               a->cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->cache_dtype),
+                               "kv_cache"),
+            aiter_mla__span_of(a->block_table, a->batch * a->block_table_stride, 4, "block_table"),
+            aiter_mla__span_of(a->cu_out_rows, (int64_t)a->batch + 1, 4, "cu_out_rows"),
+            aiter_mla__span_of(a->seq_starts, a->batch, 4, "seq_starts")};
+        const aiter_mla__span out =
+            aiter_mla__span_of(a->out, a->out_rows, AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype), "out");
+        return aiter_mla__check_disjoint(op, &out, 1, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather_cache_args *in) {
@@ -3952,18 +3967,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_gather_cache_ref(const aiter_mla_gather
     if (a.cu_out_rows[a.batch] > a.out_rows)
         return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: cu_out_rows[%d] = %d exceeds out_rows = %lld", op,
                                a.batch, a.cu_out_rows[a.batch], (long long)a.out_rows);
-    { /* out against what later requests read */
-        const aiter_mla__span ins[4] = {
-            aiter_mla__span_of(a.kv_cache, a.num_blocks * a.block_size,
-                               a.cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.cache_dtype),
-                               "kv_cache"),
-            aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
-            aiter_mla__span_of(a.cu_out_rows, (int64_t)a.batch + 1, 4, "cu_out_rows"),
-            aiter_mla__span_of(a.seq_starts, a.batch, 4, "seq_starts")};
-        const aiter_mla__span out =
-            aiter_mla__span_of(a.out, a.cu_out_rows[a.batch], AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a.out_dtype), "out");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 4));
-    }
     for (b = 0; b < a.batch; b++) {
         int32_t i;
         for (i = 0; i < a.cu_out_rows[b + 1] - a.cu_out_rows[b]; i++) {
@@ -4542,16 +4545,14 @@ static aiter_mla_status aiter_mla__v4_write_resolve(const char *op, const aiter_
     AITER_MLA__NEED(op, a->kv, "kv");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
-    return AITER_MLA_OK;
+    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks, (uint64_t)a->page_stride_bytes, a->slot_mapping,
+                                      a->num_tokens, a->kv, a->kv_stride, AITER_MLA_V4_HEAD_DIM, NULL, 0, a->src_dtype);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_cache_write_ref(const aiter_mla_v4_cache_write_args *in) {
     aiter_mla_v4_cache_write_args a;
     int64_t t, slots;
     AITER_MLA__CHECK(aiter_mla__v4_write_resolve("v4_cache_write_ref", in, &a));
-    AITER_MLA__CHECK(aiter_mla__writer_disjoint("v4_cache_write_ref", a.kv_cache, a.num_blocks, (uint64_t)a.page_stride_bytes,
-                                                a.slot_mapping, a.num_tokens, a.kv, a.kv_stride, AITER_MLA_V4_HEAD_DIM, NULL, 0,
-                                                a.src_dtype));
     slots = a.num_blocks * a.block_size;
     for (t = 0; t < a.num_tokens; t++) {
         const int64_t slot = a.slot_mapping[t];
@@ -4602,7 +4603,15 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
     AITER_MLA__NEED(op, a->block_table, "block_table");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a->out, "out");
-    return AITER_MLA_OK;
+    { /* out against what later requests read (host sizes: the GPU call checks them too) */
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->kv_cache, a->num_blocks * a->page_stride_bytes, 1, "kv_cache"),
+                                        aiter_mla__span_of(a->block_table, a->batch * a->block_table_stride, 4, "block_table"),
+                                        aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens"),
+                                        aiter_mla__span_of(a->gather_lens, a->batch, 4, "gather_lens")};
+        const aiter_mla__span out =
+            aiter_mla__span_of(a->out, a->batch * a->out_rows, AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype), "out");
+        return aiter_mla__check_disjoint(op, &out, 1, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_args *in, void *stream) {
@@ -4626,15 +4635,6 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather_ref(const aiter_mla_v4_gather
         if (a.offset + g > a.out_rows)
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: offset %lld + %d rows of request %d pass out_rows = %lld",
                                    op, (long long)a.offset, g, b, (long long)a.out_rows);
-    }
-    { /* out against what later requests read */
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.kv_cache, a.num_blocks * a.page_stride_bytes, 1, "kv_cache"),
-                                        aiter_mla__span_of(a.block_table, a.batch * a.block_table_stride, 4, "block_table"),
-                                        aiter_mla__span_of(a.seq_lens, a.batch, 4, "seq_lens"),
-                                        aiter_mla__span_of(a.gather_lens, a.batch, 4, "gather_lens")};
-        const aiter_mla__span out =
-            aiter_mla__span_of(a.out, a.batch * a.out_rows, AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a.out_dtype), "out");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, &out, 1, ins, 4));
     }
     for (b = 0; b < a.batch; b++) {
         const int32_t s = a.seq_lens[b], g = a.gather_lens ? a.gather_lens[b] : s;
@@ -4669,15 +4669,25 @@ static aiter_mla_status aiter_mla__v4_out_check(const char *op, aiter_mla_v4_ind
 /* Fills row with token r's entries (at most the width), returns how many. */
 typedef int32_t (*aiter_mla__v4_row_fn)(const void *ctx, int64_t r, int32_t *row);
 
-/* The one writer of every builder's outputs: count the ragged total first (nothing is
- * written when it exceeds the capacity or an output overlaps one of the n_in arrays ins the
- * rows read, or another output), then dense rows (-1 padded), lengths and CSR. */
+/* A builder's outputs against the n_in arrays ins its rows read, and each other: the ragged
+ * entries as all out.capacity of them; num_tokens -1 (a count only the device knows) leaves
+ * out the outputs sized by it. Every builder's reference and GPU call check it alike. */
+static aiter_mla_status aiter_mla__v4_out_disjoint(const char *op, const aiter_mla_v4_index_out *out, int64_t num_tokens,
+                                                   const aiter_mla__span *ins, int n_in) {
+    const aiter_mla__span outs[4] = {aiter_mla__span_of(out->dense, num_tokens * out->dense_stride, 4, "out.dense"),
+                                     aiter_mla__span_of(out->lens, num_tokens, 4, "out.lens"),
+                                     aiter_mla__span_of(out->indices, out->capacity, 4, "out.indices"),
+                                     aiter_mla__span_of(out->indptr, num_tokens < 0 ? 0 : num_tokens + 1, 4, "out.indptr")};
+    return aiter_mla__check_disjoint(op, outs, 4, ins, n_in);
+}
+
+/* The one writer of every builder's outputs (already checked for overlaps): count the ragged
+ * total first (nothing is written when it exceeds the capacity), then dense rows (-1 padded),
+ * lengths and CSR. */
 static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_index_out *out, int64_t num_tokens, int64_t width,
-                                           aiter_mla__v4_row_fn fn, const void *ctx, const aiter_mla__span *ins, int n_in) {
+                                           aiter_mla__v4_row_fn fn, const void *ctx) {
     int32_t *row = (int32_t *)AITER_MLA_MALLOC((size_t)width * sizeof(int32_t));
     int64_t r, total = 0;
-    aiter_mla__span outs[4];
-    aiter_mla_status st;
     if (!row) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
     if (out->indices) {
         for (r = 0; r < num_tokens; r++) total += fn(ctx, r, row);
@@ -4686,15 +4696,6 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
             return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: the lists hold %lld entries, out.capacity = %lld", op,
                                    (long long)total, (long long)out->capacity);
         }
-    }
-    outs[0] = aiter_mla__span_of(out->dense, num_tokens * out->dense_stride, 4, "out.dense");
-    outs[1] = aiter_mla__span_of(out->lens, num_tokens, 4, "out.lens");
-    outs[2] = aiter_mla__span_of(out->indices, total, 4, "out.indices");
-    outs[3] = aiter_mla__span_of(out->indices ? out->indptr : NULL, num_tokens + 1, 4, "out.indptr");
-    st = aiter_mla__check_disjoint(op, outs, 4, ins, n_in);
-    if (st != AITER_MLA_OK) {
-        AITER_MLA_FREE(row);
-        return st;
     }
     if (out->indices) out->indptr[0] = 0;
     total = 0;
@@ -4752,7 +4753,15 @@ static aiter_mla_status aiter_mla__v4_swa_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a->block_table, "block_table");
-    return AITER_MLA_OK;
+    {
+        const int64_t toks = a->token_offset + a->num_tokens;
+        const aiter_mla__span ins[5] = {aiter_mla__span_of(a->query_start_loc, (int64_t)a->num_reqs + 1, 4, "query_start_loc"),
+                                        aiter_mla__span_of(a->seq_lens, a->num_reqs, 4, "seq_lens"),
+                                        aiter_mla__span_of(a->token_to_req, toks, 4, "token_to_req"),
+                                        aiter_mla__span_of(a->is_valid_token, toks, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a->block_table, a->num_reqs * a->block_table_stride, 4, "block_table")};
+        return aiter_mla__v4_out_disjoint(op, &a->out, a->num_tokens, ins, 5);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_swa_index_args *in) {
@@ -4760,15 +4769,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices_ref(const aiter_mla_v4_s
     aiter_mla_v4_swa_index_args a;
     AITER_MLA__CHECK(aiter_mla__v4_swa_resolve(op, in, &a));
     AITER_MLA__CHECK(aiter_mla__v4_requests_check(op, a.query_start_loc, a.seq_lens, a.num_reqs));
-    {
-        const int64_t toks = a.token_offset + a.num_tokens;
-        const aiter_mla__span ins[5] = {aiter_mla__span_of(a.query_start_loc, (int64_t)a.num_reqs + 1, 4, "query_start_loc"),
-                                        aiter_mla__span_of(a.seq_lens, a.num_reqs, 4, "seq_lens"),
-                                        aiter_mla__span_of(a.token_to_req, toks, 4, "token_to_req"),
-                                        aiter_mla__span_of(a.is_valid_token, toks, 1, "is_valid_token"),
-                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
-        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a, ins, 5);
-    }
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.window, aiter_mla__v4_swa_row, &a);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_index_args *in, void *stream) {
@@ -4806,20 +4807,20 @@ static aiter_mla_status aiter_mla__v4_topk_resolve(const char *op, const aiter_m
     AITER_MLA__NEED(op, a->topk_indices, "topk_indices");
     AITER_MLA__NEED(op, a->token_to_req, "token_to_req");
     AITER_MLA__NEED(op, a->block_table, "block_table");
-    return AITER_MLA_OK;
+    {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->topk_indices, a->num_tokens * a->topk_stride, 4, "topk_indices"),
+                                        aiter_mla__span_of(a->token_to_req, a->num_tokens, 4, "token_to_req"),
+                                        aiter_mla__span_of(a->is_valid_token, a->num_tokens, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a->block_table, a->num_reqs * a->block_table_stride, 4, "block_table")};
+        return aiter_mla__v4_out_disjoint(op, &a->out, a->num_tokens, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk_ref(const aiter_mla_v4_topk_args *in) {
     const char *op = "v4_global_topk_ref";
     aiter_mla_v4_topk_args a;
     AITER_MLA__CHECK(aiter_mla__v4_topk_resolve(op, in, &a));
-    {
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.topk_indices, a.num_tokens * a.topk_stride, 4, "topk_indices"),
-                                        aiter_mla__span_of(a.token_to_req, a.num_tokens, 4, "token_to_req"),
-                                        aiter_mla__span_of(a.is_valid_token, a.num_tokens, 1, "is_valid_token"),
-                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
-        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a, ins, 4);
-    }
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.topk, aiter_mla__v4_topk_row, &a);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_global_topk(const aiter_mla_v4_topk_args *in, void *stream) {
@@ -4858,20 +4859,21 @@ static aiter_mla_status aiter_mla__v4_c128_resolve(const char *op, const aiter_m
     }
     AITER_MLA__CHECK(aiter_mla__v4_out_check(op, &a->out, a->width));
     AITER_MLA__NEED(op, a->positions, "positions");
-    return AITER_MLA_OK;
+    {
+        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->positions, a->num_tokens, 8, "positions"),
+                                        aiter_mla__span_of(a->token_to_req, a->num_tokens, 4, "token_to_req"),
+                                        aiter_mla__span_of(a->is_valid_token, a->num_tokens, 1, "is_valid_token"),
+                                        aiter_mla__span_of(a->block_table, a->block_table ? a->num_reqs * a->block_table_stride : 0, 4,
+                                                           "block_table")};
+        return aiter_mla__v4_out_disjoint(op, &a->out, a->num_tokens, ins, 4);
+    }
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices_ref(const aiter_mla_v4_c128_args *in) {
     const char *op = "v4_c128_indices_ref";
     aiter_mla_v4_c128_args a;
     AITER_MLA__CHECK(aiter_mla__v4_c128_resolve(op, in, &a));
-    {
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.positions, a.num_tokens, 8, "positions"),
-                                        aiter_mla__span_of(a.token_to_req, a.num_tokens, 4, "token_to_req"),
-                                        aiter_mla__span_of(a.is_valid_token, a.num_tokens, 1, "is_valid_token"),
-                                        aiter_mla__span_of(a.block_table, a.num_reqs * a.block_table_stride, 4, "block_table")};
-        return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a, ins, 4);
-    }
+    return aiter_mla__v4_emit(op, &a.out, a.num_tokens, a.width, aiter_mla__v4_c128_row, &a);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_c128_indices(const aiter_mla_v4_c128_args *in, void *stream) {
@@ -4903,6 +4905,16 @@ static int32_t aiter_mla__v4_combine_row(const void *ctx, int64_t r, int32_t *ro
     return n;
 }
 
+/* The combine's outputs against what it reads, for num_tokens tokens (-1: the count is on the
+ * device, so the GPU call checks the arrays sized by requests alone). */
+static aiter_mla_status aiter_mla__v4_combine_disjoint(const char *op, const aiter_mla_v4_combine_args *a, int64_t num_tokens) {
+    const aiter_mla__span ins[4] = {aiter_mla__span_of(a->topk ? a->topk_indices : NULL, num_tokens * a->topk_stride, 4, "topk_indices"),
+                                    aiter_mla__span_of(a->query_start_loc, (int64_t)a->num_reqs + 1, 4, "query_start_loc"),
+                                    aiter_mla__span_of(a->seq_lens, a->num_reqs, 4, "seq_lens"),
+                                    aiter_mla__span_of(a->gather_lens, a->num_reqs, 4, "gather_lens")};
+    return aiter_mla__v4_out_disjoint(op, &a->out, num_tokens, ins, 4);
+}
+
 static aiter_mla_status aiter_mla__v4_combine_resolve(const char *op, const aiter_mla_v4_combine_args *in,
                                                       aiter_mla_v4_combine_args *a) {
     AITER_MLA__NEED(op, in, "args");
@@ -4924,7 +4936,7 @@ static aiter_mla_status aiter_mla__v4_combine_resolve(const char *op, const aite
     AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
     if (a->topk > 0) AITER_MLA__NEED(op, a->topk_indices, "topk_indices");
-    return AITER_MLA_OK;
+    return aiter_mla__v4_combine_disjoint(op, a, -1);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *in) {
@@ -4947,14 +4959,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combi
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: N = %lld + %d gathered rows of request %d pass M = %lld",
                                    op, (long long)a.N, g, b, (long long)a.M);
     }
-    {
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a.topk ? a.topk_indices : NULL, num_tokens * a.topk_stride, 4,
-                                                           "topk_indices"),
-                                        aiter_mla__span_of(a.query_start_loc, (int64_t)a.num_reqs + 1, 4, "query_start_loc"),
-                                        aiter_mla__span_of(a.seq_lens, a.num_reqs, 4, "seq_lens"),
-                                        aiter_mla__span_of(a.gather_lens, a.num_reqs, 4, "gather_lens")};
-        return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a, ins, 4);
-    }
+    AITER_MLA__CHECK(aiter_mla__v4_combine_disjoint(op, &a, num_tokens));
+    return aiter_mla__v4_emit(op, &a.out, num_tokens, (int64_t)a.topk + a.window, aiter_mla__v4_combine_row, &a);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *in, void *stream) {
@@ -4962,6 +4968,17 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_a
     AITER_MLA__CHECK(aiter_mla__v4_combine_resolve("v4_combine", in, &a));
     /* the token count is device data: always launched */
     return AITER_MLA__LAUNCH("v4_combine", aiter_mla__launch_v4_combine(&a, stream));
+}
+
+/* The copy's buffers against what it reads: the entries as `entries` (indptr[num_rows], read
+ * on the host; -1 where only the device can read it, so that they are left out). */
+static aiter_mla_status aiter_mla__v4_copy_disjoint(const char *op, const aiter_mla_v4_ragged_copy_args *a, int64_t entries) {
+    const aiter_mla__span ins[2] = {aiter_mla__span_of(a->indices, entries, 4, "indices"),
+                                    aiter_mla__span_of(a->indptr, a->num_rows + 1, 4, "indptr")};
+    const aiter_mla__span outs[3] = {aiter_mla__span_of(a->indices_buffer, a->indices_buffer_capacity, 4, "indices_buffer"),
+                                     aiter_mla__span_of(a->indptr_buffer, a->num_rows + 1, 4, "indptr_buffer"),
+                                     aiter_mla__span_of(a->num_dropped, 1, 8, "num_dropped")};
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 2);
 }
 
 static aiter_mla_status aiter_mla__v4_copy_resolve(const char *op, const aiter_mla_v4_ragged_copy_args *in,
@@ -4982,7 +4999,7 @@ static aiter_mla_status aiter_mla__v4_copy_resolve(const char *op, const aiter_m
     AITER_MLA__NEED(op, a->indptr, "indptr");
     AITER_MLA__NEED(op, a->indptr_buffer, "indptr_buffer");
     AITER_MLA__NEED(op, a->indices_buffer, "indices_buffer");
-    return AITER_MLA_OK;
+    return aiter_mla__v4_copy_disjoint(op, a, -1); /* the reference reads indptr only after this */
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_ragged_copy_args *in) {
@@ -4998,14 +5015,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged_ref(const aiter_mla_v4_r
                                    op, (long long)r, a.indptr[r + 1] - a.indptr[r], a.max_entries_per_row);
     }
     if (a.indptr[a.num_rows] > a.indptr[0]) AITER_MLA__NEED(op, a.indices, "indices");
-    {
-        const aiter_mla__span ins[2] = {aiter_mla__span_of(a.indices, a.indptr[a.num_rows], 4, "indices"),
-                                        aiter_mla__span_of(a.indptr, a.num_rows + 1, 4, "indptr")};
-        const aiter_mla__span outs[3] = {aiter_mla__span_of(a.indices_buffer, a.indices_buffer_capacity, 4, "indices_buffer"),
-                                         aiter_mla__span_of(a.indptr_buffer, a.num_rows + 1, 4, "indptr_buffer"),
-                                         aiter_mla__span_of(a.num_dropped, 1, 8, "num_dropped")};
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 3, ins, 2));
-    }
+    AITER_MLA__CHECK(aiter_mla__v4_copy_disjoint(op, &a, a.indptr[a.num_rows]));
     a.indptr_buffer[0] = 0;
     for (r = 0; r < a.num_rows; r++) {
         int64_t cut;
@@ -5027,11 +5037,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
 }
 
 /* ---- attention ------------------------------------------------------------------------------- */
-/* A key list: unused (optional and no indices) or every field resolved and checked; with
- * host_arrays the ragged indptr is scanned too (monotone from >= 0). */
-static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *pre, aiter_mla_v4_keys *k, int64_t num_tokens,
-                                                   int required, int host_arrays) {
-    int64_t t;
+/* A key list: unused (optional and no indices) or every field resolved and checked. */
+static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *pre, aiter_mla_v4_keys *k, int required) {
     if (!required && !k->indices) return AITER_MLA_OK;
     /* the pointers first: a list set without its cache names the cache, not its size */
     AITER_MLA__CHECK(aiter_mla__check_need(op, k->cache, pre, "cache"));
@@ -5046,9 +5053,26 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
                                                      "dtype", 64));
     }
     if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
-    if (!host_arrays) return AITER_MLA_OK;
-    AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, pre, "indptr"));
-    for (t = 0; t < num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, pre, "indptr"));
+    return AITER_MLA_OK;
+}
+
+/* The arrays the host reads in resolved args (host memory): attn_sink has no NaN and each
+ * used ragged list's indptr is monotone from >= 0 (keys: with the key lists). */
+static aiter_mla_status aiter_mla__v4_attn_host_arrays(const char *op, const char *pre, const aiter_mla_v4_attention_args *a,
+                                                       int keys) {
+    int64_t t;
+    int h, i;
+    if (a->attn_sink)
+        for (h = 0; h < a->num_heads; h++)
+            if (a->attn_sink[h] != a->attn_sink[h])
+                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sattn_sink[%d] is NaN", op, pre, h);
+    for (i = 0; keys && i < 2; i++) {
+        const aiter_mla_v4_keys *k = i ? &a->extra_keys : &a->keys;
+        const char *kpre = i ? "extra_keys." : "keys.";
+        if (!k->indices || !k->indptr) continue;
+        AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, kpre, "indptr"));
+        for (t = 0; t < a->num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, kpre, "indptr"));
+    }
     return AITER_MLA_OK;
 }
 
@@ -5057,7 +5081,6 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
  * are host memory, so attn_sink and the ragged indptr are checked too. */
 static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *pre, const aiter_mla_v4_attention_args *in,
                                                    aiter_mla_v4_attention_args *a, int with_keys, int host_arrays) {
-    int h;
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_heads, 1, AITER_MLA_MAX_HEADS, pre, "num_heads"));
@@ -5079,14 +5102,11 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_cu, 0, 65536, pre, "num_cu")); /* used only by the GPU, wrong anywhere */
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     AITER_MLA__CHECK(aiter_mla__check_scale(op, a->sm_scale, pre, "sm_scale"));
-    if (a->attn_sink && host_arrays)
-        for (h = 0; h < a->num_heads; h++)
-            if (a->attn_sink[h] != a->attn_sink[h])
-                return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %sattn_sink[%d] is NaN", op, pre, h);
     if (with_keys) {
-        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, a->num_tokens, 1, host_arrays));
-        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, a->num_tokens, 0, host_arrays));
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, 1));
+        AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, 0));
     }
+    if (host_arrays) AITER_MLA__CHECK(aiter_mla__v4_attn_host_arrays(op, pre, a, with_keys));
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__CHECK(aiter_mla__check_need(op, a->q, pre, "q"));
     AITER_MLA__CHECK(aiter_mla__check_need(op, a->o, pre, "o"));
@@ -5147,14 +5167,18 @@ static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a)
     return a->num_splits > 1 ? (size_t)a->num_tokens * (size_t)a->num_splits * (size_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
                              : 0u;
 }
-/* The reference's outputs (o, lse) against what it reads after its first writes (q aside: see
- * ERRORS): both lists' arrays and caches, the sink; after the ragged indptrs' checks. An unused
+/* The outputs (o, lse; with `partials`, the GPU's split partials in the workspace) against
+ * what the call reads after its first writes (q aside: see ERRORS): both lists' arrays and
+ * caches, the sink. A ragged list's entries count only with `ragged` (its indptr read on the
+ * host and checked: indptr[T] entries); without, only host fields size the spans, which is what
+ * the GPU call checks and what the reference checks before it reads any array. An unused
  * list's fields are not resolved and count for nothing. */
-static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const aiter_mla_v4_attention_args *a) {
+static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const aiter_mla_v4_attention_args *a, int ragged,
+                                                         int partials) {
     static const char *const names[2][4] = {{"keys.indptr", "keys.lens", "keys.indices", "keys.cache"},
                                             {"extra_keys.indptr", "extra_keys.lens", "extra_keys.indices", "extra_keys.cache"}};
     const int64_t T = a->num_tokens;
-    aiter_mla__span ins[9], outs[2];
+    aiter_mla__span ins[9], outs[3];
     int i;
     for (i = 0; i < 2; i++) {
         const aiter_mla_v4_keys *k = i ? &a->extra_keys : &a->keys;
@@ -5164,21 +5188,30 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
                                               : k->num_blocks * k->page_stride_bytes;
         ins[i * 4] = aiter_mla__span_of(k->indptr, used ? T + 1 : 0, 4, names[i][0]);
         ins[i * 4 + 1] = aiter_mla__span_of(k->lens, used && !k->indptr ? T : 0, 4, names[i][1]);
-        ins[i * 4 + 2] = aiter_mla__span_of(k->indices, !used ? 0 : k->indptr ? k->indptr[T] : T * k->indices_stride, 4, names[i][2]);
+        ins[i * 4 + 2] = aiter_mla__span_of(k->indices,
+                                            !used        ? 0
+                                            : !k->indptr ? T * k->indices_stride
+                                            : ragged     ? k->indptr[T]
+                                                         : 0,
+                                            4, names[i][2]);
         ins[i * 4 + 3] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[i][3]);
     }
     ins[8] = aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink");
     outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_V4_HEAD_DIM,
                                       aiter_mla_dtype_size(a->o_dtype), "o");
     outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
-    return aiter_mla__check_disjoint(op, outs, 2, ins, 9);
+    outs[2] = aiter_mla__span_of(a->workspace, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
+                                 "workspace");
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 9);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
     const char *op = "v4_attention_ref";
     aiter_mla_v4_attention_args a;
-    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 1));
-    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a));
+    AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
+    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a, 0, 0)); /* before the arrays are read */
+    AITER_MLA__CHECK(aiter_mla__v4_attn_host_arrays(op, "", &a, 1));
+    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a, 1, 0));
     return aiter_mla__v4_attend(op, &a);
 }
 
@@ -5223,6 +5256,7 @@ static aiter_mla_status aiter_mla__v4_attention_call(const char *op, const aiter
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
     if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
+    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a, 0, 1));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_v4_attention(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
@@ -5433,7 +5467,7 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
     aiter_mla__v4_prefill r;
     int64_t c0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
-    if (!gpu && r.tokens > 0) { /* the reference's outputs (workspace, o, lse) against what it reads */
+    if (r.tokens > 0) { /* the outputs (workspace, o, lse) against what the call reads: host sizes, so both calls */
         const aiter_mla_v4_prefill_args *a = &r.a;
         const int64_t ratio = a->compress_ratio > 1, T = r.tokens;
         const aiter_mla__span ins[8] = {

@@ -1164,13 +1164,23 @@ static void test_expand_page_indices(void) {
                 aiter_mla_expand_page_indices_args m = a;
                 m.page_indices = seq;
                 CHECK_STATUS(aiter_mla_expand_page_indices_ref(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices overlaps");
+                CHECK_STATUS(aiter_mla_expand_page_indices(&m, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices overlaps");
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
                 SWEEP(expand_page_indices, a, sweep_expand_fields);
-                a.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (its kernel counts requests in int64) */
-                CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
-                a.batch = INT32_MAX; /* cu_num_tokens has batch + 1 entries */
-                CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
-                a.batch = batch;
+                { /* the GPU call at its batch limit (arrays it cannot read; the output below the inputs,
+                     whose spans then reach far past this arena without meeting it) */
+                    static int32_t arena[4];
+                    m = a;
+                    m.page_indices = arena;
+                    m.page_indices_capacity = 1;
+                    m.block_table = arena + 1;
+                    m.cu_num_tokens = arena + 2;
+                    m.seq_lens = arena + 3;
+                    m.batch = INT32_MAX - 1; /* the reference's limit is the GPU's too (its kernel counts requests in int64) */
+                    CHECK_STATUS(aiter_mla_expand_page_indices(&m, NULL), AITER_MLA_ERR_NO_GPU, "");
+                    m.batch = INT32_MAX; /* cu_num_tokens has batch + 1 entries */
+                    CHECK_STATUS(aiter_mla_expand_page_indices(&m, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+                }
             }
             if (ki == 2 && it == 0) {
                 a.kernel_block_size = 3;
@@ -3335,6 +3345,10 @@ static void test_kv_cache_write(void) {
             aiter_mla_kv_cache_write_args b = a;
             CHECK_STATUS(aiter_mla_kv_cache_write(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
             SWEEP(kv_cache_write, a, sweep_kv_write_fields);
+            b.kv_cache = (void *)a.slot_mapping; /* refused before any write, by both */
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache overlaps slot_mapping");
+            CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache overlaps slot_mapping");
+            b = a;
             b.cache_dtype = AITER_MLA_F32;
             CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
             CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_UNSUPPORTED, "cache_dtype");
@@ -4755,6 +4769,15 @@ static void test_prefill_plan_fit_lists(void) {
         CHECK_STATUS(aiter_mla_##op##_ref(&args), AITER_MLA_ERR_INVALID_ARGUMENT, named);                   \
     } while (0)
 
+/* REF_OVERLAP_CASE for an op whose GPU call sizes the arrays alike (every size a host field):
+ * the GPU wrapper refuses it too, with the reference's message. */
+#define OVERLAP_CASE(op, args, base, mutation, named)                                                                   \
+    do {                                                                                                                \
+        REF_OVERLAP_CASE(op, args, base, mutation, named);                                                              \
+        CHECK_LIKE_REF(aiter_mla_##op##_ref(&args), aiter_mla_##op(&args, NULL), AITER_MLA_ERR_INVALID_ARGUMENT,        \
+                       #op " { " #mutation " }");                                                                       \
+    } while (0)
+
 /* One validation case of op (aiter_mla_<op>_ref against aiter_mla_<op>): args = base, then
  * `mutation` on args, then CHECK_LIKE_REF with `expect`. */
 #define LIKE_REF_CASE(op, args, base, mutation, expect)                                                         \
@@ -4780,8 +4803,8 @@ static void test_small_op_wrappers(void) {
         a.valid_counts = counts;
         a.workspace_starts = st;
 #define SI_CASE(mutation, expect) LIKE_REF_CASE(convert_sparse_indices, b, a, mutation, expect)
-        REF_OVERLAP_CASE(convert_sparse_indices, b, a, b.valid_counts = req, "valid_counts overlaps");
-        REF_OVERLAP_CASE(convert_sparse_indices, b, a, b.out = idx + 4, "out overlaps");
+        OVERLAP_CASE(convert_sparse_indices, b, a, b.valid_counts = req, "valid_counts overlaps");
+        OVERLAP_CASE(convert_sparse_indices, b, a, b.out = idx + 4, "out overlaps");
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(convert_sparse_indices, a, sweep_sparse_index_fields);
         SI_CASE(b.block_table = NULL, AITER_MLA_ERR_NO_GPU);
@@ -4814,8 +4837,8 @@ static void test_small_op_wrappers(void) {
         a.context_out = co;
         a.new_out = no;
 #define FP_CASE(mutation, expect) LIKE_REF_CASE(filter_prefill_indices, b, a, mutation, expect)
-        REF_OVERLAP_CASE(filter_prefill_indices, b, a, b.new_out = ctx, "new_out overlaps");
-        REF_OVERLAP_CASE(filter_prefill_indices, b, a, b.context_out = idx + 2, "context_out overlaps");
+        OVERLAP_CASE(filter_prefill_indices, b, a, b.new_out = ctx, "new_out overlaps");
+        OVERLAP_CASE(filter_prefill_indices, b, a, b.context_out = idx + 2, "context_out overlaps");
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(filter_prefill_indices, a, sweep_filter_fields);
         FP_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
@@ -4845,7 +4868,7 @@ static void test_small_op_wrappers(void) {
         a.block_size = 2;
         a.num_tokens = 2;
 #define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
-        REF_OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
+        OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(ds_mla_write, a, sweep_ds_write_fields);
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
@@ -4882,7 +4905,7 @@ static void test_small_op_wrappers(void) {
         a.out = out;
         a.out_rows = 3;
 #define GA_CASE(mutation, expect) LIKE_REF_CASE(gather_cache, b, a, mutation, expect)
-        REF_OVERLAP_CASE(gather_cache, b, a, b.out = bt, "out overlaps");
+        OVERLAP_CASE(gather_cache, b, a, b.out = bt, "out overlaps");
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(gather_cache, a, sweep_gather_fields);
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
@@ -4929,7 +4952,7 @@ static void test_small_op_wrappers(void) {
         a.block_size = 2;
         a.num_tokens = 2;
 #define V4W_CASE(mutation, expect) LIKE_REF_CASE(v4_cache_write, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_cache_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
+        OVERLAP_CASE(v4_cache_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_cache_write, a, sweep_v4_write_fields);
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
@@ -4969,7 +4992,7 @@ static void test_small_op_wrappers(void) {
         a.out_rows = 4;
         a.offset = 1;
 #define V4G_CASE(mutation, expect) LIKE_REF_CASE(v4_gather, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_gather, b, a, b.out = sl, "out overlaps");
+        OVERLAP_CASE(v4_gather, b, a, b.out = sl, "out overlaps");
         V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_gather, a, sweep_v4_gather_fields);
         V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
@@ -5027,9 +5050,9 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 24;
 #define V4S_CASE(mutation, expect) LIKE_REF_CASE(v4_swa_indices, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.lens = seq, "out.lens overlaps");
-        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.dense = qsl, "out.dense overlaps");
-        REF_OVERLAP_CASE(v4_swa_indices, b, a, b.out.indptr = idx + 1, "out.indptr overlaps out.indices");
+        OVERLAP_CASE(v4_swa_indices, b, a, b.out.lens = seq, "out.lens overlaps");
+        OVERLAP_CASE(v4_swa_indices, b, a, b.out.dense = qsl, "out.dense overlaps");
+        OVERLAP_CASE(v4_swa_indices, b, a, b.out.indptr = idx + 1, "out.indptr overlaps out.indices");
         V4S_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_swa_indices, a, sweep_v4_swa_fields);
         V4S_CASE((b.out.dense = NULL, b.out.lens = NULL, b.block_size = 0, b.window = 0), AITER_MLA_ERR_NO_GPU);
@@ -5085,7 +5108,7 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 8;
 #define V4K_CASE(mutation, expect) LIKE_REF_CASE(v4_global_topk, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_global_topk, b, a, b.out.indices = t2r, "out.indices overlaps");
+        OVERLAP_CASE(v4_global_topk, b, a, b.out.indices = t2r, "out.indices overlaps");
         V4K_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_global_topk, a, sweep_v4_topk_fields);
         V4K_CASE((b.topk = 2, b.topk_stride = 4, b.block_size = 0, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
@@ -5129,7 +5152,7 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 30;
 #define V4C_CASE(mutation, expect) LIKE_REF_CASE(v4_c128_indices, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_c128_indices, b, a, b.out.lens = (int32_t *)pos, "out.lens overlaps");
+        OVERLAP_CASE(v4_c128_indices, b, a, b.out.lens = (int32_t *)pos, "out.lens overlaps");
         V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_c128_indices, a, sweep_v4_c128_fields);
         V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
@@ -5175,7 +5198,8 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 36;
 #define V4M_CASE(mutation, expect) LIKE_REF_CASE(v4_combine, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_combine, b, a, b.out.indptr = qsl, "out.indptr overlaps");
+        REF_OVERLAP_CASE(v4_combine, b, a, b.out.indptr = qsl, "out.indptr overlaps"); /* sized by the tokens */
+        OVERLAP_CASE(v4_combine, b, a, b.out.indices = gl, "out.indices overlaps");       /* by out.capacity */
         V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_combine, a, sweep_v4_combine_fields);
         V4M_CASE((b.gather_lens = NULL, b.window = 0, b.M = 140, b.out.dense = NULL), AITER_MLA_ERR_NO_GPU);
@@ -5235,7 +5259,7 @@ static void test_small_op_wrappers(void) {
         a.indptr_buffer_capacity = 3;
         a.num_dropped = &dropped;
 #define V4R_CASE(mutation, expect) LIKE_REF_CASE(v4_copy_ragged, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_copy_ragged, b, a, b.indptr_buffer = ptr, "indptr_buffer overlaps");
+        OVERLAP_CASE(v4_copy_ragged, b, a, b.indptr_buffer = ptr, "indptr_buffer overlaps");
         V4R_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_copy_ragged, a, sweep_v4_copy_fields);
         V4R_CASE((b.clamp = 1, b.max_entries_per_row = 2, b.indices_buffer_capacity = 4, b.num_dropped = NULL), AITER_MLA_ERR_NO_GPU);
@@ -5435,7 +5459,7 @@ static void test_attention_wrappers(void) {
     s.num_heads = 4;
     s.topk = 3;
 #define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
-    REF_OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
+    OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(sparse_attention, s, sweep_sparse_fields);
     SP_CASE(t.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
@@ -6610,8 +6634,8 @@ static void test_v4_attention(void) {
             e.lse = (float *)a.keys.indices;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
             e = a;
-            e.o = (void *)a.extra_keys.indices;
-            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
+            e.o = (void *)a.extra_keys.indices; /* o's rows may reach lse first: either output is named */
+            CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "overlaps");
             e = a;
             e.o = NULL;
             CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_NULL_POINTER, "o");
@@ -6638,6 +6662,7 @@ static void test_v4_attention(void) {
             V4A_CASE((e.num_heads = 2, e.q_stride_token = 0, e.o_stride_token = 0, e.o_stride_head = (int64_t)1 << 32),
                      AITER_MLA_ERR_INVALID_ARGUMENT); /* the default o_stride_token, 2 x 2^32 */
             V4A_CASE(e.o = NULL, AITER_MLA_ERR_NULL_POINTER);
+            OVERLAP_CASE(v4_attention, e, a, e.lse = (float *)a.keys.indices, "lse overlaps"); /* dense keys: host-sized */
             V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_ERR_NO_GPU);
             V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -6645,6 +6670,7 @@ static void test_v4_attention(void) {
             { /* split over several blocks: the GPU needs the workspace (the reference ignores it) */
                 size_t need = 0;
                 char ws_small[16];
+                void *ws;
                 e = a;
                 e.num_splits = 4;
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
@@ -6661,10 +6687,15 @@ static void test_v4_attention(void) {
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.num_tokens = a.num_tokens;
-                e.workspace = ws_small;
+                e.workspace = ws = malloc(need);
                 e.workspace_bytes = need;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
+                e.workspace = (char *)a.o + 4; /* the partials over an output, or over what the keys read */
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps o");
+                e.workspace = (void *)a.keys.indices;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+                free(ws);
                 e.num_splits = 1;
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
                 CHECK(need == 0, "v4 attention workspace for one split: %zu bytes", need);
@@ -7056,6 +7087,9 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "query_start_loc_host");
             e.query_start_loc_host = qsl;
             CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+            e.attn.o = (char *)p.workspace + 64; /* its outputs sized by host fields: refused as by the reference */
+            CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.o overlaps workspace");
+            e.attn.o = p.attn.o;
             memcpy(bad_qsl, qsl, sizeof bad_qsl);
             { /* the host arrays, so that the reference may read what the wrapper refuses */
                 aiter_mla_v4_prefill_args h = p;
