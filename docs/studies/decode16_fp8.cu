@@ -34,6 +34,10 @@
 // movmatrix.trans (no V tile); the page is double-buffered, its rows read again for P V (KEEP 0)
 // or kept in registers from S on (KEEP 1, which spills).
 //
+// Layouts C and D take every product in e4m3 and have no V tile (see decode16c, decode16d):
+// C on mma.sync (which sm_90 runs as two f16 HMMAs on widened operands), D on wgmma.
+// `decode16_fp8 [runs] c` and `decode16_fp8 [runs] d` run each beside layout A.
+//
 // Knobs, for the measurements (each leaves the numerics wrong where it drops work):
 //   mode bit 1: no P V; bit 2: no S^T (no conversions, products or V-tile stores: the key bytes
 //   only xor-ed); bit 8: keys loaded
@@ -599,6 +603,601 @@ __global__ void __launch_bounds__(NG * 128, 1) decode16k(Args a) {
         *reinterpret_cast<__nv_bfloat162 *>(a.o + ((int64_t)b * H + h) * DV + d) = __floats2bfloat162_rn(x0, x1);
     }
 }
+
+// Layout C: every product in e4m3, no widening and no V tile. S^T = K Q^T by mma.sync
+// m16n8k32 e4m3: a thread's two key rows are its A fragments as they lie (the 576 dims
+// permuted as in layout A, two of its words a k-step), and Q goes in as two e4m3 terms,
+// hi = e4m3(256 q) and lo = e4m3(256 q - hi), each a product into the same sums (q here lies
+// in [-1, 1]; the library would scale each row by a power of two). P' = 64 p goes into P V as two
+// e4m3 terms as well, hi and lo of each key side by side in the k dimension, so that k-slots
+// (4 q, +1, +2, +3) of step kk are (key, hi), (key, lo), (key + 8, hi), (key + 8, lo) with
+// key = 16 kk + q (+ 4 in the upper half of the step): the thread of warp kk that owns those keys'
+// scores writes one word a head, and O^T's A fragments (V^T, dims x keys) are the staged bytes
+// of four keys, each byte twice, by one prmt a register (dims of O^T's row g of m-tile mt:
+// 128 w + 16 g + 2 mt, and + 1 for row g + 8). The staged page lives until P V ends: two
+// pages a group. TMP: each tile's P V summed apart from zero and added to O in fp32 (the fp8
+// products' sums over one tile only), else straight into O.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t word4(const uint4 &v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+// P' of one head for keys ka (low half of v) and kb as [hi(ka), lo(ka), hi(kb), lo(kb)]
+__device__ __forceinline__ uint32_t p_terms(float pa, float pb) {
+    const uint32_t v = pack_f16(pa * 64.0f, pb * 64.0f);
+    uint16_t hi8, lo8;
+    uint32_t hv, r;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(hi8) : "r"(v));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(hv) : "h"(hi8));
+    asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(hv));
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(lo8) : "r"(r));
+    return __byte_perm((uint32_t)hi8, (uint32_t)lo8, 0x5140);
+}
+static __device__ __forceinline__ uint8_t e4m3_code(float x) {
+    uint16_t c;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(c) : "f"(0.0f), "f"(x));
+    return (uint8_t)(c & 0xff);
+}
+static __device__ __forceinline__ float e4m3_value(uint8_t c) {
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((uint16_t)c));
+    return __half2float(__ushort_as_half((unsigned short)(h & 0xffff)));
+}
+template <int NG>
+struct CfgC {
+    static constexpr int threads = NG * 128;
+    static constexpr int qf = 0;                   // [18 k-steps][hi, lo][32 lanes] x 16 B
+    static constexpr int grp0 = 18 * 2 * 32 * 16;  // 18432
+    static constexpr int page = PAGE * D;          // 36864
+    static constexpr int stage = 0;                // [2][page] the group's pages
+    static constexpr int p = 2 * page;             // [4 steps][32 lanes][n-tile][half] words
+    static constexpr int red = p + 4 * 32 * 16;    // float [2][16 heads][4 warps]
+    static constexpr int bar = red + 2 * 16 * 4 * 4; // 2 mbarriers
+    static constexpr int gbytes = bar + 16;
+    static constexpr int fin = grp0 + NG * gbytes; // float m[NG][16], l[NG][4][16]
+    static constexpr int total = fin + NG * 16 * 4 + NG * 4 * 16 * 4;
+};
+template <int NG, int TMP>
+__global__ void __launch_bounds__(NG * 128, 1) decode16c(Args a) {
+    using C = CfgC<NG>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31, g = l >> 2, qd = l & 3;
+    const int b = blockIdx.x, n = a.ctx[b], ntiles = (n + PAGE - 1) / PAGE;
+    unsigned char *gs = smem + C::grp0 + grp * C::gbytes;
+    const uint32_t qf_a = smem_u32(smem + C::qf), st_a = smem_u32(gs + C::stage), p_a = smem_u32(gs + C::p),
+                   bar_a = smem_u32(gs + C::bar);
+    float *red = reinterpret_cast<float *>(gs + C::red);
+    const int *bt = a.bt + (int64_t)b * a.bt_stride;
+
+    // Q's B fragments: k-step s2, lane (g, q): b0 = dims d(2 s2), b1 = d(2 s2 + 1) of heads g (words
+    // 0, 1) and g + 8 (words 2, 3), d(s) = 64 (s / 4) + 16 q + 4 (s % 4) .. + 3; hi, then lo
+    for (int e = tid; e < 18 * 32; e += C::threads) {
+        const int s2 = e >> 5, ln = e & 31, gg = ln >> 2, qq = ln & 3;
+        uint32_t hw[4], lw[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int head = gg + 8 * (k >> 1), s = 2 * s2 + (k & 1), d0 = 64 * (s >> 2) + 16 * qq + 4 * (s & 3);
+            uint32_t hv = 0, lv = 0;
+            for (int i = 0; i < 4; i++) {
+                const float x = __bfloat162float(a.q[((int64_t)b * H + head) * D + d0 + i]) * 256.0f;
+                const uint8_t h8 = e4m3_code(x), l8 = e4m3_code(x - e4m3_value(h8));
+                hv |= (uint32_t)h8 << (8 * i);
+                lv |= (uint32_t)l8 << (8 * i);
+            }
+            hw[k] = hv, lw[k] = lv;
+        }
+        sts16(qf_a + ((2 * s2) * 32 + ln) * 16, hw[0], hw[1], hw[2], hw[3]);
+        sts16(qf_a + ((2 * s2 + 1) * 32 + ln) * 16, lw[0], lw[1], lw[2], lw[3]);
+    }
+    if (t == 0) {
+        mbar_init(bar_a, 1);
+        mbar_init(bar_a + 8, 1);
+    }
+    __syncthreads();
+
+    float acc[8][2][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    float m[4], lsum[4]; // heads 2q, 2q + 1, 8 + 2q, 9 + 2q (log2 units)
+#pragma unroll
+    for (int h = 0; h < 4; h++) m[h] = -INFINITY, lsum[h] = 0.0f;
+
+    const int ka = 16 * w + g, kb = ka + 8;
+    uint4 ra[9], rb[9];
+    if (t == 0 && grp < ntiles) bulk_copy(st_a, a.cache + (int64_t)bt[grp] * PAGE * D, PAGE * D, bar_a);
+    const bool prof = t == 0;
+    unsigned long long ph[7] = {0, 0, 0, 0, 0, 0, 0}, c0 = clock64(), c1;
+#define PH(k) if (prof) { c1 = clock64(); ph[k] += c1 - c0; c0 = c1; }
+    int it = 0;
+    for (int i = grp; i < ntiles; i += NG, it++) {
+        const int buf = it & 1;
+        const uint32_t pg = st_a + buf * C::page;
+        PH(6)
+        mbar_wait(bar_a + 8 * buf, (it >> 1) & 1);
+        {
+            const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
+#pragma unroll
+            for (int j = 0; j < 9; j++) {
+                ra[j] = oka ? lds16(pg + ka * D + 16 * qd + 64 * j) : make_uint4(0, 0, 0, 0);
+                rb[j] = okb ? lds16(pg + kb * D + 16 * qd + 64 * j) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        PH(0)
+        group_sync(grp); // (A) the group is done with P and the other page
+        PH(1)
+        if (t == 0 && i + NG < ntiles)
+            bulk_copy(st_a + (buf ^ 1) * C::page, a.cache + (int64_t)bt[i + NG] * PAGE * D, PAGE * D, bar_a + 8 * (buf ^ 1));
+        float s0[2][4] = {}, s1[2][4] = {}; // [hi, lo] chains of heads 0-7, 8-15
+#pragma unroll
+        for (int s2 = 0; s2 < 18; s2++) {
+            const uint32_t a0 = word_of(ra, 2 * s2), a2 = word_of(ra, 2 * s2 + 1), a1 = word_of(rb, 2 * s2), a3 = word_of(rb, 2 * s2 + 1);
+            const uint4 qh = lds16(qf_a + ((2 * s2) * 32 + l) * 16), ql = lds16(qf_a + ((2 * s2 + 1) * 32 + l) * 16);
+            mma_e4m3(s0[0], a0, a1, a2, a3, qh.x, qh.y);
+            mma_e4m3(s1[0], a0, a1, a2, a3, qh.z, qh.w);
+            mma_e4m3(s0[1], a0, a1, a2, a3, ql.x, ql.y);
+            mma_e4m3(s1[1], a0, a1, a2, a3, ql.z, ql.w);
+        }
+        PH(2)
+        float x[8]; // (key a, h0), (a, h1), (b, h0), (b, h1), (a, h2), (a, h3), (b, h2), (b, h3)
+        const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
+        const float sl = a.scale_log2 * (1.0f / 256.0f);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const bool ok = e < 2 ? oka : okb;
+            x[e] = ok ? (s0[0][e] + s0[1][e]) * sl : -INFINITY;
+            x[4 + e] = ok ? (s1[0][e] + s1[1][e]) * sl : -INFINITY;
+        }
+        float mx[4] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3]), fmaxf(x[4], x[6]), fmaxf(x[5], x[7])};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+        const int par = it & 1;
+        const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+        if (g == 0)
+#pragma unroll
+            for (int h = 0; h < 4; h++) red[(par * 16 + hh[h]) * 4 + w] = mx[h];
+        group_sync(grp); // (C) the warps' maxima
+        PH(3)
+        float alpha[4], mu[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float4 r4 = *reinterpret_cast<const float4 *>(red + (par * 16 + hh[h]) * 4);
+            const float tm = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
+            const float mn = fmaxf(m[h], tm);
+            mu[h] = mn == -INFINITY ? 0.0f : mn;
+            alpha[h] = ex2(m[h] - mu[h]);
+            m[h] = mn;
+        }
+        float p[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) p[e] = ex2(x[e] - mu[(e >> 2) * 2 + (e & 1)]);
+        lsum[0] = lsum[0] * alpha[0] + p[0] + p[2];
+        lsum[1] = lsum[1] * alpha[1] + p[1] + p[3];
+        lsum[2] = lsum[2] * alpha[2] + p[4] + p[6];
+        lsum[3] = lsum[3] * alpha[3] + p[5] + p[7];
+        { // head h's word for keys ka, kb: step w, lane 4 (h % 8) + g % 4, n-tile h / 8, half g / 4
+            const int half = g >> 2, qr = g & 3;
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const int head = hh[h], e0 = (h >> 1) * 4 + (h & 1);
+                const uint32_t word = p_terms(p[e0], p[e0 + 2]);
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(p_a + ((w * 32 + 4 * (head & 7) + qr) * 4 + (head >> 3) * 2 + half) * 4), "r"(word)
+                             : "memory");
+            }
+        }
+        group_sync(grp); // (B) P is in
+        PH(4)
+        if (a.mode & 1) continue;
+        constexpr uint32_t kSel[4] = {0x4400u, 0x5511u, 0x6622u, 0x7733u};
+        const uint32_t vbase = pg + 128 * w + 16 * g;
+        if constexpr (TMP == 0) {
+#pragma unroll
+            for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    acc[mt][nt][0] *= alpha[2 * nt];
+                    acc[mt][nt][1] *= alpha[2 * nt + 1];
+                    acc[mt][nt][2] *= alpha[2 * nt];
+                    acc[mt][nt][3] *= alpha[2 * nt + 1];
+                }
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const uint4 pb = lds16(p_a + (kk * 32 + l) * 16);
+                const int k0 = 16 * kk + qd;
+                const bool nov = a.mode & 32; // diagnostic: no V loads (the page's first words of each lane instead)
+                const uint4 v0 = nov ? make_uint4(pb.x, pb.y, l, kk) : lds16(vbase + k0 * D), v1 = nov ? make_uint4(pb.z, l, pb.w, kk) : lds16(vbase + (k0 + 8) * D),
+                            v2 = nov ? make_uint4(l, pb.w, kk, pb.x) : lds16(vbase + (k0 + 4) * D), v3 = nov ? make_uint4(kk, pb.y, pb.z, l) : lds16(vbase + (k0 + 12) * D);
+#pragma unroll
+                for (int mt = 0; mt < 8; mt++) {
+                    const int j = mt >> 1, bs = (mt & 1) * 2;
+                    const uint32_t w0 = word4(v0, j), w1 = word4(v1, j), w2 = word4(v2, j), w3 = word4(v3, j);
+                    const bool nop = a.mode & 16; // diagnostic: the words as they are, no prmt
+                    const uint32_t a0 = nop ? w0 : __byte_perm(w0, w1, kSel[bs]), a1 = nop ? w1 : __byte_perm(w0, w1, kSel[bs + 1]),
+                                   a2 = nop ? w2 : __byte_perm(w2, w3, kSel[bs]), a3 = nop ? w3 : __byte_perm(w2, w3, kSel[bs + 1]);
+                    mma_e4m3(acc[mt][0], a0, a1, a2, a3, pb.x, pb.y);
+                    mma_e4m3(acc[mt][1], a0, a1, a2, a3, pb.z, pb.w);
+                }
+            }
+        } else {
+            uint4 pb[4], v[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                pb[kk] = lds16(p_a + (kk * 32 + l) * 16);
+                const int k0 = 16 * kk + qd;
+                v[kk][0] = lds16(vbase + k0 * D), v[kk][1] = lds16(vbase + (k0 + 8) * D);
+                v[kk][2] = lds16(vbase + (k0 + 4) * D), v[kk][3] = lds16(vbase + (k0 + 12) * D);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 8; mt++) {
+                float tp[2][4] = {};
+                const int j = mt >> 1, bs = (mt & 1) * 2;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const uint32_t w0 = word4(v[kk][0], j), w1 = word4(v[kk][1], j), w2 = word4(v[kk][2], j), w3 = word4(v[kk][3], j);
+                    const uint32_t a0 = __byte_perm(w0, w1, kSel[bs]), a1 = __byte_perm(w0, w1, kSel[bs + 1]),
+                                   a2 = __byte_perm(w2, w3, kSel[bs]), a3 = __byte_perm(w2, w3, kSel[bs + 1]);
+                    mma_e4m3(tp[0], a0, a1, a2, a3, pb[kk].x, pb[kk].y);
+                    mma_e4m3(tp[1], a0, a1, a2, a3, pb[kk].z, pb[kk].w);
+                }
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    acc[mt][nt][0] = acc[mt][nt][0] * alpha[2 * nt] + tp[nt][0];
+                    acc[mt][nt][1] = acc[mt][nt][1] * alpha[2 * nt + 1] + tp[nt][1];
+                    acc[mt][nt][2] = acc[mt][nt][2] * alpha[2 * nt] + tp[nt][2];
+                    acc[mt][nt][3] = acc[mt][nt][3] * alpha[2 * nt + 1] + tp[nt][3];
+                }
+            }
+        }
+    }
+    PH(5)
+    if (prof) for (int k = 0; k < 7; k++) atomicAdd(&g_prof[k], ph[k]);
+#pragma unroll
+    for (int h = 0; h < 4; h++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], o);
+    float *fm = reinterpret_cast<float *>(smem + C::fin), *fl = fm + NG * 16;
+    const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+    if (g == 0)
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            fl[(grp * 4 + w) * 16 + hh[h]] = lsum[h];
+            if (w == 0) fm[grp * 16 + hh[h]] = m[h];
+        }
+    __syncthreads(); // also: every group is done with its pages
+    float f[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        float M = -INFINITY;
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, fm[gg * 16 + hh[h]]);
+        const float Mu = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float fg = ex2(fm[gg * 16 + hh[h]] - Mu);
+            for (int ww = 0; ww < 4; ww++) L += fl[(gg * 4 + ww) * 16 + hh[h]] * fg;
+        }
+        f[h] = L > 0.0f ? ex2(m[h] - Mu) / L * a.kv_scale * (1.0f / 64.0f) : 0.0f;
+        if (grp == 0 && w == 0 && g == 0) a.lse[b * H + hh[h]] = L > 0.0f ? (Mu + log2f(L)) * 0.69314718f : INFINITY;
+    }
+    float *ob = reinterpret_cast<float *>(gs + C::stage); // [16 heads][512 dims + 4] of this group
+    constexpr int kOb = DV + 4;
+#pragma unroll
+    for (int mt = 0; mt < 8; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int d = 128 * w + 16 * g + 2 * mt, h0 = 8 * nt + 2 * qd;
+            ob[h0 * kOb + d] = acc[mt][nt][0] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d] = acc[mt][nt][1] * f[2 * nt + 1];
+            ob[h0 * kOb + d + 1] = acc[mt][nt][2] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d + 1] = acc[mt][nt][3] * f[2 * nt + 1];
+        }
+    __syncthreads();
+    for (int e = tid; e < H * DV / 2; e += C::threads) {
+        const int h = e / (DV / 2), d = (e % (DV / 2)) * 2;
+        float x0 = 0.0f, x1 = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float *o2 = reinterpret_cast<const float *>(smem + C::grp0 + gg * C::gbytes + C::stage);
+            x0 += o2[h * kOb + d];
+            x1 += o2[h * kOb + d + 1];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(a.o + ((int64_t)b * H + h) * DV + d) = __floats2bfloat162_rn(x0, x1);
+    }
+}
+
+// Layout D: layout C's operands on `wgmma`, the one path to native e4m3 products on sm_90
+// (mma.sync's e4m3 runs as two f16 HMMAs on widened operands). Per group (a warpgroup) and tile:
+// S^T = K Q^T as 18 m64n32k32, A = the thread's staged key words as they are (its two rows, the
+// m16n8k32 A fragment), B = Q^T by descriptor: [5 blocks of 4 k-steps][32 rows: 16 heads hi, 16
+// lo][128 B], 128-byte swizzle; O^T += V^T P'^T as 8 m64n16k32 a k-step (M-block b: row 16 w + g
+// is dim 128 w + 16 g + 2 b, row + 8 the next dim), A = layout C's prmt of the staged bytes, B =
+// P'^T [16 heads][128 k-slots] by descriptor, written by the softmax as layout C writes it.
+// TMP: each tile's P V summed from zero apart and added in fp32.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N]) { // accumulators held in place around a fence or a wait
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ uint64_t wdesc(uint32_t addr) { // K-major, 128-byte swizzle, sbo = 8 rows
+    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_n32(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));
+}
+__device__ __forceinline__ void wg_n16(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
+}
+template <int NG>
+struct CfgD {
+    static constexpr int threads = NG * 128;
+    static constexpr int qt = 0;                   // [5][32][128 B]
+    static constexpr int grp0 = 5 * 32 * 128;      // 20480
+    static constexpr int page = PAGE * D;          // 36864
+    static constexpr int stage = 0;                // [2][page]
+    static constexpr int pt = 2 * page;            // [16 heads][128 B], swizzled
+    static constexpr int red = pt + 2048;          // float [2][16 heads][4 warps]
+    static constexpr int bar = red + 2 * 16 * 4 * 4;
+    static constexpr int gbytes = 76800;           // 75 KB: the next group's pages 1024-aligned
+    static constexpr int fin = grp0 + NG * gbytes;
+    static constexpr int total = fin + NG * 16 * 4 + NG * 4 * 16 * 4 + 1024; // + the alignment pad
+    static_assert(bar + 16 <= gbytes, "group layout");
+};
+constexpr bool PROF = false; // layout D: the phase clocks and mode 1 diverge the warpgroup's path (C7520)
+template <int NG, int TMP, int PR = 1>
+__global__ void __launch_bounds__(NG * 128, 1) decode16d(Args a) {
+    using C = CfgD<NG>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023); // swizzled blocks want 1024-byte alignment
+    const int tid = threadIdx.x, grp = tid >> 7, t = tid & 127, w = t >> 5, l = t & 31, g = l >> 2, qd = l & 3;
+    const int b = blockIdx.x, n = a.ctx[b], ntiles = (n + PAGE - 1) / PAGE;
+    unsigned char *gs = smem + C::grp0 + grp * C::gbytes;
+    const uint32_t qt_a = smem_u32(smem + C::qt), st_a = smem_u32(gs + C::stage), pt_a = smem_u32(gs + C::pt),
+                   bar_a = smem_u32(gs + C::bar);
+    if ((qt_a & 1023) != 0) __trap();
+    float *red = reinterpret_cast<float *>(gs + C::red);
+    const int *bt = a.bt + (int64_t)b * a.bt_stride;
+
+    // Q^T: row r (head r % 16; hi for r < 16, lo after), k-step s2, slots 4 qq .. + 3
+    for (int e = tid; e < 32 * 18 * 8; e += C::threads) {
+        const int r = e / 144, s2 = (e % 144) >> 3, qq = e & 7, head = r & 15;
+        const int s = 2 * s2 + (qq >> 2), q = qq & 3, d0 = 64 * (s >> 2) + 16 * q + 4 * (s & 3);
+        uint32_t word = 0;
+        for (int i = 0; i < 4; i++) {
+            const float x = __bfloat162float(a.q[((int64_t)b * H + head) * D + d0 + i]) * 256.0f;
+            const uint8_t h8 = e4m3_code(x);
+            word |= (uint32_t)(r < 16 ? h8 : e4m3_code(x - e4m3_value(h8))) << (8 * i);
+        }
+        const int o = (s2 & 3) * 32 + 4 * qq;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(qt_a + (s2 >> 2) * 4096 + r * 128 + (((o >> 4) ^ (r & 7)) << 4) + (o & 15)), "r"(word)
+                     : "memory");
+    }
+    if (t == 0) {
+        mbar_init(bar_a, 1);
+        mbar_init(bar_a + 8, 1);
+    }
+    fence_async();
+    __syncthreads();
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[i][e] = 0.0f;
+    float m[4], lsum[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) m[h] = -INFINITY, lsum[h] = 0.0f;
+    const int ka = 16 * w + g, kb = ka + 8;
+    uint4 ra[9], rb[9];
+    if (t == 0 && grp < ntiles) bulk_copy(st_a, a.cache + (int64_t)bt[grp] * PAGE * D, PAGE * D, bar_a);
+    const bool prof = t == 0;
+    unsigned long long ph[7] = {0, 0, 0, 0, 0, 0, 0}, c0 = clock64(), c1;
+#undef PH
+#define PH(k) if (PROF && prof) { c1 = clock64(); ph[k] += c1 - c0; c0 = c1; }
+    int it = 0;
+    for (int i = grp; i < ntiles; i += NG, it++) {
+        const int buf = it & 1;
+        const uint32_t pg = st_a + buf * C::page;
+        PH(6)
+        mbar_wait(bar_a + 8 * buf, (it >> 1) & 1);
+#pragma unroll
+        for (int j = 0; j < 9; j++) { // rows past the context are the page's own (finite) bytes: their scores become -inf
+            ra[j] = lds16(pg + ka * D + 16 * qd + 64 * j);
+            rb[j] = lds16(pg + kb * D + 16 * qd + 64 * j);
+        }
+        PH(0)
+        group_sync(grp); // (A) the group is done with P'^T and the other page
+        PH(1)
+        if (t == 0 && i + NG < ntiles)
+            bulk_copy(st_a + (buf ^ 1) * C::page, a.cache + (int64_t)bt[i + NG] * PAGE * D, PAGE * D, bar_a + 8 * (buf ^ 1));
+        float sd[16];
+#pragma unroll
+        for (int e = 0; e < 16; e++) sd[e] = 0.0f;
+        // PR batches of 18 / PR k-steps, each summed from zero by the products and added here in
+        // fp32 (the e4m3 products' own sums keep fewer bits than fp32)
+#pragma unroll
+        for (int pr = 0; pr < PR; pr++) {
+            float sp[16];
+#pragma unroll
+            for (int e = 0; e < 16; e++) sp[e] = 0.0f;
+            pin(sp);
+            wg_fence();
+#pragma unroll
+            for (int s2 = pr * (18 / PR); s2 < (pr + 1) * (18 / PR); s2++)
+                wg_n32(sp, word_of(ra, 2 * s2), word_of(rb, 2 * s2), word_of(ra, 2 * s2 + 1), word_of(rb, 2 * s2 + 1),
+                       wdesc(qt_a + (s2 >> 2) * 4096 + (s2 & 3) * 32));
+            wg_commit();
+            wg_wait<0>();
+            pin(sp);
+#pragma unroll
+            for (int e = 0; e < 16; e++) sd[e] += sp[e];
+        }
+        PH(2)
+        float x[8];
+        const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
+        const float sl = a.scale_log2 * (1.0f / 256.0f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) x[e] = ((e & 2) ? okb : oka) ? (sd[e] + sd[e + 8]) * sl : -INFINITY;
+        float mx[4] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3]), fmaxf(x[4], x[6]), fmaxf(x[5], x[7])};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+        const int par = it & 1;
+        const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+        if (g == 0)
+#pragma unroll
+            for (int h = 0; h < 4; h++) red[(par * 16 + hh[h]) * 4 + w] = mx[h];
+        group_sync(grp); // (C)
+        PH(3)
+        float alpha[4], mu[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float4 r4 = *reinterpret_cast<const float4 *>(red + (par * 16 + hh[h]) * 4);
+            const float tm = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
+            const float mn = fmaxf(m[h], tm);
+            mu[h] = mn == -INFINITY ? 0.0f : mn;
+            alpha[h] = ex2(m[h] - mu[h]);
+            m[h] = mn;
+        }
+        float p[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) p[e] = ex2(x[e] - mu[(e >> 2) * 2 + (e & 1)]);
+        lsum[0] = lsum[0] * alpha[0] + p[0] + p[2];
+        lsum[1] = lsum[1] * alpha[1] + p[1] + p[3];
+        lsum[2] = lsum[2] * alpha[2] + p[4] + p[6];
+        lsum[3] = lsum[3] * alpha[3] + p[5] + p[7];
+        {
+            const int half = g >> 2, qr = g & 3, o = w * 32 + 16 * half + 4 * qr;
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const int head = hh[h], e0 = (h >> 1) * 4 + (h & 1);
+                const uint32_t word = p_terms(p[e0], p[e0 + 2]);
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(pt_a + (head >> 3) * 1024 + (head & 7) * 128 + (((o >> 4) ^ (head & 7)) << 4) + (o & 15)),
+                             "r"(word)
+                             : "memory");
+            }
+        }
+        fence_async();
+        group_sync(grp); // (B) P'^T is in
+        PH(4)
+        if (PROF && (a.mode & 1)) continue;
+        constexpr uint32_t kSel[4] = {0x4400u, 0x5511u, 0x6622u, 0x7733u};
+        const uint32_t vbase = pg + 128 * w + 16 * g;
+        float tp[TMP ? 8 : 1][8];
+        if constexpr (!TMP) {
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[mb][e] *= alpha[(e >> 2) * 2 + (e & 1)];
+        }
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++) {
+            if constexpr (TMP) pin(tp[mb]);
+            else pin(acc[mb]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const int k0 = 16 * kk + qd;
+            const uint4 v0 = lds16(vbase + k0 * D), v1 = lds16(vbase + (k0 + 8) * D), v2 = lds16(vbase + (k0 + 4) * D),
+                        v3 = lds16(vbase + (k0 + 12) * D);
+            const uint64_t db = wdesc(pt_a + kk * 32);
+            uint32_t af[8][4]; // this k-step's A fragments, all built before the fence
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++) {
+                const int j = mb >> 1, bs = (mb & 1) * 2;
+                const uint32_t w0 = word4(v0, j), w1 = word4(v1, j), w2 = word4(v2, j), w3 = word4(v3, j);
+                af[mb][0] = __byte_perm(w0, w1, kSel[bs]), af[mb][1] = __byte_perm(w0, w1, kSel[bs + 1]);
+                af[mb][2] = __byte_perm(w2, w3, kSel[bs]), af[mb][3] = __byte_perm(w2, w3, kSel[bs + 1]);
+            }
+            wg_fence();
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++) {
+                if constexpr (TMP) wg_n16(tp[mb], af[mb][0], af[mb][1], af[mb][2], af[mb][3], db, kk);
+                else wg_n16(acc[mb], af[mb][0], af[mb][1], af[mb][2], af[mb][3], db, 1);
+            }
+            wg_commit();
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++) {
+            if constexpr (TMP) pin(tp[mb]);
+            else pin(acc[mb]);
+        }
+        if constexpr (TMP) {
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[mb][e] = acc[mb][e] * alpha[(e >> 2) * 2 + (e & 1)] + tp[mb][e];
+        }
+    }
+    PH(5)
+    if (PROF && prof) for (int k = 0; k < 7; k++) atomicAdd(&g_prof[k], ph[k]);
+#pragma unroll
+    for (int h = 0; h < 4; h++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], o);
+    float *fm = reinterpret_cast<float *>(smem + C::fin), *fl = fm + NG * 16;
+    const int hh[4] = {2 * qd, 2 * qd + 1, 8 + 2 * qd, 9 + 2 * qd};
+    if (g == 0)
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            fl[(grp * 4 + w) * 16 + hh[h]] = lsum[h];
+            if (w == 0) fm[grp * 16 + hh[h]] = m[h];
+        }
+    __syncthreads();
+    float f[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        float M = -INFINITY;
+        for (int gg = 0; gg < NG; gg++) M = fmaxf(M, fm[gg * 16 + hh[h]]);
+        const float Mu = M == -INFINITY ? 0.0f : M;
+        float L = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float fg = ex2(fm[gg * 16 + hh[h]] - Mu);
+            for (int ww = 0; ww < 4; ww++) L += fl[(gg * 4 + ww) * 16 + hh[h]] * fg;
+        }
+        f[h] = L > 0.0f ? ex2(m[h] - Mu) / L * a.kv_scale * (1.0f / 64.0f) : 0.0f;
+        if (grp == 0 && w == 0 && g == 0) a.lse[b * H + hh[h]] = L > 0.0f ? (Mu + log2f(L)) * 0.69314718f : INFINITY;
+    }
+    float *ob = reinterpret_cast<float *>(gs + C::stage);
+    constexpr int kOb = DV + 4;
+#pragma unroll
+    for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            const int d = 128 * w + 16 * g + 2 * mb, h0 = 8 * nt + 2 * qd;
+            ob[h0 * kOb + d] = acc[mb][4 * nt + 0] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d] = acc[mb][4 * nt + 1] * f[2 * nt + 1];
+            ob[h0 * kOb + d + 1] = acc[mb][4 * nt + 2] * f[2 * nt];
+            ob[(h0 + 1) * kOb + d + 1] = acc[mb][4 * nt + 3] * f[2 * nt + 1];
+        }
+    __syncthreads();
+    for (int e = tid; e < H * DV / 2; e += C::threads) {
+        const int h = e / (DV / 2), d = (e % (DV / 2)) * 2;
+        float x0 = 0.0f, x1 = 0.0f;
+        for (int gg = 0; gg < NG; gg++) {
+            const float *o2 = reinterpret_cast<const float *>(smem + C::grp0 + gg * C::gbytes + C::stage);
+            x0 += o2[h * kOb + d];
+            x1 += o2[h * kOb + d + 1];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(a.o + ((int64_t)b * H + h) * DV + d) = __floats2bfloat162_rn(x0, x1);
+    }
+}
+
 static float e4m3_slow(uint8_t v) {
     const int s = v >> 7, e = (v >> 3) & 15, mnt = v & 7;
     if (e == 15 && mnt == 7) return NAN;
@@ -609,7 +1208,8 @@ static float g_e4m3[256];
 static float e4m3(uint8_t v) { return g_e4m3[v]; }
 static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// LB < 0: layout A (decode16<NG, CH, CV, SM>); LB = 0 or 1: layout B (decode16k<NG, KEEP = LB>)
+// LB < 0: layout A (decode16<NG, CH, CV, SM>); LB = 0 or 1: layout B (decode16k<NG, KEEP = LB>);
+// LB = 2 or 3: layout C (decode16c<NG, TMP = LB - 2>); LB = 4 or 5: layout D (decode16d<NG, TMP = LB - 4>)
 template <int NG, int CH, int CV = 0, int SM = 0, int LB = -1>
 static void run(StudyTimer &tm, int B, int mean, bool ragged, int reps, int mode = 0) {
     std::vector<int> ctx(B);
@@ -645,10 +1245,13 @@ static void run(StudyTimer &tm, int B, int mean, bool ragged, int reps, int mode
     uint32_t *dsink;
     CK(cudaMalloc(&dsink, (size_t)B * 512 * 4));
     Args a{dq, dc, dbt, maxp, dctx, dout, dlse, sm_scale * kv_scale * 1.4426950408889634f, kv_scale, mode, dsink};
-    constexpr int kSmem = LB < 0 ? Cfg<NG>::total : CfgB<NG>::total, kThreads = NG * 128;
+    constexpr int kSmem = LB < 0 ? Cfg<NG>::total : LB < 2 ? CfgB<NG>::total : LB < 4 ? CfgC<NG>::total : CfgD<NG>::total, kThreads = NG * 128;
     void (*kernel)(Args);
     if constexpr (LB < 0) kernel = decode16<NG, CH, CV, SM>;
-    else kernel = decode16k<NG, LB>;
+    else if constexpr (LB < 2) kernel = decode16k<NG, LB>;
+    else if constexpr (LB < 4) kernel = decode16c<NG, LB - 2>;
+    else if constexpr (LB < 6) kernel = decode16d<NG, LB - 4>;
+    else kernel = decode16d<NG, 0, LB == 6 ? 3 : LB == 7 ? 6 : 18>;
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     kernel<<<B, kThreads, kSmem, tm.st>>>(a);
     CK(cudaGetLastError());
@@ -659,7 +1262,7 @@ static void run(StudyTimer &tm, int B, int mean, bool ragged, int reps, int mode
     CK(cudaMemcpy(o.data(), dout, o.size() * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost));
     double maxerr = 0, maxref = 0, lerr = 0;
-    for (int b = 0; b < ((mode & 3) ? 0 : B); b += B / 2) {
+    for (int b = 0; b < ((mode & 51) ? 0 : B); b += B / 2) {
         const int nb = ctx[b];
         std::vector<double> s(nb);
         for (int h = 0; h < H; h++) {
@@ -691,7 +1294,7 @@ static void run(StudyTimer &tm, int B, int mean, bool ragged, int reps, int mode
         unsigned long long hp[8];
         CK(cudaMemcpyFromSymbol(hp, g_prof, sizeof hp));
         const double tiles = (double)(reps + 6) * B * ((mean + 63) / 64); // the check's launch, 5 untimed, reps timed
-        if (LB < 0)
+        if (LB < 0 || LB >= 2)
             printf("  cycles per group-tile (each group's first thread): wait+read rows %.0f, bar A %.0f, S^T %.0f, max+bar C %.0f, "
                    "softmax+P+bar B %.0f, P V %.0f (loop end %.0f)\n",
                    hp[0] / tiles, hp[1] / tiles, hp[2] / tiles, hp[3] / tiles, hp[4] / tiles, hp[6] / tiles, hp[5] / tiles);
@@ -725,6 +1328,44 @@ int main(int argc, char **argv) {
         cudaFree(x); cudaFree(y);
     }
     const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    if (argc > 2 && argv[2][0] == 'd') { // layout A beside layout D
+        for (int k = 0; k < 2; k++) {
+            run<2, 2, 0, 0>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 4>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 5>(tm, 128, 4096, false, reps, 0);
+        }
+        for (int k = 0; k < 2; k++) { // S^T promoted to fp32 every 6, 3 and 1 k-steps
+            run<2, 0, 0, 0, 6>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 7>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 8>(tm, 128, 4096, false, reps, 0);
+        }
+        run<2, 2, 0, 0>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 4>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 5>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 6>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 7>(tm, 128, 8192, false, reps, 0);
+        run<2, 2, 0, 0>(tm, 128, 4096, true, reps, 0);
+        run<2, 0, 0, 0, 4>(tm, 128, 4096, true, reps, 0);
+        run<2, 0, 0, 0, 7>(tm, 128, 4096, true, reps, 0);
+        return 0;
+    }
+    if (argc > 2 && argv[2][0] == 'c') { // layout A beside layout C
+        for (int k = 0; k < 2; k++) {
+            run<2, 2, 0, 0>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 2>(tm, 128, 4096, false, reps, 0);
+            run<2, 0, 0, 0, 3>(tm, 128, 4096, false, reps, 0);
+        }
+        run<2, 0, 0, 0, 2>(tm, 128, 4096, false, reps, 1); // C without P V
+        run<2, 0, 0, 0, 2>(tm, 128, 4096, false, reps, 16); // C's P V without prmt (wrong values)
+        run<2, 0, 0, 0, 2>(tm, 128, 4096, false, reps, 32); // C's P V without V loads (wrong values)
+        run<2, 0, 0, 0, 2>(tm, 128, 4096, false, reps, 48); // neither
+        run<2, 2, 0, 0>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 2>(tm, 128, 8192, false, reps, 0);
+        run<2, 0, 0, 0, 3>(tm, 128, 8192, false, reps, 0);
+        run<2, 2, 0, 0>(tm, 128, 4096, true, reps, 0);
+        run<2, 0, 0, 0, 3>(tm, 128, 4096, true, reps, 0);
+        return 0;
+    }
     run<2, 2, 0, 0>(tm, 128, 4096, false, reps, 0); // as designed
     run<2, 2, 0, 0>(tm, 128, 8192, false, reps, 0);
     run<2, 2, 0, 0>(tm, 132, 4096, false, reps, 0);
