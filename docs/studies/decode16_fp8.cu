@@ -916,7 +916,11 @@ __global__ void __launch_bounds__(NG * 128, 1) decode16c(Args a) {
 // lo][128 B], 128-byte swizzle; O^T += V^T P'^T as 8 m64n16k32 a k-step (M-block b: row 16 w + g
 // is dim 128 w + 16 g + 2 b, row + 8 the next dim), A = layout C's prmt of the staged bytes, B =
 // P'^T [16 heads][128 k-slots] by descriptor, written by the softmax as layout C writes it.
-// TMP: each tile's P V summed from zero apart and added in fp32.
+// TMP: each tile's P V summed from zero apart and added in fp32. PR: S^T's 18 k-steps in PR
+// chains, each summed from zero and added into fp32 after a wait (the e4m3 sums keep ~14 bits).
+// Every k-step's fence follows its A fragments: with one fence before the loop, ptxas serialized
+// the products (C7520). Rows past the context are read as the page holds them (finite here);
+// their scores become -inf.
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N]) { // accumulators held in place around a fence or a wait
 #pragma unroll
@@ -956,7 +960,7 @@ struct CfgD {
     static constexpr int total = fin + NG * 16 * 4 + NG * 4 * 16 * 4 + 1024; // + the alignment pad
     static_assert(bar + 16 <= gbytes, "group layout");
 };
-constexpr bool PROF = false; // layout D: the phase clocks and mode 1 diverge the warpgroup's path (C7520)
+constexpr bool PROF = false; // layout D: its phase clocks and mode 1 off (branches on one thread and on the mode; not measured with them on)
 template <int NG, int TMP, int PR = 1>
 __global__ void __launch_bounds__(NG * 128, 1) decode16d(Args a) {
     using C = CfgD<NG>;
