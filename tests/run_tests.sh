@@ -127,6 +127,9 @@ fi
 if [ -n "${NVCC:-}" ]; then
     wait "$nvidia_lane"
     collect kernels-cuda-sm_90a
+    # ptxas says so when it serializes a kernel's wgmma products (a wait after every product,
+    # e.g. C7518 or C7520); no test would notice, and it costs a wgmma kernel most of its speed
+    step wgmma-not-serialized sh -c "if grep 'wgmma.mma_async instructions are serialized' '$LOG/kernels-cuda-sm_90a.log'; then exit 1; fi"
     collect kernels-cuda-sm_90-ptx
     collect kernels-cuda-sm_80-ptx
 fi
