@@ -3281,14 +3281,13 @@ typedef enum { AITER_MLA__CALL_REF, AITER_MLA__CALL_SCHEDULED, AITER_MLA__CALL_G
 
 /* What a decode writes against what it reads after its first writes (q aside: see ERRORS).
  * REF: o and lse; SCHEDULED: also the workspace's partials, the plan read; GPU: the
- * partials and the plan (whose counters it writes), against
- * the indptrs and last pages (o, lse and kv_indices hang on device indptrs; a workspace over
- * the cache, whose page ids are bounds-checked, gives wrong rows, not a fault).
+ * partials and the plan (whose counters it writes), against the cache, the indptrs and last
+ * pages (o, lse and kv_indices hang on device indptrs).
  * The host calls come after decode_arrays_check, so their indptrs are sound. */
 static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, aiter_mla__call_kind call) {
     const int host = call != AITER_MLA__CALL_GPU;
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
-    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, host ? a->num_pages * a->page_size : 0,
+    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
                                                        AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
                                     aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),

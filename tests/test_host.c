@@ -154,10 +154,11 @@ static void sweep_set(unsigned char *args, const sweep_field *f, int64_t v, floa
     }
 }
 
-/* Refusals only the GPU call makes (documented in the header): its 32-bit indexing, and a
- * plan sized for other arguments (the references take no plan). */
+/* Refusals only the GPU call makes (documented in the header): its 32-bit indexing, a plan
+ * sized for other arguments, and the plan or workspace over an input (the references take
+ * neither). */
 static int sweep_gpu_rule(const char *msg) {
-    static const char *const rules[] = {"(split the batch)", "but the plan was sized for"};
+    static const char *const rules[] = {"(split the batch)", "but the plan was sized for", "workspace overlaps", "plan overlaps"};
     size_t i;
     for (i = 0; i < sizeof rules / sizeof rules[0]; i++)
         if (strstr(msg, rules[i])) return 1;
@@ -3463,6 +3464,8 @@ static void test_decode_validation(void) {
     /* the GPU call: its partials and the plan's counters against the arrays the host can size */
     DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = s.kvp, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "plan overlaps");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = s.cache, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps kv_cache");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = (int32_t *)s.cache + 3, AITER_MLA_ERR_INVALID_ARGUMENT, "plan overlaps kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
