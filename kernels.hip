@@ -3603,10 +3603,9 @@ __device__ __forceinline__ int perm_dim(int s, int q) {
     if (KVT == kV4Model1 && s >= kNopeSteps) return kV4Nope + 32 * ((s - kNopeSteps) >> 1) + 8 * q + 4 * ((s - kNopeSteps) & 1);
     return 64 * (s >> 2) + 16 * q + 4 * (s & 3);
 }
-// kQt's descriptor for k-step s, from its k-step 0's (qt_desc0): the start address field is
-// the low 14 bits, in 16-byte units, and kQt and its k-steps lie below 256 KB, so that a k-step's
-// offset adds without a carry: one integer add a product, where building each descriptor from
-// the address took five (uniform) instructions, 160 a MODEL1 tile.
+// kQt's descriptor for k-step s, from its k-step 0's (qt_desc0) by desc_plus: one integer add a
+// product, where building each descriptor from the address took five (uniform) instructions,
+// 160 a MODEL1 tile.
 __device__ __forceinline__ uint64_t qt_desc0(uint32_t qt) { return wg::desc(qt, 16, 1024); }
 __device__ __forceinline__ uint64_t qt_desc(uint64_t d0, int s) { return wg::desc_plus(d0, (s >> 2) * (16 * 128) + (s & 3) * 32); }
 __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
