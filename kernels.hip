@@ -2313,6 +2313,9 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
 __device__ __forceinline__ uint64_t desc_plus(uint64_t d0, uint32_t bytes) {
     return (d0 & ~0xffffffffull) | (uint32_t)((uint32_t)d0 + (bytes >> 4));
 }
+// Byte offset of k-step kk (32 bytes of each row) in a K-major operand stored as swizzled
+// blocks of 64 dims (128-byte rows), block_bytes apart: four k-steps a block.
+__device__ __forceinline__ uint32_t kstep_offset(int kk, uint32_t block_bytes) { return (kk >> 2) * block_bytes + (kk & 3) * 32; }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -2844,7 +2847,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         const uint64_t dq = desc(sb + S::q, 16, 1024), dk = desc(sb + S::keys + slot * S::slot, 16, 1024);
 #pragma unroll
         for (int kk = k0; kk < k1; kk++) {
-            const uint32_t off = (kk >> 2) * kBlk + (kk & 3) * 32;
+            const uint32_t off = kstep_offset(kk, kBlk);
             mma_64x64_ss(s, desc_plus(dq, off), desc_plus(dk, off), !clear || kk > k0);
         }
     };
@@ -3607,7 +3610,7 @@ __device__ __forceinline__ int perm_dim(int s, int q) {
 // product, where building each descriptor from the address took five (uniform) instructions,
 // 160 a MODEL1 tile.
 __device__ __forceinline__ uint64_t qt_desc0(uint32_t qt) { return wg::desc(qt, 16, 1024); }
-__device__ __forceinline__ uint64_t qt_desc(uint64_t d0, int s) { return wg::desc_plus(d0, (s >> 2) * (16 * 128) + (s & 3) * 32); }
+__device__ __forceinline__ uint64_t qt_desc(uint64_t d0, int s) { return wg::desc_plus(d0, wg::kstep_offset(s, 16 * 128)); }
 __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
     const uint4 v = r[s >> 2];
     return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
@@ -5233,7 +5236,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PrefillParam
                 const uint64_t dq = desc(sb + S::q + wgi * 64 * 128, 16, 1024), dk = desc(sb + S::k + slot * S::kslot, 16, 1024);
 #pragma unroll
                 for (int kk = 0; kk < DQK * kElt / 32; kk++) { // k-steps of 32 bytes: 16 dims, or 32 (FP8)
-                    const uint32_t off = (kk >> 2) * kPfPanel + (kk & 3) * 32;
+                    const uint32_t off = kstep_offset(kk, kPfPanel);
                     if constexpr (FP8) mma_64x128_ss_e4m3(sc, desc_plus(dq, off), desc_plus(dk, off), kk > 0);
                     else mma_64x128_ss<F16>(sc, desc_plus(dq, off), desc_plus(dk, off), kk > 0);
                 }
