@@ -165,6 +165,8 @@
  *        sa.q = q_d;  sa.kv_cache = cache_d;  sa.num_slots = num_blocks * 64;
  *        sa.cache_is_ds_mla = 1;                         (0 reads bf16 rows of 1152 bytes:
  *                                                        past the end of this cache)
+ *        sa.kv_cache_bytes = num_blocks * 64 * 656;      (optional: then a cache_is_ds_mla
+ *                                                        left 0 is refused, not read past)
  *        sa.indices = slots_d;
  *        sa.o = o_d;  sa.lse = lse_d;  sa.num_tokens = T;  sa.num_heads = 128;
  *        sa.topk = 2048;  sa.sm_scale = model_scale;  sa.num_cu = <SM / CU count>;
@@ -283,7 +285,13 @@
  *   the contents of host index arrays (indptrs, lengths, plans, reduce maps), so bad
  *   input never crashes or aborts. Buffers whose length the library cannot know (q, o
  *   and the cache against the indptrs; device copies of plans, which the GPU path cannot
- *   read on the host) are trusted to match what they were built from. Page ids and slots
+ *   read on the host) are trusted to match what they were built from. So are the caches,
+ *   whose extent their counts and format fields give (num_pages, num_slots, kv_dtype,
+ *   cache_is_ds_mla, ...), unless their optional size field is set (kv_cache_bytes, in
+ *   V4 key lists cache_bytes, in the V4 prefill swa_ and compressed_cache_bytes): a cache
+ *   smaller than its fields describe is then refused (ERR_BUFFER_TOO_SMALL), so that a
+ *   format left unset, e.g. fp8 rows described as bf16 ones, fails there instead of
+ *   reading or writing past the buffer. Page ids and slots
  *   that are negative or out of range are data: the key is skipped, the write dropped.
  *   A GPU entry point validates what its CPU reference validates, plus what its launch
  *   needs (workspaces, 16-byte alignment where a kernel requires it, grid sizes within
@@ -732,6 +740,9 @@ typedef struct aiter_mla_decode_args {
     int64_t q_stride_head;      /* 0 means 576 */
     const void *kv_cache;       /* [num_pages, page_size, 576] kv_dtype */
     int64_t num_pages;          /* >= 1: pages in kv_cache (bounds page ids) */
+    size_t kv_cache_bytes;      /* optional (0: not given): kv_cache's size; when given, at least
+                                   num_pages x page_size rows of 576 kv_dtype values (checked: a
+                                   cache of fp8 rows described as bf16 fails here) */
     const int32_t *qo_indptr;   /* [batch + 1] query tokens of each request */
     const int32_t *kv_indptr;   /* [batch + 1] pages of each request in kv_indices */
     const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
@@ -971,6 +982,8 @@ typedef struct aiter_mla_kv_cache_write_args {
     const int64_t *slot_mapping; /* [num_tokens] int64 */
     void *kv_cache;             /* [num_blocks, block_size, 576] cache_dtype */
     int64_t num_blocks;         /* >= 1 */
+    size_t kv_cache_bytes;      /* optional (0: not given): kv_cache's size, at least num_blocks x
+                                   block_size rows of 576 cache_dtype values (checked) */
     int block_size;             /* 1..65536; 0 means 1 */
     int64_t num_tokens;         /* >= 0 */
     aiter_mla_dtype src_dtype;  /* bf16 or f16; DEFAULT means bf16 */
@@ -1059,6 +1072,8 @@ typedef struct aiter_mla_ds_mla_write_args {
     const int64_t *slot_mapping; /* [num_tokens] int64 */
     void *kv_cache;              /* [num_blocks, block_size, 656] bytes */
     int64_t num_blocks;          /* >= 1 */
+    size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
+                                    block_size rows of 656 bytes (checked) */
     int block_size;              /* >= 1; 0 means 64 */
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 */
@@ -1105,6 +1120,9 @@ typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
     int64_t num_slots;           /* >= 1 */
+    size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_slots rows
+                                    of the format cache_is_ds_mla names (checked: fp8_ds_mla rows
+                                    described as bf16 ones fail here) */
     int cache_is_ds_mla;         /* 0 or 1. 0: bf16 rows; 1: fp8_ds_mla rows */
     aiter_mla_dtype ds_mla_fp8;  /* flavour of the ds_mla rows; DEFAULT means e4m3fn */
     const int32_t *indices;      /* [num_tokens, indices_stride] global slots, -1 = none: a row's
@@ -1150,6 +1168,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse
 typedef struct aiter_mla_gather_cache_args {
     const void *kv_cache;        /* [num_blocks, block_size, 576] cache_dtype, or 656-byte rows */
     int64_t num_blocks;          /* >= 1 */
+    size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
+                                    block_size rows of its format (checked) */
     int block_size;              /* >= 1; 0 means 1 */
     aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (per-tensor scale); DEFAULT means bf16 */
     float scale;                 /* fp8 per-tensor scale; 0 means 1 */
@@ -1249,6 +1269,8 @@ typedef struct aiter_mla_v4_cache_write_args {
                                     [0, num_blocks * block_size) are skipped */
     void *kv_cache;              /* [num_blocks, page_stride_bytes] bytes, MODEL1 pages */
     int64_t num_blocks;          /* >= 1 */
+    size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
+                                    page_stride_bytes (checked) */
     int block_size;              /* tokens per page, 1..1024; 0 means 64 */
     int64_t page_stride_bytes;   /* >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
     int64_t num_tokens;          /* >= 0 */
@@ -1280,6 +1302,8 @@ AITER_MLA_API void aiter_mla_v4_read_row(const void *kv_cache, int64_t page_stri
 typedef struct aiter_mla_v4_gather_args {
     const void *kv_cache;        /* [num_blocks, page_stride_bytes] MODEL1 pages */
     int64_t num_blocks;          /* >= 1 */
+    size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
+                                    page_stride_bytes (checked) */
     int block_size;              /* 1..1024; 0 means 64 */
     int64_t page_stride_bytes;   /* >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
     aiter_mla_dtype fp8_dtype;   /* flavour of the pages; DEFAULT means e4m3fn */
@@ -1509,6 +1533,8 @@ typedef struct aiter_mla_v4_keys {
     const void *cache;           /* MODEL1: [num_blocks, page_stride_bytes] bytes;
                                     rows: [num_blocks, 512] dtype */
     int64_t num_blocks;          /* MODEL1: pages; rows: rows; >= 1 */
+    size_t cache_bytes;          /* optional (0: not given): cache's size, at least num_blocks pages
+                                    of page_stride_bytes, or rows of 512 dtype values (checked) */
     int block_size;              /* MODEL1: tokens per page, 1..1024; 0 means 64 */
     int64_t page_stride_bytes;   /* MODEL1: >= block_size * 584; 0 means aiter_mla_v4_page_bytes */
     int rows;                    /* 0: MODEL1 pages; 1: plain rows */
@@ -1610,6 +1636,8 @@ typedef struct aiter_mla_v4_prefill_args {
     int topk;                    /* TOP_K, >= 1 when compress_ratio > 1 (unused otherwise) */
     const void *swa_cache;       /* [swa_num_blocks, page stride] MODEL1 pages */
     int64_t swa_num_blocks;      /* >= 1 */
+    size_t swa_cache_bytes;      /* optional (0: not given): swa_cache's size, at least
+                                    swa_num_blocks pages of their stride (checked) */
     int swa_block_size;          /* 1..1024; 0 means 64 */
     int64_t swa_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(swa_block_size) */
     aiter_mla_dtype swa_fp8_dtype; /* DEFAULT means e4m3fn; pass e4m3fnuz for vLLM's gfx942 SWA cache */
@@ -1617,6 +1645,8 @@ typedef struct aiter_mla_v4_prefill_args {
     int64_t swa_block_table_stride; /* >= 1 */
     const void *compressed_cache; /* ratio > 1: [compressed_num_blocks, page stride] MODEL1 pages */
     int64_t compressed_num_blocks; /* >= 1 when ratio > 1 */
+    size_t compressed_cache_bytes; /* optional (0: not given): compressed_cache's size, at least
+                                    compressed_num_blocks pages of their stride (checked) */
     int compressed_block_size;   /* 0 means 256 / compress_ratio (at least 1) */
     int64_t compressed_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(block size) */
     aiter_mla_dtype compressed_fp8_dtype; /* DEFAULT means e4m3fn */
@@ -2463,6 +2493,16 @@ static aiter_mla_status aiter_mla__check_workspace(const char *op, const char *f
                                (unsigned long long)bytes, what, (unsigned long long)need);
     return AITER_MLA_OK;
 }
+/* A cache's optional size (given; 0: not given) against the units x unit_bytes its other
+ * fields describe (units, unit_bytes >= 1): smaller is refused, so that a format left unset (fp8
+ * or fp8_ds_mla rows described as bf16 ones) or a count too large fails here instead of
+ * reading or writing past the buffer. units_desc names the fields behind the product. */
+static aiter_mla_status aiter_mla__check_cache_bytes(const char *op, const char *pre, const char *field, size_t given, int64_t units,
+                                                     int64_t unit_bytes, const char *units_desc) {
+    if (given == 0 || (uint64_t)given / (uint64_t)unit_bytes >= (uint64_t)units) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s%s = %llu is less than %s: %lld x %lld bytes", op, pre, field,
+                           (unsigned long long)given, units_desc, (long long)units, (long long)unit_bytes);
+}
 /* Host indptr arrays start at >= 0 and never decrease. Start and step are separate checks so a
  * scan that checks other fields per step keeps its order of failures; `pre` prefixes `field`. */
 static aiter_mla_status aiter_mla__indptr_start(const char *op, const int32_t *p, const char *pre, const char *field) {
@@ -3195,6 +3235,9 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED,
                                "%s: kv_dtype %s with q_dtype %s: the cache must be q's type or fp8 (fp8 q needs the same fp8 cache)",
                                op, aiter_mla_dtype_name(a->kv_dtype), aiter_mla_dtype_name(a->q_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_pages * a->page_size,
+                                                  AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->kv_dtype),
+                                                  "num_pages x page_size rows of 576 kv_dtype values"));
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = aiter_mla__is_fp8(a->q_dtype) ? AITER_MLA_BF16 : a->q_dtype;
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, "", "o_dtype"));
     if (a->sm_scale == 0.0f) a->sm_scale = 0.041666666666666664f; /* 1/sqrt(576) */
@@ -3568,6 +3611,9 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     if (a->cache_dtype != a->src_dtype && !aiter_mla__is_fp8(a->cache_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: cache_dtype %s is neither src_dtype %s nor fp8", op,
                                aiter_mla_dtype_name(a->cache_dtype), aiter_mla_dtype_name(a->src_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
+                                                  AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
+                                                  "num_blocks x block_size rows of 576 cache_dtype values"));
     AITER_MLA__SCALE(op, a->scale, "scale");
     if (a->num_tokens == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->kv_c, "kv_c");
@@ -3721,6 +3767,8 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a->kv_c_stride, AITER_MLA_LATENT_DIM, AITER_MLA__MAX_STRIDE, "kv_c_stride");
     AITER_MLA__RANGE(op, a->k_pe_stride, AITER_MLA_ROPE_DIM, AITER_MLA__MAX_STRIDE, "k_pe_stride");
     AITER_MLA__RANGE(op, a->pow2_scales, 0, 1, "pow2_scales");
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
+                                                  AITER_MLA_DS_MLA_ROW_BYTES, "num_blocks x block_size fp8_ds_mla rows"));
     if (!aiter_mla__is_16bit(a->src_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: src_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a->src_dtype));
     if (!aiter_mla__is_fp8(a->fp8_dtype))
@@ -3820,6 +3868,9 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.cache_is_ds_mla, 0, 1, "cache_is_ds_mla");
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
+        op, "", "kv_cache_bytes", a.kv_cache_bytes, a.num_slots, a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2,
+        a.cache_is_ds_mla ? "num_slots fp8_ds_mla rows (cache_is_ds_mla = 1)" : "num_slots bf16 rows of 576 values (cache_is_ds_mla = 0)"));
     AITER_MLA__SCALE(op, a.sm_scale, "sm_scale");
     if (a.num_tokens > 0) {
         AITER_MLA__NEED(op, a.q, "q");
@@ -3931,6 +3982,11 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s %s is not supported", op,
                                a->cache_is_ds_mla ? "ds_mla_fp8" : "cache_dtype",
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
+        op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
+        a->cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
+        a->cache_is_ds_mla ? "num_blocks x block_size fp8_ds_mla rows (cache_is_ds_mla = 1)"
+                           : "num_blocks x block_size rows of 576 cache_dtype values (cache_is_ds_mla = 0)"));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
     AITER_MLA__SCALE(op, a->scale, "scale");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
@@ -4508,7 +4564,7 @@ AITER_MLA_API int64_t aiter_mla_v4_page_bytes(int block_size) {
  * and the flavour; pre prefixes the field names, dtype_field names the flavour's field. */
 static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *pre, int64_t num_blocks, int *block_size,
                                                     int64_t *stride, aiter_mla_dtype *fp8, const char *dtype_field,
-                                                    int default_bs) {
+                                                    int default_bs, size_t bytes, const char *bytes_field) {
     if (!*block_size) *block_size = default_bs;
     if (*fp8 == AITER_MLA_DTYPE_DEFAULT) *fp8 = AITER_MLA_FP8_E4M3FN;
     AITER_MLA__CHECK(aiter_mla__check_range(op, num_blocks, 1, INT32_MAX, pre, "num_blocks"));
@@ -4516,6 +4572,7 @@ static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *
     if (!*stride) *stride = aiter_mla_v4_page_bytes(*block_size);
     AITER_MLA__CHECK(aiter_mla__check_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
                                          pre, "page_stride_bytes"));
+    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, pre, bytes_field, bytes, num_blocks, *stride, "num_blocks pages of page_stride_bytes"));
     if (!aiter_mla__is_fp8(*fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not an fp8 flavour", op, pre, dtype_field,
                                aiter_mla_dtype_name(*fp8));
@@ -4530,7 +4587,7 @@ static aiter_mla_status aiter_mla__v4_write_resolve(const char *op, const aiter_
     if (!a->kv_stride) a->kv_stride = AITER_MLA_V4_HEAD_DIM;
     if (a->src_dtype == AITER_MLA_DTYPE_DEFAULT) a->src_dtype = AITER_MLA_BF16;
     AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a->num_blocks, &a->block_size, &a->page_stride_bytes, &a->fp8_dtype,
-                                                 "fp8_dtype", 64));
+                                                 "fp8_dtype", 64, a->kv_cache_bytes, "kv_cache_bytes"));
     if (a->fp8_max == 0.0f) a->fp8_max = aiter_mla_fp8_max(a->fp8_dtype);
     AITER_MLA__RANGE(op, a->num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a->kv_stride, AITER_MLA_V4_HEAD_DIM, AITER_MLA__MAX_STRIDE, "kv_stride");
@@ -4585,7 +4642,7 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
     *a = *in;
     if (a->out_dtype == AITER_MLA_DTYPE_DEFAULT) a->out_dtype = AITER_MLA_BF16;
     AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "", a->num_blocks, &a->block_size, &a->page_stride_bytes, &a->fp8_dtype,
-                                                 "fp8_dtype", 64));
+                                                 "fp8_dtype", 64, a->kv_cache_bytes, "kv_cache_bytes"));
     AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__RANGE(op, a->block_table_stride, 1, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a->out_rows, 0, INT32_MAX, "out_rows");
@@ -5047,9 +5104,12 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
         if (k->dtype == AITER_MLA_DTYPE_DEFAULT) k->dtype = AITER_MLA_BF16;
         AITER_MLA__CHECK(aiter_mla__check_range(op, k->num_blocks, 1, INT32_MAX, pre, "num_blocks"));
         AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, k->dtype, pre, "dtype"));
+        AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, pre, "cache_bytes", k->cache_bytes, k->num_blocks,
+                                                      AITER_MLA_V4_HEAD_DIM * (int64_t)aiter_mla_dtype_size(k->dtype),
+                                                      "num_blocks rows of 512 dtype values"));
     } else {
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, pre, k->num_blocks, &k->block_size, &k->page_stride_bytes, &k->dtype,
-                                                     "dtype", 64));
+                                                     "dtype", 64, k->cache_bytes, "cache_bytes"));
     }
     if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
     return AITER_MLA_OK;
@@ -5335,7 +5395,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, a, &r->M, &r->N, &r->width, &bytes));
     AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a->swa_num_blocks, &a->swa_block_size, &a->swa_page_stride_bytes,
-                                                 &a->swa_fp8_dtype, "fp8_dtype", 64));
+                                                 &a->swa_fp8_dtype, "fp8_dtype", 64, a->swa_cache_bytes, "cache_bytes"));
     AITER_MLA__RANGE(op, a->swa_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "swa_block_table_stride");
     AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
     if (gpu) AITER_MLA__NEED(op, a->query_start_loc_host, "query_start_loc_host");
@@ -5345,7 +5405,8 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     if (a->compress_ratio > 1) {
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "compressed_", a->compressed_num_blocks, &a->compressed_block_size,
                                                      &a->compressed_page_stride_bytes, &a->compressed_fp8_dtype, "fp8_dtype",
-                                                     aiter_mla__v4_compressed_block_size(a->compress_ratio)));
+                                                     aiter_mla__v4_compressed_block_size(a->compress_ratio),
+                                                     a->compressed_cache_bytes, "cache_bytes"));
         AITER_MLA__RANGE(op, a->compressed_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "compressed_block_table_stride");
         AITER_MLA__NEED(op, a->compressed_cache, "compressed_cache");
         AITER_MLA__NEED(op, a->compressed_block_table, "compressed_block_table");

@@ -150,6 +150,7 @@ int main(void) {
     w.slot_mapping = slot_mapping;
     w.kv_cache = cache;
     w.num_blocks = num_pages;
+    w.kv_cache_bytes = sizeof(uint16_t) * num_pages * D; /* optional: the call checks the cache against it */
     w.block_size = PAGE;
     w.num_tokens = BATCH;
 
@@ -157,6 +158,7 @@ int main(void) {
     a.q = q;
     a.kv_cache = cache;
     a.num_pages = num_pages;
+    a.kv_cache_bytes = w.kv_cache_bytes;
     a.qo_indptr = qo_indptr;
     a.kv_indptr = kv_indptr;
     a.kv_indices = kv_indices;

@@ -63,6 +63,7 @@ int main(void) {
     w.slot_mapping = (const int64_t *)dev(slot_mapping, sizeof slot_mapping);
     w.kv_cache = dev(cache, cache_bytes);
     w.num_blocks = num_blocks;
+    w.kv_cache_bytes = cache_bytes; /* optional: the call checks the cache against it */
     w.block_size = PAGE;
     w.num_tokens = n_tok;
     TRY(OP(aiter_mla_ds_mla_write, &w));
@@ -101,6 +102,7 @@ int main(void) {
     a.q = dev(q, sizeof(uint16_t) * BATCH * HEADS * D);
     a.kv_cache = w.kv_cache;
     a.num_slots = (int64_t)num_blocks * PAGE;
+    a.kv_cache_bytes = cache_bytes; /* with cache_is_ds_mla left 0 the call would refuse these bytes */
     a.cache_is_ds_mla = 1;
     a.indices = c.out;
     a.topk_length = c.valid_counts; /* valid entries come first in every row here */

@@ -290,6 +290,20 @@ static void sweep_fields(const sweep_op *op, const void *base, const sweep_field
 }
 #define SWEEP(op, base, fields) sweep_fields(&sweep_##op, &(base), fields, (int)(sizeof fields / sizeof fields[0]))
 
+/* A cache's optional size, field f of args (from base), where `need` is the bytes base's other
+ * fields describe: exactly need is taken by op's reference and its GPU wrapper, need - 1 refused
+ * by both, the message naming `name`. */
+#define CACHE_BYTES_CASES(op, args, base, f, need, name)                                       \
+    do {                                                                                         \
+        args = base;                                                                             \
+        args.f = (size_t)(need);                                                                 \
+        CHECK_STATUS(aiter_mla_##op##_ref(&args), AITER_MLA_OK, "");                             \
+        CHECK_STATUS(aiter_mla_##op(&args, NULL), AITER_MLA_ERR_NO_GPU, "");                     \
+        args.f = (size_t)(need) - 1;                                                             \
+        CHECK_STATUS(aiter_mla_##op##_ref(&args), AITER_MLA_ERR_BUFFER_TOO_SMALL, name);         \
+        CHECK_STATUS(aiter_mla_##op(&args, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, name);         \
+    } while (0)
+
 /* Calls that size a plan or a workspace: OK, or a refusal of their own (nothing to compare). */
 static aiter_mla_status sweep_gpu_decode_plan_get_info(const void *a) {
     aiter_mla_decode_plan_info info;
@@ -382,13 +396,13 @@ static const sweep_field sweep_expand_fields[] = {SW(T_, block_table_stride, SW_
                                                   SW(T_, batch, SW_INT), SW(T_, kernel_block_size, SW_INT)};
 #undef T_
 #define T_ aiter_mla_kv_cache_write_args
-static const sweep_field sweep_kv_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64),
+static const sweep_field sweep_kv_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE),
                                                     SW(T_, block_size, SW_INT),   SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
                                                     SW(T_, cache_dtype, SW_DTYPE), SW(T_, scale, SW_FLOAT)};
 #undef T_
 #define T_ aiter_mla_decode_args
 static const sweep_field sweep_decode_fields[] = {
-    SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, num_pages, SW_I64),   SW(T_, o_stride_token, SW_I64),
+    SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, num_pages, SW_I64),   SW(T_, kv_cache_bytes, SW_SIZE), SW(T_, o_stride_token, SW_I64),
     SW(T_, o_stride_head, SW_I64),  SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, batch, SW_INT), SW(T_, num_heads, SW_INT),
     SW(T_, page_size, SW_INT),      SW(T_, q_dtype, SW_DTYPE),       SW(T_, kv_dtype, SW_DTYPE), SW(T_, o_dtype, SW_DTYPE),
     SW(T_, sm_scale, SW_FLOAT),     SW(T_, q_scale, SW_FLOAT),       SW(T_, kv_scale, SW_FLOAT)};
@@ -403,23 +417,23 @@ static const sweep_field sweep_sparse_index_fields[] = {SW(T_, indices_stride, S
 static const sweep_field sweep_filter_fields[] = {SW(T_, num_requests, SW_INT), SW(T_, num_tokens, SW_I64), SW(T_, topk, SW_INT)};
 #undef T_
 #define T_ aiter_mla_ds_mla_write_args
-static const sweep_field sweep_ds_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64),
+static const sweep_field sweep_ds_write_fields[] = {SW(T_, kv_c_stride, SW_I64), SW(T_, k_pe_stride, SW_I64), SW(T_, num_blocks, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE),
                                                     SW(T_, block_size, SW_INT),   SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
                                                     SW(T_, fp8_dtype, SW_DTYPE),  SW(T_, fp8_max, SW_FLOAT),  SW(T_, pow2_scales, SW_INT)};
 #undef T_
 #define T_ aiter_mla_gather_cache_args
-static const sweep_field sweep_gather_fields[] = {SW(T_, num_blocks, SW_I64),     SW(T_, block_size, SW_INT), SW(T_, cache_dtype, SW_DTYPE),
+static const sweep_field sweep_gather_fields[] = {SW(T_, num_blocks, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE),     SW(T_, block_size, SW_INT), SW(T_, cache_dtype, SW_DTYPE),
                                                   SW(T_, scale, SW_FLOAT),        SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
                                                   SW(T_, block_table_stride, SW_I64), SW(T_, batch, SW_INT), SW(T_, out_rows, SW_I64),
                                                   SW(T_, out_dtype, SW_DTYPE)};
 #undef T_
 #define T_ aiter_mla_v4_cache_write_args
-static const sweep_field sweep_v4_write_fields[] = {SW(T_, kv_stride, SW_I64),   SW(T_, num_blocks, SW_I64), SW(T_, block_size, SW_INT),
+static const sweep_field sweep_v4_write_fields[] = {SW(T_, kv_stride, SW_I64),   SW(T_, num_blocks, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE), SW(T_, block_size, SW_INT),
                                                     SW(T_, page_stride_bytes, SW_I64), SW(T_, num_tokens, SW_I64), SW(T_, src_dtype, SW_DTYPE),
                                                     SW(T_, fp8_dtype, SW_DTYPE), SW(T_, fp8_max, SW_FLOAT)};
 #undef T_
 #define T_ aiter_mla_v4_gather_args
-static const sweep_field sweep_v4_gather_fields[] = {SW(T_, num_blocks, SW_I64), SW(T_, block_size, SW_INT), SW(T_, page_stride_bytes, SW_I64),
+static const sweep_field sweep_v4_gather_fields[] = {SW(T_, num_blocks, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE), SW(T_, block_size, SW_INT), SW(T_, page_stride_bytes, SW_I64),
                                                      SW(T_, fp8_dtype, SW_DTYPE), SW(T_, block_table_stride, SW_I64), SW(T_, batch, SW_INT),
                                                      SW(T_, out_rows, SW_I64),    SW(T_, offset, SW_I64), SW(T_, out_dtype, SW_DTYPE)};
 #undef T_
@@ -462,14 +476,14 @@ static const sweep_field sweep_prefill_fields[] = {
     SW(T_, o_dtype, SW_DTYPE),      SWG(T_, workspace_bytes, SW_SIZE)};
 #undef T_
 #define T_ aiter_mla_sparse_args
-static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64),  SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
+static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64), SW(T_, kv_cache_bytes, SW_SIZE),  SW(T_, cache_is_ds_mla, SW_INT), SW(T_, ds_mla_fp8, SW_DTYPE),
                                                   SW(T_, indices_stride, SW_I64), SW(T_, num_tokens, SW_I64), SW(T_, num_heads, SW_INT),
                                                   SW(T_, topk, SW_INT),       SW(T_, sm_scale, SW_FLOAT),      SW(T_, q_dtype, SW_DTYPE),
                                                   SW(T_, o_dtype, SW_DTYPE),  SWG(T_, num_cu, SW_INT)};
 #undef T_
 /* An aiter_mla_v4_keys member k of T_ */
 #define SW_KEYS_(k)                                                                                                     \
-    SW(T_, k.num_blocks, SW_I64), SW(T_, k.block_size, SW_INT), SW(T_, k.page_stride_bytes, SW_I64), SW(T_, k.rows, SW_INT), \
+    SW(T_, k.num_blocks, SW_I64), SW(T_, k.cache_bytes, SW_SIZE), SW(T_, k.block_size, SW_INT), SW(T_, k.page_stride_bytes, SW_I64), SW(T_, k.rows, SW_INT), \
         SW(T_, k.dtype, SW_DTYPE), SW(T_, k.indices_stride, SW_I64)
 #define T_ aiter_mla_v4_attention_args
 static const sweep_field sweep_v4_attention_fields[] = {
@@ -486,9 +500,9 @@ static const sweep_field sweep_v4_prefill_fields[] = {
     SW(T_, attn.sm_scale, SW_FLOAT), SW(T_, attn.q_dtype, SW_DTYPE), SW(T_, attn.o_dtype, SW_DTYPE),
     SWG(T_, attn.num_cu, SW_INT), SWG(T_, attn.num_splits, SW_INT), SW(T_, compress_ratio, SW_INT), SW(T_, window, SW_INT),
     SW(T_, max_model_len, SW_I64), SW(T_, max_num_batched_tokens, SW_I64), SW(T_, chunk_size, SW_INT),
-    SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, swa_num_blocks, SW_I64), SW(T_, swa_block_size, SW_INT),
+    SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, swa_num_blocks, SW_I64), SW(T_, swa_cache_bytes, SW_SIZE), SW(T_, swa_block_size, SW_INT),
     SW(T_, swa_page_stride_bytes, SW_I64), SW(T_, swa_fp8_dtype, SW_DTYPE), SW(T_, swa_block_table_stride, SW_I64),
-    SW(T_, compressed_num_blocks, SW_I64), SW(T_, compressed_block_size, SW_INT), SW(T_, compressed_page_stride_bytes, SW_I64),
+    SW(T_, compressed_num_blocks, SW_I64), SW(T_, compressed_cache_bytes, SW_SIZE), SW(T_, compressed_block_size, SW_INT), SW(T_, compressed_page_stride_bytes, SW_I64),
     SW(T_, compressed_fp8_dtype, SW_DTYPE), SW(T_, compressed_block_table_stride, SW_I64), SW(T_, workspace_dtype, SW_DTYPE),
     SWG(T_, workspace_bytes, SW_SIZE), SW_KEYS_(attn.keys), SW_KEYS_(attn.extra_keys), SWG(T_, attn.workspace_bytes, SW_SIZE)};
 #undef T_
@@ -3346,6 +3360,13 @@ static void test_kv_cache_write(void) {
             aiter_mla_kv_cache_write_args b = a;
             CHECK_STATUS(aiter_mla_kv_cache_write(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
             SWEEP(kv_cache_write, a, sweep_kv_write_fields);
+            CACHE_BYTES_CASES(kv_cache_write, b, a, kv_cache_bytes, nslots * 576 * (int64_t)ces, "kv_cache_bytes");
+            b = a; /* fp8 rows described as bf16: twice the bytes the cache holds */
+            b.cache_dtype = AITER_MLA_BF16;
+            b.kv_cache_bytes = (size_t)nslots * 576;
+            CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
+            CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
+            b = a;
             b.kv_cache = (void *)a.slot_mapping; /* refused before any write, by both */
             CHECK_STATUS(aiter_mla_kv_cache_write_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache overlaps slot_mapping");
             CHECK_STATUS(aiter_mla_kv_cache_write(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "kv_cache overlaps slot_mapping");
@@ -3437,6 +3458,14 @@ static void test_decode_validation(void) {
     CHECK_KERNEL_LIKE_CALL(decode, &base);
     SWEEP(decode, base, sweep_decode_fields);
     SWEEP(decode_plan_get_info, d, sweep_decode_desc_fields);
+    CACHE_BYTES_CASES(decode, a, base, kv_cache_bytes, base.num_pages * base.page_size * 576 * 2, "kv_cache_bytes");
+    a = base; /* the same bytes read as fp8 rows fit; an fp8 cache's bytes read as bf16 rows do not */
+    a.kv_dtype = AITER_MLA_FP8_E4M3FN;
+    a.kv_cache_bytes = (size_t)(base.num_pages * base.page_size * 576);
+    CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
+    a.kv_dtype = AITER_MLA_DTYPE_DEFAULT;
+    CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
+    CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
     CHECK_STATUS(aiter_mla_decode_kernel(&base, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
     CHECK_STATUS(aiter_mla_prefill_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
     CHECK_STATUS(aiter_mla_sparse_attention_kernel(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "kernel");
@@ -4874,6 +4903,7 @@ static void test_small_op_wrappers(void) {
         OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(ds_mla_write, a, sweep_ds_write_fields);
+        CACHE_BYTES_CASES(ds_mla_write, b, a, kv_cache_bytes, 4 * 656, "kv_cache_bytes");
         DS_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.pow2_scales = 1, b.fp8_max = 224.0f), AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         DS_CASE(b.fp8_dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
@@ -4911,6 +4941,13 @@ static void test_small_op_wrappers(void) {
         OVERLAP_CASE(gather_cache, b, a, b.out = bt, "out overlaps");
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(gather_cache, a, sweep_gather_fields);
+        CACHE_BYTES_CASES(gather_cache, b, a, kv_cache_bytes, 4 * 576 * 2, "kv_cache_bytes");
+        b = a; /* these bytes as fp8_ds_mla rows fit */
+        b.cache_is_ds_mla = 1;
+        b.kv_cache_bytes = 4 * 656;
+        CHECK_STATUS(aiter_mla_gather_cache_ref(&b), AITER_MLA_OK, "");
+        b.kv_cache_bytes = 4 * 656 - 1;
+        CHECK_STATUS(aiter_mla_gather_cache(&b, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
         GA_CASE((b.cache_is_ds_mla = 1, b.ds_mla_fp8 = AITER_MLA_FP8_E4M3FNUZ), AITER_MLA_ERR_NO_GPU);
         GA_CASE((b.cu_out_rows = cu_zero, b.out_rows = 0), AITER_MLA_ERR_NO_GPU);
         GA_CASE(b.cache_dtype = AITER_MLA_F32, AITER_MLA_ERR_UNSUPPORTED);
@@ -4958,6 +4995,7 @@ static void test_small_op_wrappers(void) {
         OVERLAP_CASE(v4_cache_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         V4W_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_cache_write, a, sweep_v4_write_fields);
+        CACHE_BYTES_CASES(v4_cache_write, b, a, kv_cache_bytes, 2 * aiter_mla_v4_page_bytes(2), "kv_cache_bytes");
         V4W_CASE((b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ, b.fp8_max = 224.0f, b.src_dtype = AITER_MLA_F16), AITER_MLA_ERR_NO_GPU);
         V4W_CASE(b.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
         V4W_CASE((b.num_tokens = 0, b.kv = NULL, b.slot_mapping = NULL), AITER_MLA_ERR_NO_GPU);
@@ -4998,6 +5036,7 @@ static void test_small_op_wrappers(void) {
         OVERLAP_CASE(v4_gather, b, a, b.out = sl, "out overlaps");
         V4G_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_gather, a, sweep_v4_gather_fields);
+        CACHE_BYTES_CASES(v4_gather, b, a, kv_cache_bytes, 4 * aiter_mla_v4_page_bytes(2), "kv_cache_bytes");
         V4G_CASE((b.gather_lens = NULL, b.offset = 0, b.out_dtype = AITER_MLA_F32, b.fp8_dtype = AITER_MLA_FP8_E4M3FNUZ),
                  AITER_MLA_ERR_NO_GPU);
         V4G_CASE((b.out_rows = 1, b.offset = 1, gl[0] = 0, gl[1] = 0), AITER_MLA_ERR_NO_GPU);
@@ -5465,6 +5504,11 @@ static void test_attention_wrappers(void) {
     OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(sparse_attention, s, sweep_sparse_fields);
+    CACHE_BYTES_CASES(sparse_attention, t, s, kv_cache_bytes, 8 * 576 * 2, "kv_cache_bytes");
+    t = s; /* a cache of fp8_ds_mla rows with cache_is_ds_mla left 0: refused, not read as bf16 rows */
+    t.kv_cache_bytes = 8 * 656;
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&t), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "kv_cache_bytes");
     SP_CASE(t.num_tokens = 0, AITER_MLA_ERR_NO_GPU);
     SP_CASE(t.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT);
     SP_CASE(t.topk = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -5598,6 +5642,11 @@ static void test_null_and_zeroed_args(void) {
 #define V4_SENTINEL 0x5a5a5a5a /* int32 poison of the builders' outputs */
 
 static int64_t naive_v4_page_bytes(int bs) { return ((int64_t)bs * 584 + 575) / 576 * 576; }
+/* The bytes a key list's fields describe: its pages, or its rows of 512 values. */
+static int64_t v4_keys_cache_bytes(const aiter_mla_v4_keys *k) {
+    if (k->rows) return k->num_blocks * 512 * (int64_t)test_dtype_bytes(k->dtype ? k->dtype : AITER_MLA_BF16);
+    return k->num_blocks * (k->page_stride_bytes ? k->page_stride_bytes : naive_v4_page_bytes(k->block_size ? k->block_size : 64));
+}
 
 /* the test's own reading of a MODEL1 token: rows of 576 bytes, then 8-byte scale records */
 static void naive_v4_row(const unsigned char *cache, int64_t page_bytes, int bs, int64_t slot, int fnuz, double *out) {
@@ -6648,6 +6697,10 @@ static void test_v4_attention(void) {
 #define V4A_CASE(mutation, expect) LIKE_REF_CASE(v4_attention, e, a, mutation, expect)
             V4A_CASE((void)0, AITER_MLA_ERR_NO_GPU);
             SWEEP(v4_attention, a, sweep_v4_attention_fields);
+            CACHE_BYTES_CASES(v4_attention, e, a, keys.cache_bytes, v4_keys_cache_bytes(&a.keys), "keys.cache_bytes");
+            if (a.extra_keys.indices)
+                CACHE_BYTES_CASES(v4_attention, e, a, extra_keys.cache_bytes, v4_keys_cache_bytes(&a.extra_keys),
+                                  "extra_keys.cache_bytes");
             SWEEP(v4_attention_workspace_size, a, sweep_v4_attention_fields);
             V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
@@ -7099,6 +7152,14 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
                 h.query_start_loc_host = qsl;
                 SWEEP(v4_prefill, h, sweep_v4_prefill_fields);
                 SWEEP(v4_prefill_workspace_size, h, sweep_v4_prefill_fields);
+                {
+                    aiter_mla_v4_prefill_args g;
+                    const int cbs = 256 / ratio > 1 ? 256 / ratio : 1;
+                    CACHE_BYTES_CASES(v4_prefill, g, h, swa_cache_bytes, h.swa_num_blocks * naive_v4_page_bytes(64), "swa_cache_bytes");
+                    if (ratio > 1)
+                        CACHE_BYTES_CASES(v4_prefill, g, h, compressed_cache_bytes, h.compressed_num_blocks * naive_v4_page_bytes(cbs),
+                                          "compressed_cache_bytes");
+                }
             }
             bad_qsl[2] = bad_qsl[1] - 1;
             e.query_start_loc_host = bad_qsl;
