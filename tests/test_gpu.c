@@ -256,6 +256,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     a.q_stride_token = q_stride_token;
     a.kv_cache = d_kv;
     a.num_pages = num_pages;
+    a.kv_cache_bytes = (size_t)kv_elems * kv_e; /* the allocation: checked, and taken */
     a.qo_indptr = d_qo;
     a.kv_indptr = d_kvp;
     a.kv_indices = d_idx;
@@ -1296,6 +1297,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     a.q = d_q;
     a.kv_cache = d_cache;
     a.num_slots = slots;
+    a.kv_cache_bytes = (size_t)slots * row_bytes; /* the allocation: checked, and taken */
     a.cache_is_ds_mla = ds;
     a.ds_mla_fp8 = fp8;
     a.indices = d_idx;
