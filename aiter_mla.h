@@ -3869,7 +3869,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
-        op, "", "kv_cache_bytes", a.kv_cache_bytes, a.num_slots, a.cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2,
+        op, "", "kv_cache_bytes", a.kv_cache_bytes, a.num_slots, a.cache_is_ds_mla ? (int64_t)AITER_MLA_DS_MLA_ROW_BYTES : (int64_t)AITER_MLA_HEAD_DIM * 2,
         a.cache_is_ds_mla ? "num_slots fp8_ds_mla rows (cache_is_ds_mla = 1)" : "num_slots bf16 rows of 576 values (cache_is_ds_mla = 0)"));
     AITER_MLA__SCALE(op, a.sm_scale, "sm_scale");
     if (a.num_tokens > 0) {
@@ -3984,7 +3984,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
         op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
-        a->cache_is_ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
+        a->cache_is_ds_mla ? (int64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
         a->cache_is_ds_mla ? "num_blocks x block_size fp8_ds_mla rows (cache_is_ds_mla = 1)"
                            : "num_blocks x block_size rows of 576 cache_dtype values (cache_is_ds_mla = 0)"));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
