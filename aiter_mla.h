@@ -112,6 +112,8 @@
  *        event recorded after the copy)
  *        aiter_mla_decode_args a = {0};
  *        a.q = q_d;  a.kv_cache = cache_d;  a.num_pages = num_pages;  a.o = o_d;
+ *        a.kv_cache_bytes = cache_size;                 (optional: a cache smaller than
+ *                                                       num_pages x page_size rows is refused)
  *        a.lse = lse_d;                                 (optional: NULL writes no lse)
  *        a.qo_indptr = qo_indptr_d;  a.kv_indptr = kv_indptr_d;   (the device copies of
  *        a.kv_indices = kv_indices_d;                             the metadata arrays)
