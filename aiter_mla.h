@@ -2495,6 +2495,10 @@ static aiter_mla_status aiter_mla__check_workspace(const char *op, const char *f
                                (unsigned long long)bytes, what, (unsigned long long)need);
     return AITER_MLA_OK;
 }
+/* Bytes of a cache row: fp8_ds_mla's 656, or 576 values of dtype. */
+static int64_t aiter_mla__cache_row_bytes(int ds_mla, aiter_mla_dtype dtype) {
+    return ds_mla ? (int64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(dtype);
+}
 /* A cache's optional size (given; 0: not given) against the units x unit_bytes its other
  * fields describe (units, unit_bytes >= 1): smaller is refused, so that a format left unset (fp8
  * or fp8_ds_mla rows described as bf16 ones) or a count too large fails here instead of
@@ -3238,7 +3242,7 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
                                "%s: kv_dtype %s with q_dtype %s: the cache must be q's type or fp8 (fp8 q needs the same fp8 cache)",
                                op, aiter_mla_dtype_name(a->kv_dtype), aiter_mla_dtype_name(a->q_dtype));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_pages * a->page_size,
-                                                  AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->kv_dtype),
+                                                  aiter_mla__cache_row_bytes(0, a->kv_dtype),
                                                   "num_pages x page_size rows of 576 kv_dtype values"));
     if (a->o_dtype == AITER_MLA_DTYPE_DEFAULT) a->o_dtype = aiter_mla__is_fp8(a->q_dtype) ? AITER_MLA_BF16 : a->q_dtype;
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->o_dtype, "", "o_dtype"));
@@ -3333,7 +3337,7 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
     const int host = call != AITER_MLA__CALL_GPU;
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
     const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
-                                                       AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
+                                                       (uint64_t)aiter_mla__cache_row_bytes(0, a->kv_dtype), "kv_cache"),
                                     aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
                                     aiter_mla__span_of(a->kv_indices, host ? a->kv_indptr[a->batch] : 0, 4, "kv_indices"),
@@ -3614,7 +3618,7 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: cache_dtype %s is neither src_dtype %s nor fp8", op,
                                aiter_mla_dtype_name(a->cache_dtype), aiter_mla_dtype_name(a->src_dtype));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
-                                                  AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
+                                                  aiter_mla__cache_row_bytes(0, a->cache_dtype),
                                                   "num_blocks x block_size rows of 576 cache_dtype values"));
     AITER_MLA__SCALE(op, a->scale, "scale");
     if (a->num_tokens == 0) return AITER_MLA_OK;
@@ -3623,7 +3627,7 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size,
-                                      AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->cache_dtype), a->slot_mapping, a->num_tokens,
+                                      (uint64_t)aiter_mla__cache_row_bytes(0, a->cache_dtype), a->slot_mapping, a->num_tokens,
                                       a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe, a->k_pe_stride, a->src_dtype);
 }
 
@@ -3871,7 +3875,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     if (a.cache_is_ds_mla && !aiter_mla__is_fp8(a.ds_mla_fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: ds_mla_fp8 %s is not an fp8 flavour", op, aiter_mla_dtype_name(a.ds_mla_fp8));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
-        op, "", "kv_cache_bytes", a.kv_cache_bytes, a.num_slots, a.cache_is_ds_mla ? (int64_t)AITER_MLA_DS_MLA_ROW_BYTES : (int64_t)AITER_MLA_HEAD_DIM * 2,
+        op, "", "kv_cache_bytes", a.kv_cache_bytes, a.num_slots, aiter_mla__cache_row_bytes(a.cache_is_ds_mla, AITER_MLA_BF16),
         a.cache_is_ds_mla ? "num_slots fp8_ds_mla rows (cache_is_ds_mla = 1)" : "num_slots bf16 rows of 576 values (cache_is_ds_mla = 0)"));
     AITER_MLA__SCALE(op, a.sm_scale, "sm_scale");
     if (a.num_tokens > 0) {
@@ -3890,7 +3894,7 @@ static aiter_mla_status aiter_mla__sparse_disjoint(const char *op, const aiter_m
     const int64_t rows = a->num_tokens * a->num_heads;
     const aiter_mla__span ins[4] = {
         aiter_mla__span_of(a->kv_cache, a->num_slots,
-                           a->cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * 2u, "kv_cache"),
+                           (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, AITER_MLA_BF16), "kv_cache"),
         aiter_mla__span_of(a->indices, a->num_tokens * a->indices_stride, 4, "indices"),
         aiter_mla__span_of(a->topk_length, a->num_tokens, 4, "topk_length"),
         aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink")};
@@ -3986,7 +3990,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
                                aiter_mla_dtype_name(a->cache_is_ds_mla ? a->ds_mla_fp8 : a->cache_dtype));
     AITER_MLA__CHECK(aiter_mla__check_cache_bytes(
         op, "", "kv_cache_bytes", a->kv_cache_bytes, a->num_blocks * a->block_size,
-        a->cache_is_ds_mla ? (int64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * (int64_t)aiter_mla_dtype_size(a->cache_dtype),
+        aiter_mla__cache_row_bytes(a->cache_is_ds_mla, a->cache_dtype),
         a->cache_is_ds_mla ? "num_blocks x block_size fp8_ds_mla rows (cache_is_ds_mla = 1)"
                            : "num_blocks x block_size rows of 576 cache_dtype values (cache_is_ds_mla = 0)"));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a->out_dtype, "", "out_dtype"));
@@ -3999,7 +4003,7 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
          requests read */
         const aiter_mla__span ins[4] = {
             aiter_mla__span_of(a->kv_cache, a->num_blocks * a->block_size,
-                               a->cache_is_ds_mla ? (uint64_t)AITER_MLA_DS_MLA_ROW_BYTES : AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->cache_dtype),
+                               (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, a->cache_dtype),
                                "kv_cache"),
             aiter_mla__span_of(a->block_table, a->batch * a->block_table_stride, 4, "block_table"),
             aiter_mla__span_of(a->cu_out_rows, (int64_t)a->batch + 1, 4, "cu_out_rows"),
