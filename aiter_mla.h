@@ -2502,12 +2502,13 @@ static int64_t aiter_mla__cache_row_bytes(int ds_mla, aiter_mla_dtype dtype) {
 /* A cache's optional size (given; 0: not given) against the units x unit_bytes its other
  * fields describe (units, unit_bytes >= 1): smaller is refused, so that a format left unset (fp8
  * or fp8_ds_mla rows described as bf16 ones) or a count too large fails here instead of
- * reading or writing past the buffer. units_desc names the fields behind the product. */
+ * reading or writing past the buffer. units_desc names the fields behind the product (pre
+ * prefixes it as it does field). */
 static aiter_mla_status aiter_mla__check_cache_bytes(const char *op, const char *pre, const char *field, size_t given, int64_t units,
                                                      int64_t unit_bytes, const char *units_desc) {
     if (given == 0 || (uint64_t)given / (uint64_t)unit_bytes >= (uint64_t)units) return AITER_MLA_OK;
-    return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s%s = %llu is less than %s: %lld x %lld bytes", op, pre, field,
-                           (unsigned long long)given, units_desc, (long long)units, (long long)unit_bytes);
+    return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s%s = %llu is less than %s%s: %lld x %lld bytes", op, pre, field,
+                           (unsigned long long)given, pre, units_desc, (long long)units, (long long)unit_bytes);
 }
 /* Host indptr arrays start at >= 0 and never decrease. Start and step are separate checks so a
  * scan that checks other fields per step keeps its order of failures; `pre` prefixes `field`. */
