@@ -314,8 +314,8 @@
  *   the gathers, sparse and V4 attention and V4 prefill; the splits' partials in their
  *   workspaces), and leave out what hangs on device data: a ragged list's entries (its
  *   indptr's last value), the dense decode's and prefill's o, lse, kv_indices, k and v (their
- *   indptrs), a V4 combine's per-token outputs (its token count). Those overlaps on the GPU
- *   give undefined results.
+ *   indptrs; o's rows are checked against each other over two tokens), a V4 combine's
+ *   per-token outputs (its token count). Those overlaps on the GPU give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -750,8 +750,8 @@ typedef struct aiter_mla_decode_args {
     const int32_t *kv_indices;  /* [kv_indptr[batch]] page ids */
     const int32_t *kv_last_page_lens; /* [batch] keys in each request's last page: 1..page_size
                                          (0 only for a request without pages) */
-    void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (checked for two
-                                   tokens: T is on the device) */
+    void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (the references
+                                   check all T tokens, aiter_mla_decode two: T is on the device) */
     int64_t o_stride_token;     /* 0 means H * 512; >= 512 (for one token too) */
     int64_t o_stride_head;      /* 0 means 512; >= 512 when H > 1 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
@@ -771,7 +771,8 @@ typedef struct aiter_mla_decode_args {
     aiter_mla_dtype o_dtype;    /* DEFAULT means q_dtype (bf16 if q is fp8) */
     float sm_scale;             /* 0 means 1/sqrt(576) */
     float q_scale;              /* fp8 q dequant scale; 0 means 1 */
-    float kv_scale;             /* fp8 cache dequant scale; 0 means 1 */
+    float kv_scale;             /* fp8 cache dequant scale; 0 means 1 (each scale below 1e30, and
+                                   so is the product of those that apply) */
 } aiter_mla_decode_args;
 
 /* GPU: decode + reduce, asynchronous on stream. */
@@ -800,8 +801,9 @@ typedef struct aiter_mla_reduce_args {
     int dv;                     /* 1..1024; 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
     int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
-                                              overlap (checked for two tokens: token stride >= dv
-                                              for one token too, head stride >= dv when H > 1) */
+                                              overlap (checked over the maps' rows; token stride
+                                              >= dv for one token too, head stride >= dv when
+                                              H > 1) */
     float *lse;                 /* [T, H], optional */
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
     int64_t lse_stride_head;    /* 0 means 1; no two rows' lse on one element */
@@ -874,9 +876,10 @@ typedef struct aiter_mla_prefill_args {
     const int32_t *cu_seqlens_q; /* [batch + 1] */
     const int32_t *cu_seqlens_k; /* [batch + 1] */
     void *o;                     /* [Tq, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (checked
-                                               for two tokens: token stride >= dv for one token
-                                               too, head stride >= dv when H > 1) */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (the
+                                               references check all Tq tokens, aiter_mla_prefill
+                                               two: Tq is on the device; token stride >= dv for
+                                               one token too, head stride >= dv when H > 1) */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
@@ -889,7 +892,8 @@ typedef struct aiter_mla_prefill_args {
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
     float sm_scale;              /* 0 means 1/sqrt(dqk) */
-    float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 */
+    float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 (each below 1e30, and so is
+                                        sm_scale x q_scale x k_scale for fp8) */
     aiter_mla_dtype qkv_dtype;   /* bf16, f16 or fp8; DEFAULT means bf16 */
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means qkv_dtype (bf16 for fp8) */
     const int32_t *plan;         /* persistent plan (below): host for the scheduled reference,
@@ -1656,7 +1660,9 @@ typedef struct aiter_mla_v4_prefill_args {
     int64_t compressed_block_table_stride; /* >= 1 when ratio > 1 */
     aiter_mla_dtype workspace_dtype; /* bf16, f16 or f32; DEFAULT means bf16 (vLLM's) */
     void *workspace;             /* aiter_mla_v4_prefill_workspace_size bytes, 4-byte aligned
-                                    (device memory for the GPU call) */
+                                    (device memory for the GPU call); not over attn.q, which
+                                    the gathers would overwrite before the attention reads it,
+                                    nor over any other array (checked, as attn.workspace is) */
     size_t workspace_bytes;
 } aiter_mla_v4_prefill_args;
 
@@ -2238,10 +2244,19 @@ static aiter_mla_status aiter_mla__check_range(const char *op, int64_t v, int64_
                                (long long)v, (long long)lo, (long long)hi);
     return AITER_MLA_OK;
 }
-/* A scale or softmax factor: positive and finite (below 1e30, so that products of a few stay finite). */
+/* A scale or softmax factor: positive and finite (below 1e30; where a kernel multiplies
+ * several, aiter_mla__check_scale_product bounds the product too). */
 static aiter_mla_status aiter_mla__check_scale(const char *op, float v, const char *pre, const char *field) {
     if (!(v > 0.0f && v < 1e30f))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %g is not positive and finite", op, pre, field, v);
+    return AITER_MLA_OK;
+}
+/* The scales a kernel folds into one fp32 score factor (`fields` names them), whose product in
+ * double must stay below 1e30 too: each one alone may, and their fp32 product could overflow. */
+static aiter_mla_status aiter_mla__check_scale_product(const char *op, double product, const char *fields) {
+    if (!(product < 1e30))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s = %g is not below 1e30 (the score factor they make)", op,
+                               fields, product);
     return AITER_MLA_OK;
 }
 static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, const char *pre, const char *field) {
@@ -2373,30 +2388,37 @@ static int aiter_mla__rows_overlap(int64_t st, int64_t sh, int64_t heads, int64_
     }
     return 0;
 }
+/* An output's rows of dv values for `heads` heads over `tokens` tokens (-1: not known here, as
+ * in device arrays, checked as two) at resolved strides st, sh: rows that overlap would have
+ * some elements written twice (on a GPU, by racing blocks), so they are refused
+ * (st_defaulted: o_stride_token was 0, for the message). The references check again with
+ * their host token count once their indptrs are sound. */
+static aiter_mla_status aiter_mla__check_o_rows(const char *op, const char *pre, int64_t st, int64_t sh, int st_defaulted,
+                                                int64_t heads, int64_t tokens, int64_t dv) {
+    int64_t dt, dh;
+    if (!aiter_mla__rows_overlap(st, sh, heads, tokens, dv, &dt, &dh)) return AITER_MLA_OK;
+    if (!dt) /* a token's heads */
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
+                               op, pre, (long long)sh, (long long)dv);
+    if (!dh) /* a head's tokens */
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
+                               op, pre, (long long)st, st_defaulted ? " (0: num_heads x o_stride_head)" : "", (long long)dv);
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                           "%s: %so_stride_token = %lld and %so_stride_head = %lld put the o rows of (token t, head h) "
+                           "and (token t%+lld, head h%+lld) less than the row's %lld values apart: they would overlap",
+                           op, pre, (long long)st, pre, (long long)sh, (long long)dt, (long long)dh, (long long)dv);
+}
 /* An output's row strides (o_stride_token, o_stride_head, with prefix pre in messages), resolved
- * in place for `heads` rows of dv values a token over `tokens` tokens (-1: not known here, as in
- * device arrays): each within 2^32; 0 means dv for the head stride and heads x that for the token
- * stride. Rows that overlap would have some elements written twice (on a GPU, by racing
- * blocks), so they are refused (aiter_mla__rows_overlap; an unknown token count as two). */
+ * in place: each within 2^32; 0 means dv for the head stride and heads x that for the token
+ * stride; then aiter_mla__check_o_rows over `tokens` tokens. */
 static aiter_mla_status aiter_mla__resolve_o_rows(const char *op, const char *pre, int64_t *st, int64_t *sh, int64_t heads, int64_t tokens,
                                                   int64_t dv) {
-    const int64_t st_given = *st;
-    int64_t dt, dh;
+    const int st_defaulted = *st == 0;
     AITER_MLA__CHECK(aiter_mla__check_range(op, *st, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_token"));
     AITER_MLA__CHECK(aiter_mla__check_range(op, *sh, 0, AITER_MLA__MAX_STRIDE, pre, "o_stride_head"));
     if (!*sh) *sh = dv;
     AITER_MLA__CHECK(aiter_mla__default_token_stride(op, pre, "o_stride_token", st, heads, *sh, "o_stride_head"));
-    if (!aiter_mla__rows_overlap(*st, *sh, heads, tokens, dv, &dt, &dh)) return AITER_MLA_OK;
-    if (!dt) /* a token's heads */
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_head = %lld is below the row's %lld values: heads' o rows would overlap",
-                               op, pre, (long long)*sh, (long long)dv);
-    if (!dh) /* a head's tokens */
-        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %so_stride_token = %lld%s is below the row's %lld values: tokens' o rows would overlap",
-                               op, pre, (long long)*st, st_given ? "" : " (0: num_heads x o_stride_head)", (long long)dv);
-    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                           "%s: %so_stride_token = %lld and %so_stride_head = %lld put the o rows of (token t, head h) "
-                           "and (token t%+lld, head h%+lld) less than the row's %lld values apart: they would overlap",
-                           op, pre, (long long)*st, pre, (long long)*sh, (long long)dt, (long long)dh, (long long)dv);
+    return aiter_mla__check_o_rows(op, pre, *st, *sh, st_defaulted, heads, tokens, dv);
 }
 
 static aiter_mla_status aiter_mla__gpu_result(const char *op, int native) {
@@ -3253,6 +3275,11 @@ static aiter_mla_status aiter_mla__decode_resolve(const char *op, const aiter_ml
     AITER_MLA__SCALE(op, a->sm_scale, "sm_scale");
     AITER_MLA__SCALE(op, a->q_scale, "q_scale");
     AITER_MLA__SCALE(op, a->kv_scale, "kv_scale");
+    if (aiter_mla__is_fp8(a->q_dtype)) /* then the cache is fp8 too */
+        AITER_MLA__CHECK(aiter_mla__check_scale_product(op, (double)a->sm_scale * a->q_scale * a->kv_scale,
+                                                        "sm_scale x q_scale x kv_scale"));
+    else if (aiter_mla__is_fp8(a->kv_dtype))
+        AITER_MLA__CHECK(aiter_mla__check_scale_product(op, (double)a->sm_scale * a->kv_scale, "sm_scale x kv_scale"));
 
     if (!need_plan) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a->plan, "plan");
@@ -3351,6 +3378,8 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
         aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse"),
         aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace"),
         aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_GPU ? a->plan_info->plan_ints : 0, 4, "plan")};
+    if (host) /* o's rows over every token (resolve checked two) */
+        AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, T, AITER_MLA_LATENT_DIM));
     return aiter_mla__check_disjoint(op, outs, 4, ins, 6);
 }
 
@@ -3471,6 +3500,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
                                        a.reduce_partial_map[k], qe - qs, a.num_partial_rows);
         if (qe > rows) rows = qe;
     }
+    AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a.o_stride_token, a.o_stride_head, !in->o_stride_token, a.num_heads, rows, a.dv));
     if (a.lse && aiter_mla__rows_overlap(a.lse_stride_token, a.lse_stride_head, a.num_heads, rows, 1, &dt, &dh))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                "%s: lse_stride_token = %lld and lse_stride_head = %lld put the lse of (token t, head h) and "
@@ -4097,6 +4127,8 @@ static aiter_mla_status aiter_mla__prefill_resolve(const char *op, const aiter_m
     AITER_MLA__SCALE(op, a.q_scale, "q_scale");
     AITER_MLA__SCALE(op, a.k_scale, "k_scale");
     AITER_MLA__SCALE(op, a.v_scale, "v_scale");
+    if (aiter_mla__is_fp8(a.qkv_dtype))
+        AITER_MLA__CHECK(aiter_mla__check_scale_product(op, (double)a.sm_scale * a.q_scale * a.k_scale, "sm_scale x q_scale x k_scale"));
     AITER_MLA__RANGE(op, a.q_stride_token, 0, AITER_MLA__MAX_STRIDE, "q_stride_token");
     AITER_MLA__RANGE(op, a.q_stride_head, 0, AITER_MLA__MAX_STRIDE, "q_stride_head");
     AITER_MLA__RANGE(op, a.k_stride_token, 0, AITER_MLA__MAX_STRIDE, "k_stride_token");
@@ -4193,6 +4225,8 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
                                 "o"),
         aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
         aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
+    if (host) /* o's rows over every token (resolve checked two) */
+        AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, tq, a->dv));
     return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
 }
 
@@ -5384,6 +5418,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_m
 typedef struct aiter_mla__v4_prefill {
     aiter_mla_v4_prefill_args a;
     int64_t M, N, width, tokens;
+    int64_t split_bytes; /* the GPU attention's split partials in attn.workspace, for the largest chunk (else 0) */
     int32_t *gather_lens, *compressed_lens, *chunk_qsl, *indptr, *lists; /* [chunk_size] x 2, [chunk_size + 1],
                                                                             [max_num_batched_tokens + 1], the entries */
 } aiter_mla__v4_prefill;
@@ -5399,6 +5434,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     int b;
     AITER_MLA__NEED(op, in, "args");
     *a = *in;
+    r->split_bytes = 0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, a, &r->M, &r->N, &r->width, &bytes));
     AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a->swa_num_blocks, &a->swa_block_size, &a->swa_page_stride_bytes,
@@ -5449,6 +5485,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
             if (qsl[end] - qsl[cs] > at.num_tokens) at.num_tokens = qsl[end] - qsl[cs];
         }
         AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "attn.workspace", &at, "the largest chunk's split partials"));
+        r->split_bytes = (int64_t)aiter_mla__v4_attn_workspace(&at);
     }
     r->gather_lens = (int32_t *)((char *)a->workspace +
                                  (size_t)r->M * a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
@@ -5534,7 +5571,8 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
     aiter_mla__v4_prefill r;
     int64_t c0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
-    if (r.tokens > 0) { /* the outputs (workspace, o, lse) against what the call reads: host sizes, so both calls */
+    if (r.tokens > 0) { /* the outputs (workspace, o, lse; the GPU's split partials) against what the call reads:
+                           host sizes, so both calls; and the workspaces, written before q is read, against q */
         const aiter_mla_v4_prefill_args *a = &r.a;
         const int64_t ratio = a->compress_ratio > 1, T = r.tokens;
         const aiter_mla__span ins[8] = {
@@ -5548,12 +5586,16 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
             aiter_mla__span_of(a->compressed_block_table, ratio ? a->batch * a->compressed_block_table_stride : 0, 4,
                                "compressed_block_table"),
             aiter_mla__span_of(a->attn.attn_sink, a->attn.num_heads, 4, "attn.attn_sink")};
-        aiter_mla__span outs[3];
+        aiter_mla__span outs[4], q;
         outs[0] = aiter_mla__span_of(a->workspace, (int64_t)a->workspace_bytes, 1, "workspace");
-        outs[1] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
+        outs[1] = aiter_mla__span_of(a->attn.workspace, r.split_bytes, 1, "attn.workspace");
+        outs[2] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
                                           AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.o_dtype), "attn.o");
-        outs[2] = aiter_mla__span_of(a->attn.lse, T * a->attn.num_heads, 4, "attn.lse");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 3, ins, 8));
+        outs[3] = aiter_mla__span_of(a->attn.lse, T * a->attn.num_heads, 4, "attn.lse");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 8));
+        q = aiter_mla__span_strided(a->attn.q, T, a->attn.num_heads, a->attn.q_stride_token, a->attn.q_stride_head,
+                                    AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.q_dtype), "attn.q");
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, &q, 1));
     }
     for (c0 = 0; r.tokens > 0 && c0 < r.a.batch; c0 += r.a.chunk_size) {
         const aiter_mla_v4_prefill_args *a = &r.a;

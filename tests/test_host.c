@@ -2888,6 +2888,58 @@ static void test_overlapping_rows(void) {
             CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_OK, "");
         }
     }
+    { /* three tokens in head-major rows with room for two: the references count every token
+       * (token 2's head 0 is token 0's head 1), the GPU wrappers two (T is on the device) */
+        enum { T = 3, H = 2 };
+        static const char *const named = "put the o rows of (token t, head h) and (token t-2, head h+1)";
+        static uint16_t q[T * H * 576], cache[3 * 576], o[T * H * 512], k[T * H * 192], v[T * H * 128];
+        static float po[6 * H * 512], pl[6 * H];
+        int32_t qo[2] = {0, T}, kvp[2] = {0, 3}, kvi[3] = {0, 1, 2}, last[1] = {1}, ri[2] = {0, 2}, fm[2] = {0, T}, pm[2] = {0, T};
+        int i;
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        aiter_mla_decode_args a;
+        aiter_mla_prefill_args f;
+        aiter_mla_reduce_args r;
+        for (i = 0; i < T * H * 576; i++) q[i] = aiter_mla_f32_to_bf16((float)(i % 7) / 8.0f);
+        for (i = 0; i < 3 * 576; i++) cache[i] = aiter_mla_f32_to_bf16((float)(i % 11) / 8.0f);
+        memset(&a, 0, sizeof a);
+        a.q = q, a.kv_cache = cache, a.num_pages = 3, a.o = o, a.qo_indptr = qo, a.kv_indptr = kvp, a.kv_indices = kvi;
+        a.kv_last_page_lens = last, a.batch = 1, a.num_heads = H, a.page_size = 1;
+        a.o_stride_token = 512, a.o_stride_head = 1024;
+        CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, named);
+        memset(&d, 0, sizeof d);
+        d.max_batch = 1, d.num_heads = H, d.max_q_len = T, d.page_size = 1, d.num_cu = 2;
+        if (CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "")) {
+            int32_t *plan = alloc_i32(info.plan_ints);
+            void *ws = test_malloc(info.workspace_bytes ? info.workspace_bytes : 1);
+            CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 1, plan), AITER_MLA_OK, "");
+            a.plan = plan, a.plan_info = &info, a.workspace = ws, a.workspace_bytes = info.workspace_bytes;
+            CHECK_STATUS(aiter_mla_decode_ref_scheduled(&a), AITER_MLA_ERR_INVALID_ARGUMENT, named);
+            CHECK_STATUS(aiter_mla_decode(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
+            a.o_stride_token = 0, a.o_stride_head = 0; /* the default layout */
+            CHECK_STATUS(aiter_mla_decode_ref_scheduled(&a), AITER_MLA_OK, "");
+            CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
+            free(plan);
+            free(ws);
+        }
+        memset(&f, 0, sizeof f);
+        for (i = 0; i < T * H * 192; i++) k[i] = aiter_mla_f32_to_bf16((float)(i % 5) / 8.0f);
+        for (i = 0; i < T * H * 128; i++) v[i] = aiter_mla_f32_to_bf16((float)(i % 3) / 8.0f);
+        f.q = q, f.k = k, f.v = v, f.cu_seqlens_q = qo, f.cu_seqlens_k = qo, f.o = o, f.batch = 1, f.num_heads = H;
+        f.dqk = 192, f.dv = 128, f.max_seqlen_q = T;
+        f.o_stride_token = 128, f.o_stride_head = 256;
+        CHECK_STATUS(aiter_mla_prefill_ref(&f), AITER_MLA_ERR_INVALID_ARGUMENT, named);
+        CHECK_STATUS(aiter_mla_prefill(&f, NULL), AITER_MLA_ERR_NO_GPU, "");
+        f.o_stride_head = 384; /* room for three */
+        CHECK_STATUS(aiter_mla_prefill_ref(&f), AITER_MLA_OK, "");
+        memset(&r, 0, sizeof r);
+        r.partial_o = po, r.partial_lse = pl, r.reduce_indptr = ri, r.reduce_final_map = fm, r.reduce_partial_map = pm;
+        r.num_tiles = 1, r.num_partial_rows = 6, r.num_heads = H, r.o = o, r.o_stride_token = 512, r.o_stride_head = 1024;
+        CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_ERR_INVALID_ARGUMENT, named);
+        fm[1] = 2; /* two rows fit */
+        CHECK_STATUS(aiter_mla_reduce_ref(&r), AITER_MLA_OK, "");
+    }
 }
 
 static void test_reduce_ref(void) {
@@ -3545,6 +3597,16 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.batch = 3, AITER_MLA_ERR_PLAN_MISMATCH, "batch");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.page_size = 1, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.page_size = 64, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
+    /* the scales that apply make one fp32 score factor: bounded like each scale */
+    DEC_CASE(aiter_mla_decode_ref(&a), (a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.sm_scale = 1e16f, a.kv_scale = 1e16f),
+             AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x kv_scale");
+    DEC_CASE(aiter_mla_decode(&a, NULL), (a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.sm_scale = 1e16f, a.kv_scale = 1e16f),
+             AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x kv_scale");
+    DEC_CASE(aiter_mla_decode_ref(&a),
+             (a.q_dtype = a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.sm_scale = 1e10f, a.q_scale = 1e10f, a.kv_scale = 1e10f),
+             AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x q_scale x kv_scale");
+    DEC_CASE(aiter_mla_decode(&a, NULL), (a.sm_scale = 1e16f, a.q_scale = 1e16f, a.kv_scale = 1e16f), AITER_MLA_ERR_NO_GPU,
+             ""); /* bf16: neither q_scale nor kv_scale applies */
 #undef DEC_CASE
     free(plan);
     free(ws);
@@ -5413,6 +5475,12 @@ static void test_attention_wrappers(void) {
     b = a; /* the message names the scale that is wrong */
     b.k_scale = -1.0f;
     CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "k_scale");
+    b = a; /* fp8: sm_scale x q_scale x k_scale is the kernels' one fp32 score factor, bounded like each scale */
+    b.qkv_dtype = AITER_MLA_FP8_E4M3FN, b.sm_scale = 1e10f, b.q_scale = 1e10f, b.k_scale = 1e10f;
+    CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x q_scale x k_scale");
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x q_scale x k_scale");
+    b.qkv_dtype = a.qkv_dtype; /* bf16: the fp8 scales do not apply */
+    CHECK_STATUS(aiter_mla_prefill(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
     b = a; /* and the token stride whose default passes 2^32 */
     b.v_stride_head = (int64_t)1 << 32;
     CHECK_STATUS(aiter_mla_prefill_ref(&b), AITER_MLA_ERR_INVALID_ARGUMENT, "v_stride_token = 0 means");
@@ -7173,13 +7241,23 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             e.workspace_bytes = bytes;
             { /* split attention: partials of the largest chunk (requests 0..3: 14 tokens), checked before any launch */
                 const size_t split_need = (size_t)(qsl[4] - qsl[0]) * 2 * H * 513 * 4;
+                void *parts = test_malloc(split_need);
                 e.attn.num_splits = 2;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "attn.workspace");
-                e.attn.workspace = ws;
+                e.attn.workspace = parts;
                 e.attn.workspace_bytes = split_need - 1;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_BUFFER_TOO_SMALL, "attn.workspace_bytes");
                 e.attn.workspace_bytes = split_need;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
+                /* the partials are an output like the others: not on the lists' workspace, a cache, o */
+                e.attn.workspace = (char *)ws + 64;
+                e.attn.workspace_bytes = split_need;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.workspace overlaps workspace");
+                e.attn.workspace = (void *)p.swa_cache;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.workspace overlaps swa_cache");
+                e.attn.workspace = p.attn.o;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.o overlaps attn.workspace");
+                e.attn.workspace = parts;
                 CHECK(qsl[4] - qsl[0] > qsl[6] - qsl[4], "v4 prefill test: the first chunk must be the largest");
                 /* a request a chunk: the largest is request 4 (6 tokens), not the first (5) */
                 CHECK(qsl[5] - qsl[4] > qsl[1] - qsl[0], "v4 prefill test: request 4 must be the longest");
@@ -7189,6 +7267,16 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
                 e.attn.workspace_bytes++;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
                 e.chunk_size = p.chunk_size;
+                free(parts);
+                e.attn = p.attn;
+            }
+            { /* the gathers write the workspace before the attention reads q: q may not lie there */
+                aiter_mla_v4_prefill_args h = p;
+                h.attn.q = (const char *)ws + 128;
+                CHECK_STATUS(aiter_mla_v4_prefill_ref(&h), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
+                e.attn.q = h.attn.q;
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
+                e.attn.q = p.attn.q;
             }
         }
         {
