@@ -5395,6 +5395,10 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
                                "of max_model_len, compress_ratio, window, max_num_batched_tokens)",
                                op, a->chunk_size, (long long)*M);
     *width = (a->compress_ratio > 1 ? a->topk : 0) + (int64_t)a->window;
+    if (a->max_num_batched_tokens * *width > INT32_MAX) /* a chunk's lists, indexed by an int32 indptr */
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: max_num_batched_tokens x (topk + window) = %lld x %lld list entries do not fit int32", op,
+                               (long long)a->max_num_batched_tokens, (long long)*width);
     rows = *M * a->chunk_size;
     *bytes = (size_t)rows * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype) +
              sizeof(int32_t) * (size_t)(3 * (int64_t)a->chunk_size + 1 + a->max_num_batched_tokens + 1 +

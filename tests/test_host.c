@@ -7197,6 +7197,15 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.workspace_dtype = AITER_MLA_FP8_E4M3FN;
         CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &bytes), AITER_MLA_ERR_UNSUPPORTED, "workspace_dtype");
+        e = p; /* a chunk's lists, max_num_batched_tokens x (topk + window) entries, take an int32 indptr */
+        e.compress_ratio = 4, e.topk = 1 << 20, e.topk_stride = 0, e.window = 128, e.max_num_batched_tokens = 2048;
+        {
+            size_t big;
+            CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_ERR_INVALID_ARGUMENT,
+                         "max_num_batched_tokens x (topk + window) = 2048 x 1048704");
+            e.max_num_batched_tokens = 2047;
+            CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_OK, "");
+        }
         {
             /* The GPU call reads only query_start_loc_host on the host: its device arrays here are
              * addresses no host read survives, and it passes validation (ERR_NO_GPU in this build). */
