@@ -2616,6 +2616,7 @@ static void aiter_mla__head_pad_host(const aiter_mla_head_pad_args *a, int unpad
     size_t row = (size_t)a->head_dim * aiter_mla_dtype_size(a->dtype);
     int64_t t;
     int h;
+    if (a->dst == a->src) return; /* in place (num_heads >= 16, no padding): nothing moves, and memcpy may not copy onto itself */
     for (t = 0; t < a->num_tokens; t++)
         for (h = 0; h < dst_h; h++) {
             int sh = unpad ? h * rep : h / rep;
