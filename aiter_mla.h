@@ -308,14 +308,16 @@
  *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
  *   struct says so). The CPU references check it from the shapes their fields give,
  *   before any write (ERR_INVALID_ARGUMENT, "<output> overlaps <input>"), against every
- *   array they read after their first write but q, which an attention may overwrite row by
- *   row with its o. The GPU wrappers make the same check over every array whose extent
- *   host fields give (all of them in the cache writers, the index converters and builders,
- *   the gathers, sparse and V4 attention and V4 prefill; the splits' partials in their
- *   workspaces), and leave out what hangs on device data: a ragged list's entries (its
- *   indptr's last value), the dense decode's and prefill's o, lse, kv_indices, k and v (their
- *   indptrs; o's rows are checked against each other over two tokens), a V4 combine's
- *   per-token outputs (its token count). Those overlaps on the GPU give undefined results.
+ *   array they read after their first write, an attention's q included (its o cannot
+ *   overwrite q in place: on the GPU, blocks read q rows while others write o, and an o row
+ *   wider than a q row reaches rows not yet read). The GPU wrappers make the same check over
+ *   every array whose extent host fields give (all of them in the cache writers, the index
+ *   converters and builders, the gathers, sparse and V4 attention and V4 prefill; the
+ *   splits' partials in their workspaces), and leave out what hangs on device data: a ragged
+ *   list's entries (its indptr's last value), the dense decode's and prefill's q, o, lse,
+ *   kv_indices, k and v (their indptrs; o's rows are checked against each other over two
+ *   tokens), a V4 combine's per-token outputs (its token count). Those overlaps on the GPU
+ *   give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -1104,7 +1106,8 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * Duplicate slots count once per entry. No valid entry: o = 0, lse = +inf, max_logits =
  * -inf. attn_sink NULL (or -inf entries) means no sink; +inf takes all the weight (o = 0);
  * NaN is refused by the reference (the GPU, which cannot read it, gives NaN o). A NaN or +inf
- * score (from a NaN or an infinity in q or a valid key's row) makes the row's o and lse NaN,
+ * score (from a NaN or an infinity in q or a valid key's row, or past fp32's range: the
+ * kernels' scores are fp32, and the reference's count so) makes the row's o and lse NaN,
  * never an empty row's zeros, on the GPU and in the reference alike; a -inf score weighs 0
  * (an infinite or NaN V value of a key that weighs 0 is outside this contract: that dim of o
  * may come out NaN, 0 * inf, as in the dense decode).
@@ -2169,6 +2172,7 @@ const char *aiter_mla__native_error_string(int code);
 #if defined(AITER_MLA_IMPLEMENTATION) && !defined(AITER_MLA__IMPLEMENTED)
 #define AITER_MLA__IMPLEMENTED
 
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -3211,9 +3215,11 @@ done:
  * running max m and sum l; returns the new key's weight, *alpha the rescale of what came
  * before (0 for the first key). A score of -inf weighs 0 (as masked keys do on the GPU); a
  * NaN or +inf score makes l NaN, which the finishes below pass on to o and lse
- * (aiter_mla__has_keys). */
-static double aiter_mla__online_softmax(double s, double *m, double *l, double *alpha) {
-    const double mn = s > *m ? s : *m, mu = mn == -HUGE_VAL ? 0.0 : mn, p = exp(s - mu);
+ * (aiter_mla__has_keys). A score past fp32's range counts as +-inf, as the kernels' fp32
+ * scores do (else a row the GPU gives NaN would get lse +inf, the empty row's mark, here). */
+static double aiter_mla__fp32_range(double s) { return s > FLT_MAX ? HUGE_VAL : s < -FLT_MAX ? -HUGE_VAL : s; }
+static double aiter_mla__online_softmax(double score, double *m, double *l, double *alpha) {
+    const double s = aiter_mla__fp32_range(score), mn = s > *m ? s : *m, mu = mn == -HUGE_VAL ? 0.0 : mn, p = exp(s - mu);
     *alpha = exp(*m - mu);
     *l = *l * *alpha + p;
     *m = mn;
@@ -3357,15 +3363,17 @@ static aiter_mla_status aiter_mla__decode_arrays_check(const char *op, const ait
  * and a workspace on the host), or its GPU launch (only what the host can size). */
 typedef enum { AITER_MLA__CALL_REF, AITER_MLA__CALL_SCHEDULED, AITER_MLA__CALL_GPU } aiter_mla__call_kind;
 
-/* What a decode writes against what it reads after its first writes (q aside: see ERRORS).
- * REF: o and lse; SCHEDULED: also the workspace's partials, the plan read; GPU: the
+/* What a decode writes against what it reads (other blocks read q after a block's first
+ * writes). REF: o and lse; SCHEDULED: also the workspace's partials, the plan read; GPU: the
  * partials and the plan (whose counters it writes), against the cache, the indptrs and last
- * pages (o, lse and kv_indices hang on device indptrs).
+ * pages (q, o, lse and kv_indices hang on device indptrs).
  * The host calls come after decode_arrays_check, so their indptrs are sound. */
 static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, aiter_mla__call_kind call) {
     const int host = call != AITER_MLA__CALL_GPU;
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
-    const aiter_mla__span ins[6] = {aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
+    const aiter_mla__span ins[7] = {aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head,
+                                                            AITER_MLA_HEAD_DIM, aiter_mla_dtype_size(a->q_dtype), "q"),
+                                    aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
                                                        (uint64_t)aiter_mla__cache_row_bytes(0, a->kv_dtype), "kv_cache"),
                                     aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
@@ -3381,7 +3389,7 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
         aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_GPU ? a->plan_info->plan_ints : 0, 4, "plan")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, T, AITER_MLA_LATENT_DIM));
-    return aiter_mla__check_disjoint(op, outs, 4, ins, 6);
+    return aiter_mla__check_disjoint(op, outs, 4, ins, 7);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *in) {
@@ -3924,7 +3932,8 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
  * the GPU call checks the same spans). */
 static aiter_mla_status aiter_mla__sparse_disjoint(const char *op, const aiter_mla_sparse_args *a) {
     const int64_t rows = a->num_tokens * a->num_heads;
-    const aiter_mla__span ins[4] = {
+    const aiter_mla__span ins[5] = {
+        aiter_mla__span_of(a->q, rows * AITER_MLA_HEAD_DIM, aiter_mla_dtype_size(a->q_dtype), "q"),
         aiter_mla__span_of(a->kv_cache, a->num_slots,
                            (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, AITER_MLA_BF16), "kv_cache"),
         aiter_mla__span_of(a->indices, a->num_tokens * a->indices_stride, 4, "indices"),
@@ -3933,7 +3942,7 @@ static aiter_mla_status aiter_mla__sparse_disjoint(const char *op, const aiter_m
     const aiter_mla__span outs[3] = {aiter_mla__span_of(a->o, rows * AITER_MLA_LATENT_DIM, aiter_mla_dtype_size(a->o_dtype), "o"),
                                      aiter_mla__span_of(a->lse, rows, 4, "lse"),
                                      aiter_mla__span_of(a->max_logits, rows, 4, "max_logits")};
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 4);
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
@@ -4215,7 +4224,8 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
     const int host = call != AITER_MLA__CALL_GPU;
     const int64_t tq = host ? a->cu_seqlens_q[a->batch] : 0, tk = host ? a->cu_seqlens_k[a->batch] : 0;
     const uint64_t qkv = aiter_mla_dtype_size(a->qkv_dtype);
-    const aiter_mla__span ins[5] = {
+    const aiter_mla__span ins[6] = {
+        aiter_mla__span_strided(a->q, tq, a->num_heads, a->q_stride_token, a->q_stride_head, a->dqk, qkv, "q"),
         aiter_mla__span_of(a->cu_seqlens_q, (int64_t)a->batch + 1, 4, "cu_seqlens_q"),
         aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k"),
         aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k"),
@@ -4228,7 +4238,7 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
         aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, tq, a->dv));
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 6);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
@@ -5269,8 +5279,7 @@ static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a)
                              : 0u;
 }
 /* The outputs (o, lse; with `partials`, the GPU's split partials in the workspace) against
- * what the call reads after its first writes (q aside: see ERRORS): both lists' arrays and
- * caches, the sink. A ragged list's entries count only with `ragged` (its indptr read on the
+ * what the call reads: q, both lists' arrays and caches, the sink. A ragged list's entries count only with `ragged` (its indptr read on the
  * host and checked: indptr[T] entries); without, only host fields size the spans, which is what
  * the GPU call checks and what the reference checks before it reads any array. An unused
  * list's fields are not resolved and count for nothing. */
@@ -5279,7 +5288,7 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
     static const char *const names[2][4] = {{"keys.indptr", "keys.lens", "keys.indices", "keys.cache"},
                                             {"extra_keys.indptr", "extra_keys.lens", "extra_keys.indices", "extra_keys.cache"}};
     const int64_t T = a->num_tokens;
-    aiter_mla__span ins[9], outs[3];
+    aiter_mla__span ins[10], outs[3];
     int i;
     for (i = 0; i < 2; i++) {
         const aiter_mla_v4_keys *k = i ? &a->extra_keys : &a->keys;
@@ -5298,12 +5307,14 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
         ins[i * 4 + 3] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[i][3]);
     }
     ins[8] = aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink");
+    ins[9] = aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head, AITER_MLA_V4_HEAD_DIM,
+                                     aiter_mla_dtype_size(a->q_dtype), "q");
     outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_V4_HEAD_DIM,
                                       aiter_mla_dtype_size(a->o_dtype), "o");
     outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
     outs[2] = aiter_mla__span_of(a->workspace, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
                                  "workspace");
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 9);
+    return aiter_mla__check_disjoint(op, outs, 3, ins, 10);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
@@ -5577,10 +5588,12 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
     int64_t c0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_resolve(op, in, gpu, &r));
     if (r.tokens > 0) { /* the outputs (workspace, o, lse; the GPU's split partials) against what the call reads:
-                           host sizes, so both calls; and the workspaces, written before q is read, against q */
+                           host sizes, so both calls */
         const aiter_mla_v4_prefill_args *a = &r.a;
         const int64_t ratio = a->compress_ratio > 1, T = r.tokens;
-        const aiter_mla__span ins[8] = {
+        const aiter_mla__span ins[9] = {
+            aiter_mla__span_strided(a->attn.q, T, a->attn.num_heads, a->attn.q_stride_token, a->attn.q_stride_head,
+                                    AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.q_dtype), "attn.q"),
             aiter_mla__span_of(a->query_start_loc, (int64_t)a->batch + 1, 4, "query_start_loc"),
             aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens"),
             aiter_mla__span_of(a->topk_indices, ratio ? T * a->topk_stride : 0, 4, "topk_indices"),
@@ -5591,16 +5604,13 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
             aiter_mla__span_of(a->compressed_block_table, ratio ? a->batch * a->compressed_block_table_stride : 0, 4,
                                "compressed_block_table"),
             aiter_mla__span_of(a->attn.attn_sink, a->attn.num_heads, 4, "attn.attn_sink")};
-        aiter_mla__span outs[4], q;
+        aiter_mla__span outs[4];
         outs[0] = aiter_mla__span_of(a->workspace, (int64_t)a->workspace_bytes, 1, "workspace");
         outs[1] = aiter_mla__span_of(a->attn.workspace, r.split_bytes, 1, "attn.workspace");
         outs[2] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
                                           AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.o_dtype), "attn.o");
         outs[3] = aiter_mla__span_of(a->attn.lse, T * a->attn.num_heads, 4, "attn.lse");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 8));
-        q = aiter_mla__span_strided(a->attn.q, T, a->attn.num_heads, a->attn.q_stride_token, a->attn.q_stride_head,
-                                    AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.q_dtype), "attn.q");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, &q, 1));
+        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 9));
     }
     for (c0 = 0; r.tokens > 0 && c0 < r.a.batch; c0 += r.a.chunk_size) {
         const aiter_mla_v4_prefill_args *a = &r.a;

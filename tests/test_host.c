@@ -3541,6 +3541,9 @@ static void test_decode_validation(void) {
     /* outputs over the arrays the references read after their first writes */
     DEC_CASE(aiter_mla_decode_ref(&a), a.lse = (float *)s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
     DEC_CASE(aiter_mla_decode_ref(&a), a.o = s.kvi, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.o = (void *)a.q, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps q"); /* not in place */
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.lse = (float *)a.q, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps q");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.o = (void *)a.q, AITER_MLA_ERR_NO_GPU, ""); /* q's extent is on the device */
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.workspace = plan, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
     /* the GPU call: its partials and the plan's counters against the arrays the host can size */
     DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = s.kvp, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
@@ -5458,6 +5461,7 @@ static void test_attention_wrappers(void) {
 #define PF_CASE(mutation, expect) LIKE_REF_CASE(prefill, b, a, mutation, expect)
     REF_OVERLAP_CASE(prefill, b, a, b.lse = (float *)ck, "lse overlaps");
     REF_OVERLAP_CASE(prefill, b, a, b.o = k, "o overlaps");
+    REF_OVERLAP_CASE(prefill, b, a, b.o = (void *)a.q, "o overlaps q");
     PF_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(prefill, a, sweep_prefill_fields);
     PF_CASE(b.dqk = 100, AITER_MLA_ERR_UNSUPPORTED);
@@ -5570,6 +5574,8 @@ static void test_attention_wrappers(void) {
     s.topk = 3;
 #define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
     OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
+    OVERLAP_CASE(sparse_attention, t, s, t.o = (void *)s.q, "o overlaps q");
+    OVERLAP_CASE(sparse_attention, t, s, t.max_logits = (float *)s.q + 9, "max_logits overlaps q");
     SP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
     SWEEP(sparse_attention, s, sweep_sparse_fields);
     CACHE_BYTES_CASES(sparse_attention, t, s, kv_cache_bytes, 8 * 576 * 2, "kv_cache_bytes");
@@ -6787,6 +6793,7 @@ static void test_v4_attention(void) {
                      AITER_MLA_ERR_INVALID_ARGUMENT); /* the default o_stride_token, 2 x 2^32 */
             V4A_CASE(e.o = NULL, AITER_MLA_ERR_NULL_POINTER);
             OVERLAP_CASE(v4_attention, e, a, e.lse = (float *)a.keys.indices, "lse overlaps"); /* dense keys: host-sized */
+            OVERLAP_CASE(v4_attention, e, a, e.o = (void *)a.q, "o overlaps q");
             V4A_CASE((e.o = NULL, e.num_tokens = 0), AITER_MLA_ERR_NO_GPU);
             V4A_CASE(e.num_splits = 65, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.num_splits = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
@@ -7185,6 +7192,9 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.attn.lse = (float *)p.query_start_loc;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.lse overlaps");
+        e = p;
+        e.attn.o = (void *)p.attn.q;
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.o overlaps attn.q");
         e = p;
         e.compressed_block_size = 2000;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "compressed_block_size");
@@ -9457,6 +9467,21 @@ static void test_nan_scores(void) {
             for (d = 0; d < 512; d++) same &= o[h * 512 + d] == 0.0f;
         }
         CHECK(same, "sparse_attention_ref: a row of -inf scores is not empty (o[0] %g, lse %g, max_logits %g)", o[0], lse[0], ml[0]);
+        /* scores finite in double but past fp32's range count as the kernels' fp32 scores do:
+         * token 0's slot 5 (-5e40) weighs 0, token 1's row (2.5e40 and up) is NaN, not lse +inf */
+        ids[1] = 2;
+        a.sm_scale = 1e29f;
+        aiter_mla_store_f32(cache, 5 * 576 + 530, AITER_MLA_BF16, -1e12f);
+        for (h = 0; h < H; h++) aiter_mla_store_f32(q, (int64_t)(H + h) * 576 + 17, AITER_MLA_BF16, 1e12f);
+        CHECK_STATUS(aiter_mla_sparse_attention_ref(&a), AITER_MLA_OK, "");
+        same = 1, finite = 1;
+        for (h = 0; h < H; h++) {
+            finite &= isfinite(lse[h]) != 0;
+            for (d = 0; d < 512; d++) same &= o[h * 512 + d] == aiter_mla_load_f32(cache, 2 * 576 + d, AITER_MLA_BF16);
+        }
+        CHECK(same && finite, "sparse_attention_ref: a score below -FLT_MAX did not weigh 0 (o[0] %g, lse %g)", o[0], lse[0]);
+        CHECK(rows_nan(o + H * 512, H * 512, 1) && rows_nan(lse + H, H, 1),
+              "sparse_attention_ref: a score above FLT_MAX did not make the row NaN (o %g, lse %g)", o[H * 512], lse[H]);
     }
     /* prefill, causal, sq 2, sk 3: key 2 (NaN) is seen by row 1 only; scheduled on a plan too */
     {
