@@ -237,6 +237,8 @@
  *        aiter_mla_prefill_args p = {0};
  *        p.q = q_d;  p.k = k_d;  p.v = v_d;  p.cu_seqlens_q = p.cu_seqlens_k = cu_q_d;
  *        p.o = o_d;  p.lse = lse_d;  p.batch = batch;  p.num_heads = H;  p.causal = 1;
+ *        p.max_seqlen_q = max_q;                         (the longest request's new tokens;
+ *                                                        required without a plan)
  *        p.sm_scale = model_scale;                       (0 means 1/sqrt(dqk))
  *        aiter_mla_prefill(&p, stream);                  (dqk, dv: 0 means 192, 128)
  *   2. Each context chunk c of C positions: gather its latent rows (512 latent, then 64
@@ -302,8 +304,9 @@
  *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
  *   zero rows or dropped writes, never an access outside the buffers the arguments
  *   describe.
- *   Host arrays are trusted to be aligned to their element type, as any C array is (the
- *   GPU wrappers check the alignment their kernels need).
+ *   Arrays, host or device, are trusted to be aligned to their element type, as any C
+ *   array or tensor element is (a 2-byte value at an odd address faults on the GPU); the
+ *   GPU wrappers check what their kernels need beyond that (16 bytes for vector loads).
  *   Outputs must not share memory with inputs or with each other (where an op allows
  *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
  *   struct says so). The CPU references check it from the shapes their fields give,
@@ -740,7 +743,7 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * aiter_mla_decode also runs the reduce of split pieces. */
 typedef struct aiter_mla_decode_args {
     const void *q;              /* [T, H, 576] q_dtype, T = qo_indptr[batch] */
-    int64_t q_stride_token;     /* 0 means H * 576 (strides: at most 2^32 elements) */
+    int64_t q_stride_token;     /* 0 means H * q_stride_head (strides: at most 2^32 elements) */
     int64_t q_stride_head;      /* 0 means 576 */
     const void *kv_cache;       /* [num_pages, page_size, 576] kv_dtype */
     int64_t num_pages;          /* >= 1: pages in kv_cache (bounds page ids) */
@@ -754,7 +757,7 @@ typedef struct aiter_mla_decode_args {
                                          (0 only for a request without pages) */
     void *o;                    /* [T, H, 512] o_dtype; rows must not overlap (the references
                                    check all T tokens, aiter_mla_decode two: T is on the device) */
-    int64_t o_stride_token;     /* 0 means H * 512; >= 512 (for one token too) */
+    int64_t o_stride_token;     /* 0 means H * o_stride_head; >= 512 (for one token too) */
     int64_t o_stride_head;      /* 0 means 512; >= 512 when H > 1 */
     float *lse;                 /* [T, H] fp32, optional (NULL: not written) */
     int32_t *plan;              /* plan buffer (device for aiter_mla_decode, which may write
@@ -802,10 +805,10 @@ typedef struct aiter_mla_reduce_args {
     int num_heads;              /* 1..65535 (a decode plan has at most 128, a prefill plan 65535) */
     int dv;                     /* 1..1024; 0 means 512 */
     void *o;                    /* [T, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; at most 2^32; rows must not
-                                              overlap (checked over the maps' rows; token stride
-                                              >= dv for one token too, head stride >= dv when
-                                              H > 1) */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * o_stride_head, dv; at most 2^32;
+                                              rows must not overlap (checked over the maps' rows;
+                                              token stride >= dv for one token too, head stride
+                                              >= dv when H > 1) */
     float *lse;                 /* [T, H], optional */
     int64_t lse_stride_token;   /* 0 means H    (lse [T, H]; prefill's [H, T] passes 1 and T) */
     int64_t lse_stride_head;    /* 0 means 1; no two rows' lse on one element */
@@ -872,16 +875,17 @@ typedef struct aiter_mla_prefill_args {
     const void *q;               /* [Tq, H, dqk] qkv_dtype */
     const void *k;               /* [Tk, H, dqk] qkv_dtype */
     const void *v;               /* [Tk, H, dv]  qkv_dtype */
-    int64_t q_stride_token, q_stride_head; /* 0 means H * dqk, dqk (all strides at most 2^32) */
-    int64_t k_stride_token, k_stride_head; /* 0 means H * dqk, dqk */
-    int64_t v_stride_token, v_stride_head; /* 0 means H * dv, dv */
+    int64_t q_stride_token, q_stride_head; /* 0 means H * q_stride_head, dqk (all strides at most 2^32) */
+    int64_t k_stride_token, k_stride_head; /* 0 means H * k_stride_head, dqk */
+    int64_t v_stride_token, v_stride_head; /* 0 means H * v_stride_head, dv */
     const int32_t *cu_seqlens_q; /* [batch + 1] */
     const int32_t *cu_seqlens_k; /* [batch + 1] */
     void *o;                     /* [Tq, H, dv] o_dtype */
-    int64_t o_stride_token, o_stride_head; /* 0 means H * dv, dv; rows must not overlap (the
-                                               references check all Tq tokens, aiter_mla_prefill
-                                               two: Tq is on the device; token stride >= dv for
-                                               one token too, head stride >= dv when H > 1) */
+    int64_t o_stride_token, o_stride_head; /* 0 means H * o_stride_head, dv; rows must not
+                                               overlap (the references check all Tq tokens,
+                                               aiter_mla_prefill two: Tq is on the device; token
+                                               stride >= dv for one token too, head stride >= dv
+                                               when H > 1) */
     float *lse;                  /* [H, Tq] fp32, optional (Tq = cu_seqlens_q[batch]) */
     int batch;                   /* >= 1 */
     int max_seqlen_q;            /* GPU without a plan: the longest request's query rows; sizes the
@@ -981,7 +985,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
 /* ==== KV cache write (SPEC 3) ===========================================================
  * cache[slot / block_size, slot % block_size, :] = [kv_c | k_pe] for every token whose
  * slot is in [0, num_blocks * block_size); slot -1 (padding) and out-of-range slots are
- * skipped. fp8 caches store e4m3(x / scale), saturating. */
+ * skipped (a slot given to two tokens ends up, on the GPU, with a mix of their rows). fp8
+ * caches store e4m3(x / scale), saturating. */
 typedef struct aiter_mla_kv_cache_write_args {
     const void *kv_c;           /* [num_tokens, 512] src_dtype, row stride kv_c_stride */
     int64_t kv_c_stride;        /* 0 means 512 */
@@ -995,7 +1000,7 @@ typedef struct aiter_mla_kv_cache_write_args {
     int block_size;             /* 1..65536; 0 means 1 */
     int64_t num_tokens;         /* >= 0 */
     aiter_mla_dtype src_dtype;  /* bf16 or f16; DEFAULT means bf16 */
-    aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (both); DEFAULT means src_dtype */
+    aiter_mla_dtype cache_dtype; /* src_dtype or fp8 (from either); DEFAULT means src_dtype */
     float scale;                /* fp8 per-tensor scale; 0 means 1 */
 } aiter_mla_kv_cache_write_args;
 
@@ -1082,7 +1087,7 @@ typedef struct aiter_mla_ds_mla_write_args {
     int64_t num_blocks;          /* >= 1 */
     size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
                                     block_size rows of 656 bytes (checked) */
-    int block_size;              /* >= 1; 0 means 64 */
+    int block_size;              /* 1..65536; 0 means 64 */
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_dtype src_dtype;   /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype fp8_dtype;   /* e4m3fn or e4m3fnuz; DEFAULT means e4m3fn */
@@ -1179,7 +1184,7 @@ typedef struct aiter_mla_gather_cache_args {
     int64_t num_blocks;          /* >= 1 */
     size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
                                     block_size rows of its format (checked) */
-    int block_size;              /* >= 1; 0 means 1 */
+    int block_size;              /* 1..65536; 0 means 1 */
     aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (per-tensor scale); DEFAULT means bf16 */
     float scale;                 /* fp8 per-tensor scale; 0 means 1 */
     int cache_is_ds_mla;         /* 0 or 1. 1: fp8_ds_mla rows (cache_dtype and scale unused) */
