@@ -319,8 +319,8 @@
  *   splits' partials in their workspaces), and leave out what hangs on device data: a ragged
  *   list's entries (its indptr's last value), the dense decode's and prefill's q, o, lse,
  *   kv_indices, k and v (their indptrs; o's rows are checked against each other over two
- *   tokens), a V4 combine's per-token outputs (its token count). Those overlaps on the GPU
- *   give undefined results.
+ *   tokens), a V4 combine's per-token outputs (its token count; out.indptr[0], written
+ *   whatever the count, is checked). Those overlaps on the GPU give undefined results.
  *   ERR_LAUNCH reports the runtime's last error after a launch, which may come from an
  *   earlier asynchronous failure on the device.
  *
@@ -4784,13 +4784,15 @@ typedef int32_t (*aiter_mla__v4_row_fn)(const void *ctx, int64_t r, int32_t *row
 
 /* A builder's outputs against the n_in arrays ins its rows read, and each other: the ragged
  * entries as all out.capacity of them; num_tokens -1 (a count only the device knows) leaves
- * out the outputs sized by it. Every builder's reference and GPU call check it alike. */
+ * out the outputs sized by it, but for indptr[0], which is written whatever the count (the
+ * kernels after it would read it, or an input it overwrote, to size their work). Every
+ * builder's reference and GPU call check it alike. */
 static aiter_mla_status aiter_mla__v4_out_disjoint(const char *op, const aiter_mla_v4_index_out *out, int64_t num_tokens,
                                                    const aiter_mla__span *ins, int n_in) {
     const aiter_mla__span outs[4] = {aiter_mla__span_of(out->dense, num_tokens * out->dense_stride, 4, "out.dense"),
                                      aiter_mla__span_of(out->lens, num_tokens, 4, "out.lens"),
                                      aiter_mla__span_of(out->indices, out->capacity, 4, "out.indices"),
-                                     aiter_mla__span_of(out->indptr, num_tokens < 0 ? 0 : num_tokens + 1, 4, "out.indptr")};
+                                     aiter_mla__span_of(out->indptr, num_tokens < 0 ? 1 : num_tokens + 1, 4, "out.indptr")};
     return aiter_mla__check_disjoint(op, outs, 4, ins, n_in);
 }
 

@@ -5305,7 +5305,18 @@ static void test_small_op_wrappers(void) {
         a.out.indptr = ptr;
         a.out.capacity = 36;
 #define V4M_CASE(mutation, expect) LIKE_REF_CASE(v4_combine, b, a, mutation, expect)
-        REF_OVERLAP_CASE(v4_combine, b, a, b.out.indptr = qsl, "out.indptr overlaps"); /* sized by the tokens */
+        REF_OVERLAP_CASE(v4_combine, b, a, b.out.lens = qsl, "out.lens overlaps"); /* sized by the tokens */
+        CHECK_STATUS(aiter_mla_v4_combine(&b, NULL), AITER_MLA_ERR_NO_GPU, "");
+        { /* indptr[0] is written whatever the token count: the GPU call checks that element (each
+             array here inside its own buffer, so that both calls name the same overlap) */
+            int32_t qsl_buf[8] = {4, 5, 7}, seq_buf[8] = {3, 10}, idx_buf[40];
+            OVERLAP_CASE(v4_combine, b, a, (b.query_start_loc = qsl_buf, b.out.indptr = qsl_buf),
+                         "out.indptr overlaps query_start_loc");
+            OVERLAP_CASE(v4_combine, b, a, (b.seq_lens = seq_buf, b.out.indptr = seq_buf + 1), "out.indptr overlaps seq_lens");
+            OVERLAP_CASE(v4_combine, b, a, (b.out.indices = idx_buf, b.out.indptr = idx_buf + 35),
+                         "out.indptr overlaps out.indices");
+            LIKE_REF_CASE(v4_combine, b, a, (b.query_start_loc = qsl_buf, b.out.indptr = qsl_buf + 4), AITER_MLA_ERR_NO_GPU);
+        }
         OVERLAP_CASE(v4_combine, b, a, b.out.indices = gl, "out.indices overlaps");       /* by out.capacity */
         V4M_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_combine, a, sweep_v4_combine_fields);
