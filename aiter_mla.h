@@ -1542,7 +1542,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  * not monotone or starts below 0, and the GPU, which cannot read it on the host, takes a row
  * outside 0 <= indptr[t] < indptr[t + 1] <= indptr[T] as empty. Dense form (indptr NULL): the first
  * lens[t] of indices[t * indices_stride ..] (lens clamped to 0..indices_stride; all
- * indices_stride when lens is NULL). */
+ * indices_stride when lens is NULL). A token's entries in keys and extra_keys together are
+ * at most 2^31 - 1: refused from two dense strides, and from host indptrs by the reference;
+ * on the GPU ragged lengths are device data, and past that bound a row's result is undefined
+ * (its accesses stay inside the lists and caches). */
 typedef struct aiter_mla_v4_keys {
     const void *cache;           /* MODEL1: [num_blocks, page_stride_bytes] bytes;
                                     rows: [num_blocks, 512] dtype */
@@ -1556,7 +1559,7 @@ typedef struct aiter_mla_v4_keys {
                                     f32, DEFAULT bf16 */
     const int32_t *indices;      /* ragged: [indptr[T]]; dense: [T, indices_stride] */
     const int32_t *indptr;       /* [T + 1] monotone, indptr[0] >= 0; NULL: dense form */
-    int64_t indices_stride;      /* dense form: entries per token, >= 1 */
+    int64_t indices_stride;      /* dense form: entries per token, 1..2^31 - 1 */
     const int32_t *lens;         /* dense form, optional: [T] */
 } aiter_mla_v4_keys;
 
@@ -5170,7 +5173,7 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
         AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, pre, k->num_blocks, &k->block_size, &k->page_stride_bytes, &k->dtype,
                                                      "dtype", 64, k->cache_bytes, "cache_bytes"));
     }
-    if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, AITER_MLA__MAX_STRIDE, pre, "indices_stride");
+    if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, INT32_MAX, pre, "indices_stride");
     return AITER_MLA_OK;
 }
 
@@ -5190,6 +5193,15 @@ static aiter_mla_status aiter_mla__v4_attn_host_arrays(const char *op, const cha
         if (!k->indices || !k->indptr) continue;
         AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, kpre, "indptr"));
         for (t = 0; t < a->num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, kpre, "indptr"));
+    }
+    for (t = 0; keys && t < a->num_tokens; t++) {
+        int64_t s0, s1;
+        const int64_t n = aiter_mla__v4_keys_of(&a->keys, t, a->num_tokens, &s0) +
+                          aiter_mla__v4_keys_of(&a->extra_keys, t, a->num_tokens, &s1);
+        if (n > INT32_MAX)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: token %lld's keys and extra_keys hold %lld entries (at most 2^31 - 1 a token)", op,
+                                   (long long)t, (long long)n);
     }
     return AITER_MLA_OK;
 }
@@ -5223,6 +5235,11 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (with_keys) {
         AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "keys.", &a->keys, 1));
         AITER_MLA__CHECK(aiter_mla__v4_keys_resolve(op, "extra_keys.", &a->extra_keys, 0));
+        if (a->keys.indices && !a->keys.indptr && a->extra_keys.indices && !a->extra_keys.indptr &&
+            a->keys.indices_stride + a->extra_keys.indices_stride > INT32_MAX)
+            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                                   "%s: %skeys.indices_stride + %sextra_keys.indices_stride = %lld is past 2^31 - 1 (a token's keys)",
+                                   op, pre, pre, (long long)(a->keys.indices_stride + a->extra_keys.indices_stride));
     }
     if (host_arrays) AITER_MLA__CHECK(aiter_mla__v4_attn_host_arrays(op, pre, a, with_keys));
     if (a->num_tokens == 0) return AITER_MLA_OK;

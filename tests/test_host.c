@@ -6790,6 +6790,32 @@ static void test_v4_attention(void) {
             V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
             V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
+            { /* a token's two lists hold at most 2^31 - 1 entries (the kernels count a token's keys
+                 in int32): two dense strides past it, and ragged rows past it on the host */
+                static const int32_t p0[5] = {0, 0x7fff0000, 0x7fff0000, 0x7fff0000, 0x7fff0000};
+                static const int32_t p1[5] = {0, 0x10000, 0x10000, 0x10000, 0x10000}, p2[5] = {0, 0, 0, 0, 0}; /* T = 4 */
+                e = a;
+                e.extra_keys = e.keys;
+                e.keys.indptr = e.extra_keys.indptr = NULL;
+                e.keys.lens = e.extra_keys.lens = NULL;
+                e.keys.indices_stride = INT32_MAX;
+                e.extra_keys.indices_stride = 1;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+                e.keys.indices_stride = (int64_t)INT32_MAX + 1; /* one list alone */
+                e.extra_keys.indices = NULL;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "indices_stride");
+                e = a;
+                e.extra_keys = e.keys;
+                e.keys.indptr = p0;
+                e.extra_keys.indptr = p1;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "2^31 - 1 a token");
+                e.extra_keys.indptr = p2; /* no entries in extra_keys: within the bound */
+                CHECK(aiter_mla_v4_attention_ref(&e) != AITER_MLA_ERR_INVALID_ARGUMENT ||
+                          strstr(aiter_mla_last_error(), "a token") == NULL,
+                      "v4 attention: 2^31 - 65536 entries a token refused as too many: %s", aiter_mla_last_error());
+            }
             V4A_CASE(e.keys.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE(e.keys.cache = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE(e.extra_keys.cache = NULL, AITER_MLA_ERR_NULL_POINTER);
