@@ -1355,7 +1355,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_arg
  * scratch), one scan, the entries. As the total is only known on the device, a ragged
  * total beyond capacity is not refused there: indptr is written in full (indptr[T] is the
  * true total, saturated at INT32_MAX), entries at positions >= capacity are dropped (never
- * written), and dense and lens are written as usual. Each builder's prototype says what its
+ * written), and dense and lens are written as usual. Such lists are not for the attention,
+ * which reads indptr[T] entries: size capacity by the bound (the width x num_tokens), or check
+ * indptr[T] <= capacity on the device first. Each builder's prototype says what its
  * kernel does with device data the reference would refuse. Outputs must not overlap inputs. */
 typedef struct aiter_mla_v4_index_out {
     int32_t *dense;              /* [num_tokens, dense_stride], optional */

@@ -146,7 +146,7 @@ typedef void (*bench_launch)(void *ctx, int run);
  * as a runtime that captures its decode step runs it: with the stream held before each
  * run, what differs from the plain row is the device's own launch handling. */
 static int g_graph;
-enum { GRAPH_SETS = 64 };
+enum { GRAPH_SETS = 256 }; /* at least rotation_sets' most, so that a graph row rotates over every set */
 static gpu_graph *g_graphs[GRAPH_SETS];
 static void launch_graph(bench_launch launch, void *ctx, int run) {
     if (!g_graph) {
@@ -236,10 +236,11 @@ static double time_median_us(bench_launch launch, void *ctx) {
 }
 
 /* Input sets that rotate so that one set's bytes times the sets is at least 4x the L2
- * (nothing is served from L2), 1 to 64 sets. */
+ * (nothing is served from L2), 1 to 256 sets (GRAPH_SETS): the smallest rotated rows, V4D-*-k512-b4
+ * at 1.5 MB a set, take 141 sets on a 50 MiB L2. */
 static int rotation_sets(size_t set_bytes, size_t l2) {
     size_t sets = (4 * l2 + set_bytes - 1) / (set_bytes ? set_bytes : 1);
-    return sets < 1 ? 1 : sets > 64 ? 64 : (int)sets;
+    return sets < 1 ? 1 : sets > GRAPH_SETS ? GRAPH_SETS : (int)sets;
 }
 
 /* A shuffled permutation of 0 .. n-1. */
@@ -647,13 +648,21 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
     const int T = r->tokens, H = r->heads, K = r->topk;
     const int64_t per_req = r->slots / r->requests;
     const size_t row = r->ds_mla ? AITER_MLA_DS_MLA_ROW_BYTES : 576 * 2;
-    int32_t *idx = (int32_t *)malloc((size_t)T * K * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)T * K * 4), *pick = (int32_t *)malloc((size_t)per_req * 4);
     int64_t i;
     int t;
-    for (t = 0; t < T; t++) { /* distinct random slots of the token's request */
+    for (i = 0; i < per_req; i++) pick[i] = (int32_t)i;
+    for (t = 0; t < T; t++) { /* K distinct random slots of the token's request (a top-k list) */
         const int64_t base = (int64_t)(t * (int64_t)r->requests / T) * per_req;
-        for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = (int32_t)(base + (int64_t)(frand() * (double)per_req));
+        for (i = 0; i < K; i++) { /* a partial shuffle of pick, a permutation of the request's slots */
+            const int64_t m = i + (int64_t)(frand() * (double)(per_req - i));
+            const int32_t e = pick[m];
+            pick[m] = pick[i];
+            pick[i] = e;
+            idx[(int64_t)t * K + i] = (int32_t)(base + e);
+        }
     }
+    free(pick);
     void *d_cache = gpu_malloc((size_t)r->slots * row), *d_q = gpu_malloc((size_t)T * H * 576 * 2);
     void *d_o = gpu_malloc((size_t)T * H * 512 * 2);
     float *d_lse = (float *)gpu_malloc((size_t)T * H * 4);
@@ -710,11 +719,13 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
  * V4D-h{H}-k{K}-b{B}: decode, one token per request at a ragged position (mean context
  * 8192), H heads, keys = the SWA cache's last 128 tokens (MODEL1 pages of 64) + K distinct
  * entries of the request's ratio-4 compressed cache (MODEL1 pages of 64 entries), both
- * e4m3fn, sink on. Bytes: every listed row (584 B) once + q + o (bf16); cache copies
+ * e4m3fn, sink on. Bytes: every row the lists name (584 B) once + q + o (bf16); cache copies
  * rotate past the L2; keys split over blocks (num_splits) while the batch leaves the GPU's
  * multiprocessors idle. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
  * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
- * 512) compressed entries straight from the MODEL1 pages; FLOPs 2 * H * keys * (512 + 512).
+ * 512) compressed entries straight from the MODEL1 pages; FLOPs 2 * H * keys * (512 + 512);
+ * bytes: each row once however many of the request's tokens list it (its 4096 raw tokens and
+ * the compressed entries its tokens pick, about 1024) + q + o.
  * V4P-h{H}-ws: the same tokens and keys the way vLLM runs a prefill chunk (SPEC 7), one
  * aiter_mla_v4_prefill a timed step: it gathers the requests' compressed entries and raw
  * tokens into the bf16 workspace, builds the per-token lists into it and attends over its
@@ -774,7 +785,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     const int B = r->batch, H = r->heads, K = r->topk, Q = r->q_len;
     const int64_t T = (int64_t)B * Q;
     int32_t *ctx = (int32_t *)malloc((size_t)B * 4);
-    int64_t swa_pages = 0, cmp_pages = 0, keys = 0, t;
+    int64_t swa_pages = 0, cmp_pages = 0, keys = 0, rows = 0, t; /* rows: distinct rows the lists name (set 0) */
     int b, s, j;
     for (b = 0; b < B; b++) {
         ctx[b] = Q > 1 ? Q : (int32_t)(8192 * (0.5 + frand()));
@@ -795,6 +806,8 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     int32_t *local = (int32_t *)malloc((size_t)T * K * 4); /* the top-k rows, request-local (workspace flow) */
     void **d_q = (void **)malloc(sizeof(void *) * sets);
     int32_t **d_swa = (int32_t **)malloc(sizeof(int32_t *) * sets), **d_cmp = (int32_t **)malloc(sizeof(int32_t *) * sets);
+    /* the rows set 0's lists name, each counted once (a prefill's tokens share most of theirs) */
+    unsigned char *seen_swa = (unsigned char *)calloc((size_t)(swa_pages * BS), 1), *seen_cmp = (unsigned char *)calloc((size_t)(cmp_pages * BS), 1);
     for (s = 0; s < sets; s++) {
         int64_t sp = s * swa_pages, cp = s * cmp_pages; /* this set's first page of each cache */
         for (b = 0, t = 0; b < B; b++) {
@@ -803,13 +816,17 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
                 const int32_t pos = ctx[b] - Q + j, n_swa = pos + 1 < W ? pos + 1 : W, avail = (pos + 1) / 4;
                 const int32_t n_cmp = avail < K ? avail : K;
                 int k;
-                for (k = 0; k < n_swa; k++) swa[t * W + k] = (int32_t)(sp * BS + pos - n_swa + 1 + k);
+                for (k = 0; k < n_swa; k++) {
+                    swa[t * W + k] = (int32_t)(sp * BS + pos - n_swa + 1 + k);
+                    if (s == 0 && !seen_swa[swa[t * W + k]]) seen_swa[swa[t * W + k]] = 1, rows++;
+                }
                 for (k = 0; k < avail; k++) pick[k] = k; /* n_cmp distinct entries of the visible ones */
                 for (k = 0; k < n_cmp; k++) {
                     const int m = k + (int)(frand() * (avail - k)), e = pick[m];
                     pick[m] = pick[k];
                     cmp[t * K + k] = (int32_t)(cp * BS + e);
                     local[t * K + k] = e;
+                    if (s == 0 && !seen_cmp[cmp[t * K + k]]) seen_cmp[cmp[t * K + k]] = 1, rows++;
                 }
                 for (k = n_cmp; k < K; k++) local[t * K + k] = -1;
                 swa_len[t] = n_swa;
@@ -926,7 +943,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
         NOTE_KERNEL(v4_attention, &a);
     }
     const double us = time_median_us(launch_v4, &run);
-    const double bytes = (double)keys * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
+    const double bytes = (double)rows * AITER_MLA_V4_TOKEN_BYTES + (double)T * H * 512 * 2 * 2;
     const double flops = 2.0 * H * (double)keys * (512 + 512);
     const double gbs = bytes / (us * 1e-6) / 1e9, tfl = flops / (us * 1e-6) / 1e12;
     printf("| %-21s | %3d | %4d | %3d x %4d | %6d | %9.1f | %7.0f | %7.1f | %5.1f %% | %5.1f %% |\n", r->id, H, K, B, Q,
@@ -968,6 +985,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     free(meta);
     free(local);
     free(d_q); free(d_swa); free(d_cmp); free(ctx); free(swa); free(cmp); free(swa_len); free(cmp_len); free(pick);
+    free(seen_swa); free(seen_cmp);
 }
 
 /* ---- host planner cost ------------------------------------------------------------------ */

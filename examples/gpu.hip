@@ -167,7 +167,7 @@ extern "C" int gpu_gemm_bf16_available(void) { return 1; }
 extern "C" void gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
     static cublasHandle_t h = nullptr;
     if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasCreate failed\n"); exit(2); }
-    (void)cublasSetStream(h, (stream_t)s);
+    if (cublasSetStream(h, (stream_t)s) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasSetStream failed\n"); exit(2); }
     const float one = 1.0f, zero = 0.0f;
     if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16BF, k, b, CUDA_R_16BF, k, &zero, c,
                      CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
@@ -180,7 +180,7 @@ extern "C" int gpu_gemm_bf16_available(void) { return 1; }
 extern "C" void gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
     static hipblasHandle_t h = nullptr;
     if (!h && hipblasCreate(&h) != HIPBLAS_STATUS_SUCCESS) { fprintf(stderr, "hipblasCreate failed\n"); exit(2); }
-    (void)hipblasSetStream(h, (stream_t)s);
+    if (hipblasSetStream(h, (stream_t)s) != HIPBLAS_STATUS_SUCCESS) { fprintf(stderr, "hipblasSetStream failed\n"); exit(2); }
     const float one = 1.0f, zero = 0.0f;
     if (hipblasGemmEx(h, HIPBLAS_OP_T, HIPBLAS_OP_N, m, n, k, &one, a, HIPBLAS_R_16B, k, b, HIPBLAS_R_16B, k, &zero, c,
                       HIPBLAS_R_16B, m, HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT) != HIPBLAS_STATUS_SUCCESS) {

@@ -58,6 +58,7 @@ static void ref_decode_parallel(const aiter_mla_decode_args *a, int64_t num_toke
     const int H = a->num_heads;
     float *lse_h = (float *)test_malloc((size_t)H * (size_t)(num_tokens + 1) * sizeof(float));
     decode_lse_scratch x = {lse_h, num_tokens};
+    poison_f32(lse_h, (int64_t)H * num_tokens);
     ref_parallel("decode", (int64_t)a->batch * H, ref_decode_slice, a, &x);
     if (a->lse) {
         int64_t t;
@@ -290,6 +291,8 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     r.lse = lse_ref;
     r.plan = NULL;
     r.workspace = NULL;
+    poison_fill(o_ref, T * o_rows, c->o_dtype); /* what the reference leaves unwritten compares as NaN */
+    poison_f32(lse_ref, T * H);
     ref_decode_parallel(&r, T);
 
     /* two launches on one plan and workspace (as every layer of a step does): the second is as
@@ -398,7 +401,10 @@ static void test_decode_sweep(test_rng *rng) {
             for (pi = 0; pi < 3; pi++)
                 for (ci = 0; ci < 3; ci++, n++) {
                     decode_case c;
-                    if (g_quick && n % 9 != 0) continue;
+                    /* n = 27 hi + 9 qi + 3 pi + ci: every 10th case meets every head count,
+                       q_len, page size, cache and batch (every 9th would be pages of 1 and
+                       bf16 caches alone) */
+                    if (g_quick && n % 10 != 0) continue;
                     memset(&c, 0, sizeof c);
                     c.heads = heads[hi];
                     c.q_len = qlens[qi];
@@ -556,7 +562,7 @@ static void run_decode_graph(test_rng *rng, int H, int P) {
     pd.max_q_len = 1;
     pd.num_cu = gpu_num_cu();
     pd.page_size = P;
-    aiter_mla_decode_plan_get_info(&pd, &info);
+    CHECK_STATUS(aiter_mla_decode_plan_get_info(&pd, &info), AITER_MLA_OK, "");
     int32_t *plan = (int32_t *)gpu_host_alloc_pinned((size_t)info.plan_ints * 4);
     void *d_q = gpu_malloc((size_t)B * H * 576 * 2), *d_kv = gpu_malloc((size_t)kv_elems * 2), *d_o = gpu_malloc((size_t)B * H * 512 * 2);
     float *d_lse = (float *)gpu_malloc((size_t)B * H * 4);
@@ -605,6 +611,7 @@ static void run_decode_graph(test_rng *rng, int H, int P) {
         gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
         gpu_memset(d_o, 0xff, (size_t)B * H * 512 * 2);
         gpu_memset(d_lse, 0xff, (size_t)B * H * 4);
+        gpu_memset(d_ws, 0xff, info.workspace_bytes); /* the last replay's partials must not stand in for this one's */
         gpu_sync();
         if (!graph) {
             gpu_graph_begin(g_stream);
@@ -624,6 +631,8 @@ static void run_decode_graph(test_rng *rng, int H, int P) {
         r.kv_indices = idx;
         r.o = o_ref;
         r.lse = lse_ref;
+        poison_fill(o_ref, (int64_t)B * H * 512, AITER_MLA_BF16); /* not the last replay's expected values */
+        poison_f32(lse_ref, (int64_t)B * H);
         ref_decode_parallel(&r, B);
         {
             float *g = (float *)test_malloc((size_t)B * H * 512 * 4), *f = (float *)test_malloc((size_t)B * H * 512 * 4);
@@ -670,7 +679,7 @@ static void test_head_pad(test_rng *rng) {
         gpu_download(got, d_dst, (size_t)nq * 2);
         a.src = src;
         a.dst = ref;
-        aiter_mla_pad_q_ref(&a);
+        CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_OK, "");
         CHECK(memcmp(got, ref, (size_t)nq * 2) == 0, "pad_q H=%d differs from the reference", H);
         /* unpad the padded tensor back */
         fill_random(src, nq, AITER_MLA_BF16, rng, -1.0f, 1.0f, 1.0f);
@@ -683,7 +692,7 @@ static void test_head_pad(test_rng *rng) {
         gpu_download(got, d_dst, (size_t)nq * 2);
         a.src = src;
         a.dst = ref;
-        aiter_mla_unpad_o_ref(&a);
+        CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_OK, "");
         CHECK(memcmp(got, ref, (size_t)T * H * 576 * 2) == 0, "unpad_o H=%d differs from the reference", H);
         { /* nothing past the unpadded tensor (the poisoned buffer is the padded size) */
             int64_t past = 0, b0;
@@ -1004,6 +1013,8 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
         r.k_stride_head = c->dqk;
         r.v_stride_head = c->dv;
         r.o_stride_head = c->dv;
+        poison_fill(o_ref, Tq * ost, c->o_dtype); /* not the last replay's expected values, nor malloc's */
+        poison_f32(lse_ref, H * Tq);
         ref_prefill_parallel(&r);
         {
             const int64_t n = Tq * H * c->dv;
@@ -1258,8 +1269,12 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
             else if (r < c->holes + 6 && i > 0) v = idx[(int64_t)t * W + i - 1]; /* duplicates */
             idx[(int64_t)t * W + i] = v;
         }
+        /* token 0 weighs at least one key: no case is empty rows alone (o all 0; topk 1 with
+           holes drew such cases), where any kernel that writes zeros would pass */
+        if (t == 0 && (idx[0] < 0 || idx[0] >= slots)) idx[0] = (int32_t)(slots / 2);
         if (c->ramp) qsort(idx + (int64_t)t * W, (size_t)K, 4, cmp_i32);
         len[t] = rng_int(rng, 0, K);
+        if (t == 0 && len[0] < 1) len[0] = 1;
         if (t == 1) /* a row with no valid entry */
             for (i = 0; i < K; i++) idx[(int64_t)t * W + i] = -1;
     }
@@ -1330,6 +1345,9 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     r.o = o_ref;
     r.lse = lse_ref;
     r.max_logits = ml_ref;
+    poison_fill(o_ref, no, c->o_dtype);
+    poison_f32(lse_ref, (int64_t)T * H);
+    poison_f32(ml_ref, (int64_t)T * H);
     ref_sparse_parallel(&r);
     {
         float *g = (float *)test_malloc((size_t)no * 4), *f = (float *)test_malloc((size_t)no * 4);
@@ -1476,7 +1494,7 @@ static void test_decode_fp8_codes(test_rng *rng) {
             pd.max_q_len = 1;
             pd.num_cu = gpu_num_cu();
             pd.page_size = 1;
-            aiter_mla_decode_plan_get_info(&pd, &info);
+            CHECK_STATUS(aiter_mla_decode_plan_get_info(&pd, &info), AITER_MLA_OK, "");
             int32_t *plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
             CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 1, plan), AITER_MLA_OK, "");
             void *d_q = upload_copy(q, (size_t)H * 576 * 2), *d_key = upload_copy(key, 576);
@@ -2347,6 +2365,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     r.q_stride_token = H * qsh; /* the resolved defaults, for the per-token slices */
     r.o_stride_token = H * osh;
     poison_fill(o_ref, no, c->o_dtype);
+    poison_f32(lse_ref, (int64_t)T * H);
     ref_v4_parallel(&r);
     if (c->tiny_q) { /* the case tells an exact Q from one whose tiny values were flushed */
         float *lse_flushed = (float *)test_malloc((size_t)T * H * 4);
@@ -2588,6 +2607,8 @@ static void run_v4_prefill_gpu_case(int ratio, int H, int chunk_size, aiter_mla_
     void *ws = test_malloc(bytes);
     p.workspace = ws;
     p.workspace_bytes = bytes;
+    poison_fill(o_ref, nq, AITER_MLA_BF16);
+    poison_f32(lse_ref, (int64_t)T * H);
     CHECK_STATUS(aiter_mla_v4_prefill_ref(&p), AITER_MLA_OK, "");
 
     /* the GPU: the two lists of every token, then one attention launch */

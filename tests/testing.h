@@ -312,14 +312,17 @@ static inline double cosine(const float *got, const float *ref, int64_t n) {
     if (aa == 0.0 || bb == 0.0) return 0.0;
     return ab / sqrt(aa * bb);
 }
-/* Number of positions where got is NaN, or where +-inf in ref and got differ (either way).
+/* Number of positions where got or ref is NaN, or where +-inf in ref and got differ (either
+ * way). A NaN in ref counts too: rel_err, cosine and max_abs_err skip every element whose ref
+ * is not finite, so an expected element left unwritten (poisoned) or NaN would otherwise pass
+ * whatever got holds there; rows meant to be NaN are taken out by the caller first.
  * *first receives the first bad index (-1 when none). */
 static inline int64_t inf_nan_mismatches(const float *got, const float *ref, int64_t n, int64_t *first) {
     int64_t i, bad = 0;
     if (first) *first = -1;
     for (i = 0; i < n; i++) {
         int b = 0;
-        if (got[i] != got[i]) b = 1;
+        if (got[i] != got[i] || ref[i] != ref[i]) b = 1;
         else if (isinf(ref[i]) || isinf(got[i])) b = !(got[i] == ref[i]);
         if (b) {
             if (first && *first < 0) *first = i;
@@ -383,6 +386,7 @@ static inline double lse_excess(const float *got, const float *ref, const float 
         double d;
         if (!isfinite(ref[i])) continue;
         d = isfinite(got[i]) ? fabs((double)got[i] - (double)ref[i]) / tols[i] : INFINITY;
+        if (d != d) d = INFINITY; /* a NaN or zero bound: never within it */
         if (*worst < 0 || d > m) {
             m = d;
             *worst = i;
