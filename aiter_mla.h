@@ -218,8 +218,10 @@
  *        a.num_tokens = T;  a.num_heads = H;  a.sm_scale = model_scale;  a.num_cu = num_cu;
  *        a.keys.cache = swa_cache_d;  a.keys.num_blocks = swa_num_pages;
  *        a.keys.indices = swa_idx_d;  a.keys.indptr = swa_ptr_d;
+ *        a.keys.capacity = si.out.capacity;             (optional: rows cut at it)
  *        a.extra_keys.cache = c_cache_d;  a.extra_keys.num_blocks = c_num_pages;
  *        a.extra_keys.indices = c_idx_d;  a.extra_keys.indptr = c_ptr_d;
+ *        a.extra_keys.capacity = tk.out.capacity;
  *        aiter_mla_v4_attention(&a, stream);
  *   Chunked prefill: aiter_mla_v4_prefill (one call a layer: the gathers into a workspace
  *   sized by aiter_mla_v4_prefill_workspace_size, the combine, the attention, per chunk of
@@ -317,7 +319,8 @@
  *   every array whose extent host fields give (all of them in the cache writers, the index
  *   converters and builders, the gathers, sparse and V4 attention and V4 prefill; the
  *   splits' partials in their workspaces), and leave out what hangs on device data: a ragged
- *   list's entries (its indptr's last value), the dense decode's and prefill's q, o, lse,
+ *   list's entries (its indptr's last value; a V4 key list's capacity sizes them where
+ *   given), the dense decode's and prefill's q, o, lse,
  *   kv_indices, k and v (their indptrs; o's rows are checked against each other over two
  *   tokens), a V4 combine's per-token outputs (its token count; out.indptr[0], written
  *   whatever the count, is checked). Those overlaps on the GPU give undefined results.
@@ -1355,9 +1358,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_gather(const aiter_mla_v4_gather_arg
  * scratch), one scan, the entries. As the total is only known on the device, a ragged
  * total beyond capacity is not refused there: indptr is written in full (indptr[T] is the
  * true total, saturated at INT32_MAX), entries at positions >= capacity are dropped (never
- * written), and dense and lens are written as usual. Such lists are not for the attention,
- * which reads indptr[T] entries: size capacity by the bound (the width x num_tokens), or check
- * indptr[T] <= capacity on the device first. Each builder's prototype says what its
+ * written), and dense and lens are written as usual. The attention reads such lists within
+ * capacity when its key list's capacity is set to it (rows cut there); without, it reads
+ * indptr[T] entries: size capacity by the bound (the width x num_tokens). Each builder's
+ * prototype says what its
  * kernel does with device data the reference would refuse. Outputs must not overlap inputs. */
 typedef struct aiter_mla_v4_index_out {
     int32_t *dense;              /* [num_tokens, dense_stride], optional */
@@ -1542,7 +1546,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_copy_ragged(const aiter_mla_v4_ragge
  * entries < 0 or >= the cache's slots are skipped. Ragged form (indptr set): token t's
  * entries are indices[indptr[t] .. indptr[t + 1]); the reference refuses an indptr that is
  * not monotone or starts below 0, and the GPU, which cannot read it on the host, takes a row
- * outside 0 <= indptr[t] < indptr[t + 1] <= indptr[T] as empty. Dense form (indptr NULL): the first
+ * outside 0 <= indptr[t] < indptr[t + 1] <= indptr[T] as empty, and with capacity set, cuts
+ * a row at capacity (which the reference refuses indptr[T] to pass). Dense form (indptr NULL): the first
  * lens[t] of indices[t * indices_stride ..] (lens clamped to 0..indices_stride; all
  * indices_stride when lens is NULL). A token's entries in keys and extra_keys together are
  * at most 2^31 - 1: refused from two dense strides, and from host indptrs by the reference;
@@ -1561,6 +1566,8 @@ typedef struct aiter_mla_v4_keys {
                                     f32, DEFAULT bf16 */
     const int32_t *indices;      /* ragged: [indptr[T]]; dense: [T, indices_stride] */
     const int32_t *indptr;       /* [T + 1] monotone, indptr[0] >= 0; NULL: dense form */
+    int64_t capacity;            /* ragged form, optional (0: not given): entries indices holds,
+                                    0..2^31 - 1 (a builder's out.capacity) */
     int64_t indices_stride;      /* dense form: entries per token, 1..2^31 - 1 */
     const int32_t *lens;         /* dense form, optional: [T] */
 } aiter_mla_v4_keys;
@@ -1868,16 +1875,20 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
 }
 /* Token t of num_tokens: its entries of a V4 key list (SPEC 7), how many, *start their first
  * index into k->indices; 0 when the list is unused. A ragged row that is not inside
- * [0, indptr[num_tokens]] (the entries indices holds) counts as none: the GPU cannot refuse a
- * non-monotone indptr (the reference refuses it first). */
+ * [0, indptr[num_tokens]] (the entries indices holds) counts as none, and one past capacity
+ * (when given) is cut there: the GPU cannot refuse a non-monotone indptr or one past capacity
+ * (the reference refuses both first). */
 AITER_MLA_HD int64_t aiter_mla__v4_keys_of(const aiter_mla_v4_keys *k, int64_t t, int64_t num_tokens, int64_t *start) {
     int64_t n;
     *start = 0;
     if (!k->indices) return 0;
     if (k->indptr) {
+        int64_t end = k->indptr[t + 1];
         *start = k->indptr[t];
-        n = (int64_t)k->indptr[t + 1] - k->indptr[t];
-        return *start >= 0 && n > 0 && k->indptr[t + 1] <= k->indptr[num_tokens] ? n : 0;
+        if (*start < 0 || end > k->indptr[num_tokens]) return 0;
+        if (k->capacity > 0 && end > k->capacity) end = k->capacity; /* a builder's overflow */
+        n = end - *start;
+        return n > 0 ? n : 0;
     }
     *start = t * k->indices_stride;
     n = k->indices_stride;
@@ -5176,7 +5187,7 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
                                                      "dtype", 64, k->cache_bytes, "cache_bytes"));
     }
     if (!k->indptr) return aiter_mla__check_range(op, k->indices_stride, 1, INT32_MAX, pre, "indices_stride");
-    return AITER_MLA_OK;
+    return aiter_mla__check_range(op, k->capacity, 0, INT32_MAX, pre, "capacity");
 }
 
 /* The arrays the host reads in resolved args (host memory): attn_sink has no NaN and each
@@ -5195,6 +5206,9 @@ static aiter_mla_status aiter_mla__v4_attn_host_arrays(const char *op, const cha
         if (!k->indices || !k->indptr) continue;
         AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, kpre, "indptr"));
         for (t = 0; t < a->num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, kpre, "indptr"));
+        if (k->capacity > 0 && k->indptr[a->num_tokens] > k->capacity)
+            return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %sindptr[%lld] = %d is past %scapacity = %lld", op, kpre,
+                                   (long long)a->num_tokens, (int)k->indptr[a->num_tokens], kpre, (long long)k->capacity);
     }
     for (t = 0; keys && t < a->num_tokens; t++) {
         int64_t s0, s1;
@@ -5305,8 +5319,8 @@ static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a)
                              : 0u;
 }
 /* The outputs (o, lse; with `partials`, the GPU's split partials in the workspace) against
- * what the call reads: q, both lists' arrays and caches, the sink. A ragged list's entries count only with `ragged` (its indptr read on the
- * host and checked: indptr[T] entries); without, only host fields size the spans, which is what
+ * what the call reads: q, both lists' arrays and caches, the sink. A ragged list's entries count as indptr[T] with `ragged` (its indptr read on the
+ * host and checked), else as its capacity (none when not given); without, only host fields size the spans, which is what
  * the GPU call checks and what the reference checks before it reads any array. An unused
  * list's fields are not resolved and count for nothing. */
 static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const aiter_mla_v4_attention_args *a, int ragged,
@@ -5328,7 +5342,7 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
                                             !used        ? 0
                                             : !k->indptr ? T * k->indices_stride
                                             : ragged     ? k->indptr[T]
-                                                         : 0,
+                                                         : k->capacity,
                                             4, names[i][2]);
         ins[i * 4 + 3] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[i][3]);
     }

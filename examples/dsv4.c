@@ -353,12 +353,14 @@ int main(void) {
         a.keys.dtype = swa_fp8;
         a.keys.indices = (const int32_t *)dev(g_swa_idx, sizeof g_swa_idx);
         a.keys.indptr = (const int32_t *)dev(g_swa_ptr, sizeof g_swa_ptr);
+        a.keys.capacity = TOKENS * W; /* the buffers' entries: the attention reads no row past them */
         if (ratio > 1) {
             a.extra_keys.cache = lc.comp_at;
             a.extra_keys.num_blocks = (int64_t)BATCH * lc.c_pages;
             a.extra_keys.block_size = lc.cbs;
             a.extra_keys.indices = (const int32_t *)dev(g_c_idx, sizeof g_c_idx);
             a.extra_keys.indptr = (const int32_t *)dev(g_c_ptr, sizeof g_c_ptr);
+            a.extra_keys.capacity = cp.indices_buffer_capacity;
         }
         a.num_cu = num_cu; /* the GPU's blocks then take several tokens each where there are many */
         TRY(OP(aiter_mla_v4_attention, &a));

@@ -2302,6 +2302,8 @@ typedef struct v4_case {
     int splits;             /* num_splits */
     int num_cu;             /* small counts make each block take several tokens */
     int tiny_q;             /* q's dims 0 .. 63 below 2^-28 of its row's largest, MODEL1 keys' ~2^46 there */
+    int cut;                /* the extra (ragged) list's capacity halfway through its entries, as a
+                               builder's overflow leaves it: the GPU reads up to capacity alone */
 } v4_case;
 
 static void run_v4_case(const v4_case *c, test_rng *rng) {
@@ -2317,6 +2319,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
              fmt_name[c->format0], aiter_mla_dtype_name(c->fp8_0), c->format1 < 0 ? "none" : fmt_name[c->format1],
              aiter_mla_dtype_name(c->fp8_1), aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype),
              c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits, c->num_cu);
+    if (c->cut) snprintf(what + strlen(what), sizeof what - strlen(what), ", cut at capacity");
     v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, c->tiny_q, rng); /* the SWA list: dense, width W */
     if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, c->tiny_q, rng); /* compressed: ragged */
     float sink[128];
@@ -2345,6 +2348,14 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     a.o_dtype = c->o_dtype;
     a.keys = l0.dev;
     if (c->format1 >= 0) a.extra_keys = l1.dev;
+    int32_t *cut_ptr = NULL; /* the reference's rows: the extra list's indptr cut at the capacity */
+    if (c->cut && c->format1 >= 0) {
+        const int32_t cap = l1.ptr[0] + (l1.ptr[T] - l1.ptr[0]) / 2;
+        int t;
+        cut_ptr = (int32_t *)test_malloc((size_t)(T + 1) * 4);
+        for (t = 0; t <= T; t++) cut_ptr[t] = l1.ptr[t] < cap ? l1.ptr[t] : cap;
+        a.extra_keys.capacity = cap; /* entries past it (valid slots among them) must not count */
+    }
     a.num_splits = c->splits;
     a.num_cu = c->num_cu;
     CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes), AITER_MLA_OK, "");
@@ -2362,6 +2373,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     r.attn_sink = c->with_sink ? sink : NULL;
     r.keys = l0.host;
     if (c->format1 >= 0) r.extra_keys = l1.host;
+    if (cut_ptr) r.extra_keys.indptr = cut_ptr;
     r.q_stride_token = H * qsh; /* the resolved defaults, for the per-token slices */
     r.o_stride_token = H * osh;
     poison_fill(o_ref, no, c->o_dtype);
@@ -2411,7 +2423,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     }
     gpu_free(d_q); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_sink);
     if (a.workspace) gpu_free(a.workspace);
-    free(q); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu);
+    free(q); free(o_ref); free(o_gpu); free(lse_ref); free(lse_gpu); free(cut_ptr);
     v4_list_free(&l0);
     if (c->format1 >= 0) v4_list_free(&l1);
 }
@@ -2462,6 +2474,23 @@ static void test_v4_attention_gpu(test_rng *rng) {
             c.num_cu = v ? 3 : 0;
             run_v4_case(&c, rng);
         }
+    /* A ragged list read up to its capacity, past which its indptr runs (a builder's overflow):
+     * the e4m3fn kernel (16 heads, one split), the 16-row mma.sync kernel (splits), the 64-row
+     * kernels, the portable one (f16 q) */
+    for (v = 0; v < 5; v++) {
+        static const int cut_heads[] = {16, 1, 64, 128, 16}, cut_splits[] = {1, 3, 1, 2, 1};
+        memset(&c, 0, sizeof c);
+        c.tokens = 9;
+        c.heads = cut_heads[v];
+        c.format0 = c.format1 = 0;
+        c.fp8_0 = c.fp8_1 = AITER_MLA_FP8_E4M3FN;
+        c.q_dtype = v == 4 ? AITER_MLA_F16 : AITER_MLA_BF16;
+        c.o_dtype = AITER_MLA_BF16;
+        c.with_sink = v % 2;
+        c.splits = cut_splits[v];
+        c.cut = 1;
+        run_v4_case(&c, rng);
+    }
     /* Q values below 2^-28 of their row's largest (2^-42 against ~1, which an f16 form of the
      * row scaled to its largest would flush) where every MODEL1 key's first scale group is
      * ~2^46: their products move each score by several units, so only a kernel that takes Q

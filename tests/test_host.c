@@ -484,7 +484,7 @@ static const sweep_field sweep_sparse_fields[] = {SW(T_, num_slots, SW_I64), SW(
 /* An aiter_mla_v4_keys member k of T_ */
 #define SW_KEYS_(k)                                                                                                     \
     SW(T_, k.num_blocks, SW_I64), SW(T_, k.cache_bytes, SW_SIZE), SW(T_, k.block_size, SW_INT), SW(T_, k.page_stride_bytes, SW_I64), SW(T_, k.rows, SW_INT), \
-        SW(T_, k.dtype, SW_DTYPE), SW(T_, k.indices_stride, SW_I64)
+        SW(T_, k.dtype, SW_DTYPE), SW(T_, k.indices_stride, SW_I64), SW(T_, k.capacity, SW_I64)
 #define T_ aiter_mla_v4_attention_args
 static const sweep_field sweep_v4_attention_fields[] = {
     SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, o_stride_token, SW_I64), SW(T_, o_stride_head, SW_I64),
@@ -6815,6 +6815,28 @@ static void test_v4_attention(void) {
                 CHECK(aiter_mla_v4_attention_ref(&e) != AITER_MLA_ERR_INVALID_ARGUMENT ||
                           strstr(aiter_mla_last_error(), "a token") == NULL,
                       "v4 attention: 2^31 - 65536 entries a token refused as too many: %s", aiter_mla_last_error());
+            }
+            { /* a ragged list's capacity (case 1's extra_keys): the reference refuses an indptr[T]
+                 past it, both calls a capacity outside 0..2^31 - 1, and the GPU call checks the
+                 outputs against the entries it sizes */
+                const int32_t end = a.extra_keys.indptr ? a.extra_keys.indptr[T] : -1;
+                CHECK(end > 0, "v4 attention: case 1's extra_keys should be ragged with entries (indptr[T] = %d)", (int)end);
+                e = a;
+                e.extra_keys.capacity = end;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_OK, "");
+                e.extra_keys.capacity = end - 1;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, "capacity");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, ""); /* the GPU cuts rows there */
+                e.extra_keys.capacity = -1;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "capacity");
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "capacity");
+                e.extra_keys.capacity = (int64_t)INT32_MAX + 1;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "capacity");
+                e = a;
+                e.lse = (float *)(void *)(a.extra_keys.indices + end - 1); /* within the entries */
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, ""); /* unsized on the GPU */
+                e.extra_keys.capacity = end;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps extra_keys.indices");
             }
             V4A_CASE(e.keys.indices = NULL, AITER_MLA_ERR_NULL_POINTER);
             V4A_CASE(e.keys.cache = NULL, AITER_MLA_ERR_NULL_POINTER);
