@@ -1057,8 +1057,9 @@ typedef struct aiter_mla_filter_prefill_args {
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices_ref(const aiter_mla_filter_prefill_args *a);
 AITER_MLA_API aiter_mla_status aiter_mla_filter_prefill_indices(const aiter_mla_filter_prefill_args *a, void *stream);
 
-/* FlashMLA's older API returns base-2 lse; this gives the natural-log one in place:
- * lse_e = lse_2 * ln 2 (infinities stay). */
+/* FlashMLA's older sparse prefill API returns base-2 lse; this gives the natural-log one in
+ * place: lse_e = lse_2 * ln 2 (infinities stay: that API's -inf for a row with no valid slot
+ * stays -inf, where this library's sparse attention writes +inf). */
 AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
 
 /* ==== fp8_ds_mla cache rows (SPEC 6, DeepSeek V3.2) ======================================
