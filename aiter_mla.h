@@ -232,8 +232,17 @@
  * ---------------------------------------------------------------------------------------
  * A CHUNKED PREFILL (vLLM's forward_mha: per-head k and v decompressed by your kv_b_proj)
  *
+ *   vLLM merges the context chunks among themselves, then that result (prefix) with the
+ *   new tokens' causal one (suffix); the recipe folds each chunk into the new tokens' result.
+ *   Equal in exact arithmetic, the orders differ by the bf16 rounding of the running o. With
+ *   two chunks or more, vLLM's order merges two empty sides for a request without context,
+ *   which its Triton merge (the ROCm path) turns into NaN; the recipe's prefix, the new
+ *   tokens' own rows, is never empty.
+ *
  *   q [Tq, H, 192] (128 nope dims, then 64 rope) of the step's new tokens, cu_q [batch + 1]
- *   their offsets; o [Tq, H, 128]; lse [H, Tq] fp32, as vLLM lays it out.
+ *   their offsets; o [Tq, H, 128]; lse [H, Tq] fp32, as vLLM lays it out (Tq =
+ *   cu_q[batch]: AITER strides lse's heads by q's row count, the same where q holds
+ *   exactly the step's rows).
  *   1. New tokens attend causally among themselves (k, v: the new tokens' own, made by your
  *      kv_b_proj; the rope dims of k are the token's 64 cached rope values for every head):
  *        aiter_mla_prefill_args p = {0};

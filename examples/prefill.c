@@ -1,5 +1,6 @@
-/* prefill.c - a chunked MLA prefill as vLLM's forward_mha runs it, on the GPU when there is
- * one, else on the CPU reference.
+/* prefill.c - a chunked MLA prefill, the computation of vLLM's forward_mha (its merges in
+ * another order: see the header's chunked-prefill recipe), on the GPU when there is one,
+ * else on the CPU reference.
  *
  * One request with a cached prefix of CTX tokens (in the paged latent cache) and NEW new
  * tokens. For each context chunk: gather its latent rows from the cache
