@@ -11,7 +11,9 @@
 #                    racecheck and synccheck (SANITIZE_TOOLS=, SANITIZE_GROUPS=)
 #
 # GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
-# ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...).
+# ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...), which is
+# otherwise the first GPU's (sm_90a on Hopper, for its wgmma kernels; sm_XY from its compute
+# capability elsewhere; its gfx name on AMD), or sm_90a / gfx942 where none answers.
 
 GPU ?= auto
 CC ?= cc
@@ -36,7 +38,10 @@ CFLAGS_HOST := -std=c99 -pedantic $(WARN)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 ifeq ($(GPU),cuda)
-  ARCH ?= sm_90a
+  ifndef ARCH
+    GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .\r' | grep -E '^[0-9]+$$')
+    ARCH := $(if $(filter 90,$(GPU_CC)),sm_90a,$(if $(GPU_CC),sm_$(GPU_CC),sm_90a))
+  endif
   GPUCC := $(NVCC)
   GPUFLAGS := -x cu -std=c++17 -O3 --split-compile=0 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
               -Xcompiler -Wall,-Wextra,-Werror
@@ -47,7 +52,10 @@ ifeq ($(GPU),cuda)
   GPULIBS := -lcublas
   BLAS := -DAITER_MLA_WITH_BLAS
 else ifeq ($(GPU),hip)
-  ARCH ?= gfx942
+  ifndef ARCH
+    GPU_GFX := $(shell rocm_agent_enumerator 2>/dev/null | grep -E '^gfx[0-9a-f]+$$' | grep -v '^gfx000$$' | head -n 1)
+    ARCH := $(if $(GPU_GFX),$(GPU_GFX),gfx942)
+  endif
   GPUCC := $(HIPCC)
   GPUFLAGS := -std=c++17 -O3 $(foreach a,$(subst $(comma), ,$(ARCH)),--offload-arch=$(a)) $(WARN)
   GPULINK := $(HIPCC) -fopenmp
