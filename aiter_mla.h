@@ -593,8 +593,8 @@ typedef struct aiter_mla_decode_metadata_args {
     const int32_t *block_table;  /* [batch, block_table_stride] page ids */
     int64_t block_table_stride;  /* elements per row (>= pages of the longest request) */
     const int32_t *seq_lens;     /* [batch] keys per request, >= 0 */
-    const int32_t *q_lens;       /* [batch] query tokens per request; NULL means q_len each */
-    int q_len;                   /* used when q_lens is NULL; 0 means 1 */
+    const int32_t *q_lens;       /* [batch] query tokens per request, 0..8; NULL means q_len each */
+    int q_len;                   /* used when q_lens is NULL: 1..8; 0 means 1 */
     int batch;                   /* >= 1 */
     int page_size;               /* power of two 1..256; 0 means 1 */
     int32_t *qo_indptr;          /* [batch + 1] out */
@@ -955,7 +955,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
 typedef struct aiter_mla_prefill_plan_desc {
     int max_batch;          /* 1..2^20 */
     int64_t max_q_tokens;   /* 1..2^26: query rows of a batch at most */
-    int num_heads;          /* >= 1 */
+    int num_heads;          /* 1..65535 */
     int num_cu;             /* 1..65536: the work lists (AITER: the CUs; for aiter_mla_prefill see above) */
     int dv;                 /* 64, 128, 192 or 256, the prefill call's; 0 means 128 (sizes the workspace) */
     int tile_q;             /* power of two 16..1024; 0 means 256 (AITER's; 128 runs faster here, above) */
@@ -2811,6 +2811,18 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
 
 /* ---- split-KV decode plan ------------------------------------------------------------ */
 
+/* A plan's workspace, rows x heads x (dv + 1) floats, into *bytes: refused where it passes
+ * size_t (a 32-bit host; on 64-bit ones every desc in range fits). */
+static aiter_mla_status aiter_mla__workspace_bytes(const char *op, int64_t rows, int heads, int dv, size_t *bytes) {
+    const uint64_t n = (uint64_t)rows * (uint64_t)heads * (uint64_t)(dv + 1) * sizeof(float);
+    if (n > (uint64_t)SIZE_MAX)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: the workspace (%lld partial rows x %d heads x %d floats, %llu bytes) passes size_t on this host",
+                               op, (long long)rows, heads, dv + 1, (unsigned long long)n);
+    *bytes = (size_t)n;
+    return AITER_MLA_OK;
+}
+
 AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_decode_plan_desc *din,
                                                               aiter_mla_decode_plan_info *info) {
     const char *op = "decode_plan";
@@ -2852,8 +2864,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_de
     info->off_reduce_partial_map = info->off_reduce_final_map + 2 * reduce_tiles;
     info->off_reduce_counters = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
     info->plan_ints = info->off_reduce_counters + 2 * rows;
-    info->workspace_bytes = (size_t)rows * d.num_heads * (AITER_MLA_LATENT_DIM + 1) * sizeof(float);
-    return AITER_MLA_OK;
+    return aiter_mla__workspace_bytes(op, rows, d.num_heads, AITER_MLA_LATENT_DIM, &info->workspace_bytes);
 }
 
 /* The fields of a plan info that its get_info sets: X(field) for each (the checks below). */
@@ -4317,8 +4328,7 @@ static aiter_mla_status aiter_mla__prefill_plan_get_info(const char *op, const a
     info->off_reduce_final_map = info->off_reduce_indptr + tiles + 1;
     info->off_reduce_partial_map = info->off_reduce_final_map + 2 * tiles;
     info->plan_ints = info->off_reduce_partial_map + aiter_mla__max64(partials, 1);
-    info->workspace_bytes = (size_t)info->max_partial_rows * d.num_heads * (d.dv + 1) * sizeof(float);
-    return AITER_MLA_OK;
+    return aiter_mla__workspace_bytes(op, info->max_partial_rows, d.num_heads, d.dv, &info->workspace_bytes);
 }
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
                                                                aiter_mla_prefill_plan_info *info) {
