@@ -19,7 +19,7 @@
  *                                   (gfx90a, gfx94x, gfx950: matrix-core (MFMA) kernels
  *                                   for decode, sparse, V4 and prefill; on other AMD
  *                                   targets the same kernels emulate MFMA, slowly)
- *                                   nvcc -x cu -gencode=arch=compute_90a,code=sm_90a
+ *                                   nvcc -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a
  *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
  *                                   (AITER_MLA_WGMMA: when Hopper is built as sm_90a, alone
  *                                   or beside other targets, e.g. also
@@ -37,8 +37,11 @@
  *                                   GPU entry points then validate their arguments and
  *                                   return AITER_MLA_ERR_NO_GPU, and the program links
  *                                   without kernels.hip.
- *   Link with -lm (the CPU references use libm). In C++, zero a desc or args struct with
- *   `= {}` (C's `= {0}` draws -Wmissing-field-initializers there).
+ *   Link with -lm (the CPU references use libm); with kernels.o, link through the GPU
+ *   compiler (nvcc / hipcc: they add the GPU runtime and the C++ library kernels.o needs),
+ *   or add them by hand (cc ... kernels.o -lcudart -lstdc++ -lm; AMD: -lamdhip64). In C++,
+ *   zero a desc or args struct with `= {}` (C's `= {0}` draws -Wmissing-field-initializers
+ *   there).
  *
  * ---------------------------------------------------------------------------------------
  * WHAT IS HERE (GPU = a launch wrapper over kernels.hip; every op also has a CPU *_ref)
@@ -284,7 +287,8 @@
  * OPTIONS (define before including)
  *
  *   AITER_MLA_IMPLEMENTATION   emit the implementation (in one translation unit)
- *   AITER_MLA_STATIC           make every function static (private copy per file)
+ *   AITER_MLA_STATIC           make every function static (private copy per file: define it
+ *                              together with AITER_MLA_IMPLEMENTATION in each such file)
  *   AITER_MLA_API              storage class of the public functions (default: extern)
  *   AITER_MLA_NO_GPU           build without kernels.hip (GPU calls return ERR_NO_GPU)
  *   AITER_MLA_ASSERT(c)        guard for internal invariants (default: assert.h)
@@ -380,8 +384,12 @@
 /* Functions that must run on host and device (converters, small helpers). */
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define AITER_MLA_HD static inline __host__ __device__
+/* hipcc declares a device memcpy only in hip_runtime.h, which a HIP file may include after
+ * this header: the builtin serves host and device code whatever the include order. */
+#define AITER_MLA__MEMCPY(d, s, n) __builtin_memcpy(d, s, n)
 #else
 #define AITER_MLA_HD static inline
+#define AITER_MLA__MEMCPY(d, s, n) memcpy(d, s, n)
 #endif
 
 #ifdef __cplusplus
@@ -444,8 +452,8 @@ AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t);
  * (448 e4m3fn, 240 e4m3fnuz); NaN becomes the format's NaN (0x7f e4m3fn, 0x80 fnuz). A value
  * that rounds to zero keeps its sign in e4m3fn (-0 is 0x80, as torch's float8_e4m3fn and the
  * hardware converters of vLLM's cache writers give); fnuz has no negative zero: 0x00. */
-AITER_MLA_HD uint32_t aiter_mla__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-AITER_MLA_HD float aiter_mla__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+AITER_MLA_HD uint32_t aiter_mla__f32_bits(float f) { uint32_t u; AITER_MLA__MEMCPY(&u, &f, 4); return u; }
+AITER_MLA_HD float aiter_mla__bits_f32(uint32_t u) { float f; AITER_MLA__MEMCPY(&f, &u, 4); return f; }
 
 AITER_MLA_HD float aiter_mla_bf16_to_f32(uint16_t h) { return aiter_mla__bits_f32((uint32_t)h << 16); }
 AITER_MLA_HD uint16_t aiter_mla_f32_to_bf16(float f) {
@@ -512,6 +520,19 @@ AITER_MLA_HD uint8_t aiter_mla_f32_to_fp8(float f, aiter_mla_dtype t) {
     if (code == 0) return fnuz ? 0u : (uint8_t)(neg << 7); /* fnuz: no -0 (0x80 is its NaN) */
     return (uint8_t)((neg << 7) | (uint32_t)code);
 }
+
+/* Bytes of an element of dtype t (0 for DEFAULT/invalid) and a head count padded to 16 heads:
+ * what aiter_mla_dtype_size and aiter_mla_padded_num_heads return, for kernels.hip too, which
+ * must not call an AITER_MLA_API function (AITER_MLA_STATIC makes them static to one file). */
+AITER_MLA_HD size_t aiter_mla__dtype_bytes(aiter_mla_dtype t) {
+    switch (t) {
+    case AITER_MLA_BF16: case AITER_MLA_F16: return 2;
+    case AITER_MLA_F32: return 4;
+    case AITER_MLA_FP8_E4M3FN: case AITER_MLA_FP8_E4M3FNUZ: return 1;
+    default: return 0;
+    }
+}
+AITER_MLA_HD int aiter_mla__padded_heads(int h) { return h < 16 ? 16 : h; }
 
 /* Load element i of a buffer of dtype t as float (fp8 without scale). */
 AITER_MLA_HD float aiter_mla_load_f32(const void *p, int64_t i, aiter_mla_dtype t) {
@@ -1850,7 +1871,7 @@ AITER_MLA_HD float aiter_mla__v4_load(const unsigned char *page, int block_size,
     if (d < AITER_MLA_V4_NOPE_DIM)
         return aiter_mla__dequant_fp8(row[d], aiter_mla__ue8m0_to_f32(page[aiter_mla__v4_scales_at(block_size, pos) + d / AITER_MLA_V4_GROUP]),
                                       fp8);
-    memcpy(&h, row + AITER_MLA_V4_NOPE_DIM + 2 * (d - AITER_MLA_V4_NOPE_DIM), 2);
+    AITER_MLA__MEMCPY(&h, row + AITER_MLA_V4_NOPE_DIM + 2 * (d - AITER_MLA_V4_NOPE_DIM), 2);
     return aiter_mla_bf16_to_f32(h);
 }
 /* clamp(v, -fp8_max, fp8_max), NaN kept. */
@@ -1880,7 +1901,7 @@ AITER_MLA_HD void aiter_mla__v4_write_token(unsigned char *page, int block_size,
     sc[AITER_MLA_V4_SCALE_BYTES - 1] = 0;
     for (i = 0; i < AITER_MLA_V4_ROPE_DIM; i++) {
         const uint16_t h = aiter_mla_f32_to_bf16(aiter_mla_load_f32(src, src_off + AITER_MLA_V4_NOPE_DIM + i, src_dtype));
-        memcpy(row + AITER_MLA_V4_NOPE_DIM + 2 * i, &h, 2);
+        AITER_MLA__MEMCPY(row + AITER_MLA_V4_NOPE_DIM + 2 * i, &h, 2);
     }
 }
 /* Token t of num_tokens: its entries of a V4 key list (SPEC 7), how many, *start their first
@@ -2120,11 +2141,11 @@ AITER_MLA_HD uint8_t aiter_mla__ds_mla_quant(float x, float scale, aiter_mla_dty
 AITER_MLA_HD float aiter_mla__ds_mla_value(const unsigned char *row, int d, aiter_mla_dtype fp8) {
     if (d < AITER_MLA_LATENT_DIM) {
         float scale;
-        memcpy(&scale, row + 512 + 4 * (d / 128), 4);
+        AITER_MLA__MEMCPY(&scale, row + 512 + 4 * (d / 128), 4);
         return aiter_mla__dequant_fp8(row[d], scale, fp8);
     } else {
         uint16_t h;
-        memcpy(&h, row + 528 + 2 * (d - AITER_MLA_LATENT_DIM), 2);
+        AITER_MLA__MEMCPY(&h, row + 528 + 2 * (d - AITER_MLA_LATENT_DIM), 2);
         return aiter_mla_bf16_to_f32(h);
     }
 }
@@ -2506,14 +2527,7 @@ AITER_MLA_API const char *aiter_mla_kernel_name(aiter_mla_kernel k) {
 }
 
 /* ---- dtypes -------------------------------------------------------------------------- */
-AITER_MLA_API size_t aiter_mla_dtype_size(aiter_mla_dtype t) {
-    switch (t) {
-    case AITER_MLA_BF16: case AITER_MLA_F16: return 2;
-    case AITER_MLA_F32: return 4;
-    case AITER_MLA_FP8_E4M3FN: case AITER_MLA_FP8_E4M3FNUZ: return 1;
-    default: return 0;
-    }
-}
+AITER_MLA_API size_t aiter_mla_dtype_size(aiter_mla_dtype t) { return aiter_mla__dtype_bytes(t); }
 
 AITER_MLA_API const char *aiter_mla_dtype_name(aiter_mla_dtype t) {
     switch (t) {
@@ -2606,7 +2620,7 @@ AITER_MLA_API int aiter_mla_num_heads_is_valid(int h) {
     if (h <= 0) return 0;
     return h >= 16 ? h % 16 == 0 : 16 % h == 0;
 }
-AITER_MLA_API int aiter_mla_padded_num_heads(int h) { return h < 16 ? 16 : h; }
+AITER_MLA_API int aiter_mla_padded_num_heads(int h) { return aiter_mla__padded_heads(h); }
 
 static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_mla_head_pad_args *in, int unpad,
                                                     aiter_mla_head_pad_args *a) {

@@ -1,7 +1,8 @@
 // kernels.hip - the GPU kernels of aiter_mla and their extern "C" launchers.
 //
-// Build:  hipcc --offload-arch=gfx942 -c kernels.hip            (AMD; gfx90a, gfx940, gfx950 too)
-//         nvcc -x cu -gencode=arch=compute_90a,code=sm_90a -c kernels.hip   (NVIDIA)
+// Build:  hipcc -std=c++17 --offload-arch=gfx942 -c kernels.hip   (AMD; gfx90a, gfx940, gfx950 too)
+//         nvcc -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WGMMA -c kernels.hip
+//                                                      (NVIDIA Hopper; AITER_MLA_WGMMA: aiter_mla.h's manual)
 // Link the object with the program that defines AITER_MLA_IMPLEMENTATION. Launchers never
 // synchronise or allocate; they return the native error code (0 = success) and the
 // wrappers in aiter_mla.h turn it into a status.
@@ -6380,7 +6381,7 @@ static hipError_t taken(hipError_t e) {
 // sm_90a, say) has the tensor-core kernels' bodies in some images only, so the launches ask
 // this, not the build's target list. Looked up once per device (the PTX version of a kernel,
 // cudaFuncGetAttributes: no synchronisation, no allocation), then read from a table.
-__global__ void image_probe_kernel() {}
+static __global__ void image_probe_kernel() {}
 static int image_arch() {
     constexpr int kCached = 64; // devices with a slot; others are looked up at every call
     static std::atomic<int> arch_of[kCached]; // 0: not looked up yet
@@ -7169,11 +7170,11 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
 
 extern "C" int aiter_mla__launch_head_pad(const aiter_mla_head_pad_args *a, int unpad, void *stream) {
     hipStream_t s = (hipStream_t)stream;
-    const int hp = aiter_mla_padded_num_heads(a->num_heads), rep = hp / a->num_heads;
+    const int hp = aiter_mla__padded_heads(a->num_heads), rep = hp / a->num_heads;
     const int src_h = unpad ? hp : a->num_heads, dst_h = unpad ? a->num_heads : hp;
     const int64_t total = a->num_tokens * dst_h * a->head_dim;
     const int blocks = (int)min((int64_t)kMaxGrid, (total + 255) / 256);
-    switch (aiter_mla_dtype_size(a->dtype)) {
+    switch (aiter_mla__dtype_bytes(a->dtype)) {
     case 1: head_pad_kernel<<<blocks, 256, 0, s>>>((const uint8_t *)a->src, (uint8_t *)a->dst, total, dst_h, src_h, a->head_dim, rep, unpad); break;
     case 2: head_pad_kernel<<<blocks, 256, 0, s>>>((const uint16_t *)a->src, (uint16_t *)a->dst, total, dst_h, src_h, a->head_dim, rep, unpad); break;
     default: head_pad_kernel<<<blocks, 256, 0, s>>>((const uint32_t *)a->src, (uint32_t *)a->dst, total, dst_h, src_h, a->head_dim, rep, unpad); break;

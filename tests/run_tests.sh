@@ -122,11 +122,13 @@ step compile-test-gpu "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -Wno-unknow
 if [ -n "${HIPCC:-}" ]; then
     wait "$amd_lane"
     collect kernels-hip-gfx940
+    step kernel-symbols-gfx940 sh tests/check_kernel_symbols.sh "$kdir/k-gfx940.o"
     collect kernels-hip-gfx90a-ir
 fi
 if [ -n "${NVCC:-}" ]; then
     wait "$nvidia_lane"
     collect kernels-cuda-sm_90a
+    step kernel-symbols-sm_90a sh tests/check_kernel_symbols.sh "$kdir/k-sm90a.o"
     # ptxas says so when it serializes a kernel's wgmma products (a wait after every product,
     # e.g. C7518 or C7520); no test would notice, and it costs a wgmma kernel most of its speed
     step wgmma-not-serialized sh -c "if grep 'wgmma.mma_async instructions are serialized' '$LOG/kernels-cuda-sm_90a.log'; then exit 1; fi"
