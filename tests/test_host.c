@@ -1274,6 +1274,12 @@ static void test_expand_page_indices(void) {
         CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_OK, "");
         CHECK(out2[0] == 1 && out2[1] == 2 && out2[2] == 3 && out2[3] == 4, "expand K=1 copy: [%d %d %d %d]", out2[0],
               out2[1], out2[2], out2[3]);
+        { /* request 0's range holds one entry less than its seq_len (by exactly one): refused, else its
+             last entry would land on request 1's first */
+            int32_t cu4[3] = {0, 1, 4};
+            a.cu_num_tokens = cu4;
+            CHECK_STATUS(aiter_mla_expand_page_indices_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "cu_num_tokens");
+        }
     }
 }
 
@@ -3551,6 +3557,11 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace = s.cache, AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = (int32_t *)s.cache + 3, AITER_MLA_ERR_INVALID_ARGUMENT, "plan overlaps kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.q = NULL, AITER_MLA_ERR_NULL_POINTER, "q");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.o = NULL, AITER_MLA_ERR_NULL_POINTER, "o");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.qo_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "qo_indptr");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_indices = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indices");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_last_page_lens = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_last_page_lens");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_cache = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_cache");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan = NULL, AITER_MLA_ERR_NULL_POINTER, "plan");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.plan_info = NULL, AITER_MLA_ERR_NULL_POINTER, "plan_info");
@@ -3610,6 +3621,12 @@ static void test_decode_validation(void) {
              AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x q_scale x kv_scale");
     DEC_CASE(aiter_mla_decode(&a, NULL), (a.sm_scale = 1e16f, a.q_scale = 1e16f, a.kv_scale = 1e16f), AITER_MLA_ERR_NO_GPU,
              ""); /* bf16: neither q_scale nor kv_scale applies */
+    /* each scale alone: positive and below 1e30 (bf16, where no product bound applies) */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.sm_scale = INFINITY, AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.sm_scale = 1e30f, AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.sm_scale = FLT_MAX, AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_scale = INFINITY, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_scale");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.sm_scale = 9.9e29f, AITER_MLA_OK, "");
 #undef DEC_CASE
     free(plan);
     free(ws);
@@ -5260,6 +5277,15 @@ static void test_small_op_wrappers(void) {
         a.out.capacity = 30;
 #define V4C_CASE(mutation, expect) LIKE_REF_CASE(v4_c128_indices, b, a, mutation, expect)
         OVERLAP_CASE(v4_c128_indices, b, a, b.out.lens = (int32_t *)pos, "out.lens overlaps");
+        { /* one shared byte: is_valid_token (bytes) starting on the last byte of out.lens */
+            int32_t lens_buf[4] = {0, 0, 0, 0x01010101};
+            OVERLAP_CASE(v4_c128_indices, b, a, (b.out.lens = lens_buf, b.is_valid_token = (const uint8_t *)(lens_buf + 3) - 1),
+                         "out.lens overlaps is_valid_token");
+            OVERLAP_CASE(v4_c128_indices, b, a, (b.out.lens = lens_buf + 1, b.is_valid_token = (const uint8_t *)lens_buf + 2),
+                         "out.lens overlaps is_valid_token"); /* the other way: its last byte on out.lens's first */
+            LIKE_REF_CASE(v4_c128_indices, b, a, (b.out.lens = lens_buf, b.is_valid_token = (const uint8_t *)(lens_buf + 3)),
+                          AITER_MLA_ERR_NO_GPU); /* adjacent, no byte shared */
+        }
         V4C_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(v4_c128_indices, a, sweep_v4_c128_fields);
         V4C_CASE((b.block_table = NULL, b.token_to_req = NULL, b.num_reqs = 0, b.block_size = -3), AITER_MLA_ERR_NO_GPU);
@@ -6548,6 +6574,22 @@ static void test_v4_keys_of_bounds(void) {
             CHECK(n == want[c][t] && (n == 0 || (start >= 0 && start + n <= ptrs[c][2])),
                   "v4_keys_of case %d token %d: %lld entries from %lld, want %lld inside [0, %d]", c, t, (long long)n,
                   (long long)start, (long long)want[c][t], ptrs[c][2]);
+        }
+    }
+    { /* a capacity below indptr[num_tokens] (a builder's overflow): the lists cut there */
+        static const int64_t caps[4] = {3, 2, 1, 4}, want_cap[4][2] = {{2, 1}, {2, 0}, {1, 0}, {2, 2}};
+        aiter_mla_v4_keys k;
+        memset(&k, 0, sizeof k);
+        k.indices = idx;
+        k.indptr = good;
+        for (c = 0; c < 4; c++) {
+            k.capacity = caps[c];
+            for (t = 0; t < 2; t++) {
+                int64_t start = -7, n = aiter_mla__v4_keys_of(&k, t, 2, &start);
+                CHECK(n == want_cap[c][t] && (n == 0 || (start >= 0 && start + n <= caps[c])),
+                      "v4_keys_of capacity %lld token %d: %lld entries from %lld, want %lld inside [0, %lld]", (long long)caps[c], t,
+                      (long long)n, (long long)start, (long long)want_cap[c][t], (long long)caps[c]);
+            }
         }
     }
 }
