@@ -58,6 +58,22 @@ struct Args {
 };
 
 
+// The lse-weighted fold of n partial values x by their lse l: the largest lse m, the sums
+// num = sum e^(l - m) x and den = sum e^(l - m) (the merged value num / den, lse m + log den).
+template <int N>
+__device__ __forceinline__ void fold(const float (&l)[N], const float (&x)[N], float &m, float &num, float &den) {
+    m = -INFINITY;
+    num = den = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; k++) m = fmaxf(m, l[k]);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        const float w = __expf(l[k] - m);
+        num += w * x[k];
+        den += w;
+    }
+}
+
 // o's kSlice outputs of block b of NB (a slice of one head's dims): the NP partials merged by
 // their lse. Thread t takes output t % kSlice over a share of the partials (t / kSlice, +
 // kGroups, ...), all its loads in flight at once; the shares meet in shared memory.
@@ -73,15 +89,8 @@ __device__ void merge_slice(const Args &a, int b) {
         l[k] = __ldcg(a.part_lse + p * kH + h);
         x[k] = __ldcg(a.part_o + ((int64_t)p * kH + h) * kDv + d);
     }
-    float m = -INFINITY, num = 0.0f, den = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kEach; k++) m = fmaxf(m, l[k]);
-#pragma unroll
-    for (int k = 0; k < kEach; k++) {
-        const float w = __expf(l[k] - m);
-        num += w * x[k];
-        den += w;
-    }
+    float m, num, den;
+    fold(l, x, m, num, den);
     __shared__ float part[3][kThreads];
     part[0][threadIdx.x] = m;
     part[1][threadIdx.x] = num;
@@ -195,20 +204,13 @@ __global__ void __launch_bounds__(kThreads, 1) piece_cluster(Args a) {
 #pragma unroll
     for (int k = 0; k < kE; k++) {
         const int idx = r * kSlice + k * kThreads + tid, h = idx / kDv;
-        float l[C], x[C], m = -INFINITY, num = 0.0f, den = 0.0f;
+        float l[C], x[C], m, num, den;
 #pragma unroll
         for (int j = 0; j < C; j++) {
             x[j] = cluster.map_shared_rank(my_o, j)[idx];
             l[j] = cluster.map_shared_rank(my_lse, j)[h];
         }
-#pragma unroll
-        for (int j = 0; j < C; j++) m = fmaxf(m, l[j]);
-#pragma unroll
-        for (int j = 0; j < C; j++) {
-            const float w = __expf(l[j] - m);
-            num += w * x[j];
-            den += w;
-        }
+        fold(l, x, m, num, den);
         res[k] = num / den;
         lse[k] = m + __logf(den);
     }
@@ -229,20 +231,13 @@ __global__ void __launch_bounds__(kThreads, 1) piece_cluster(Args a) {
 #pragma unroll
             for (int k = 0; k < kE; k++) {
                 const int idx = r * kSlice + k * kThreads + tid, h = idx / kDv;
-                float l[NP], x[NP], m = -INFINITY, num = 0.0f, den = 0.0f;
+                float l[NP], x[NP], m, num, den;
 #pragma unroll
                 for (int j = 0; j < NP; j++) {
                     l[j] = __ldcg(a.part_lse + j * kH + h);
                     x[j] = __ldcg(a.part_o + (int64_t)j * kH * kDv + idx);
                 }
-#pragma unroll
-                for (int j = 0; j < NP; j++) m = fmaxf(m, l[j]);
-#pragma unroll
-                for (int j = 0; j < NP; j++) {
-                    const float w = __expf(l[j] - m);
-                    num += w * x[j];
-                    den += w;
-                }
+                fold(l, x, m, num, den);
                 a.o[idx] = (uint16_t)(__float_as_uint(num / den) >> 16);
             }
             if (tid == 0) a.slice_count[r] = 0; // for the next launch (stream order)
