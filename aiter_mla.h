@@ -2669,7 +2669,8 @@ static void aiter_mla__head_pad_host(const aiter_mla_head_pad_args *a, int unpad
     for (t = 0; t < a->num_tokens; t++)
         for (h = 0; h < dst_h; h++) {
             int sh = unpad ? h * rep : h / rep;
-            memcpy((char *)a->dst + ((size_t)t * dst_h + h) * row, (const char *)a->src + ((size_t)t * src_h + sh) * row, row);
+            memcpy((char *)a->dst + ((size_t)t * (size_t)dst_h + (size_t)h) * row,
+                   (const char *)a->src + ((size_t)t * (size_t)src_h + (size_t)sh) * row, row);
         }
 }
 
@@ -5306,7 +5307,7 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
     float row[AITER_MLA_V4_HEAD_DIM];
     int64_t t;
     if (a->num_tokens == 0) return AITER_MLA_OK;
-    acc = (double *)AITER_MLA_MALLOC((size_t)H * (2 * D + 2) * sizeof(double));
+    acc = (double *)AITER_MLA_MALLOC((size_t)H * (size_t)(2 * D + 2) * sizeof(double));
     if (!acc) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
     qv = acc + (int64_t)H * D;
     m = qv + (int64_t)H * D;
@@ -5578,7 +5579,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
         r->split_bytes = (int64_t)aiter_mla__v4_attn_workspace(&at);
     }
     r->gather_lens = (int32_t *)((char *)a->workspace +
-                                 (size_t)r->M * a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
+                                 (size_t)r->M * (size_t)a->chunk_size * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype));
     r->compressed_lens = r->gather_lens + a->chunk_size;
     r->chunk_qsl = r->compressed_lens + a->chunk_size;
     r->indptr = r->chunk_qsl + a->chunk_size + 1;

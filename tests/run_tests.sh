@@ -84,7 +84,7 @@ program test-host "./$BUILD/test_host"
 step check-sweep-fields sh tests/check_sweep_fields.sh
 
 # 2. the header alone: C99 -pedantic (gcc, clang), C++ (11, 17), with and without the
-#    implementation, and AITER_MLA_STATIC
+#    implementation, and AITER_MLA_STATIC; -Wconversion too, which users' builds may enable
 hdr="$BUILD/hdr"
 mkdir -p "$hdr"
 printf '#include "../../aiter_mla.h"\nint main(void){return 0;}\n' >"$hdr/decl.c"
@@ -92,12 +92,12 @@ printf '#define AITER_MLA_IMPLEMENTATION\n#define AITER_MLA_NO_GPU\n#include "..
 printf '#define AITER_MLA_STATIC\n#define AITER_MLA_IMPLEMENTATION\n#define AITER_MLA_NO_GPU\n#include "../../aiter_mla.h"\nint main(void){return 0;}\n' >"$hdr/static.c"
 for f in decl impl static; do
     cp "$hdr/$f.c" "$hdr/$f.cpp"
-    step "header-$f-gcc-c99" "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -o "$hdr/$f-gcc" "$hdr/$f.c" -lm
+    step "header-$f-gcc-c99" "$CC" -std=c99 -pedantic -Wall -Wextra -Wconversion -Werror -o "$hdr/$f-gcc" "$hdr/$f.c" -lm
     if command -v clang >/dev/null 2>&1; then
-        step "header-$f-clang-c99" clang -std=c99 -pedantic -Wall -Wextra -Werror -o "$hdr/$f-clang" "$hdr/$f.c" -lm
+        step "header-$f-clang-c99" clang -std=c99 -pedantic -Wall -Wextra -Wconversion -Werror -o "$hdr/$f-clang" "$hdr/$f.c" -lm
     fi
     step "header-$f-c++11" "$CXX" -std=c++11 -Wall -Wextra -Werror -o "$hdr/$f-cxx11" "$hdr/$f.cpp" -lm
-    step "header-$f-c++17" "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -o "$hdr/$f-cxx17" "$hdr/$f.cpp" -lm
+    step "header-$f-c++17" "$CXX" -std=c++17 -Wall -Wextra -Wconversion -Wsign-conversion -Werror -pedantic -o "$hdr/$f-cxx17" "$hdr/$f.cpp" -lm
 done
 
 # 3. the examples without a GPU, on the CPU reference
