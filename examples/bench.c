@@ -243,17 +243,23 @@ static int rotation_sets(size_t set_bytes, size_t l2) {
     return sets < 1 ? 1 : sets > GRAPH_SETS ? GRAPH_SETS : (int)sets;
 }
 
+/* k distinct entries of v[0 .. n) drawn at random into v[0 .. k) (a partial shuffle). */
+static void pick_distinct(int32_t *v, int64_t n, int64_t k) {
+    int64_t i;
+    for (i = 0; i < k; i++) {
+        const int64_t m = i + (int64_t)(frand() * (double)(n - i));
+        const int32_t e = v[m];
+        v[m] = v[i];
+        v[i] = e;
+    }
+}
+
 /* A shuffled permutation of 0 .. n-1. */
 static int32_t *shuffled_ids(int64_t n) {
     int32_t *v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
     int64_t i;
     for (i = 0; i < n; i++) v[i] = (int32_t)i;
-    for (i = n - 1; i > 0; i--) {
-        int64_t k = (int64_t)(frand() * (double)(i + 1));
-        int32_t t = v[i];
-        v[i] = v[k];
-        v[k] = t;
-    }
+    pick_distinct(v, n, n);
     return v;
 }
 
@@ -654,13 +660,8 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
     for (i = 0; i < per_req; i++) pick[i] = (int32_t)i;
     for (t = 0; t < T; t++) { /* K distinct random slots of the token's request (a top-k list) */
         const int64_t base = (int64_t)(t * (int64_t)r->requests / T) * per_req;
-        for (i = 0; i < K; i++) { /* a partial shuffle of pick, a permutation of the request's slots */
-            const int64_t m = i + (int64_t)(frand() * (double)(per_req - i));
-            const int32_t e = pick[m];
-            pick[m] = pick[i];
-            pick[i] = e;
-            idx[(int64_t)t * K + i] = (int32_t)(base + e);
-        }
+        pick_distinct(pick, per_req, K); /* pick stays a permutation of the request's slots */
+        for (i = 0; i < K; i++) idx[(int64_t)t * K + i] = (int32_t)(base + pick[i]);
     }
     free(pick);
     void *d_cache = gpu_malloc((size_t)r->slots * row), *d_q = gpu_malloc((size_t)T * H * 576 * 2);
@@ -821,9 +822,9 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
                     if (s == 0 && !seen_swa[swa[t * W + k]]) seen_swa[swa[t * W + k]] = 1, rows++;
                 }
                 for (k = 0; k < avail; k++) pick[k] = k; /* n_cmp distinct entries of the visible ones */
+                pick_distinct(pick, avail, n_cmp);
                 for (k = 0; k < n_cmp; k++) {
-                    const int m = k + (int)(frand() * (avail - k)), e = pick[m];
-                    pick[m] = pick[k];
+                    const int32_t e = pick[k];
                     cmp[t * K + k] = (int32_t)(cp * BS + e);
                     local[t * K + k] = e;
                     if (s == 0 && !seen_cmp[cmp[t * K + k]]) seen_cmp[cmp[t * K + k]] = 1, rows++;
