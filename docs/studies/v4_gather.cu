@@ -24,6 +24,11 @@
 //   runs<S>: bulk<S>, but a key whose row follows the previous copier's key's in memory (the
 //     window's consecutive positions in a page) rides on that key's copy: one bulk copy a run
 //     of a warp's copiers.
+//   cpa<S, L>: the rows by cp.async from every thread, L lanes a key (lane part p of a key copying
+//     its row's 16-byte chunks p, p + L, ...: an instruction reads 16 L consecutive bytes of each
+//     of 32 / L keys), 256 / L keys a round; the key's first lane copies its scale bytes; each
+//     thread's copies counted on the stage's mbarrier by one .noinc arrival. cpa_wide: the same
+//     with .L2::256B.
 //   ldg<S>: no shared memory: each thread loads its quarter of a key's row (9 x 16 bytes, the
 //     key's 4 threads reading 64 consecutive bytes a load) straight into registers, S tiles in
 //     flight, and xors them into a sum.
@@ -75,9 +80,16 @@ __device__ __forceinline__ Key key_of(const Lists &L, int t, int k, int n_swa, i
     return Key{page + (slot % kBS) * kRow, page + kBS * kRow + (slot % kBS) * kScale};
 }
 
-enum { kBulk, kLdg, kContig, kRuns };
+// 16 bytes from global src to shared dst by cp.async (L2 only); kWide: an L2 miss fetches 256 bytes
+template <bool kWide>
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
+    if constexpr (kWide) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
 
-template <int MODE, int S, int SPLIT = 1>
+enum { kBulk, kLdg, kContig, kRuns, kCpa, kCpaWide };
+
+template <int MODE, int S, int SPLIT = 1, int LPK = 8>
 __global__ void __launch_bounds__(kThreads) gather(Lists L) {
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int kStage = kKeys * (kRow + kScale);
@@ -109,16 +121,36 @@ __global__ void __launch_bounds__(kThreads) gather(Lists L) {
             }
         }
     } else {
+        constexpr bool kAll = MODE == kCpa || MODE == kCpaWide; // every thread copies
         __shared__ uint64_t bars[S];
-        const bool copier = MODE != kContig ? tid % 4 == 0 : tid == 0;
+        const bool copier = kAll || (MODE != kContig ? tid % 4 == 0 : tid == 0);
         const int key = tid / 4; // a bulk copier's key of a tile
         if (tid == 0)
-            for (int s = 0; s < S; s++) mbar_init(smem_u32(&bars[s]), MODE != kContig ? 2 * kKeys : 1);
+            for (int s = 0; s < S; s++) mbar_init(smem_u32(&bars[s]), kAll ? kThreads : MODE != kContig ? 2 * kKeys : 1);
         __syncthreads();
         auto issue = [&](int j) { // this block's tile j (the token's z + j * SPLIT) into stage j % S
             const int s = j % S, i = z + j * SPLIT;
             const uint32_t bar = smem_u32(&bars[s]), rows = smem_u32(smem + s * kStage), scales = rows + kKeys * kRow;
-            if constexpr (MODE == kBulk || MODE == kRuns) {
+            if constexpr (kAll) {
+                static_assert(kThreads % LPK == 0, "lanes a key");
+                constexpr int kPerRound = kThreads / LPK, kRounds = (kKeys + kPerRound - 1) / kPerRound, kChunks = kRow / 16;
+                const int part = tid % LPK;
+                Key ks[kRounds]; // every round's key looked up before any copy: the lookups' latencies overlap
+#pragma unroll
+                for (int r = 0; r < kRounds; r++) {
+                    const int kr = r * kPerRound + tid / LPK;
+                    ks[r] = kr < kKeys ? key_of(L, t, i * kKeys + kr, n_swa, n) : Key{nullptr, nullptr};
+                }
+#pragma unroll
+                for (int r = 0; r < kRounds; r++) {
+                    const int kr = r * kPerRound + tid / LPK;
+                    if (!ks[r].row) continue;
+#pragma unroll
+                    for (int c = part; c < kChunks; c += LPK) cp16<MODE == kCpaWide>(rows + kr * kRow + c * 16, ks[r].row + c * 16);
+                    if (part == 0) cp8(scales + kr * kScale, ks[r].scales);
+                }
+                cp_arrive_noinc(bar);
+            } else if constexpr (MODE == kBulk || MODE == kRuns) {
                 const Key k = key_of(L, t, i * kKeys + key, n_swa, n);
                 mbar_expect(bar, k.row ? kRow : 0);
                 uint32_t bytes = k.row ? kRow : 0;
@@ -284,6 +316,15 @@ int main(int argc, char **argv) {
         time("bulk, 4 stages", gather<kBulk, 4>, 4 * kStage);
         time("bulk, 5 stages", gather<kBulk, 5>, 5 * kStage);
         time("bulk, 2 stages, consecutive rows as runs", gather<kRuns, 2>, 2 * kStage);
+        time("cp.async, 2 stages, 2 lanes a key", gather<kCpa, 2, 1, 2>, 2 * kStage);
+        time("cp.async, 2 stages, 32 lanes a key", gather<kCpa, 2, 1, 32>, 2 * kStage);
+        time("cp.async, 2 stages, 4 lanes a key", gather<kCpa, 2, 1, 4>, 2 * kStage);
+        time("cp.async, 2 stages, 8 lanes a key", gather<kCpa, 2, 1, 8>, 2 * kStage);
+        time("cp.async, 2 stages, 16 lanes a key", gather<kCpa, 2, 1, 16>, 2 * kStage);
+        time("cp.async, 3 stages, 8 lanes a key", gather<kCpa, 3, 1, 8>, 3 * kStage);
+        time("cp.async .L2::256B, 2 stages, 8 lanes a key", gather<kCpaWide, 2, 1, 8>, 2 * kStage);
+        time("cp.async .L2::256B, 2 stages, 4 lanes a key", gather<kCpaWide, 2, 1, 4>, 2 * kStage);
+        time("cp.async, 2 stages, 8 lanes a key, 2 blocks a token", gather<kCpa, 2, 2, 8>, 2 * kStage, 2 * T);
         time("ldg, 1 tile in flight", gather<kLdg, 1>, 0);
         time("ldg, 2 tiles in flight", gather<kLdg, 2>, 0);
         time("ldg, 3 tiles in flight", gather<kLdg, 3>, 0);
