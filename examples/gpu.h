@@ -16,6 +16,7 @@ int gpu_device_count(void);           /* 0 when there is no usable device */
 const char *gpu_name(void);           /* e.g. "NVIDIA H100 80GB HBM3" */
 int gpu_num_cu(void);                 /* multiprocessors / compute units */
 size_t gpu_l2_bytes(void);
+size_t gpu_mem_bytes(void);          /* the device's memory */
 void *gpu_malloc(size_t bytes);
 void gpu_free(void *p);
 /* Uploads, downloads and memsets wait for all device work (every stream's) before they start

@@ -59,6 +59,7 @@ extern "C" int gpu_device_count(void) { props(); return g_prop_ok ? 1 : 0; }
 extern "C" const char *gpu_name(void) { props(); return g_prop_ok ? g_prop.name : "none"; }
 extern "C" int gpu_num_cu(void) { props(); return g_prop_ok ? g_prop.multiProcessorCount : 0; }
 extern "C" size_t gpu_l2_bytes(void) { props(); return g_prop_ok ? (size_t)g_prop.l2CacheSize : 0; }
+extern "C" size_t gpu_mem_bytes(void) { props(); return g_prop_ok ? (size_t)g_prop.totalGlobalMem : 0; }
 
 extern "C" void *gpu_malloc(size_t bytes) {
     void *p = nullptr;

@@ -74,6 +74,61 @@ static void to_f32(const void *src, float *dst, int64_t n, aiter_mla_dtype t) {
     for (i = 0; i < n; i++) dst[i] = aiter_mla_load_f32(src, i, t);
 }
 
+/* ---- caches past 4 GiB ---------------------------------------------------------------------- */
+/* A kernel that forms a row's address in 32 bits goes wrong only in a cache larger than 4 GiB,
+ * which the other cases never allocate. A far case puts the compact cache it draws behind
+ * kFarMiB of device memory filled with 0xff (NaN in every float format, an e4m3fn NaN code) and
+ * shifts its page, slot or block ids past that region, so that every row the kernels read lies
+ * more than 2^32 bytes (2^31 16-bit elements) from the cache's start; the reference reads the
+ * compact host cache with the ids as drawn. A read that wraps lands in the NaN region. */
+enum { kFarMiB = 4352 }; /* 4 GiB + 256 MiB */
+/* Units (pages, slots, blocks) of unit_bytes that the far region holds when `far` (else 0). */
+static int64_t far_units(int far, int64_t unit_bytes) { return far ? (((int64_t)kFarMiB << 20) + unit_bytes - 1) / unit_bytes : 0; }
+/* The device cache: far_bytes of 0xff, then the host cache's `bytes`. Freed by gpu_free. */
+static void *far_cache_upload(const void *host, size_t bytes, int64_t far_bytes) {
+    unsigned char *d = (unsigned char *)gpu_malloc((size_t)far_bytes + bytes);
+    if (far_bytes) gpu_memset(d, 0xff, (size_t)far_bytes);
+    if (bytes) gpu_upload(d + far_bytes, host, bytes);
+    return d;
+}
+/* Device copy of n ids (room for n + 1), each id >= 0 moved `far` units on (-1 holes stay, ids
+ * past the cache stay past it). */
+static int32_t *far_ids_upload(const int32_t *ids, int64_t n, int64_t far) {
+    int32_t *shifted = (int32_t *)test_malloc((size_t)(n + 1) * 4), *d = (int32_t *)gpu_malloc((size_t)(n + 1) * 4);
+    int64_t i, overflows = 0;
+    for (i = 0; i < n; i++) {
+        overflows += ids[i] >= 0 && ids[i] + far > INT32_MAX;
+        shifted[i] = ids[i] < 0 || ids[i] + far > INT32_MAX ? ids[i] : (int32_t)(ids[i] + far);
+    }
+    if (far) CHECK(overflows == 0, "far ids: %lld ids + %lld pass 2^31 - 1", (long long)overflows, (long long)far);
+    if (n) gpu_upload(d, shifted, (size_t)n * 4);
+    free(shifted);
+    return d;
+}
+
+/* A token stride (elements of e bytes) at which row rows - 1 lies past kFarMiB when `far` (else
+ * st): a multiple of 64 elements plus st's remainder, so that the rows keep st's alignment. */
+static int64_t far_stride(int far, int64_t rows, int64_t st, size_t e) {
+    int64_t s;
+    if (!far || rows < 2) return st;
+    s = (((int64_t)kFarMiB << 20) / ((rows - 1) * (int64_t)e) + 64) / 64 * 64 + st % 64;
+    return s > st ? s : st;
+}
+/* rows of row_bytes between a host array (row stride hst elements of e bytes) and a device one
+ * (dst elements): one copy where the strides agree. */
+static void strided_upload(void *d, int64_t dst, const void *h, int64_t hst, int64_t rows, size_t row_bytes, size_t e) {
+    int64_t t;
+    if (dst == hst) gpu_upload(d, h, (size_t)(rows * hst) * e);
+    else
+        for (t = 0; t < rows; t++) gpu_upload((char *)d + (size_t)(t * dst) * e, (const char *)h + (size_t)(t * hst) * e, row_bytes);
+}
+static void strided_download(void *h, int64_t hst, const void *d, int64_t dst, int64_t rows, size_t row_bytes, size_t e) {
+    int64_t t;
+    if (dst == hst) gpu_download(h, d, (size_t)(rows * hst) * e);
+    else
+        for (t = 0; t < rows; t++) gpu_download((char *)h + (size_t)(t * hst) * e, (const char *)d + (size_t)(t * dst) * e, row_bytes);
+}
+
 /* ---- one decode case ---------------------------------------------------------------------- */
 typedef struct decode_case {
     int heads, q_len, page, batch, num_cu;
@@ -86,6 +141,7 @@ typedef struct decode_case {
     int neg_inf_key; /* 1 (16-bit q and cache, batch >= 2): rope dim kNegInfDim is -inf in request 0's
                       * first key and in every key of request 1, and positive in q's rows of both:
                       * those keys score -inf in every head and weigh 0; request 1's rows see no key */
+    int far;         /* 1: the GPU's cache past 4 GiB (see far_cache_upload) */
 } decode_case;
 enum { kNegInfDim = 520 }; /* a rope dim: not part of V, whose infinities are outside the contract */
 
@@ -140,7 +196,7 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     snprintf(what, sizeof what, "decode H=%d q_len=%d page=%d batch=%d cu=%d q=%s kv=%s o=%s%s%s q_exp=%d key_ramp=%d%s", H, c->q_len,
              P, B, c->num_cu, aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->kv_dtype), aiter_mla_dtype_name(c->o_dtype),
              c->with_lse ? " lse" : "", c->strided ? " strided" : "", c->q_exp, c->key_ramp,
-             c->nan_key ? " nan_key" : c->neg_inf_key ? " neg_inf_key" : "");
+             c->nan_key ? " nan_key" : c->neg_inf_key ? " neg_inf_key" : c->far ? " far" : "");
     qo[0] = kvp[0] = 0;
     for (b = 0; b < B; b++) {
         int32_t pages = (c->ctx[b] + P - 1) / P;
@@ -233,19 +289,18 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, B, plan), AITER_MLA_OK, "");
 
     /* device buffers */
-    void *d_q = gpu_malloc((size_t)(T * q_rows + 1) * q_e), *d_kv = gpu_malloc((size_t)kv_elems * kv_e);
+    const int64_t far_pages = far_units(c->far, (int64_t)P * 576 * (int64_t)kv_e), far_bytes = far_pages * P * 576 * (int64_t)kv_e;
+    void *d_q = gpu_malloc((size_t)(T * q_rows + 1) * q_e), *d_kv = far_cache_upload(kv, (size_t)kv_elems * kv_e, far_bytes);
     void *d_o = gpu_malloc((size_t)(T * o_rows + 1) * o_e);
     float *d_lse = (float *)gpu_malloc((size_t)(T * H + 1) * 4);
     int32_t *d_qo = (int32_t *)gpu_malloc((B + 1) * 4), *d_kvp = (int32_t *)gpu_malloc((B + 1) * 4);
-    int32_t *d_last = (int32_t *)gpu_malloc(B * 4), *d_idx = (int32_t *)gpu_malloc((size_t)(pages_total + 1) * 4);
+    int32_t *d_last = (int32_t *)gpu_malloc(B * 4), *d_idx = far_ids_upload(kv_indices, pages_total, far_pages);
     int32_t *d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
     void *d_ws = gpu_malloc(info.workspace_bytes);
     gpu_upload(d_q, q, (size_t)(T * q_rows) * q_e);
-    gpu_upload(d_kv, kv, (size_t)kv_elems * kv_e);
     gpu_upload(d_qo, qo, (B + 1) * 4);
     gpu_upload(d_kvp, kvp, (B + 1) * 4);
     gpu_upload(d_last, last, B * 4);
-    gpu_upload(d_idx, kv_indices, (size_t)(pages_total + 1) * 4);
     gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
     gpu_memset(d_o, 0xff, (size_t)(T * o_rows + 1) * o_e); /* poison: NaN in every float format */
     gpu_memset(d_lse, 0xff, (size_t)(T * H + 1) * 4);
@@ -256,8 +311,8 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     a.q = d_q;
     a.q_stride_token = q_stride_token;
     a.kv_cache = d_kv;
-    a.num_pages = num_pages;
-    a.kv_cache_bytes = (size_t)kv_elems * kv_e; /* the allocation: checked, and taken */
+    a.num_pages = far_pages + num_pages;
+    a.kv_cache_bytes = (size_t)far_bytes + (size_t)kv_elems * kv_e; /* the allocation: checked, and taken */
     a.qo_indptr = d_qo;
     a.kv_indptr = d_kvp;
     a.kv_indices = d_idx;
@@ -283,6 +338,8 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     aiter_mla_decode_args r = a;
     r.q = q;
     r.kv_cache = kv;
+    r.num_pages = num_pages;
+    r.kv_cache_bytes = (size_t)kv_elems * kv_e;
     r.qo_indptr = qo;
     r.kv_indptr = kvp;
     r.kv_indices = kv_indices;
@@ -834,6 +891,8 @@ typedef struct prefill_case {
     int sk_fixed;      /* > 0: every request has this many keys (long rows), else sk is drawn */
     int nan_key;       /* 1: one value of head 0's first key of the last request with rows and keys is
                           NaN: every row of it that sees the key has NaN o and lse (not with graph) */
+    int far;           /* 1: the GPU's q, k, v and o at token strides that put their last rows past
+                          4 GiB (far_stride; the rest of each buffer 0xff) */
 } prefill_case;
 
 /* fp8 prefill's lse bound per row (testing.h, TOL_FP8_SUM_BITS): tol[h * Tq + t] =
@@ -896,6 +955,7 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
              aiter_mla_dtype_name(c->o_dtype), c->with_lse ? " lse" : "", c->odd_strides ? " odd-strides" : "", c->o_pad,
              c->plan_cu, c->grid_cu, c->understate ? " max_seqlen_q/3" : "", c->graph ? " graph" : "");
     if (c->nan_key) strncat(what, " nan_key", sizeof what - strlen(what) - 1);
+    if (c->far) strncat(what, " far", sizeof what - strlen(what) - 1);
     void *q = test_malloc((size_t)(Tq * qst + 1) * e), *k = test_malloc((size_t)(Tk * kst + 1) * e),
          *v = test_malloc((size_t)(Tk * vst + 1) * e);
     fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
@@ -909,17 +969,25 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     void *o_ref = test_malloc((size_t)(Tq * ost + 1) * oe), *o_gpu = test_malloc((size_t)(Tq * ost + 1) * oe);
     float *lse_ref = (float *)test_malloc((size_t)(H * Tq + 1) * 4), *lse_gpu = (float *)test_malloc((size_t)(H * Tq + 1) * 4);
 
-    void *d_q = gpu_malloc((size_t)(Tq * qst + 1) * e), *d_k = gpu_malloc((size_t)(Tk * kst + 1) * e),
-         *d_v = gpu_malloc((size_t)(Tk * vst + 1) * e), *d_o = gpu_malloc((size_t)(Tq * ost + 1) * oe);
+    /* the device's token strides (the host's unless far) */
+    const int64_t qsd = far_stride(c->far, Tq, qst, e), ksd = far_stride(c->far, Tk, kst, e), vsd = far_stride(c->far, Tk, vst, e),
+                  osd = far_stride(c->far, Tq, ost, oe);
+    void *d_q = gpu_malloc((size_t)(Tq * qsd + 1) * e), *d_k = gpu_malloc((size_t)(Tk * ksd + 1) * e),
+         *d_v = gpu_malloc((size_t)(Tk * vsd + 1) * e), *d_o = gpu_malloc((size_t)(Tq * osd + 1) * oe);
     float *d_lse = (float *)gpu_malloc((size_t)(H * Tq + 1) * 4);
     int32_t *d_cq = (int32_t *)gpu_malloc((B + 1) * 4), *d_ck = (int32_t *)gpu_malloc((B + 1) * 4), *d_plan = NULL;
     void *d_ws = NULL;
-    gpu_upload(d_q, q, (size_t)(Tq * qst) * e);
-    gpu_upload(d_k, k, (size_t)(Tk * kst) * e);
-    gpu_upload(d_v, v, (size_t)(Tk * vst) * e);
+    if (c->far) { /* between the rows: NaN to a read that wraps */
+        gpu_memset(d_q, 0xff, (size_t)(Tq * qsd + 1) * e);
+        gpu_memset(d_k, 0xff, (size_t)(Tk * ksd + 1) * e);
+        gpu_memset(d_v, 0xff, (size_t)(Tk * vsd + 1) * e);
+    }
+    strided_upload(d_q, qsd, q, qst, Tq, (size_t)qst * e, e);
+    strided_upload(d_k, ksd, k, kst, Tk, (size_t)kst * e, e);
+    strided_upload(d_v, vsd, v, vst, Tk, (size_t)vst * e, e);
     gpu_upload(d_cq, cq, (B + 1) * 4);
     gpu_upload(d_ck, ck, (B + 1) * 4);
-    gpu_memset(d_o, 0xff, (size_t)(Tq * ost + 1) * oe);
+    gpu_memset(d_o, 0xff, (size_t)(Tq * osd + 1) * oe);
     gpu_memset(d_lse, 0xff, (size_t)(H * Tq + 1) * 4);
 
     aiter_mla_prefill_args a;
@@ -929,10 +997,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     a.q = d_q;
     a.k = d_k;
     a.v = d_v;
-    a.q_stride_token = qst;
-    a.k_stride_token = kst;
-    a.v_stride_token = vst;
-    a.o_stride_token = ost;
+    a.q_stride_token = qsd;
+    a.k_stride_token = ksd;
+    a.v_stride_token = vsd;
+    a.o_stride_token = osd;
     a.cu_seqlens_q = d_cq;
     a.cu_seqlens_k = d_ck;
     a.o = d_o;
@@ -979,10 +1047,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
             fill_random(q, Tq * qst, c->dtype, rng, -2.0f, 2.0f, qs);
             fill_random(k, Tk * kst, c->dtype, rng, -2.0f, 2.0f, ks);
             fill_random(v, Tk * vst, c->dtype, rng, -1.0f, 1.0f, vs);
-            gpu_upload(d_q, q, (size_t)(Tq * qst) * e);
-            gpu_upload(d_k, k, (size_t)(Tk * kst) * e);
-            gpu_upload(d_v, v, (size_t)(Tk * vst) * e);
-            gpu_memset(d_o, 0xff, (size_t)(Tq * ost + 1) * oe);
+            strided_upload(d_q, qsd, q, qst, Tq, (size_t)qst * e, e);
+            strided_upload(d_k, ksd, k, kst, Tk, (size_t)kst * e, e);
+            strided_upload(d_v, vsd, v, vst, Tk, (size_t)vst * e, e);
+            gpu_memset(d_o, 0xff, (size_t)(Tq * osd + 1) * oe);
             gpu_memset(d_lse, 0xff, (size_t)(H * Tq + 1) * 4);
             if (d_ws) gpu_memset(d_ws, 0xff, info.workspace_bytes);
             gpu_sync();
@@ -998,13 +1066,17 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
             gpu_graph_launch(graph, g_stream);
         }
         gpu_sync();
-        gpu_download(o_gpu, d_o, (size_t)(Tq * ost) * oe);
+        strided_download(o_gpu, ost, d_o, osd, Tq, (size_t)ost * oe, oe);
         gpu_download(lse_gpu, d_lse, (size_t)(H * Tq) * 4);
 
         aiter_mla_prefill_args r = a;
         r.q = q;
         r.k = k;
         r.v = v;
+        r.q_stride_token = qst;
+        r.k_stride_token = kst;
+        r.v_stride_token = vst;
+        r.o_stride_token = ost;
         r.cu_seqlens_q = cq;
         r.cu_seqlens_k = ck;
         r.o = o_ref;
@@ -1201,6 +1273,7 @@ typedef struct sparse_case {
                    the row maxima rise along the list */
     int nan_slot; /* 1: token 0's first entry is slot 7, one of whose latent values is NaN */
     int pad;      /* index rows padded by this many valid slots past topk (indices_stride topk + pad) */
+    int far;      /* 1: the GPU's cache past 4 GiB (see far_cache_upload) */
 } sparse_case;
 
 static int cmp_i32(const void *x, const void *y) {
@@ -1226,10 +1299,10 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     char what[200];
     int64_t i;
     int t, h;
-    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d stride=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d%s", T, H, K, W,
+    snprintf(what, sizeof what, "sparse T=%d H=%d topk=%d stride=%d cache=%s q=%s o=%s%s%s holes=%d num_cu=%d ramp=%d%s%s", T, H, K, W,
              c->cache == 0 ? "bf16" : c->cache == 1 ? "ds_mla-fn" : "ds_mla-fnuz", aiter_mla_dtype_name(c->q_dtype),
              aiter_mla_dtype_name(c->o_dtype), c->with_length ? " topk_length" : "", c->with_sink ? " sink" : "", c->holes,
-             c->num_cu, c->ramp, c->nan_slot ? " nan_slot" : "");
+             c->num_cu, c->ramp, c->nan_slot ? " nan_slot" : "", c->far ? " far" : "");
     unsigned char *cache = (unsigned char *)test_malloc((size_t)slots * row_bytes);
     if (ds) { /* written by the reference writer from random latents */
         uint16_t *kv = (uint16_t *)test_malloc((size_t)slots * 512 * 2), *pe = (uint16_t *)test_malloc((size_t)slots * 64 * 2);
@@ -1293,14 +1366,13 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     float *lse_ref = (float *)test_malloc((size_t)T * H * 4), *lse_gpu = (float *)test_malloc((size_t)T * H * 4);
     float *ml_ref = (float *)test_malloc((size_t)T * H * 4), *ml_gpu = (float *)test_malloc((size_t)T * H * 4);
 
-    void *d_cache = gpu_malloc((size_t)slots * row_bytes), *d_q = gpu_malloc((size_t)T * H * 576 * qe),
+    const int64_t far_slots = far_units(c->far, (int64_t)row_bytes), far_bytes = far_slots * (int64_t)row_bytes;
+    void *d_cache = far_cache_upload(cache, (size_t)slots * row_bytes, far_bytes), *d_q = gpu_malloc((size_t)T * H * 576 * qe),
          *d_o = gpu_malloc((size_t)no * oe);
-    int32_t *d_idx = (int32_t *)gpu_malloc((size_t)T * W * 4), *d_len = (int32_t *)gpu_malloc((size_t)T * 4);
+    int32_t *d_idx = far_ids_upload(idx, (int64_t)T * W, far_slots), *d_len = (int32_t *)gpu_malloc((size_t)T * 4);
     float *d_lse = (float *)gpu_malloc((size_t)T * H * 4), *d_ml = (float *)gpu_malloc((size_t)T * H * 4),
           *d_sink = (float *)gpu_malloc(128 * 4);
-    gpu_upload(d_cache, cache, (size_t)slots * row_bytes);
     gpu_upload(d_q, q, (size_t)T * H * 576 * qe);
-    gpu_upload(d_idx, idx, (size_t)T * W * 4);
     gpu_upload(d_len, len, (size_t)T * 4);
     gpu_upload(d_sink, sink, 128 * 4);
     gpu_memset(d_o, 0xff, (size_t)no * oe);
@@ -1311,8 +1383,8 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     memset(&a, 0, sizeof a);
     a.q = d_q;
     a.kv_cache = d_cache;
-    a.num_slots = slots;
-    a.kv_cache_bytes = (size_t)slots * row_bytes; /* the allocation: checked, and taken */
+    a.num_slots = far_slots + slots;
+    a.kv_cache_bytes = (size_t)far_bytes + (size_t)slots * row_bytes; /* the allocation: checked, and taken */
     a.cache_is_ds_mla = ds;
     a.ds_mla_fp8 = fp8;
     a.indices = d_idx;
@@ -1339,6 +1411,8 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     aiter_mla_sparse_args r = a;
     r.q = q;
     r.kv_cache = cache;
+    r.num_slots = slots;
+    r.kv_cache_bytes = (size_t)slots * row_bytes;
     r.indices = idx;
     r.topk_length = c->with_length ? len : NULL;
     r.attn_sink = c->with_sink ? sink : NULL;
@@ -1815,115 +1889,121 @@ static void test_fp8_encode_gpu(test_rng *rng) {
     }
 }
 
-static void test_gather_cache_gpu(test_rng *rng) {
-    /* formats: 16-bit, fp8 per tensor, and fp8_ds_mla (DEFAULT below) of both flavours */
+/* Case (f, o) of the paged gather: cache format f (16-bit, fp8 per tensor, fp8_ds_mla of both
+ * flavours), output type o; its block size, size and alignment follow from n. far: the cache past
+ * 4 GiB (far_cache_upload). */
+static void run_gather_cache_case(int f, int o, int n, int far, test_rng *rng) {
     static const aiter_mla_dtype fmts[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FNUZ,
                                            AITER_MLA_DTYPE_DEFAULT, AITER_MLA_DTYPE_COUNT};
     static const aiter_mla_dtype outs[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_F32};
+    const int ds = fmts[f] == AITER_MLA_DTYPE_DEFAULT || fmts[f] == AITER_MLA_DTYPE_COUNT;
+    const aiter_mla_dtype ds_fp8 = fmts[f] == AITER_MLA_DTYPE_COUNT ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+    const aiter_mla_dtype cache_t = ds ? AITER_MLA_BF16 : fmts[f], out_t = outs[o];
+    const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
+    const int B = big ? 8 : 5, bs = n % 3 == 0 ? 1 : n % 3 == 1 ? 16 : 64, chunk = big ? 256 : 37;
+    const int width = (big ? 1100 : 300) / bs + 2;
+    const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
+    const float scale = dtype_is_fp8(cache_t) ? 0.03f : 0.0f;
+    const size_t row_bytes = ds ? 656 : 576 * aiter_mla_dtype_size(cache_t), oe = aiter_mla_dtype_size(out_t);
+    void *cache = test_malloc(row_bytes * (size_t)slots);
+    int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), ctx[8], starts[8], cu[9];
+    int64_t i;
+    int b, c;
+    if (ds) {
+        uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 576 * 2);
+        int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
+        aiter_mla_ds_mla_write_args w;
+        fill_ds_mla_source(src, 576, src + 512, 576, slots, AITER_MLA_BF16, rng);
+        for (i = 0; i < slots; i++) sl[i] = i;
+        memset(&w, 0, sizeof w);
+        w.kv_c = src;
+        w.kv_c_stride = 576;
+        w.k_pe = src + 512;
+        w.k_pe_stride = 576;
+        w.slot_mapping = sl;
+        w.kv_cache = cache;
+        w.num_blocks = blocks;
+        w.block_size = bs;
+        w.num_tokens = slots;
+        w.fp8_dtype = ds_fp8;
+        w.pow2_scales = n % 2;
+        CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
+        free(src);
+        free(sl);
+    } else {
+        fill_random(cache, slots * 576, cache_t, rng, -2.0f, 2.0f, scale);
+    }
+    for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
+    bt[1] = -1;                /* request 0, second block: absent */
+    bt[2] = (int32_t)blocks;   /* third block: out of range */
+    for (b = 0; b < B; b++) ctx[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
+    ctx[0] = width * bs;
+    if (B > 3) {
+        ctx[1] = 0;
+        ctx[2] = 1;
+        ctx[3] = chunk + 1;
+    }
+    const int64_t far_blocks = far_units(far, (int64_t)row_bytes * bs);
+    void *d_cache = far_cache_upload(cache, row_bytes * (size_t)slots, far_blocks * (int64_t)row_bytes * bs);
+    int32_t *d_bt = far_ids_upload(bt, (int64_t)B * width, far_blocks);
+    int32_t *d_meta = (int32_t *)gpu_malloc(sizeof cu + sizeof starts);
+    for (c = 0; c * chunk < width * bs + bs; c++) { /* every chunk of the contexts */
+        int64_t rows, d;
+        cu[0] = 0;
+        for (b = 0; b < B; b++) {
+            const int lo = c * chunk, hi = ctx[b] < (c + 1) * chunk ? ctx[b] : (c + 1) * chunk;
+            starts[b] = lo;
+            cu[b + 1] = cu[b] + (hi > lo ? hi - lo : 0);
+        }
+        rows = cu[B] + 3; /* three spare rows must stay poisoned */
+        const size_t out_bytes = (size_t)rows * 576 * oe + (misaligned ? oe : 0);
+        void *d_out;
+        unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
+        gpu_upload(d_meta, cu, sizeof cu);
+        gpu_upload(d_meta + 9, starts, sizeof starts);
+        aiter_mla_gather_cache_args g;
+        memset(&g, 0, sizeof g);
+        g.kv_cache = d_cache;
+        g.num_blocks = far_blocks + blocks;
+        g.block_size = bs;
+        g.cache_dtype = ds ? AITER_MLA_DTYPE_DEFAULT : cache_t;
+        g.scale = scale;
+        g.cache_is_ds_mla = ds;
+        g.ds_mla_fp8 = ds_fp8;
+        g.block_table = d_bt;
+        g.block_table_stride = width;
+        g.cu_out_rows = d_meta;
+        g.seq_starts = c == 0 && n % 2 ? NULL : d_meta + 9; /* NULL: from position 0 */
+        g.batch = B;
+        g.out = (char *)d_out + (misaligned ? oe : 0);
+        g.out_rows = rows;
+        g.out_dtype = out_t;
+        CHECK_STATUS(aiter_mla_gather_cache(&g, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_out, out_bytes);
+        g.kv_cache = cache;
+        g.num_blocks = blocks;
+        g.block_table = bt;
+        g.cu_out_rows = cu;
+        g.seq_starts = g.seq_starts ? starts : NULL;
+        g.out = ref + (misaligned ? oe : 0);
+        CHECK_STATUS(aiter_mla_gather_cache_ref(&g), AITER_MLA_OK, "");
+        d = first_diff(got, ref, out_bytes);
+        CHECK(d < 0, "gather_cache %s%s -> %s bs=%d chunk %d (%lld rows)%s%s: output differs at byte %lld (row %lld)",
+              ds ? "fp8_ds_mla " : "", aiter_mla_dtype_name(ds ? ds_fp8 : cache_t), aiter_mla_dtype_name(out_t), bs, c,
+              (long long)cu[B], misaligned ? " misaligned" : "", far ? " far" : "", (long long)d,
+              d >= 0 ? (long long)(d / (576 * (int64_t)oe)) : -1LL);
+        gpu_free(d_out);
+        free(ref);
+        free(got);
+    }
+    gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta);
+    free(cache); free(bt);
+}
+static void test_gather_cache_gpu(test_rng *rng) {
     int f, o, n = 0;
     for (f = 0; f < 6; f++)
-        for (o = 0; o < 3; o++, n++) {
-            const int ds = fmts[f] == AITER_MLA_DTYPE_DEFAULT || fmts[f] == AITER_MLA_DTYPE_COUNT;
-            const aiter_mla_dtype ds_fp8 = fmts[f] == AITER_MLA_DTYPE_COUNT ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
-            const aiter_mla_dtype cache_t = ds ? AITER_MLA_BF16 : fmts[f], out_t = outs[o];
-            const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
-            const int B = big ? 8 : 5, bs = n % 3 == 0 ? 1 : n % 3 == 1 ? 16 : 64, chunk = big ? 256 : 37;
-            const int width = (big ? 1100 : 300) / bs + 2;
-            const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
-            const float scale = dtype_is_fp8(cache_t) ? 0.03f : 0.0f;
-            const size_t row_bytes = ds ? 656 : 576 * aiter_mla_dtype_size(cache_t), oe = aiter_mla_dtype_size(out_t);
-            void *cache = test_malloc(row_bytes * (size_t)slots);
-            int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), ctx[8], starts[8], cu[9];
-            int64_t i;
-            int b, c;
-            if (ds) {
-                uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 576 * 2);
-                int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
-                aiter_mla_ds_mla_write_args w;
-                fill_ds_mla_source(src, 576, src + 512, 576, slots, AITER_MLA_BF16, rng);
-                for (i = 0; i < slots; i++) sl[i] = i;
-                memset(&w, 0, sizeof w);
-                w.kv_c = src;
-                w.kv_c_stride = 576;
-                w.k_pe = src + 512;
-                w.k_pe_stride = 576;
-                w.slot_mapping = sl;
-                w.kv_cache = cache;
-                w.num_blocks = blocks;
-                w.block_size = bs;
-                w.num_tokens = slots;
-                w.fp8_dtype = ds_fp8;
-                w.pow2_scales = n % 2;
-                CHECK_STATUS(aiter_mla_ds_mla_write_ref(&w), AITER_MLA_OK, "");
-                free(src);
-                free(sl);
-            } else {
-                fill_random(cache, slots * 576, cache_t, rng, -2.0f, 2.0f, scale);
-            }
-            for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
-            bt[1] = -1;                /* request 0, second block: absent */
-            bt[2] = (int32_t)blocks;   /* third block: out of range */
-            for (b = 0; b < B; b++) ctx[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
-            ctx[0] = width * bs;
-            if (B > 3) {
-                ctx[1] = 0;
-                ctx[2] = 1;
-                ctx[3] = chunk + 1;
-            }
-            void *d_cache = upload_copy(cache, row_bytes * (size_t)slots);
-            int32_t *d_bt = (int32_t *)upload_copy(bt, (size_t)B * width * 4);
-            int32_t *d_meta = (int32_t *)gpu_malloc(sizeof cu + sizeof starts);
-            for (c = 0; c * chunk < width * bs + bs; c++) { /* every chunk of the contexts */
-                int64_t rows, d;
-                cu[0] = 0;
-                for (b = 0; b < B; b++) {
-                    const int lo = c * chunk, hi = ctx[b] < (c + 1) * chunk ? ctx[b] : (c + 1) * chunk;
-                    starts[b] = lo;
-                    cu[b + 1] = cu[b] + (hi > lo ? hi - lo : 0);
-                }
-                rows = cu[B] + 3; /* three spare rows must stay poisoned */
-                const size_t out_bytes = (size_t)rows * 576 * oe + (misaligned ? oe : 0);
-                void *d_out;
-                unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
-                gpu_upload(d_meta, cu, sizeof cu);
-                gpu_upload(d_meta + 9, starts, sizeof starts);
-                aiter_mla_gather_cache_args g;
-                memset(&g, 0, sizeof g);
-                g.kv_cache = d_cache;
-                g.num_blocks = blocks;
-                g.block_size = bs;
-                g.cache_dtype = ds ? AITER_MLA_DTYPE_DEFAULT : cache_t;
-                g.scale = scale;
-                g.cache_is_ds_mla = ds;
-                g.ds_mla_fp8 = ds_fp8;
-                g.block_table = d_bt;
-                g.block_table_stride = width;
-                g.cu_out_rows = d_meta;
-                g.seq_starts = c == 0 && n % 2 ? NULL : d_meta + 9; /* NULL: from position 0 */
-                g.batch = B;
-                g.out = (char *)d_out + (misaligned ? oe : 0);
-                g.out_rows = rows;
-                g.out_dtype = out_t;
-                CHECK_STATUS(aiter_mla_gather_cache(&g, g_stream), AITER_MLA_OK, "");
-                gpu_sync();
-                gpu_download(got, d_out, out_bytes);
-                g.kv_cache = cache;
-                g.block_table = bt;
-                g.cu_out_rows = cu;
-                g.seq_starts = g.seq_starts ? starts : NULL;
-                g.out = ref + (misaligned ? oe : 0);
-                CHECK_STATUS(aiter_mla_gather_cache_ref(&g), AITER_MLA_OK, "");
-                d = first_diff(got, ref, out_bytes);
-                CHECK(d < 0, "gather_cache %s%s -> %s bs=%d chunk %d (%lld rows)%s: output differs at byte %lld (row %lld)",
-                      ds ? "fp8_ds_mla " : "", aiter_mla_dtype_name(ds ? ds_fp8 : cache_t), aiter_mla_dtype_name(out_t), bs, c,
-                      (long long)cu[B], misaligned ? " misaligned" : "", (long long)d, d >= 0 ? (long long)(d / (576 * (int64_t)oe)) : -1LL);
-                gpu_free(d_out);
-                free(ref);
-                free(got);
-            }
-            gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta);
-            free(cache); free(bt);
-        }
+        for (o = 0; o < 3; o++, n++) run_gather_cache_case(f, o, n, 0, rng);
     /* device arrays the host cannot check are data: a non-monotone cu_out_rows and rows
      * beyond out_rows leave everything outside [0, out_rows) untouched */
     {
@@ -2035,133 +2115,140 @@ static void test_v4_cache_write_gpu(test_rng *rng) {
     }
 }
 
-static void test_v4_gather_gpu(test_rng *rng) {
+/* Case n of the V4 gather (its output type, fp8 flavour, block size, padding, lengths and
+ * alignment follow from n); far: the cache past 4 GiB (far_cache_upload). */
+static void run_v4_gather_case(int n, int far, test_rng *rng) {
     static const aiter_mla_dtype outs[] = {AITER_MLA_BF16, AITER_MLA_F16, AITER_MLA_F32};
-    int n;
-    for (n = 0; n < 12; n++) {
-        const aiter_mla_dtype out_t = outs[n % 3], fp8 = n % 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
-        const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
-        const int padded = n % 3 == 2;                                  /* page stride with padding (still 16-byte multiple) */
-        const int B = big ? 8 : 5, bs = n % 4 == 0 ? 64 : n % 4 == 1 ? 2 : n % 4 == 2 ? 16 : 3;
-        const int width = (big ? 1100 : 300) / bs + 2;
-        const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
-        const int64_t page = aiter_mla_v4_page_bytes(bs) + (padded ? 576 : 0);
-        const size_t oe = aiter_mla_dtype_size(out_t);
-        unsigned char *cache = (unsigned char *)test_malloc((size_t)(blocks * page));
-        int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), seq[8], gl[8];
-        int64_t i, out_rows, offset = n % 2 ? 7 : 0, d;
-        int b, use_gl = n % 3 != 0;
-        memset(cache, 0, (size_t)(blocks * page));
-        {
-            uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 512 * 2);
-            int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
-            aiter_mla_v4_cache_write_args w;
-            fill_v4_source(src, 512, slots, AITER_MLA_BF16, rng);
-            for (i = 0; i < slots; i++) sl[i] = i;
-            memset(&w, 0, sizeof w);
-            w.kv = src;
-            w.slot_mapping = sl;
-            w.kv_cache = cache;
-            w.num_blocks = blocks;
-            w.block_size = bs;
-            w.page_stride_bytes = page;
-            w.num_tokens = slots;
-            w.fp8_dtype = fp8;
-            CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
-            free(src);
-            free(sl);
-        }
-        for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
-        bt[1] = -1;              /* request 0, second block: absent */
-        bt[2] = (int32_t)blocks; /* third block: out of range */
-        out_rows = 0;
-        for (b = 0; b < B; b++) {
-            seq[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
-            gl[b] = use_gl ? rng_int(rng, 0, seq[b]) : seq[b];
-            if (gl[b] > out_rows) out_rows = gl[b];
-        }
-        seq[0] = width * bs;
-        gl[0] = use_gl ? seq[0] / 2 : seq[0];
-        if (gl[0] > out_rows) out_rows = gl[0];
-        seq[1] = 0;
-        gl[1] = 0;
-        out_rows += offset + 3; /* rows past each request's gather_len must stay poisoned */
-        {
-            const size_t out_bytes = (size_t)(B * out_rows * 512) * oe + (misaligned ? oe : 0);
-            void *d_out;
-            unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
-            void *d_cache = upload_copy(cache, (size_t)(blocks * page));
-            int32_t *d_bt = (int32_t *)upload_copy(bt, (size_t)B * width * 4);
-            int32_t *d_meta = (int32_t *)upload_copy(seq, sizeof seq);
-            int32_t *d_gl = (int32_t *)upload_copy(gl, sizeof gl);
-            aiter_mla_v4_gather_args g;
-            memset(&g, 0, sizeof g);
+    const aiter_mla_dtype out_t = outs[n % 3], fp8 = n % 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+    const int big = n % 4 == 1 && !g_quick, misaligned = n % 5 == 3; /* misaligned: out 1 element off 16 bytes */
+    const int padded = n % 3 == 2;                                  /* page stride with padding (still 16-byte multiple) */
+    const int B = big ? 8 : 5, bs = n % 4 == 0 ? 64 : n % 4 == 1 ? 2 : n % 4 == 2 ? 16 : 3;
+    const int width = (big ? 1100 : 300) / bs + 2;
+    const int64_t blocks = (int64_t)B * width / 2 + 3, slots = blocks * bs;
+    const int64_t page = aiter_mla_v4_page_bytes(bs) + (padded ? 576 : 0);
+    const size_t oe = aiter_mla_dtype_size(out_t);
+    unsigned char *cache = (unsigned char *)test_malloc((size_t)(blocks * page));
+    int32_t *bt = (int32_t *)test_malloc((size_t)B * width * 4), seq[8], gl[8];
+    int64_t i, out_rows, offset = n % 2 ? 7 : 0, d;
+    int b, use_gl = n % 3 != 0;
+    memset(cache, 0, (size_t)(blocks * page));
+    {
+        uint16_t *src = (uint16_t *)test_malloc((size_t)slots * 512 * 2);
+        int64_t *sl = (int64_t *)test_malloc((size_t)slots * 8);
+        aiter_mla_v4_cache_write_args w;
+        fill_v4_source(src, 512, slots, AITER_MLA_BF16, rng);
+        for (i = 0; i < slots; i++) sl[i] = i;
+        memset(&w, 0, sizeof w);
+        w.kv = src;
+        w.slot_mapping = sl;
+        w.kv_cache = cache;
+        w.num_blocks = blocks;
+        w.block_size = bs;
+        w.page_stride_bytes = page;
+        w.num_tokens = slots;
+        w.fp8_dtype = fp8;
+        CHECK_STATUS(aiter_mla_v4_cache_write_ref(&w), AITER_MLA_OK, "");
+        free(src);
+        free(sl);
+    }
+    for (i = 0; i < (int64_t)B * width; i++) bt[i] = rng_int(rng, 0, 11) == 0 ? -1 : rng_int(rng, 0, (int)blocks - 1);
+    bt[1] = -1;              /* request 0, second block: absent */
+    bt[2] = (int32_t)blocks; /* third block: out of range */
+    out_rows = 0;
+    for (b = 0; b < B; b++) {
+        seq[b] = rng_int(rng, 0, width * bs + bs); /* some run past the table */
+        gl[b] = use_gl ? rng_int(rng, 0, seq[b]) : seq[b];
+        if (gl[b] > out_rows) out_rows = gl[b];
+    }
+    seq[0] = width * bs;
+    gl[0] = use_gl ? seq[0] / 2 : seq[0];
+    if (gl[0] > out_rows) out_rows = gl[0];
+    seq[1] = 0;
+    gl[1] = 0;
+    out_rows += offset + 3; /* rows past each request's gather_len must stay poisoned */
+    {
+        const size_t out_bytes = (size_t)(B * out_rows * 512) * oe + (misaligned ? oe : 0);
+        void *d_out;
+        unsigned char *ref = (unsigned char *)poisoned_pair(out_bytes, 0xff, &d_out), *got = (unsigned char *)test_malloc(out_bytes);
+        const int64_t far_blocks = far_units(far, page);
+        void *d_cache = far_cache_upload(cache, (size_t)(blocks * page), far_blocks * page);
+        int32_t *d_bt = far_ids_upload(bt, (int64_t)B * width, far_blocks);
+        int32_t *d_meta = (int32_t *)upload_copy(seq, sizeof seq);
+        int32_t *d_gl = (int32_t *)upload_copy(gl, sizeof gl);
+        aiter_mla_v4_gather_args g;
+        memset(&g, 0, sizeof g);
+        g.kv_cache = d_cache;
+        g.num_blocks = far_blocks + blocks;
+        g.block_size = bs;
+        g.page_stride_bytes = padded ? page : 0;
+        g.fp8_dtype = fp8;
+        g.block_table = d_bt;
+        g.block_table_stride = width;
+        g.seq_lens = d_meta;
+        g.gather_lens = use_gl ? d_gl : NULL;
+        g.batch = B;
+        g.out = (char *)d_out + (misaligned ? oe : 0);
+        g.out_rows = out_rows;
+        g.offset = offset;
+        g.out_dtype = out_t;
+        CHECK_STATUS(aiter_mla_v4_gather(&g, g_stream), AITER_MLA_OK, "");
+        gpu_sync();
+        gpu_download(got, d_out, out_bytes);
+        g.kv_cache = cache;
+        g.num_blocks = blocks;
+        g.block_table = bt;
+        g.seq_lens = seq;
+        g.gather_lens = use_gl ? gl : NULL;
+        g.out = ref + (misaligned ? oe : 0);
+        CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "");
+        d = first_diff(got, ref, out_bytes);
+        CHECK(d < 0, "v4_gather %s -> %s bs=%d B=%d offset %lld%s%s%s%s: output differs at byte %lld (row %lld)",
+              aiter_mla_dtype_name(fp8), aiter_mla_dtype_name(out_t), bs, B, (long long)offset, use_gl ? " gather_lens" : "",
+              padded ? " padded pages" : "", misaligned ? " misaligned" : "", far ? " far" : "", (long long)d,
+              d >= 0 ? (long long)(d / (512 * (int64_t)oe)) : -1LL);
+        /* lengths only the reference rejects: the GPU skips those requests */
+        if (B > 3) {
+            int32_t bad_seq[8], bad_gl[8];
+            memcpy(bad_seq, seq, sizeof seq);
+            memcpy(bad_gl, gl, sizeof gl);
+            bad_seq[2] = -5;
+            bad_gl[3] = seq[3] + 1;
+            gpu_upload(d_meta, bad_seq, sizeof bad_seq);
+            gpu_upload(d_gl, bad_gl, sizeof bad_gl);
+            gpu_memset(d_out, 0xff, out_bytes);
             g.kv_cache = d_cache;
-            g.num_blocks = blocks;
-            g.block_size = bs;
-            g.page_stride_bytes = padded ? page : 0;
-            g.fp8_dtype = fp8;
+            g.num_blocks = far_blocks + blocks;
             g.block_table = d_bt;
-            g.block_table_stride = width;
             g.seq_lens = d_meta;
-            g.gather_lens = use_gl ? d_gl : NULL;
-            g.batch = B;
+            g.gather_lens = d_gl;
             g.out = (char *)d_out + (misaligned ? oe : 0);
-            g.out_rows = out_rows;
-            g.offset = offset;
-            g.out_dtype = out_t;
             CHECK_STATUS(aiter_mla_v4_gather(&g, g_stream), AITER_MLA_OK, "");
             gpu_sync();
             gpu_download(got, d_out, out_bytes);
+            /* the reference's output with requests 2 and 3 gathering nothing */
+            memset(ref, 0xff, out_bytes);
+            bad_seq[2] = 0;
+            bad_gl[2] = 0;
+            bad_gl[3] = 0;
             g.kv_cache = cache;
+            g.num_blocks = blocks;
             g.block_table = bt;
-            g.seq_lens = seq;
-            g.gather_lens = use_gl ? gl : NULL;
+            g.seq_lens = bad_seq;
+            g.gather_lens = bad_gl;
             g.out = ref + (misaligned ? oe : 0);
             CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "");
             d = first_diff(got, ref, out_bytes);
-            CHECK(d < 0, "v4_gather %s -> %s bs=%d B=%d offset %lld%s%s%s: output differs at byte %lld (row %lld)",
-                  aiter_mla_dtype_name(fp8), aiter_mla_dtype_name(out_t), bs, B, (long long)offset, use_gl ? " gather_lens" : "",
-                  padded ? " padded pages" : "", misaligned ? " misaligned" : "", (long long)d,
+            CHECK(d < 0, "v4_gather with invalid lengths, case %d%s: output differs at byte %lld (row %lld)", n, far ? " far" : "", (long long)d,
                   d >= 0 ? (long long)(d / (512 * (int64_t)oe)) : -1LL);
-            /* lengths only the reference rejects: the GPU skips those requests */
-            if (B > 3) {
-                int32_t bad_seq[8], bad_gl[8];
-                memcpy(bad_seq, seq, sizeof seq);
-                memcpy(bad_gl, gl, sizeof gl);
-                bad_seq[2] = -5;
-                bad_gl[3] = seq[3] + 1;
-                gpu_upload(d_meta, bad_seq, sizeof bad_seq);
-                gpu_upload(d_gl, bad_gl, sizeof bad_gl);
-                gpu_memset(d_out, 0xff, out_bytes);
-                g.kv_cache = d_cache;
-                g.block_table = d_bt;
-                g.seq_lens = d_meta;
-                g.gather_lens = d_gl;
-                g.out = (char *)d_out + (misaligned ? oe : 0);
-                CHECK_STATUS(aiter_mla_v4_gather(&g, g_stream), AITER_MLA_OK, "");
-                gpu_sync();
-                gpu_download(got, d_out, out_bytes);
-                /* the reference's output with requests 2 and 3 gathering nothing */
-                memset(ref, 0xff, out_bytes);
-                bad_seq[2] = 0;
-                bad_gl[2] = 0;
-                bad_gl[3] = 0;
-                g.kv_cache = cache;
-                g.block_table = bt;
-                g.seq_lens = bad_seq;
-                g.gather_lens = bad_gl;
-                g.out = ref + (misaligned ? oe : 0);
-                CHECK_STATUS(aiter_mla_v4_gather_ref(&g), AITER_MLA_OK, "");
-                d = first_diff(got, ref, out_bytes);
-                CHECK(d < 0, "v4_gather with invalid lengths, case %d: output differs at byte %lld (row %lld)", n, (long long)d,
-                      d >= 0 ? (long long)(d / (512 * (int64_t)oe)) : -1LL);
-            }
-            gpu_free(d_out); gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta); gpu_free(d_gl);
-            free(ref); free(got);
         }
-        free(cache); free(bt);
+        gpu_free(d_out); gpu_free(d_cache); gpu_free(d_bt); gpu_free(d_meta); gpu_free(d_gl);
+        free(ref); free(got);
     }
+    free(cache); free(bt);
+}
+static void test_v4_gather_gpu(test_rng *rng) {
+    int n;
+    for (n = 0; n < 12; n++) run_v4_gather_case(n, 0, rng);
 }
 
 /* ---- V4 attention ---------------------------------------------------------------------- */
@@ -2204,7 +2291,7 @@ typedef struct v4_list {
  * empty list. Dense with lens (dense = 1) or ragged. MODEL1 rows have a random padding byte
  * after their 7 scales, which readers ignore. big_group0 (MODEL1): every row's first scale
  * group (dims 0 .. 63) of magnitude up to 2^46, the rest as usual. */
-static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, int big_group0,
+static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8, int dense, int width, int big_group0, int far,
                          test_rng *rng) {
     const int bs = format == 0 ? (fp8 == AITER_MLA_FP8_E4M3FNUZ ? 5 : 16) : 1; /* 5: odd, the scale copies need the padding */
     const int64_t blocks = format == 0 ? 40 : 700, slots = blocks * bs;
@@ -2246,6 +2333,7 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
         fill_random(l->cache, slots * 512, t, rng, -1.0f, 1.0f, 1.0f);
     }
     l->idx = (int32_t *)test_malloc((size_t)(T * width) * 4);
+    memset(l->idx, 0xff, (size_t)(T * width) * 4); /* a ragged list's entries past its last row: -1 */
     l->ptr = (int32_t *)test_malloc((size_t)(T + 1) * 4);
     l->len = (int32_t *)test_malloc((size_t)T * 4);
     l->ptr[0] = 3; /* the lists need not start at 0 */
@@ -2279,11 +2367,15 @@ static void v4_list_make(v4_list *l, int64_t T, int format, aiter_mla_dtype fp8,
     } else {
         l->host.indptr = l->ptr;
     }
-    l->d_cache = upload_copy(l->cache, (size_t)l->cache_bytes);
-    l->d_idx = (int32_t *)upload_copy(l->idx, (size_t)(T * width) * 4);
+    { /* far: the cache past 4 GiB (see far_cache_upload), every slot id moved by whole blocks */
+        const int64_t unit = format == 0 ? aiter_mla_v4_page_bytes(bs) : l->cache_bytes / slots, far_blocks = far_units(far, unit);
+        l->d_cache = far_cache_upload(l->cache, (size_t)l->cache_bytes, far_blocks * unit);
+        l->d_idx = far_ids_upload(l->idx, T * width, far_blocks * bs);
+        l->dev = l->host;
+        l->dev.num_blocks += far_blocks;
+    }
     l->d_ptr = (int32_t *)upload_copy(l->ptr, (size_t)(T + 1) * 4);
     l->d_len = (int32_t *)upload_copy(l->len, (size_t)T * 4);
-    l->dev = l->host;
     l->dev.cache = l->d_cache;
     l->dev.indices = l->d_idx;
     if (dense) l->dev.lens = l->d_len;
@@ -2304,6 +2396,7 @@ typedef struct v4_case {
     int tiny_q;             /* q's dims 0 .. 63 below 2^-28 of its row's largest, MODEL1 keys' ~2^46 there */
     int cut;                /* the extra (ragged) list's capacity halfway through its entries, as a
                                builder's overflow leaves it: the GPU reads up to capacity alone */
+    int far;                /* 1: both lists' GPU caches past 4 GiB (see far_cache_upload) */
 } v4_case;
 
 static void run_v4_case(const v4_case *c, test_rng *rng) {
@@ -2320,8 +2413,9 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
              aiter_mla_dtype_name(c->fp8_1), aiter_mla_dtype_name(c->q_dtype), aiter_mla_dtype_name(c->o_dtype),
              c->with_sink ? " sink" : "", c->strided ? " strided" : "", c->splits, c->num_cu);
     if (c->cut) snprintf(what + strlen(what), sizeof what - strlen(what), ", cut at capacity");
-    v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, c->tiny_q, rng); /* the SWA list: dense, width W */
-    if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, c->tiny_q, rng); /* compressed: ragged */
+    if (c->far) snprintf(what + strlen(what), sizeof what - strlen(what), ", far");
+    v4_list_make(&l0, T, c->format0, c->fp8_0, 1, 128, c->tiny_q, c->far, rng); /* the SWA list: dense, width W */
+    if (c->format1 >= 0) v4_list_make(&l1, T, c->format1, c->fp8_1, 0, 512, c->tiny_q, c->far, rng); /* compressed: ragged */
     float sink[128];
     for (h = 0; h < H; h++) sink[h] = h % 5 == 0 ? -INFINITY : h % 7 == 3 ? INFINITY : rng_f32(rng, -2.0f, 6.0f);
     void *q = test_malloc((size_t)nq * qe), *o_ref = test_malloc((size_t)no * oe), *o_gpu = test_malloc((size_t)no * oe);
@@ -3614,6 +3708,110 @@ static void test_neg_inf_scores(test_rng *rng) {
     printf("-inf scores: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
+/* Caches past 4 GiB (far_cache_upload): every attention kernel's key addresses in 64 bits. Decode
+ * on each kernel (16-row mma.sync over pages of 64 and of one, the e4m3fn kernel over both, the
+ * warpgroup kernel by TMA, by cp.async and over e4m3 rows, the wide reduce of one request, the
+ * portable kernel), sparse attention over bf16 and fp8_ds_mla rows at 16 and 128 heads, V4 over
+ * MODEL1 pages, bf16 and f32 rows at 16, 64 and 128 heads, with and without splits; prefill with
+ * q, k, v and o at token strides that put their last rows past 4 GiB (the warpgroup kernel by
+ * TMA, with a plan, over e4m3fn, f16, the portable kernel's odd strides, 64/64); the paged gathers
+ * (gather_cache, v4_gather). One case's device buffers at a time: about 4.3 GiB each. */
+static void test_far_caches(test_rng *rng) {
+    struct { int heads, q_len, page, batch, num_cu; aiter_mla_dtype q, kv; } dv[] = {
+        {16, 1, 64, 5, 7, AITER_MLA_BF16, AITER_MLA_BF16},
+        {16, 2, 1, 4, 3, AITER_MLA_BF16, AITER_MLA_BF16},
+        {16, 1, 64, 5, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN},
+        {16, 1, 1, 4, 3, AITER_MLA_FP8_E4M3FN, AITER_MLA_FP8_E4M3FN},
+        {128, 1, 64, 3, 9, AITER_MLA_BF16, AITER_MLA_BF16},
+        {64, 2, 16, 4, 5, AITER_MLA_BF16, AITER_MLA_BF16},
+        {128, 1, 64, 3, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN},
+        {64, 1, 1, 4, 5, AITER_MLA_FP8_E4M3FNUZ, AITER_MLA_FP8_E4M3FNUZ},
+        {16, 1, 64, 1, 64, AITER_MLA_BF16, AITER_MLA_BF16},
+        {16, 1, 16, 4, 5, AITER_MLA_F16, AITER_MLA_F16},
+    };
+    struct { int heads, topk, cache; aiter_mla_dtype q; } sv[] = {
+        {128, 2048, 0, AITER_MLA_BF16}, {128, 2048, 1, AITER_MLA_BF16}, {16, 64, 2, AITER_MLA_BF16}, {16, 63, 0, AITER_MLA_F16},
+    };
+    struct { int heads, format0, format1, splits; aiter_mla_dtype q; } vv[] = {
+        {16, 0, 0, 1, AITER_MLA_BF16}, {16, 0, 0, 3, AITER_MLA_BF16}, {64, 0, -1, 1, AITER_MLA_BF16},
+        {128, 1, -1, 1, AITER_MLA_BF16}, {16, 0, 2, 1, AITER_MLA_F16},
+    };
+    struct { int heads, dqk, dv, causal, plan_cu, grid_cu, odd; aiter_mla_dtype t; } pv[] = {
+        {128, 192, 128, 1, 0, 132, 0, AITER_MLA_BF16}, {16, 192, 128, 0, 7, 0, 0, AITER_MLA_BF16},
+        {16, 192, 128, 1, 0, 0, 0, AITER_MLA_FP8_E4M3FN}, {8, 128, 128, 0, 0, 5, 0, AITER_MLA_F16},
+        {4, 192, 128, 1, 0, 0, 1, AITER_MLA_BF16}, {4, 64, 64, 1, 0, 0, 0, AITER_MLA_BF16},
+    };
+    const int before = testing_failed;
+    int32_t ctx[5];
+    int k, b;
+    if (g_quick) { /* the sanitizers' sweep: gigabytes of allocations add nothing there */
+        printf("caches past 4 GiB: not in the quick sweep\n");
+        return;
+    }
+    /* a prefill case holds four far buffers, a V4 case two */
+    if (gpu_mem_bytes() < ((size_t)(4 * kFarMiB + 2048) << 20)) {
+        printf("caches past 4 GiB: not run (the device has %zu MiB; the cases need about %d)\n", gpu_mem_bytes() >> 20, 4 * kFarMiB + 2048);
+        return;
+    }
+    for (k = 0; k < (int)(sizeof dv / sizeof dv[0]); k++) {
+        decode_case c = decode_case_of(dv[k].heads, dv[k].q_len, dv[k].page, dv[k].batch, dv[k].num_cu, dv[k].q, dv[k].kv, AITER_MLA_BF16,
+                                       ctx);
+        c.far = 1;
+        for (b = 0; b < c.batch; b++) ctx[b] = c.batch == 1 ? 3000 : rng_int(rng, 1, 900);
+        run_decode_case(&c, rng);
+    }
+    for (k = 0; k < (int)(sizeof sv / sizeof sv[0]); k++) {
+        sparse_case c;
+        memset(&c, 0, sizeof c);
+        c.tokens = 4;
+        c.heads = sv[k].heads;
+        c.topk = sv[k].topk;
+        c.cache = sv[k].cache;
+        c.q_dtype = sv[k].q;
+        c.o_dtype = AITER_MLA_BF16;
+        c.with_length = c.with_sink = k % 2;
+        c.holes = 10;
+        c.num_cu = k % 2 ? 3 : 0;
+        c.far = 1;
+        run_sparse_case(&c, rng);
+    }
+    for (k = 0; k < (int)(sizeof vv / sizeof vv[0]); k++) {
+        v4_case c;
+        memset(&c, 0, sizeof c);
+        c.tokens = 6;
+        c.heads = vv[k].heads;
+        c.format0 = vv[k].format0;
+        c.format1 = vv[k].format1;
+        c.fp8_0 = k % 2 ? AITER_MLA_FP8_E4M3FNUZ : AITER_MLA_FP8_E4M3FN;
+        c.fp8_1 = AITER_MLA_FP8_E4M3FN;
+        c.q_dtype = vv[k].q;
+        c.o_dtype = AITER_MLA_BF16;
+        c.with_sink = 1;
+        c.splits = vv[k].splits;
+        c.far = 1;
+        run_v4_case(&c, rng);
+    }
+    for (k = 0; k < (int)(sizeof pv / sizeof pv[0]); k++) {
+        prefill_case c = prefill_case_of(pv[k].heads, pv[k].dqk, pv[k].dv, 4, pv[k].causal, 150, pv[k].t,
+                                         pv[k].t == AITER_MLA_F16 ? AITER_MLA_F16 : AITER_MLA_BF16);
+        c.plan_cu = pv[k].plan_cu;
+        c.grid_cu = pv[k].grid_cu;
+        c.odd_strides = pv[k].odd;
+        c.sk_fixed = 180; /* rows enough that the strides stay below 2^32 elements */
+        c.far = 1;
+        run_prefill_case(&c, rng);
+    }
+    /* the paged gathers: bf16 pages of 64, e4m3fn pages of 16, fp8_ds_mla slots of one; MODEL1
+       pages of 64, of 16 with padding, of 3 into a misaligned output */
+    run_gather_cache_case(0, 0, 2, 1, rng);
+    run_gather_cache_case(2, 2, 7, 1, rng);
+    run_gather_cache_case(4, 1, 12, 1, rng);
+    run_v4_gather_case(0, 1, rng);
+    run_v4_gather_case(2, 1, rng);
+    run_v4_gather_case(3, 1, rng);
+    printf("caches past 4 GiB: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
 /* Usage: test_gpu [--quick] [--seed N] [--list] [TEST ...]: with names (test_merge_gpu, ...),
  * only those run; --seed N mixes N into the seed of the one stream every test draws from, in
  * order, as test_host --seed does into its seeds (0, the default, keeps the fixed draws, so that
@@ -3701,6 +3899,7 @@ int main(int argc, char **argv) {
     RUN(test_prefill_long_rows);
     RUN(test_nan_rows);
     RUN(test_neg_inf_scores);
+    RUN(test_far_caches);
     if (g_list) {
         free(g_matched);
         return 0;
