@@ -4,9 +4,10 @@
  * the multi-head latent attention (MLA) of DeepSeek V2/V3: host planners, head-padding
  * helpers, validating launch wrappers, GPU kernels for AMD (hipcc) and NVIDIA (nvcc on the
  * same source) and a CPU reference for every operation. No Python, no allocation behind
- * your back, no device-property queries, no stream creation (NVIDIA launches ask the runtime
- * once per device which of kernels.hip's images it runs, so that a build for several targets
- * takes each one's kernels where they run). docs/SPEC.md states what each op
+ * your back, no stream creation, no device queries but two (NVIDIA launches ask the runtime
+ * once per device which of kernels.hip's images it runs and how much shared memory a block may
+ * take, so that a build for several targets takes the kernels that run and fit on each
+ * device). docs/SPEC.md states what each op
  * computes (the "SPEC n" section numbers below); docs/DESIGN.md explains the layout.
  *
  * ---------------------------------------------------------------------------------------
@@ -757,12 +758,13 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
  * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA devices that run a
- * pass of kernels.hip built for sm_90 or newer, a bf16 q (16-byte aligned base, strides
- * multiples of 8 elements) over a bf16 or fp8 cache, or an e4m3 q (8-byte aligned, the
- * same strides, widened exactly to bf16 as it loads) over its fp8 cache, takes the
- * tensor-core kernel (where the device runs the sm_90a pass of a build with
+ * pass of kernels.hip built for sm_90 or newer with 227 KB of shared memory a block (H100,
+ * H200, B200), or for sm_80 with 163 KB (A100, Orin: passes of 16 rows only), a bf16 q
+ * (16-byte aligned base, strides multiples of 8 elements) over a bf16 or fp8 cache, or an
+ * e4m3 q (8-byte aligned, the same strides, widened exactly to bf16 as it loads) over its fp8
+ * cache, takes the tensor-core kernel (where the device runs the sm_90a pass of a build with
  * AITER_MLA_WGMMA, its wgmma variant when a query tile has more than 16 rows); everything
- * else the portable one. fp8 keys are widened
+ * else, and devices with 99 KB a block (sm_86, sm_89, sm_120), the portable one. fp8 keys are widened
  * exactly: to bf16 on the wgmma variant and for e4m3fnuz; e4m3fn keys elsewhere (passes of
  * up to 16 rows, and every pass in builds without AITER_MLA_WGMMA) to f16, with q rows
  * scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
@@ -1154,7 +1156,8 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * GPU: one block per (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
  * taking tokens in turn: 4096 tokens at 128 heads, 5275 -> 4990 us on an H100; tensor cores
- * on sm_90 for bf16 q; fp8_ds_mla rows widened to bf16 in shared memory: on
+ * for bf16 q where the decode takes them (aiter_mla_decode_args); fp8_ds_mla rows widened to
+ * bf16 in shared memory: on
  * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
  * one rounding, as FlashMLA's test oracle and vLLM's fp8_ds_mla gather dequantise (FlashMLA's
  * sm90 kernel rounds the scale to bf16 first, a second rounding), which moves a score by up
@@ -1640,8 +1643,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
  * heads, or up to 16 over MODEL1 e4m3fn pages with one split, only the blocks that fit at
  * once, each taking tokens in turn, so that a token's q
  * loads while the one before ends: 4 x 4096 prefill tokens at 64 heads through the bf16
- * workspace, 3417 -> 2960 us on an H100), the tensor-core decode kernel on sm_90 for bf16 q (16-byte
- * aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
+ * workspace, 3417 -> 2960 us on an H100), the tensor-core decode kernel where the decode
+ * takes it for bf16 q (16-byte aligned rows) with both lists MODEL1 pages (16-byte aligned, page stride a multiple of
  * 16, and 8 bytes of padding after an odd block size's last scales, which the default
  * stride has) or both bf16 rows, a portable kernel otherwise (up to 16 heads over MODEL1
  * pages of e4m3fn with num_splits 1, AITER_MLA_WGMMA builds take a kernel of their own that
@@ -1748,8 +1751,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
 typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
-    AITER_MLA_KERNEL_MMA16,    /* NVIDIA sm_90 mma.sync, 16 query rows a pass (up to 16 per tile;
-                                  BULK16's cases excepted) */
+    AITER_MLA_KERNEL_MMA16,    /* NVIDIA mma.sync, 16 query rows a pass: on sm_90 and newer (up to
+                                  16 per tile; BULK16's cases excepted), and every tile on sm_80
+                                  with 163 KB of shared memory a block (A100) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims, bf16 and fp8 only, and e4m3fnuz) */

@@ -24,8 +24,9 @@ typedef cudaError_t hipError_t;
 #define aiter_mla__shfl_xor(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
 #define aiter_mla__shfl(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
-// Device passes compile out the kernels their target cannot run (below sm_90 the tensor-core
-// kernels, below sm_80 the prefill's too; the warpgroup kernels outside sm_90a), which leaves
+// Device passes compile out the kernels their target cannot run (below sm_80 the tensor-core
+// kernels; the warpgroup kernels outside sm_90a; each pass the other passes' mma.sync decode
+// instances), which leaves
 // those kernels' helpers and constants unreferenced there: nvcc's "declared but never
 // referenced" (177) would flood an sm_75, sm_80 or sm_100 pass.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || (defined(AITER_MLA_WGMMA) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)))
@@ -1082,18 +1083,31 @@ __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, int loc
 }
 __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) { count_stored_rows(p, pc.loc, rows); }
 
-// The path needs sm_90 (the e4m3 converter): its kernels have bodies only in device passes
-// for sm_90 and newer, and a launch takes them only where the device runs such a pass's code
-// (mma_runs, at run time: a build for sm_80 and sm_90a runs them on Hopper alone).
-// Whether this device pass leaves the body of decode instance (kvt, m) out: an sm_90a pass of
-// an AITER_MLA_WGMMA build, whose launches take the warpgroup kernel for every 64-row pass and
-// the bulk-copy kernel (f8::) for every 16-row e4m3fn one, compiles those instances only for
-// the build's other targets.
-__host__ __device__ constexpr bool left_out_here(int kvt, int m) {
+// Shared memory a block may take: Hopper's (and newer), and Ampere's (sm_80, sm_87: 163 KB).
+// The mma.sync decode's instances for Ampere (the sm_80 pass, kSmem = kSmemAmpere) run every
+// pass with 16 rows and one group of 16 warps; sm_86 and sm_89 (99 KB) fit no plan of two ring
+// slots and keep the portable kernel.
+constexpr int kSmemLimit = 227 * 1024, kSmemAmpere = 163 * 1024;
+// Its kernels have bodies in device passes for sm_80 and newer, and a launch takes them only
+// where the device runs such a pass's code (mma_runs, at run time: a build for sm_80 and sm_90a
+// runs each pass's own instances). The instances for Hopper's shared memory (kSmem =
+// kSmemLimit) run on sm_90 passes and newer, those for Ampere's (kSmemAmpere: 16-row passes,
+// one group) on sm_80 passes; each pass compiles only its own. fp8 keys widen by the hardware
+// converter from sm_90 (sm_80: by arithmetic, exactly the same).
+// Whether this device pass leaves the body of decode instance (kvt, m, smem) out: the other
+// passes' instances; and an sm_90a pass of an AITER_MLA_WGMMA build, whose launches take the
+// warpgroup kernel for every 64-row pass and the bulk-copy kernel (f8::) for every 16-row
+// e4m3fn one, compiles those instances only for the build's other targets.
+__host__ __device__ constexpr bool left_out_here(int kvt, int m, int smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if (smem != kSmemAmpere) return true;
+#elif defined(__CUDA_ARCH__)
+    if (smem == kSmemAmpere) return true;
+#endif
 #if defined(AITER_MLA_WGMMA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     return m != 16 || kvt == AITER_MLA_FP8_E4M3FN;
 #else
-    return (void)kvt, (void)m, false;
+    return (void)kvt, (void)m, (void)smem, false;
 #endif
 }
 
@@ -1123,7 +1137,6 @@ __device__ __forceinline__ void with_fnuz_rule(bool v4_fnuz, F &&widen) {
     else if (is_v4(KVT) && v4_fnuz) widen(FnuzRule<kFnuzByKind>{});
     else widen(FnuzRule<kFnuzNever>{});
 }
-constexpr int kSmemLimit = 227 * 1024;
 
 // Shared-memory plan of one variant. M rows per pass: 16 for the memory-bound shapes, 64
 // otherwise. The 16-row variant runs two independent groups of 8 warps, each streaming
@@ -1136,9 +1149,10 @@ __host__ __device__ constexpr int ring_pitch(int kvt) {
     return kvt == AITER_MLA_BF16 || kvt == kV4Bf16 ? 0 : kvt == kV4Model1 ? AITER_MLA_V4_ROW_BYTES + 16 : cache_row_bytes(kvt);
 }
 
-template <int SRC, int M> // SRC: ring row bytes of a byte-ring format (fp8, ds_mla), 0 for bf16
+// kLimit: the shared memory a block may take; two groups only where Hopper's 227 KB hold them.
+template <int SRC, int M, int kLimit = kSmemLimit> // SRC: ring row bytes of a byte-ring format (fp8, ds_mla), 0 for bf16
 struct Smem { // byte offsets into the dynamic shared memory
-    static constexpr int groups = M == 16 ? 2 : 1;
+    static constexpr int groups = M == 16 && kLimit >= kSmemLimit ? 2 : 1;
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
     static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
@@ -1147,11 +1161,11 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN;                   // slot, valid flags
-    static constexpr int fit = (kSmemLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
+    static constexpr int fit = (kLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
     static constexpr int cap = fit > 8 ? 8 : fit;
     // bytes of a group with st ring slots (the layout below, roundings included)
     static constexpr int group_bytes_for(int st) { return (st * stage + group_fixed + st * kN + 127) / 128 * 128; }
-    static constexpr int stages = shared_fixed + groups * group_bytes_for(cap) <= kSmemLimit ? cap : cap - 1; // ring slots per group
+    static constexpr int stages = shared_fixed + groups * group_bytes_for(cap) <= kLimit ? cap : cap - 1; // ring slots per group
     // shared by the groups
     static constexpr int q = 0;
     static constexpr int lim = q + M * kRowB;                      // int64 [M]
@@ -1166,7 +1180,7 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
     static constexpr int group_bytes = (valid + stages * kN + 127) / 128 * 128;
     static constexpr int total = group0 + groups * group_bytes;
-    static_assert(stages >= 2 && total <= kSmemLimit, "shared memory plan does not fit");
+    static_assert(stages >= 2 && total <= kLimit, "shared memory plan does not fit");
     static_assert(groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
                   "the merge of the groups reuses a ring");
     static_assert(stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
@@ -1489,9 +1503,9 @@ __device__ __forceinline__ const unsigned char *shfl_bytes_ptr(const unsigned ch
         (uintptr_t)aiter_mla__shfl((unsigned long long)(uintptr_t)ptr, from));
 }
 
-template <int KVT, int M>
+template <int KVT, int M, int kSmem = kSmemLimit>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr bool FP8 = ring_pitch(KVT) != 0;       // a byte ring, widened (fp8, ds_mla, MODEL1)
     // Per-tensor e4m3fn keys take the products in f16 instead: e4m3 widens to f16 in one
     // conversion per pair (to bf16 it takes four), Q rows are scaled into f16's range by
@@ -1500,7 +1514,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     constexpr int kRowSrc = cache_row_bytes(KVT);    // bytes copied per key
     constexpr int kPitch = FP8 ? ring_pitch(KVT) : kRowB; // ring row bytes
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // q . k dims, their k-steps
-    using S = Smem<ring_pitch(KVT), M>;
+    using S = Smem<ring_pitch(KVT), M, kSmem>;
     constexpr int kM = M, kMT = M / 16, kStages = S::stages, kGroups = S::groups, kGW = S::group_warps;
     constexpr int kGT = kGW * 32, kNT = kL / kGW / 8; // threads per group, n8-tiles of dims per warp
     extern __shared__ __align__(128) unsigned char smem[];
@@ -1531,7 +1545,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (kFnuzLut) fill_fnuz_lut(lut, tid, kThreads);
     __syncthreads(); // the table is ready
 
-    if constexpr (!left_out_here(KVT, M)) for_each_piece(p, [&](const Piece &pc) {
+    if constexpr (!left_out_here(KVT, M, kSmem)) for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
@@ -1656,7 +1670,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
             // of copy), D1 179.3-179.9 -> 175.4-179.4, D5 16.2-16.3 -> 16.4-16.5 (ptxas: 36-40 bytes
             // of spills, all outside the tile loop). The byte-ring and V4 instances keep Q in shared
             // memory: their registers are spent (MODEL1's already spills).
-            constexpr bool kQRegs = kM == 16 && KVT == AITER_MLA_BF16;
+            constexpr bool kQRegs = kM == 16 && kGW == 8 && KVT == AITER_MLA_BF16;
             constexpr int kQSteps = kQRegs ? kKSteps / 4 : 1; // k-steps of a k-part (4 k-parts)
             static_assert(!kQRegs || (kGW == 8 && kKSteps % 4 == 0), "one unit a warp: 2 n8-pairs x 4 k-parts");
             // Those passes issue the next tile's copies after S, not before it: S's ldmatrix no
@@ -4676,14 +4690,23 @@ namespace mma {
 
 constexpr int kPfN = 64; // keys per tile
 
-template <int DQK, int DV, bool STAGED = false> // STAGED: fp8 K and V staged as bytes
+// A block's shape and shared-memory layout for head dims (dqk, dv); staged: fp8 K and V staged
+// as bytes. The host asks it too, for the device's limit (prefill_kernel_of).
+struct PfLayout {
+    int mtw, warps, threads, bm, qrow, vrow, q, k, v, kst, vst, total;
+};
+__host__ __device__ constexpr PfLayout pf_layout(int dqk, int dv, bool staged) {
+    const int mtw = dv <= 128 ? 2 : 1; // m16 tiles per warp
+    const int warps = 8 / mtw, bm = warps * 16 * mtw;
+    const int qrow = dqk * 2 + 16, vrow = dv * 2 + 16; // padded rows: ldmatrix hits 8 bank groups
+    const int k = bm * qrow, v = k + kPfN * qrow, kst = v + kPfN * vrow, vst = kst + (staged ? kPfN * dqk : 0); // byte rows of K, V
+    return PfLayout{mtw, warps, warps * 32, bm, qrow, vrow, 0, k, v, kst, vst, vst + (staged ? kPfN * dv : 0)};
+}
+template <int DQK, int DV, bool STAGED = false>
 struct PfShape {
-    static constexpr int mtw = DV <= 128 ? 2 : 1;        // m16 tiles per warp
-    static constexpr int warps = 8 / mtw, threads = warps * 32, bm = warps * 16 * mtw;
-    static constexpr int qrow = DQK * 2 + 16, vrow = DV * 2 + 16; // padded rows: ldmatrix hits 8 bank groups
-    static constexpr int q = 0, k = bm * qrow, v = k + kPfN * qrow;
-    static constexpr int kst = v + kPfN * vrow, vst = kst + (STAGED ? kPfN * DQK : 0); // byte rows of K, V
-    static constexpr int total = vst + (STAGED ? kPfN * DV : 0);
+    static constexpr PfLayout L = pf_layout(DQK, DV, STAGED);
+    static constexpr int mtw = L.mtw, threads = L.threads, bm = L.bm, qrow = L.qrow, vrow = L.vrow;
+    static constexpr int q = L.q, k = L.k, v = L.v, total = L.total; // the staged rows: L.kst, L.vst
 };
 
 // Rows [row0, row0 + valid) of a [rows, head, D] tensor (element et, head offset in elements)
@@ -4756,12 +4779,12 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
         // the K or V tile of keys [kb, kb + kPfN): 16-bit rows, or (STAGED) byte rows to widen
         auto load_k = [&](int kb) {
             const int64_t head = (int64_t)u.h * a.k_stride_head;
-            if constexpr (STAGED) pf_stage_rows<DQK, T>(smem + Sh::kst, a.k, a.k_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            if constexpr (STAGED) pf_stage_rows<DQK, T>(smem + Sh::L.kst, a.k, a.k_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
             else pf_load_rows<DQK, T>(a.qkv_dtype, smem + Sh::k, Sh::qrow, a.k, a.k_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
         };
         auto load_v = [&](int kb) {
             const int64_t head = (int64_t)u.h * a.v_stride_head;
-            if constexpr (STAGED) pf_stage_rows<DV, T>(smem + Sh::vst, a.v, a.v_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
+            if constexpr (STAGED) pf_stage_rows<DV, T>(smem + Sh::L.vst, a.v, a.v_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
             else pf_load_rows<DV, T>(a.qkv_dtype, smem + Sh::v, Sh::vrow, a.v, a.v_stride_token, head, u.k0 + kb, min(kPfN, jend - kb), kPfN);
         };
         pf_load_rows<DQK, T, F16>(a.qkv_dtype, smem + Sh::q, Sh::qrow, a.q, a.q_stride_token, (int64_t)u.h * a.q_stride_head,
@@ -4790,7 +4813,7 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
             cp_async_wait<0>();
             // staged: this thread's chunks of K (every warp is done with the previous K: the
             // last barrier came after Q K^T)
-            if constexpr (STAGED) pf_widen_rows<DQK, T>(smem + Sh::kst, smem + Sh::k, Sh::qrow, kPfN, fnuz);
+            if constexpr (STAGED) pf_widen_rows<DQK, T>(smem + Sh::L.kst, smem + Sh::k, Sh::qrow, kPfN, fnuz);
             __syncthreads(); // K (and Q) landed or widened; every warp is done with the previous V
             load_v(kb);
             cp_async_commit();
@@ -4880,7 +4903,7 @@ __global__ void __launch_bounds__(PfShape<DQK, DV>::threads) prefill_mma_kernel(
             }
 
             cp_async_wait<1>();
-            if constexpr (STAGED) pf_widen_rows<DV, T>(smem + Sh::vst, smem + Sh::v, Sh::vrow, kPfN, fnuz); // this thread's chunks
+            if constexpr (STAGED) pf_widen_rows<DV, T>(smem + Sh::L.vst, smem + Sh::v, Sh::vrow, kPfN, fnuz); // this thread's chunks
             __syncthreads(); // V landed or widened (the next K may still be in flight)
             // O += P V: P's A fragments straight from the S accumulators
 #pragma unroll
@@ -6396,9 +6419,31 @@ static int image_arch() {
     if (cached) arch_of[dev].store(arch, std::memory_order_relaxed);
     return arch;
 }
-// Whether launches on the current device may take the mma.sync kernels (bodies from sm_90 on;
-// the prefill's from sm_80)...
-static bool mma_runs() { return image_arch() >= 90; }
+// The shared memory a block of the current device may opt in to, looked up once per device as
+// image_arch is (0 where the runtime cannot say).
+static int smem_optin() {
+    constexpr int kCached = 64;
+    static std::atomic<int> bytes_of[kCached];
+    int dev = 0, bytes = 0;
+    if (taken(cudaGetDevice(&dev)) != hipSuccess) return 0;
+    const bool cached = dev >= 0 && dev < kCached;
+    bytes = cached ? bytes_of[dev].load(std::memory_order_relaxed) : 0;
+    if (bytes) return bytes;
+    if (taken(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != hipSuccess) return 0;
+    if (cached) bytes_of[dev].store(bytes, std::memory_order_relaxed);
+    return bytes;
+}
+// The shared-memory plan of the mma.sync decode on the current device: Hopper's (kSmemLimit)
+// where it runs an sm_90 pass or newer with 227 KB a block, Ampere's (kSmemAmpere) on an sm_80
+// pass with 163 KB (A100); 0 elsewhere (sm_86, sm_89, sm_120: 99 KB), which takes the portable
+// decode.
+static int mma_smem() {
+    const int arch = image_arch(), limit = arch >= 90 ? mma::kSmemLimit : arch >= 80 ? mma::kSmemAmpere : 0;
+    return limit && smem_optin() >= limit ? limit : 0;
+}
+// Whether launches on the current device may take the mma.sync kernels (the decode's by
+// mma_smem; the prefill's from sm_80)...
+static bool mma_runs() { return mma_smem() != 0; }
 static bool prefill_mma_runs() { return image_arch() >= 80; }
 #ifdef AITER_MLA_HAS_WGMMA
 // ... and the warpgroup ones (Hopper's pass is sm_90a in these builds).
@@ -6499,7 +6544,8 @@ static bool wgmma_rows(int tile_rows) {
 // The tensor-core kernel launch_mma takes for tile_rows query rows per tile: the 16-row kernel
 // up to 16 rows, else the warpgroup kernel where it runs (64-row mma.sync otherwise).
 static aiter_mla_kernel mma_kernel_of(int tile_rows) {
-    return tile_rows <= 16 ? AITER_MLA_KERNEL_MMA16 : wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
+    if (tile_rows <= 16 || mma_smem() == mma::kSmemAmpere) return AITER_MLA_KERNEL_MMA16; // Ampere: 16-row passes only
+    return wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
 }
 #ifdef AITER_MLA_HAS_WGMMA
 // Whether a decode's tensor-core pass goes to the kernel that stages keys by bulk copies
@@ -6596,9 +6642,10 @@ static bool decode_cache_map(const DecodeParams &p, CUtensorMap *m) {
     return encode_tensor_map(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.kv_cache, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 #endif
-template <int KVT, int M>
+template <int KVT, int M, int kSmem = mma::kSmemLimit>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    return launch_big_smem(mma::decode_mma_kernel<KVT, M>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M>::total, s, p);
+    return launch_big_smem(mma::decode_mma_kernel<KVT, M, kSmem>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M, kSmem>::total, s,
+                           p);
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
 // warpgroup kernel where the build has it. The kPairedKeys formats (sparse attention only)
@@ -6623,6 +6670,8 @@ static dim3 resident_token_blocks(dim3 grid, int num_cu) {
 #endif
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
+    // Ampere: every pass of 16 rows (a block's rows in turn), one group of warps (mma_kernel_of)
+    if (mma_smem() == mma::kSmemAmpere) return launch_mma_rows<KVT, 16, mma::kSmemAmpere>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Every 16-row pass over a per-tensor e4m3fn cache (a decode: sparse attention reads bf16
     // or fp8_ds_mla rows; the wrapper holds the cache's base to 16 bytes, as the kernel's bulk
@@ -6916,8 +6965,11 @@ static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
         if (common && a->qkv_dtype != AITER_MLA_FP8_E4M3FNUZ && wgmma_runs()) return AITER_MLA_KERNEL_WGMMA;
 #endif
         // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
-        // other pairs run portable, fp8's widen to bf16 on the way in
-        if (a->qkv_dtype != AITER_MLA_F16 || common) return AITER_MLA_KERNEL_MMA;
+        // other pairs run portable, fp8's widen to bf16 on the way in. A block's layout must fit
+        // the device's shared memory (99 KB on sm_86, sm_89, sm_120: not the 256-dim pairs, nor
+        // fp8 staged at 192/128), else the portable kernel.
+        if ((a->qkv_dtype != AITER_MLA_F16 || common) && mma::pf_layout(a->dqk, a->dv, fp8 && common).total <= smem_optin())
+            return AITER_MLA_KERNEL_MMA;
     }
 #endif
     (void)aligned;
