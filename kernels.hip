@@ -6405,33 +6405,35 @@ static hipError_t taken(hipError_t e) {
 // this, not the build's target list. Looked up once per device (the PTX version of a kernel,
 // cudaFuncGetAttributes: no synchronisation, no allocation), then read from a table.
 static __global__ void image_probe_kernel() {}
-static int image_arch() {
-    constexpr int kCached = 64; // devices with a slot; others are looked up at every call
-    static std::atomic<int> arch_of[kCached]; // 0: not looked up yet
+// A value of the current device, looked up once (lookup(dev): 0 where the runtime cannot say)
+// and then read from `table` (0: not looked up yet); devices past its slots are looked up at
+// every call.
+constexpr int kDeviceSlots = 64;
+template <typename F>
+static int per_device(std::atomic<int> (&table)[kDeviceSlots], F &&lookup) {
     int dev = 0;
     if (taken(cudaGetDevice(&dev)) != hipSuccess) return 0;
-    const bool cached = dev >= 0 && dev < kCached;
-    int arch = cached ? arch_of[dev].load(std::memory_order_relaxed) : 0;
-    if (arch) return arch;
-    cudaFuncAttributes fa{};
-    if (taken(cudaFuncGetAttributes(&fa, image_probe_kernel)) != hipSuccess) return 0;
-    arch = fa.ptxVersion;
-    if (cached) arch_of[dev].store(arch, std::memory_order_relaxed);
-    return arch;
+    const bool cached = dev >= 0 && dev < kDeviceSlots;
+    int v = cached ? table[dev].load(std::memory_order_relaxed) : 0;
+    if (v) return v;
+    v = lookup(dev);
+    if (cached) table[dev].store(v, std::memory_order_relaxed);
+    return v;
 }
-// The shared memory a block of the current device may opt in to, looked up once per device as
-// image_arch is (0 where the runtime cannot say).
+static int image_arch() {
+    static std::atomic<int> arch_of[kDeviceSlots];
+    return per_device(arch_of, [](int) {
+        cudaFuncAttributes fa{};
+        return taken(cudaFuncGetAttributes(&fa, image_probe_kernel)) == hipSuccess ? fa.ptxVersion : 0;
+    });
+}
+// The shared memory a block of the current device may opt in to.
 static int smem_optin() {
-    constexpr int kCached = 64;
-    static std::atomic<int> bytes_of[kCached];
-    int dev = 0, bytes = 0;
-    if (taken(cudaGetDevice(&dev)) != hipSuccess) return 0;
-    const bool cached = dev >= 0 && dev < kCached;
-    bytes = cached ? bytes_of[dev].load(std::memory_order_relaxed) : 0;
-    if (bytes) return bytes;
-    if (taken(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != hipSuccess) return 0;
-    if (cached) bytes_of[dev].store(bytes, std::memory_order_relaxed);
-    return bytes;
+    static std::atomic<int> bytes_of[kDeviceSlots];
+    return per_device(bytes_of, [](int dev) {
+        int bytes = 0;
+        return taken(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) == hipSuccess ? bytes : 0;
+    });
 }
 // The shared-memory plan of the mma.sync decode on the current device: Hopper's (kSmemLimit)
 // where it runs an sm_90 pass or newer with 227 KB a block, Ampere's (kSmemAmpere) on an sm_80
