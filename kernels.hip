@@ -6968,8 +6968,8 @@ static aiter_mla_kernel prefill_kernel_of(const aiter_mla_prefill_args *a) {
 #endif
         // f16, and fp8 staged as bytes, have kernels for the common pairs only (compile time): f16's
         // other pairs run portable, fp8's widen to bf16 on the way in. A block's layout must fit
-        // the device's shared memory (99 KB on sm_86, sm_89, sm_120: not the 256-dim pairs, nor
-        // fp8 staged at 192/128), else the portable kernel.
+        // the device's shared memory (99 KB on sm_86, sm_89, sm_120: not 192/192, the 256-dim
+        // pairs, nor fp8 staged at 192/128), else the portable kernel.
         if ((a->qkv_dtype != AITER_MLA_F16 || common) && mma::pf_layout(a->dqk, a->dv, fp8 && common).total <= smem_optin())
             return AITER_MLA_KERNEL_MMA;
     }
