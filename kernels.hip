@@ -6644,10 +6644,18 @@ static bool decode_cache_map(const DecodeParams &p, CUtensorMap *m) {
     return encode_tensor_map(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.kv_cache, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 #endif
-template <int KVT, int M, int kSmem = mma::kSmemLimit>
-static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
+template <int KVT, int M, int kSmem>
+static hipError_t launch_mma_layout(dim3 grid, hipStream_t s, const DecodeParams &p) {
     return launch_big_smem(mma::decode_mma_kernel<KVT, M, kSmem>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M, kSmem>::total, s,
                            p);
+}
+// M rows a pass, in the layout of the device's shared memory (mma_smem: Ampere's has 16-row
+// passes only, which mma_kernel_of gives it).
+template <int KVT, int M>
+static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
+    if constexpr (M == 16)
+        if (mma_smem() == mma::kSmemAmpere) return launch_mma_layout<KVT, 16, mma::kSmemAmpere>(grid, s, p);
+    return launch_mma_layout<KVT, M, mma::kSmemLimit>(grid, s, p);
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
 // warpgroup kernel where the build has it. The kPairedKeys formats (sparse attention only)
@@ -6672,8 +6680,6 @@ static dim3 resident_token_blocks(dim3 grid, int num_cu) {
 #endif
 template <int KVT>
 static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, int tile_rows, [[maybe_unused]] int num_cu = 0) {
-    // Ampere: every pass of 16 rows (a block's rows in turn), one group of warps (mma_kernel_of)
-    if (mma_smem() == mma::kSmemAmpere) return launch_mma_rows<KVT, 16, mma::kSmemAmpere>(grid, s, p);
 #ifdef AITER_MLA_HAS_WGMMA
     // Every 16-row pass over a per-tensor e4m3fn cache (a decode: sparse attention reads bf16
     // or fp8_ds_mla rows; the wrapper holds the cache's base to 16 bytes, as the kernel's bulk
