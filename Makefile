@@ -13,7 +13,11 @@
 # GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
 # ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...), which is
 # otherwise the first GPU's (sm_90a on Hopper, for its wgmma kernels; sm_XY from its compute
-# capability elsewhere; its gfx name on AMD), or sm_90a / gfx942 where none answers.
+# capability elsewhere; its gfx name on AMD), or sm_90a / gfx942 where none answers;
+# compute_XY builds PTX alone (run through the driver's JIT, CUDA_FORCE_PTX_JIT=1 on a newer GPU).
+# KERNEL_FLAGS= adds flags for kernels.hip: -DAITER_MLA_MAX_SMEM_PER_BLOCK=101376 with
+# ARCH=compute_80 runs, on an H100, what RTX 30 and A10 GPUs (99 KB a block) run; with
+# ARCH=compute_89 what RTX 40, L4 and L40 GPUs run.
 
 GPU ?= auto
 CC ?= cc
@@ -43,7 +47,7 @@ ifeq ($(GPU),cuda)
     ARCH := $(if $(filter 90,$(GPU_CC)),sm_90a,$(if $(GPU_CC),sm_$(GPU_CC),sm_90a))
   endif
   GPUCC := $(NVCC)
-  GPUFLAGS := -x cu -std=c++17 -O3 --split-compile=0 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(a:sm_%=%),code=$(a)) \
+  GPUFLAGS := -x cu -std=c++17 -O3 --split-compile=0 $(foreach a,$(subst $(comma), ,$(ARCH)),-gencode=arch=compute_$(patsubst compute_%,%,$(a:sm_%=%)),code=$(a)) \
               -Xcompiler -Wall,-Wextra,-Werror
   # the warpgroup (wgmma) kernels need sm_90a: builds with it take them (on Hopper alone;
   # ARCH=sm_80,sm_90a runs mma.sync and portable kernels on Ampere)
@@ -83,7 +87,7 @@ $(BUILD)/test_gpu $(BUILD)/test_gpu_mfma:
 	@echo "$(@F) needs GPU=cuda or GPU=hip (no GPU compiler and device found)"; exit 1
 else
 $(BUILD)/kernels.o: kernels.hip $(HEADER) | $(BUILD)
-	$(GPUCC) $(GPUFLAGS) -c -o $@ kernels.hip
+	$(GPUCC) $(GPUFLAGS) $(KERNEL_FLAGS) -c -o $@ kernels.hip
 $(BUILD)/gpu.o: examples/gpu.hip examples/gpu.h | $(BUILD)
 	$(GPUCC) $(GPUFLAGS) $(BLAS) -c -o $@ examples/gpu.hip
 $(BUILD)/%.o: examples/%.c $(HEADER) examples/gpu.h examples/where.h | $(BUILD)

@@ -757,14 +757,15 @@ AITER_MLA_API aiter_mla_decode_plan_view aiter_mla_decode_plan_view_of(const ait
  * sees no key, SPEC 1). Page ids outside
  * [0, num_pages) are skipped as if their keys were absent. kv_len = (pages - 1) * page_size
  * + last_page_len.
- * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA devices that run a
- * pass of kernels.hip built for sm_90 or newer with 227 KB of shared memory a block (H100,
- * H200, B200), or for sm_80 with 163 KB (A100, Orin: passes of 16 rows only), a bf16 q
+ * The GPU path needs kv_cache and workspace 16-byte aligned. On NVIDIA devices from sm_80 (a
+ * pass of kernels.hip built for sm_90 or sm_100 with 227 KB of shared memory a block: H100,
+ * H200, B200; for sm_80 with 163 KB: A100, Orin; for sm_80 to sm_89 with 99 KB: sm_86, sm_89, RTX
+ * 30/40, A10, L4, L40; for sm_120, RTX 50; the last three in passes of 16 rows only), a bf16 q
  * (16-byte aligned base, strides multiples of 8 elements) over a bf16 or fp8 cache, or an
  * e4m3 q (8-byte aligned, the same strides, widened exactly to bf16 as it loads) over its fp8
  * cache, takes the tensor-core kernel (where the device runs the sm_90a pass of a build with
  * AITER_MLA_WGMMA, its wgmma variant when a query tile has more than 16 rows); everything
- * else, and devices with 99 KB a block (sm_86, sm_89, sm_120), the portable one. fp8 keys are widened
+ * else the portable one. fp8 keys are widened
  * exactly: to bf16 on the wgmma variant and for e4m3fnuz; e4m3fn keys elsewhere (passes of
  * up to 16 rows, and every pass in builds without AITER_MLA_WGMMA) to f16, with q rows
  * scaled by powers of two into f16's range and P rounded to f16 (finer than bf16 on
@@ -1156,7 +1157,8 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * GPU: one block per (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
  * taking tokens in turn: 4096 tokens at 128 heads, 5275 -> 4990 us on an H100; tensor cores
- * for bf16 q where the decode takes them (aiter_mla_decode_args); fp8_ds_mla rows widened to
+ * for bf16 q where the decode takes them (aiter_mla_decode_args; fp8_ds_mla rows not on
+ * devices with 99 KB a block, where the portable kernel reads them); fp8_ds_mla rows widened to
  * bf16 in shared memory: on
  * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
  * one rounding, as FlashMLA's test oracle and vLLM's fp8_ds_mla gather dequantise (FlashMLA's
@@ -1742,7 +1744,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
  * The attention ops pick their GPU kernel from the arguments (dtypes, alignment and strides,
  * rows per tile) and, on NVIDIA, the pass of kernels.hip the current device runs (the
  * runtime's answer for the build's targets; no image for it: the portable kernel, whose
- * launch then fails with the runtime's error). These report that pick without
+ * launch then fails with the runtime's error) and the shared memory a block of it may take
+ * (no more than AITER_MLA_MAX_SMEM_PER_BLOCK where kernels.hip is built with it: 101376 in a
+ * build for compute_80 or compute_89 picks, on a larger GPU, what sm_86 or sm_89 devices take).
+ * These report that pick without
  * launching anything, after the same checks as the call (bad arguments get the call's status
  * and message, but for the op's name, and *kernel is left as it was): for logs, and for tests
  * that hold each kernel to its own bound. Device arrays are not read. With no tokens (sparse,
@@ -1751,9 +1756,10 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill(const aiter_mla_v4_prefill_a
 typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_NONE = 0, /* no GPU kernel: a build without kernels.hip */
     AITER_MLA_KERNEL_PORTABLE, /* scalar fp32 kernels: any dtype, alignment or stride */
-    AITER_MLA_KERNEL_MMA16,    /* NVIDIA mma.sync, 16 query rows a pass: on sm_90 and newer (up to
-                                  16 per tile; BULK16's cases excepted), and every tile on sm_80
-                                  with 163 KB of shared memory a block (A100) */
+    AITER_MLA_KERNEL_MMA16,    /* NVIDIA mma.sync, 16 query rows a pass: on sm_90 and sm_100 (up
+                                  to 16 per tile; BULK16's cases excepted), and every tile on
+                                  sm_80 to sm_89 and sm_120 (A100: 163 KB of shared memory a
+                                  block; RTX, A10, L4, L40: 99 KB, no fp8_ds_mla rows) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims, bf16 and fp8 only, and e4m3fnuz) */

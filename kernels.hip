@@ -26,10 +26,10 @@ typedef cudaError_t hipError_t;
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
 // Device passes compile out the kernels their target cannot run (below sm_80 the tensor-core
 // kernels; the warpgroup kernels outside sm_90a; each pass the other passes' mma.sync decode
-// instances), which leaves
+// instances, and sm_120's the fp8_ds_mla ones), which leaves
 // those kernels' helpers and constants unreferenced there: nvcc's "declared but never
-// referenced" (177) would flood an sm_75, sm_80 or sm_100 pass.
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || (defined(AITER_MLA_WGMMA) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)))
+// referenced" (177) would flood an sm_75, sm_80, sm_100 or sm_120 pass.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || __CUDA_ARCH__ >= 1200 || (defined(AITER_MLA_WGMMA) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)))
 #pragma nv_diag_suppress 177
 #endif
 #else
@@ -1083,32 +1083,23 @@ __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, int loc
 }
 __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const Piece &pc, int rows) { count_stored_rows(p, pc.loc, rows); }
 
-// Shared memory a block may take: Hopper's (and newer), and Ampere's (sm_80, sm_87: 163 KB).
-// The mma.sync decode's instances for Ampere (the sm_80 pass, kSmem = kSmemAmpere) run every
-// pass with 16 rows and one group of 16 warps; sm_86 and sm_89 (99 KB) fit no plan of two ring
-// slots and keep the portable kernel.
-constexpr int kSmemLimit = 227 * 1024, kSmemAmpere = 163 * 1024;
-// Its kernels have bodies in device passes for sm_80 and newer, and a launch takes them only
-// where the device runs such a pass's code (mma_runs, at run time: a build for sm_80 and sm_90a
-// runs each pass's own instances). The instances for Hopper's shared memory (kSmem =
-// kSmemLimit) run on sm_90 passes and newer, those for Ampere's (kSmemAmpere: 16-row passes,
-// one group) on sm_80 passes; each pass compiles only its own. fp8 keys widen by the hardware
-// converter from sm_90 (sm_80: by arithmetic, exactly the same).
-// Whether this device pass leaves the body of decode instance (kvt, m, smem) out: the other
-// passes' instances; and an sm_90a pass of an AITER_MLA_WGMMA build, whose launches take the
-// warpgroup kernel for every 64-row pass and the bulk-copy kernel (f8::) for every 16-row
-// e4m3fn one, compiles those instances only for the build's other targets.
-__host__ __device__ constexpr bool left_out_here(int kvt, int m, int smem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    if (smem != kSmemAmpere) return true;
-#elif defined(__CUDA_ARCH__)
-    if (smem == kSmemAmpere) return true;
-#endif
-#if defined(AITER_MLA_WGMMA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    return m != 16 || kvt == AITER_MLA_FP8_E4M3FN;
-#else
-    return (void)kvt, (void)m, (void)smem, false;
-#endif
+// Shared memory a block may take, the three layouts of the mma.sync decode: Hopper's (and
+// B200's: 227 KB), Ampere's (sm_80, sm_87: 163 KB) and that of the GPUs with 99 KB a block
+// (sm_86, sm_89, sm_120: RTX 30/40/50, A10, A40, L4, L40). Hopper's runs 16-row passes in two
+// groups of 8 warps; the others run every pass with 16 rows in one group of 16 warps, and the
+// 99 KB one has two ring slots and S in two k-parts (Smem::pair_kparts), which hold every
+// format but fp8_ds_mla's 656-byte rows (Smem::fits; those go to the portable kernel).
+constexpr int kSmemLimit = 227 * 1024, kSmemAmpere = 163 * 1024, kSmemSmall = 99 * 1024;
+// Whether device pass `arch` (its __CUDA_ARCH__ / 10) compiles the layout for `smem` bytes a
+// block: each pass the layouts of the devices that run it (sm_80 code runs on sm_80 to sm_89;
+// sm_90 and sm_100 devices have 227 KB, sm_120 ones 99 KB). A build for sm_80 and sm_90a runs
+// each pass's own instances; the launch takes the largest layout of the pass its device runs
+// (image_arch) that the device's shared memory holds (mma_smem).
+__host__ __device__ constexpr bool layout_in_pass(int smem, int arch) {
+    return smem == kSmemLimit    ? arch >= 90 && arch < 120
+           : smem == kSmemAmpere ? arch >= 80 && arch < 90
+           : smem == kSmemSmall  ? (arch >= 80 && arch < 90) || arch >= 120
+                                 : false;
 }
 
 constexpr int kN = 32, kThreads = 512, kWarps = kThreads / 32;
@@ -1156,8 +1147,11 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
     static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
-    // S rows x k-parts: ds_mla's units (one n8-tile each) need 32 (16 rows) or 64; paired tiles 64 or 128
-    static constexpr int s_rows = SRC == kDsRow ? (M == 16 ? 16 * (group_warps / 4) : 64) : (M == 16 ? 64 : 128);
+    // k-parts of S's paired units in passes of one m-tile: 4 (8 warps of a group busy), 2 where
+    // 99 KB must hold two ring slots (4 warps busy: their memory is slower than the products)
+    static constexpr int pair_kparts = M == 16 && kLimit < kSmemAmpere ? 2 : 4;
+    // S rows x k-parts: ds_mla's units (one n8-tile each) need 32 (16 rows) or 64; paired tiles 16 x pair_kparts (16 rows), 128
+    static constexpr int s_rows = SRC == kDsRow ? (M == 16 ? 16 * (group_warps / 4) : 64) : (M == 16 ? 16 * pair_kparts : 128);
     static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN;                   // slot, valid flags
@@ -1180,11 +1174,29 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
     static constexpr int group_bytes = (valid + stages * kN + 127) / 128 * 128;
     static constexpr int total = group0 + groups * group_bytes;
-    static_assert(stages >= 2 && total <= kLimit, "shared memory plan does not fit");
-    static_assert(groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
+    // whether the plan holds two ring slots (the 99 KB one does not for fp8_ds_mla rows: the
+    // launches then take the portable kernel, mma_holds)
+    static constexpr bool fits = stages >= 2 && total <= kLimit;
+    static_assert(fits || kLimit == kSmemSmall, "shared memory plan does not fit");
+    static_assert(!fits || groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
                   "the merge of the groups reuses a ring");
-    static_assert(stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
+    static_assert(!fits || stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
 };
+// Whether this device pass leaves the body of decode instance (kvt, m, smem) out: the layouts
+// of other passes (layout_in_pass), one that does not hold the format, and in an sm_90a pass of
+// an AITER_MLA_WGMMA build, whose launches take the warpgroup kernel for every 64-row pass and
+// the bulk-copy kernel (f8::) for every 16-row e4m3fn one, those instances (compiled only for
+// the build's other targets). fp8 keys widen by the hardware converter from sm_89 (sm_80 to
+// sm_87: by arithmetic, exactly the same).
+__host__ __device__ constexpr bool left_out_here(int kvt, int m, int smem, bool fits) {
+#if defined(__CUDA_ARCH__)
+    if (!layout_in_pass(smem, __CUDA_ARCH__ / 10)) return true;
+#endif
+#if defined(AITER_MLA_WGMMA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (m != 16 || kvt == AITER_MLA_FP8_E4M3FN) return true;
+#endif
+    return (void)kvt, (void)m, (void)smem, !fits;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // 16-byte asynchronous copies (sm_80) into shared memory, completing per thread by commit group
@@ -1247,9 +1259,10 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
-// Two OCP e4m3 values (low byte first) as floats, or as two bf16, exactly (NaN stays NaN).
+// Two OCP e4m3 values (low byte first) as floats, or as two bf16, exactly (NaN stays NaN): by
+// the hardware converter from sm_89 (Ada has it), by arithmetic before.
 __device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
     return make_float2(__half2float(__ushort_as_half((unsigned short)(h2 & 0xffffu))), __half2float(__ushort_as_half((unsigned short)(h2 >> 16))));
@@ -1259,7 +1272,7 @@ __device__ __forceinline__ float2 e4m3x2_to_f32x2(uint16_t v) {
 }
 // Two OCP e4m3 values (low byte first) as two f16, exactly: e4m3 fits f16.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     uint32_t h2;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(v));
     return h2;
@@ -1545,7 +1558,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (kFnuzLut) fill_fnuz_lut(lut, tid, kThreads);
     __syncthreads(); // the table is ready
 
-    if constexpr (!left_out_here(KVT, M, kSmem)) for_each_piece(p, [&](const Piece &pc) {
+    if constexpr (!left_out_here(KVT, M, kSmem, S::fits)) for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
@@ -1772,14 +1785,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const unsigned char *src_tile = ring + slot * S::stage; // ds_mla: the group scales stay here
                 const uint32_t q_addr = smem_addr(q_s), k_addr = smem_addr(kt);
 
-                // S = Q K^T: units of (m-tile, n8-tiles, k-part); short passes split k so every
-                // warp of the group has a unit; k-parts land in separate rows of s_s. Outside
-                // ds_mla a unit is a pair of n8-tiles (one Q fragment serves both, two
-                // independent accumulator chains): MT * 2 pairs * kparts units, one per warp.
+                // S = Q K^T: units of (m-tile, n8-tiles, k-part); short passes split k so that
+                // more warps have a unit (a group of 8: every warp; of 16: 8, or 4 in the 99 KB
+                // layout); k-parts land in separate rows of s_s. Outside ds_mla a unit is a pair
+                // of n8-tiles (one Q fragment serves both, two independent accumulator chains):
+                // MT * 2 pairs * kparts units, at most one per warp.
                 constexpr bool kPairs = !is_ds_mla(KVT);
-                const int kparts = kPairs ? (MT >= 3 ? 2 : 4) : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
+                const int kparts = kPairs ? (MT >= 3 ? 2 : S::pair_kparts) : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
                 if constexpr (kPairs) {
-                    static_assert(kKSteps % 4 == 0 && kGW >= 8 && (kM == 16 || kGW == 16), "a unit per warp");
+                    static_assert(kKSteps % 4 == 0 && kGW >= 8 && (kM == 16 || kGW == 16), "at most a unit per warp");
                     const int units = MT * 2 * kparts, steps = kKSteps / kparts;
                     if (gw < units) {
                         const int mt = gw % MT, npair = gw / MT & 1, kp = gw / (2 * MT);
@@ -6427,29 +6441,47 @@ static int image_arch() {
         return taken(cudaFuncGetAttributes(&fa, image_probe_kernel)) == hipSuccess ? fa.ptxVersion : 0;
     });
 }
-// The shared memory a block of the current device may opt in to.
+// The shared memory a block of the current device may opt in to; no more than
+// AITER_MLA_MAX_SMEM_PER_BLOCK where a build defines it (a compute_80 or compute_89 build with
+// 101376 runs, on a larger GPU, the kernels and layouts that sm_86 or sm_89 devices take).
 static int smem_optin() {
     static std::atomic<int> bytes_of[kDeviceSlots];
     return per_device(bytes_of, [](int dev) {
         int bytes = 0;
-        return taken(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) == hipSuccess ? bytes : 0;
+        if (taken(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != hipSuccess) return 0;
+#ifdef AITER_MLA_MAX_SMEM_PER_BLOCK
+        bytes = min(bytes, (int)(AITER_MLA_MAX_SMEM_PER_BLOCK));
+#endif
+        return bytes;
     });
 }
-// The shared-memory plan of the mma.sync decode on the current device: Hopper's (kSmemLimit)
-// where it runs an sm_90 pass or newer with 227 KB a block, Ampere's (kSmemAmpere) on an sm_80
-// pass with 163 KB (A100); 0 elsewhere (sm_86, sm_89, sm_120: 99 KB), which takes the portable
-// decode.
+// The shared-memory layout of the mma.sync decode on the current device: the largest of the
+// pass it runs (layout_in_pass) that its blocks' shared memory holds, 0 where none (the portable
+// decode): Hopper's on sm_90 and sm_100 passes with 227 KB, Ampere's on an sm_80 pass with 163 KB
+// (A100), the 99 KB one on sm_80 passes with less (sm_86, sm_89) and on sm_120 passes.
 static int mma_smem() {
-    const int arch = image_arch(), limit = arch >= 90 ? mma::kSmemLimit : arch >= 80 ? mma::kSmemAmpere : 0;
-    return limit && smem_optin() >= limit ? limit : 0;
+    const int arch = image_arch(), optin = smem_optin();
+    for (const int smem : {mma::kSmemLimit, mma::kSmemAmpere, mma::kSmemSmall})
+        if (mma::layout_in_pass(smem, arch) && optin >= smem) return smem;
+    return 0;
 }
-// Whether launches on the current device may take the mma.sync kernels (the decode's by
-// mma_smem; the prefill's from sm_80)...
-static bool mma_runs() { return mma_smem() != 0; }
+// Whether launches on the current device may take the mma.sync decode for cache format KVT: a
+// layout, and one that holds the format's ring (mma::Smem::fits: the 99 KB one holds no
+// fp8_ds_mla rows). Each pass of the decode has 16 rows where the layout is not Hopper's.
+template <int KVT> static bool mma_holds() {
+    switch (mma_smem()) {
+    case mma::kSmemLimit: return true; // (Smem asserts it)
+    case mma::kSmemAmpere: return mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemAmpere>::fits;
+    case mma::kSmemSmall: return mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemSmall>::fits;
+    default: return false;
+    }
+}
+// The prefill's mma.sync kernel from sm_80, where its layout fits (mma::pf_layout, at the launch)...
 static bool prefill_mma_runs() { return image_arch() >= 80; }
 #ifdef AITER_MLA_HAS_WGMMA
-// ... and the warpgroup ones (Hopper's pass is sm_90a in these builds).
-static bool wgmma_runs() { return image_arch() == 90; }
+// ... and the warpgroup ones (Hopper's pass is sm_90a in these builds; their layouts take up to
+// Hopper's 227 KB).
+static bool wgmma_runs() { return image_arch() == 90 && smem_optin() >= mma::kSmemLimit; }
 #endif
 // A launch with one launch attribute (cudaLaunchKernelEx), `bytes` of dynamic shared memory.
 template <typename... P, typename... A>
@@ -6546,7 +6578,7 @@ static bool wgmma_rows(int tile_rows) {
 // The tensor-core kernel launch_mma takes for tile_rows query rows per tile: the 16-row kernel
 // up to 16 rows, else the warpgroup kernel where it runs (64-row mma.sync otherwise).
 static aiter_mla_kernel mma_kernel_of(int tile_rows) {
-    if (tile_rows <= 16 || mma_smem() == mma::kSmemAmpere) return AITER_MLA_KERNEL_MMA16; // Ampere: 16-row passes only
+    if (tile_rows <= 16 || mma_smem() != mma::kSmemLimit) return AITER_MLA_KERNEL_MMA16; // other layouts: 16-row passes only
     return wgmma_rows(tile_rows) ? AITER_MLA_KERNEL_WGMMA : AITER_MLA_KERNEL_MMA;
 }
 #ifdef AITER_MLA_HAS_WGMMA
@@ -6649,12 +6681,19 @@ static hipError_t launch_mma_layout(dim3 grid, hipStream_t s, const DecodeParams
     return launch_big_smem(mma::decode_mma_kernel<KVT, M, kSmem>, grid, mma::kThreads, mma::Smem<mma::ring_pitch(KVT), M, kSmem>::total, s,
                            p);
 }
-// M rows a pass, in the layout of the device's shared memory (mma_smem: Ampere's has 16-row
-// passes only, which mma_kernel_of gives it).
+// M rows a pass, in the layout of the device's shared memory (mma_smem: the layouts other than
+// Hopper's have 16-row passes only, which mma_kernel_of gives them, and hold the formats that
+// mma_holds lets through).
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
-    if constexpr (M == 16)
-        if (mma_smem() == mma::kSmemAmpere) return launch_mma_layout<KVT, 16, mma::kSmemAmpere>(grid, s, p);
+    if constexpr (M == 16) {
+        const int smem = mma_smem();
+        if constexpr (mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemAmpere>::fits)
+            if (smem == mma::kSmemAmpere) return launch_mma_layout<KVT, 16, mma::kSmemAmpere>(grid, s, p);
+        if constexpr (mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemSmall>::fits)
+            if (smem == mma::kSmemSmall) return launch_mma_layout<KVT, 16, mma::kSmemSmall>(grid, s, p);
+        if (smem != mma::kSmemLimit) return hipErrorInvalidValue; // (mma_holds keeps such launches away)
+    }
     return launch_mma_layout<KVT, M, mma::kSmemLimit>(grid, s, p);
 }
 // 16-row passes when a query tile has at most 16 rows (H <= 16, few tokens), else 64: on the
@@ -6767,7 +6806,11 @@ static aiter_mla_kernel decode_kernel_of(const aiter_mla_decode_args *a, [[maybe
     // loads), bf16 or fp8 cache
     const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
                       ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
-    if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8) && mma_runs()) return mma_kernel_of(tile_rows);
+    const bool holds = a->kv_dtype == AITER_MLA_BF16         ? mma_holds<AITER_MLA_BF16>()
+                       : a->kv_dtype == AITER_MLA_FP8_E4M3FN   ? mma_holds<AITER_MLA_FP8_E4M3FN>()
+                       : a->kv_dtype == AITER_MLA_FP8_E4M3FNUZ ? mma_holds<AITER_MLA_FP8_E4M3FNUZ>()
+                                                               : false;
+    if (q_ok && holds) return mma_kernel_of(tile_rows);
 #endif
     return AITER_MLA_KERNEL_PORTABLE;
 }
@@ -7085,7 +7128,10 @@ static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
 #if defined(AITER_MLA_HAS_MFMA)
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, (int64_t)a->num_heads * kD, kD)) return AITER_MLA_KERNEL_MFMA;
 #elif defined(AITER_MLA_HAS_MMA)
-    if (a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && mma_runs()) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
+    const bool holds = !a->cache_is_ds_mla                             ? mma_holds<AITER_MLA_BF16>()
+                       : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? mma_holds<kDsMlaFnuz>()
+                                                                 : mma_holds<kDsMlaFn>();
+    if (a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && holds) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;
     return AITER_MLA_KERNEL_PORTABLE;
@@ -7183,7 +7229,7 @@ static aiter_mla_kernel v4_kernel_of(const aiter_mla_v4_attention_args *a) {
         return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
                (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
     };
-    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1))) && mma_runs())
+    if (q_ok && ((model1(&a->keys) && model1(k1) && mma_holds<kV4Model1>()) || (bf16_rows(&a->keys) && bf16_rows(k1) && mma_holds<kV4Bf16>())))
         return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;
