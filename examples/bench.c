@@ -118,24 +118,27 @@ static double copy_ceiling_gbs(double *kernel_gbs, double *memcpy_gbs) {
     return *kernel_gbs > *memcpy_gbs ? *kernel_gbs : *memcpy_gbs;
 }
 
-static double gemm_ceiling_tflops(void) {
+/* 0 where the build has no BLAS or the BLAS cannot run here; *why says which. */
+static double gemm_ceiling_tflops(const char **why) {
     const int n = 8192;
     float t[20];
     int i;
+    *why = "no BLAS in this build";
     if (!gpu_gemm_bf16_available()) return 0.0;
     void *a = gpu_malloc((size_t)n * n * 2), *b = gpu_malloc((size_t)n * n * 2), *c = gpu_malloc((size_t)n * n * 2);
     gpu_fill_uniform(a, (long long)n * n, AITER_MLA_BF16, -1.0f, 1.0f, 2, g_stream);
     gpu_fill_uniform(b, (long long)n * n, AITER_MLA_BF16, -1.0f, 1.0f, 3, g_stream);
-    for (i = 0; i < 25; i++) {
+    *why = NULL;
+    for (i = 0; i < 25 && !*why; i++) {
         timer_start_held();
-        gpu_gemm_bf16(n, n, n, a, b, c, g_stream);
+        *why = gpu_gemm_bf16(n, n, n, a, b, c, g_stream);
         float ms = gpu_timer_stop_ms(g_timer, g_stream);
         if (i >= 5) t[i - 5] = ms;
     }
     gpu_free(a);
     gpu_free(b);
     gpu_free(c);
-    return 2.0 * n * (double)n * n / (median(t, 20) * 1e-3) / 1e12;
+    return *why ? 0.0 : 2.0 * n * (double)n * n / (median(t, 20) * 1e-3) / 1e12;
 }
 
 /* ---- timing ------------------------------------------------------------------------------ */
@@ -1083,6 +1086,7 @@ int main(int argc, char **argv) {
         {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };
     double kgbs = 0, mgbs = 0, copy, gemm;
+    const char *gemm_why;
     int i, n, decode_header = 0, prefill_header = 0, sparse_header = 0, v4_header = 0, decode_cu = 0;
     /* options first, each with its value; the values are checked by the planners themselves, on
      * plans of the rows' shapes */
@@ -1150,9 +1154,11 @@ int main(int argc, char **argv) {
     g_timer = gpu_timer_create();
     printf("GPU: %s, %d CUs, L2 %.0f MB\n", gpu_name(), gpu_num_cu(), gpu_l2_bytes() / 1e6);
     copy = copy_ceiling_gbs(&kgbs, &mgbs);
-    gemm = gemm_ceiling_tflops();
-    printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s%s\n",
-           kgbs, mgbs, gemm, gemm > 0 ? "" : " (no BLAS in this build)");
+    gemm = gemm_ceiling_tflops(&gemm_why);
+    if (gemm > 0)
+        printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s\n", kgbs, mgbs, gemm);
+    else /* the % GEMM column then reads 0 */
+        printf("ceilings: copy kernel %.0f GB/s, memcpy d2d %.0f GB/s (read + write); bf16 GEMM none (%s)\n", kgbs, mgbs, gemm_why);
     bench_planner(gpu_num_cu());
     bench_floor();
     if (decode_cu || g_decode_overhead || g_decode_granularity)

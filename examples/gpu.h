@@ -58,7 +58,9 @@ int gpu_gemm_bf16_available(void);
 /* Fill n elements of dtype (an aiter_mla_dtype value) with uniform values in [lo, hi),
  * from a counter-based hash of (seed, index): big buffers without a host round trip. */
 void gpu_fill_uniform(void *p, long long n, int dtype, float lo, float hi, unsigned long long seed, void *stream);
-void gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *stream);
+/* c = a^T b, column-major (a k x m, b k x n, c m x n), bf16 with fp32 sums; returns NULL,
+ * or why it could not run (a build whose BLAS has no kernel for the device, as under CUDA_FORCE_PTX_JIT). */
+const char *gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *stream);
 
 #ifdef __cplusplus
 }

@@ -165,31 +165,29 @@ extern "C" void gpu_fill_uniform(void *p, long long n, int dtype, float lo, floa
 
 #if defined(AITER_MLA_WITH_BLAS) && defined(__CUDACC__) && !defined(__HIP_PLATFORM_AMD__)
 extern "C" int gpu_gemm_bf16_available(void) { return 1; }
-extern "C" void gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
+extern "C" const char *gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
     static cublasHandle_t h = nullptr;
-    if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasCreate failed\n"); exit(2); }
-    if (cublasSetStream(h, (stream_t)s) != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "cublasSetStream failed\n"); exit(2); }
+    if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return "cublasCreate failed";
+    if (cublasSetStream(h, (stream_t)s) != CUBLAS_STATUS_SUCCESS) return "cublasSetStream failed";
     const float one = 1.0f, zero = 0.0f;
     if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16BF, k, b, CUDA_R_16BF, k, &zero, c,
-                     CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "cublasGemmEx failed\n");
-        exit(2);
-    }
+                     CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        return "cublasGemmEx failed";
+    return nullptr;
 }
 #elif defined(AITER_MLA_WITH_BLAS)
 extern "C" int gpu_gemm_bf16_available(void) { return 1; }
-extern "C" void gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
+extern "C" const char *gpu_gemm_bf16(int m, int n, int k, const void *a, const void *b, void *c, void *s) {
     static hipblasHandle_t h = nullptr;
-    if (!h && hipblasCreate(&h) != HIPBLAS_STATUS_SUCCESS) { fprintf(stderr, "hipblasCreate failed\n"); exit(2); }
-    if (hipblasSetStream(h, (stream_t)s) != HIPBLAS_STATUS_SUCCESS) { fprintf(stderr, "hipblasSetStream failed\n"); exit(2); }
+    if (!h && hipblasCreate(&h) != HIPBLAS_STATUS_SUCCESS) return "hipblasCreate failed";
+    if (hipblasSetStream(h, (stream_t)s) != HIPBLAS_STATUS_SUCCESS) return "hipblasSetStream failed";
     const float one = 1.0f, zero = 0.0f;
     if (hipblasGemmEx(h, HIPBLAS_OP_T, HIPBLAS_OP_N, m, n, k, &one, a, HIPBLAS_R_16B, k, b, HIPBLAS_R_16B, k, &zero, c,
-                      HIPBLAS_R_16B, m, HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT) != HIPBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "hipblasGemmEx failed\n");
-        exit(2);
-    }
+                      HIPBLAS_R_16B, m, HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT) != HIPBLAS_STATUS_SUCCESS)
+        return "hipblasGemmEx failed";
+    return nullptr;
 }
 #else
 extern "C" int gpu_gemm_bf16_available(void) { return 0; }
-extern "C" void gpu_gemm_bf16(int, int, int, const void *, const void *, void *, void *) {}
+extern "C" const char *gpu_gemm_bf16(int, int, int, const void *, const void *, void *, void *) { return "no BLAS in this build"; }
 #endif
