@@ -1157,8 +1157,7 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
  * GPU: one block per (token, group of up to 64 heads) streams the token's slots through the decode kernels
  * (given num_cu, with more than 16 heads on sm_90a, only the blocks that fit at once, each
  * taking tokens in turn: 4096 tokens at 128 heads, 5275 -> 4990 us on an H100; tensor cores
- * for bf16 q where the decode takes them (aiter_mla_decode_args; fp8_ds_mla rows not on
- * devices with 99 KB a block, where the portable kernel reads them); fp8_ds_mla rows widened to
+ * for bf16 q where the decode takes them (aiter_mla_decode_args); fp8_ds_mla rows widened to
  * bf16 in shared memory: on
  * the 64-row passes of the wgmma kernel each latent value becomes bf16(e4m3 x group scale),
  * one rounding, as FlashMLA's test oracle and vLLM's fp8_ds_mla gather dequantise (FlashMLA's
@@ -1759,7 +1758,7 @@ typedef enum aiter_mla_kernel {
     AITER_MLA_KERNEL_MMA16,    /* NVIDIA mma.sync, 16 query rows a pass: on sm_90 and sm_100 (up
                                   to 16 per tile; BULK16's cases excepted), and every tile on
                                   sm_80 to sm_89 and sm_120 (A100: 163 KB of shared memory a
-                                  block; RTX, A10, L4, L40: 99 KB, no fp8_ds_mla rows) */
+                                  block; RTX, A10, L4, L40: 99 KB) */
     AITER_MLA_KERNEL_MMA,      /* NVIDIA mma.sync: 64-row decode passes on sm_90 (builds without
                                   AITER_MLA_WGMMA); prefill from sm_80 (with AITER_MLA_WGMMA:
                                   its other head dims, bf16 and fp8 only, and e4m3fnuz) */

@@ -26,9 +26,9 @@ typedef cudaError_t hipError_t;
 #define aiter_mla__ballot(p) ((uint64_t)__ballot_sync(0xffffffffu, (p))) // lane i: bit i
 // Device passes compile out the kernels their target cannot run (below sm_80 the tensor-core
 // kernels; the warpgroup kernels outside sm_90a; each pass the other passes' mma.sync decode
-// instances, and sm_120's the fp8_ds_mla ones), which leaves
-// those kernels' helpers and constants unreferenced there: nvcc's "declared but never
-// referenced" (177) would flood an sm_75, sm_80, sm_100 or sm_120 pass.
+// instances, which leaves sm_120 without 64-row ones), which leaves those kernels' helpers
+// and constants unreferenced there: nvcc's "declared but never referenced" (177) would flood
+// an sm_75, sm_80, sm_100 or sm_120 pass.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900 || __CUDA_ARCH__ >= 1200 || (defined(AITER_MLA_WGMMA) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)))
 #pragma nv_diag_suppress 177
 #endif
@@ -1087,8 +1087,8 @@ __device__ __forceinline__ void count_stored_rows(const DecodeParams &p, const P
 // B200's: 227 KB), Ampere's (sm_80, sm_87: 163 KB) and that of the GPUs with 99 KB a block
 // (sm_86, sm_89, sm_120: RTX 30/40/50, A10, A40, L4, L40). Hopper's runs 16-row passes in two
 // groups of 8 warps; the others run every pass with 16 rows in one group of 16 warps, and the
-// 99 KB one has two ring slots and S in two k-parts (Smem::pair_kparts), which hold every
-// format but fp8_ds_mla's 656-byte rows (Smem::fits; those go to the portable kernel).
+// 99 KB one has two ring slots, S in two k-parts and, for fp8_ds_mla, the rope left in the ring
+// (Smem::small).
 constexpr int kSmemLimit = 227 * 1024, kSmemAmpere = 163 * 1024, kSmemSmall = 99 * 1024;
 // Whether device pass `arch` (its __CUDA_ARCH__ / 10) compiles the layout for `smem` bytes a
 // block: each pass the layouts of the devices that run it (sm_80 code runs on sm_80 to sm_89;
@@ -1147,12 +1147,19 @@ struct Smem { // byte offsets into the dynamic shared memory
     static constexpr int group_warps = kWarps / groups;
     static constexpr int tile = kN * kRowB;                       // one bf16 key tile
     static constexpr int stage = SRC ? kN * SRC : tile;           // one ring slot
-    // k-parts of S's paired units in passes of one m-tile: 4 (8 warps of a group busy), 2 where
-    // 99 KB must hold two ring slots (4 warps busy: their memory is slower than the products)
-    static constexpr int pair_kparts = M == 16 && kLimit < kSmemAmpere ? 2 : 4;
-    // S rows x k-parts: ds_mla's units (one n8-tile each) need 32 (16 rows) or 64; paired tiles 16 x pair_kparts (16 rows), 128
-    static constexpr int s_rows = SRC == kDsRow ? (M == 16 ? 16 * (group_warps / 4) : 64) : (M == 16 ? 16 * pair_kparts : 128);
-    static constexpr int group_fixed = (SRC ? tile : 0) + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
+    // The 99 KB layout (one group, two ring slots) takes S in fewer k-parts and, for fp8_ds_mla,
+    // widens only the 512 latent dims (S reads the rope from the ring slot): 9,216 and 4,096
+    // bytes that its 101,376 would otherwise lack. Those GPUs' memory, not S's products, bounds them.
+    static constexpr bool small = kLimit < kSmemAmpere;
+    // k-parts of S in passes of one m-tile: paired units 4 (8 warps busy), ds_mla's units
+    // group_warps / 4 (every warp); 2 in the 99 KB layout (4 and 8 of its 16 warps busy)
+    static constexpr int kparts_mt1 = small ? 2 : SRC == kDsRow ? group_warps / 4 : 4;
+    // S rows x k-parts: 16 x kparts_mt1 for a pass of one m-tile; ds_mla's 64-row passes 64, paired tiles' 128
+    static constexpr int s_rows = M == 16 ? 16 * kparts_mt1 : SRC == kDsRow ? 64 : 128;
+    static constexpr bool rope_in_ring = SRC == kDsRow && small;
+    static constexpr int wide_row = rope_in_ring ? kL * 2 + 16 : kRowB; // a widened row (padded as kRowB)
+    static constexpr int wide_tile = SRC ? kN * wide_row : 0;    // the widened tile of a byte ring
+    static constexpr int group_fixed = wide_tile + s_rows * kSRow * 4 + M * kPRowB + 3 * M * 4;
     static constexpr int shared_fixed = M * kRowB + M * 8 + 512;
     static constexpr int per_stage = stage + kN;                   // slot, valid flags
     static constexpr int fit = (kLimit - shared_fixed - groups * group_fixed) / (groups * per_stage);
@@ -1168,34 +1175,31 @@ struct Smem { // byte offsets into the dynamic shared memory
     // per group, at group0 + g * group_bytes
     static constexpr int ring = 0;
     static constexpr int wide = ring + stages * stage;             // fp8: the widened tile
-    static constexpr int s = wide + (SRC ? tile : 0);
+    static constexpr int s = wide + wide_tile;
     static constexpr int p = s + s_rows * kSRow * 4;
     static constexpr int m = p + M * kPRowB;                       // float m, l, alpha [M]
     static constexpr int valid = m + 3 * M * 4;                    // int8 [stages][kN]
     static constexpr int group_bytes = (valid + stages * kN + 127) / 128 * 128;
     static constexpr int total = group0 + groups * group_bytes;
-    // whether the plan holds two ring slots (the 99 KB one does not for fp8_ds_mla rows: the
-    // launches then take the portable kernel, mma_holds)
-    static constexpr bool fits = stages >= 2 && total <= kLimit;
-    static_assert(fits || kLimit == kSmemSmall, "shared memory plan does not fit");
-    static_assert(!fits || groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
+    static_assert(stages >= 2 && total <= kLimit, "shared memory plan does not fit");
+    static_assert(groups == 1 || stages * stage >= group_warps * 32 * 4 * (kL / group_warps / 8) * 4,
                   "the merge of the groups reuses a ring");
-    static_assert(!fits || stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
+    static_assert(stages * stage >= 16 * kStageRow * 4, "the staged o rows reuse a ring");
 };
 // Whether this device pass leaves the body of decode instance (kvt, m, smem) out: the layouts
-// of other passes (layout_in_pass), one that does not hold the format, and in an sm_90a pass of
-// an AITER_MLA_WGMMA build, whose launches take the warpgroup kernel for every 64-row pass and
-// the bulk-copy kernel (f8::) for every 16-row e4m3fn one, those instances (compiled only for
-// the build's other targets). fp8 keys widen by the hardware converter from sm_89 (sm_80 to
-// sm_87: by arithmetic, exactly the same).
-__host__ __device__ constexpr bool left_out_here(int kvt, int m, int smem, bool fits) {
+// of other passes (layout_in_pass), and in an sm_90a pass of an AITER_MLA_WGMMA build, whose
+// launches take the warpgroup kernel for every 64-row pass and the bulk-copy kernel (f8::) for
+// every 16-row e4m3fn one, those instances (compiled only for the build's other targets). fp8
+// keys widen by the hardware converter from sm_89 (sm_80 to sm_87: by arithmetic, exactly the
+// same).
+__host__ __device__ constexpr bool left_out_here(int kvt, int m, int smem) {
 #if defined(__CUDA_ARCH__)
     if (!layout_in_pass(smem, __CUDA_ARCH__ / 10)) return true;
 #endif
 #if defined(AITER_MLA_WGMMA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (m != 16 || kvt == AITER_MLA_FP8_E4M3FN) return true;
 #endif
-    return (void)kvt, (void)m, (void)smem, !fits;
+    return (void)kvt, (void)m, (void)smem, false;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -1528,6 +1532,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     constexpr int kPitch = FP8 ? ring_pitch(KVT) : kRowB; // ring row bytes
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // q . k dims, their k-steps
     using S = Smem<ring_pitch(KVT), M, kSmem>;
+    constexpr int kKRow = FP8 ? S::wide_row : kRowB; // bytes a key row of the tile that S and P V read
     constexpr int kM = M, kMT = M / 16, kStages = S::stages, kGroups = S::groups, kGW = S::group_warps;
     constexpr int kGT = kGW * 32, kNT = kL / kGW / 8; // threads per group, n8-tiles of dims per warp
     extern __shared__ __align__(128) unsigned char smem[];
@@ -1558,7 +1563,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
     if (kFnuzLut) fill_fnuz_lut(lut, tid, kThreads);
     __syncthreads(); // the table is ready
 
-    if constexpr (!left_out_here(KVT, M, kSmem, S::fits)) for_each_piece(p, [&](const Piece &pc) {
+    if constexpr (!left_out_here(KVT, M, kSmem)) for_each_piece(p, [&](const Piece &pc) {
         const int ntiles_all = (int)((pc.n + kN - 1) / kN);
         const int ntiles = (ntiles_all - grp + kGroups - 1) / kGroups; // this group's: grp, grp + kGroups, ...
 
@@ -1744,13 +1749,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     // then kCopy of 16 bytes copied (the bf16 rope of ds_mla and MODEL1). Two loops
                     // without branches in them, so the unrolled units overlap their latencies.
                     constexpr int kConv = KVT == kV4Model1 ? kV4Nope / 8 : is_ds_mla(KVT) ? kL / 8 : kDq / 8;
-                    constexpr int kCopy = kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
+                    constexpr int kCopy = S::rope_in_ring ? 0 : kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
                     auto convert = [&](auto rule) { // FnuzRule: e4m3fn, e4m3fnuz, or as the key's kind says
                         [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
                         // the thread's key, units my_part, my_part + kTPK, ...: fixed
                         // offsets, and 8 threads read (write) 64 (128) consecutive bytes of a row
                         const unsigned char *row = kt + my_key * kPitch;
-                        unsigned char *out = wide + my_key * kRowB;
+                        unsigned char *out = wide + my_key * kKRow;
                         [[maybe_unused]] const int kind = valid_s[slot * kN + my_key];
                         constexpr int kUnits = (kConv + kTPK - 1) / kTPK;
                         auto has = [&](int j) { return kConv % kTPK == 0 || my_part + j * kTPK < kConv; };
@@ -1776,7 +1781,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     with_fnuz_rule<KVT>(v4_fnuz, convert);
                     for (int c = gt; c < kN * kCopy; c += kGT) {
                         const int key = c / (kCopy > 0 ? kCopy : 1), part = c - key * kCopy;
-                        *reinterpret_cast<uint4 *>(wide + key * kRowB + (kConv + part) * 16) =
+                        *reinterpret_cast<uint4 *>(wide + key * kKRow + (kConv + part) * 16) =
                             *reinterpret_cast<const uint4 *>(kt + key * kPitch + kRopeAt + part * 16);
                     }
                     group_sync();
@@ -1791,7 +1796,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // of n8-tiles (one Q fragment serves both, two independent accumulator chains):
                 // MT * 2 pairs * kparts units, at most one per warp.
                 constexpr bool kPairs = !is_ds_mla(KVT);
-                const int kparts = kPairs ? (MT >= 3 ? 2 : S::pair_kparts) : MT == 1 ? kGW / 4 : MT == 2 && kGW == 16 ? 2 : 1;
+                const int kparts = kPairs ? (MT >= 3 ? 2 : MT == 1 ? S::kparts_mt1 : 4) : MT == 1 ? S::kparts_mt1 : MT == 2 && kGW == 16 ? 2 : 1;
                 if constexpr (kPairs) {
                     static_assert(kKSteps % 4 == 0 && kGW >= 8 && (kM == 16 || kGW == 16), "at most a unit per warp");
                     const int units = MT * 2 * kparts, steps = kKSteps / kparts;
@@ -1799,7 +1804,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const int mt = gw % MT, npair = gw / MT & 1, kp = gw / (2 * MT);
                         float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
-                        const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kRowB + ((lane >> 3) & 1) * 16;
+                        const uint32_t ka = k_addr + (npair * 16 + (lane & 7) + (lane >> 4) * 8) * kKRow + ((lane >> 3) & 1) * 16;
                         // Two chains per n8-tile (even and odd k-steps) halve the dependent mma
                         // chain: D2-fp8 57.5 -> 59.9 % of copy; V4's MODEL1 keys measured ~1 % slower.
                         if constexpr (kQRegs) { // MT 1, 4 k-parts: kp = gw / 2, Q from qf
@@ -1859,13 +1864,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         const int mt = u % MT, nt = (u / MT) & 3, kp = u / (4 * MT);
                         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         const uint32_t qa = q_addr + (mt * 16 + (lane & 15)) * kRowB + (lane >> 4) * 16;
-                        const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kRowB + ((lane >> 3) & 1) * 16;
+                        const uint32_t ka = k_addr + (nt * 8 + (lane & 7)) * kKRow + ((lane >> 3) & 1) * 16;
                         const int kb = kp * steps, ke = kb + steps;
                         int kk = kb;
                         if constexpr (is_ds_mla(KVT)) {
                             // ds_mla: the latent dims hold exact e4m3 values; each 128-dim group's partial
                             // product is scaled by its key's group scale in fp32 (rope: scale 1)
                             const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kL, *sc1 = sc0 + kPitch;
+                            // the rope's k-steps (from kL / 16 on) where it stays in the ring slot
+                            [[maybe_unused]] const uint32_t kr =
+                                smem_addr(src_tile) + (nt * 8 + (lane & 7)) * kPitch + kL + 16 + ((lane >> 3) & 1) * 16 - kL / 16 * 32;
                             float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                             int g = kb >> 3;
                             auto flush = [&]() {
@@ -1885,7 +1893,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                                 }
                                 uint32_t af[4], b0, b1;
                                 ldsm_x4(qa + kk * 32, af);
-                                ldsm_x2(ka + kk * 32, b0, b1);
+                                ldsm_x2((S::rope_in_ring && kk >= kL / 16 ? kr : ka) + kk * 32, b0, b1);
                                 mma16<kF16>(d, af, b0, b1);
                             }
                             flush();
@@ -2026,7 +2034,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
 #pragma unroll
                     for (int np = 0; np < kNT / 2; np++) {
                         uint32_t vb[4];
-                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kRowB + (gw * kNT * 8 + np * 16 + (lane >> 4) * 8) * 2, vb);
+                        ldsm_x4_trans(k_addr + (kk * 16 + (lane & 15)) * kKRow + (gw * kNT * 8 + np * 16 + (lane >> 4) * 8) * 2, vb);
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
                             if (mt < MT) {
@@ -6465,18 +6473,10 @@ static int mma_smem() {
         if (mma::layout_in_pass(smem, arch) && optin >= smem) return smem;
     return 0;
 }
-// Whether launches on the current device may take the mma.sync decode for cache format KVT: a
-// layout, and one that holds the format's ring (mma::Smem::fits: the 99 KB one holds no
-// fp8_ds_mla rows). Each pass of the decode has 16 rows where the layout is not Hopper's.
-template <int KVT> static bool mma_holds() {
-    switch (mma_smem()) {
-    case mma::kSmemLimit: return true; // (Smem asserts it)
-    case mma::kSmemAmpere: return mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemAmpere>::fits;
-    case mma::kSmemSmall: return mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemSmall>::fits;
-    default: return false;
-    }
-}
-// The prefill's mma.sync kernel from sm_80, where its layout fits (mma::pf_layout, at the launch)...
+// Whether launches on the current device may take the mma.sync decode (a layout: each pass of
+// it has 16 rows where the layout is not Hopper's)...
+static bool mma_runs() { return mma_smem() != 0; }
+// ... the prefill's from sm_80, where its layout fits (mma::pf_layout, at the launch)...
 static bool prefill_mma_runs() { return image_arch() >= 80; }
 #ifdef AITER_MLA_HAS_WGMMA
 // ... and the warpgroup ones (Hopper's pass is sm_90a in these builds; their layouts take up to
@@ -6682,17 +6682,13 @@ static hipError_t launch_mma_layout(dim3 grid, hipStream_t s, const DecodeParams
                            p);
 }
 // M rows a pass, in the layout of the device's shared memory (mma_smem: the layouts other than
-// Hopper's have 16-row passes only, which mma_kernel_of gives them, and hold the formats that
-// mma_holds lets through).
+// Hopper's have 16-row passes only, which mma_kernel_of gives them).
 template <int KVT, int M>
 static hipError_t launch_mma_rows(dim3 grid, hipStream_t s, const DecodeParams &p) {
     if constexpr (M == 16) {
         const int smem = mma_smem();
-        if constexpr (mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemAmpere>::fits)
-            if (smem == mma::kSmemAmpere) return launch_mma_layout<KVT, 16, mma::kSmemAmpere>(grid, s, p);
-        if constexpr (mma::Smem<mma::ring_pitch(KVT), 16, mma::kSmemSmall>::fits)
-            if (smem == mma::kSmemSmall) return launch_mma_layout<KVT, 16, mma::kSmemSmall>(grid, s, p);
-        if (smem != mma::kSmemLimit) return hipErrorInvalidValue; // (mma_holds keeps such launches away)
+        if (smem == mma::kSmemAmpere) return launch_mma_layout<KVT, 16, mma::kSmemAmpere>(grid, s, p);
+        if (smem == mma::kSmemSmall) return launch_mma_layout<KVT, 16, mma::kSmemSmall>(grid, s, p);
     }
     return launch_mma_layout<KVT, M, mma::kSmemLimit>(grid, s, p);
 }
@@ -6806,11 +6802,7 @@ static aiter_mla_kernel decode_kernel_of(const aiter_mla_decode_args *a, [[maybe
     // loads), bf16 or fp8 cache
     const bool q_ok = (a->q_dtype == AITER_MLA_BF16 || (q_fp8 && a->kv_dtype == a->q_dtype)) &&
                       ((uintptr_t)a->q & (q_fp8 ? 7u : 15u)) == 0 && a->q_stride_token % 8 == 0 && a->q_stride_head % 8 == 0;
-    const bool holds = a->kv_dtype == AITER_MLA_BF16         ? mma_holds<AITER_MLA_BF16>()
-                       : a->kv_dtype == AITER_MLA_FP8_E4M3FN   ? mma_holds<AITER_MLA_FP8_E4M3FN>()
-                       : a->kv_dtype == AITER_MLA_FP8_E4M3FNUZ ? mma_holds<AITER_MLA_FP8_E4M3FNUZ>()
-                                                               : false;
-    if (q_ok && holds) return mma_kernel_of(tile_rows);
+    if (q_ok && (a->kv_dtype == AITER_MLA_BF16 || kv_fp8) && mma_runs()) return mma_kernel_of(tile_rows);
 #endif
     return AITER_MLA_KERNEL_PORTABLE;
 }
@@ -7128,10 +7120,7 @@ static aiter_mla_kernel sparse_kernel_of(const aiter_mla_sparse_args *a) {
 #if defined(AITER_MLA_HAS_MFMA)
     if (a->q_dtype == AITER_MLA_BF16 && mfma_q_rows(a->q, a->q_dtype, (int64_t)a->num_heads * kD, kD)) return AITER_MLA_KERNEL_MFMA;
 #elif defined(AITER_MLA_HAS_MMA)
-    const bool holds = !a->cache_is_ds_mla                             ? mma_holds<AITER_MLA_BF16>()
-                       : a->ds_mla_fp8 == AITER_MLA_FP8_E4M3FNUZ ? mma_holds<kDsMlaFnuz>()
-                                                                 : mma_holds<kDsMlaFn>();
-    if (a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && holds) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
+    if (a->q_dtype == AITER_MLA_BF16 && ((uintptr_t)a->q & 15) == 0 && mma_runs()) return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;
     return AITER_MLA_KERNEL_PORTABLE;
@@ -7229,7 +7218,7 @@ static aiter_mla_kernel v4_kernel_of(const aiter_mla_v4_attention_args *a) {
         return !k->rows && aligned16(k->cache) && k->page_stride_bytes % 16 == 0 &&
                (k->block_size % 2 == 0 || k->page_stride_bytes >= (int64_t)k->block_size * AITER_MLA_V4_TOKEN_BYTES + 8);
     };
-    if (q_ok && ((model1(&a->keys) && model1(k1) && mma_holds<kV4Model1>()) || (bf16_rows(&a->keys) && bf16_rows(k1) && mma_holds<kV4Bf16>())))
+    if (q_ok && ((model1(&a->keys) && model1(k1)) || (bf16_rows(&a->keys) && bf16_rows(k1))) && mma_runs())
         return mma_kernel_of(sparse_rows_per_block(a->num_heads));
 #endif
     (void)a;
