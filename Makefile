@@ -103,7 +103,7 @@ $(BUILD)/test_gpu_mfma: $(BUILD)/test_gpu.o $(BUILD)/kernels_mfma.o $(BUILD)/gpu
 	$(GPULINK) -o $@ $^ $(GPULIBS) -lm
 endif
 MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_rising_keys test_decode_graph test_sparse_attention test_decode_fp8_codes test_prefill \
-              test_v4_attention_gpu test_v4_prefill_gpu
+              test_v4_attention_gpu test_v4_prefill_gpu test_bad_plans
 
 # ---- the README's commands ------------------------------------------------------------------
 run: $(BUILD)/decode

@@ -304,15 +304,19 @@
  *   can check is checked before any work: pointers, ranges, shapes against the plan, and
  *   the contents of host index arrays (indptrs, lengths, plans, reduce maps), so bad
  *   input never crashes or aborts. Buffers whose length the library cannot know (q, o
- *   and the cache against the indptrs; device copies of plans, which the GPU path cannot
- *   read on the host) are trusted to match what they were built from. So are the caches,
- *   whose extent their counts and format fields give (num_pages, num_slots, kv_dtype,
+ *   and the cache against the indptrs) are trusted to match what they were built from.
+ *   So are the caches, whose extent their counts and format fields give (num_pages,
+ *   num_slots, kv_dtype,
  *   cache_is_ds_mla, ...), unless their optional size field is set (kv_cache_bytes, in
  *   V4 key lists cache_bytes, in the V4 prefill swa_ and compressed_cache_bytes): a cache
  *   smaller than its fields describe is then refused (ERR_BUFFER_TOO_SMALL), so that a
  *   format left unset, e.g. fp8 rows described as bf16 ones, fails there instead of
  *   reading or writing past the buffer. Page ids and slots
  *   that are negative or out of range are data: the key is skipped, the write dropped.
+ *   So is a device copy of a plan, which the GPU path cannot read on the host: a work item
+ *   or reduce entry that fits neither the arguments nor the plan's info (a plan built for
+ *   other lengths or another batch, or overwritten) is skipped or held inside the buffers,
+ *   which gives wrong rows but no access outside them.
  *   A GPU entry point validates what its CPU reference validates, plus what its launch
  *   needs (workspaces, 16-byte alignment where a kernel requires it, grid sizes within
  *   int32), except the contents of device arrays, which the host cannot read: what the
@@ -1112,7 +1116,11 @@ AITER_MLA_API void aiter_mla_lse_base2_to_natural(float *lse, int64_t n);
  * tokens ends up, on the GPU, with a mix of their rows).
  * The writer runs on the CPU (_ref) and the GPU, with bit-identical rows; the row reader
  * is a host helper. */
-enum { AITER_MLA_DS_MLA_ROW_BYTES = 656 };
+enum {
+    AITER_MLA_DS_MLA_ROW_BYTES = 656,
+    AITER_MLA_DS_MLA_SCALES_OFFSET = 512, /* the 4 fp32 group scales */
+    AITER_MLA_DS_MLA_ROPE_OFFSET = 528    /* the 64 bf16 rope values */
+};
 
 typedef struct aiter_mla_ds_mla_write_args {
     const void *kv_c;            /* [num_tokens, 512] src_dtype, row stride kv_c_stride */
@@ -2150,11 +2158,11 @@ AITER_MLA_HD uint8_t aiter_mla__ds_mla_quant(float x, float scale, aiter_mla_dty
 AITER_MLA_HD float aiter_mla__ds_mla_value(const unsigned char *row, int d, aiter_mla_dtype fp8) {
     if (d < AITER_MLA_LATENT_DIM) {
         float scale;
-        AITER_MLA__MEMCPY(&scale, row + 512 + 4 * (d / 128), 4);
+        AITER_MLA__MEMCPY(&scale, row + AITER_MLA_DS_MLA_SCALES_OFFSET + 4 * (d / 128), 4);
         return aiter_mla__dequant_fp8(row[d], scale, fp8);
     } else {
         uint16_t h;
-        AITER_MLA__MEMCPY(&h, row + 528 + 2 * (d - AITER_MLA_LATENT_DIM), 2);
+        AITER_MLA__MEMCPY(&h, row + AITER_MLA_DS_MLA_ROPE_OFFSET + 2 * (d - AITER_MLA_LATENT_DIM), 2);
         return aiter_mla_bf16_to_f32(h);
     }
 }
@@ -3918,14 +3926,14 @@ AITER_MLA_API aiter_mla_status aiter_mla_ds_mla_write_ref(const aiter_mla_ds_mla
                 if (x > amax) amax = x; /* NaN never wins */
             }
             scale = aiter_mla__ds_mla_scale(amax, a.fp8_max, a.pow2_scales);
-            memcpy(row + 512 + 4 * g, &scale, 4);
+            memcpy(row + AITER_MLA_DS_MLA_SCALES_OFFSET + 4 * g, &scale, 4);
             for (i = 0; i < 128; i++)
                 row[g * 128 + i] =
                     aiter_mla__ds_mla_quant(aiter_mla_load_f32(a.kv_c, t * a.kv_c_stride + g * 128 + i, a.src_dtype), scale, a.fp8_dtype);
         }
         for (i = 0; i < AITER_MLA_ROPE_DIM; i++) {
             uint16_t h = aiter_mla_f32_to_bf16(aiter_mla_load_f32(a.k_pe, t * a.k_pe_stride + i, a.src_dtype));
-            memcpy(row + 528 + 2 * i, &h, 2);
+            memcpy(row + AITER_MLA_DS_MLA_ROPE_OFFSET + 2 * i, &h, 2);
         }
     }
     return AITER_MLA_OK;

@@ -113,6 +113,7 @@ struct DecodeParams {
     aiter_mla_decode_args a;   // resolved by the wrapper
     const int32_t *work_indptr; // [num_lists + 1]
     const int32_t *work_info;   // [max_work, 8]
+    int max_work, max_partial_rows; // the plan's bounds (its info): load_piece holds the items to them
     float *part_o;              // [max_partial_rows, H, 512]
     float *part_lse;            // [max_partial_rows, H]
     float score_scale;          // sm_scale * q_scale * kv_scale * log2(e), fp8 scales only
@@ -149,7 +150,7 @@ struct DecodeParams {
 // its 8 scale bytes follow it in the ring), bf16 rows (tensor cores), or any mix of formats
 // (portable kernel: each row dequantised to fp32 in shared memory).
 constexpr int kDsMlaFn = 100, kDsMlaFnuz = 101, kV4Model1 = 102, kV4Bf16 = 103, kV4Any = 104;
-constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES;
+constexpr int kDsRow = AITER_MLA_DS_MLA_ROW_BYTES, kDsScales = AITER_MLA_DS_MLA_SCALES_OFFSET, kDsRope = AITER_MLA_DS_MLA_ROPE_OFFSET;
 constexpr int kV4D = AITER_MLA_V4_HEAD_DIM, kV4Nope = AITER_MLA_V4_NOPE_DIM;
 __host__ __device__ constexpr bool is_ds_mla(int kvt) { return kvt == kDsMlaFn || kvt == kDsMlaFnuz; }
 __host__ __device__ constexpr bool is_v4(int kvt) { return kvt == kV4Model1 || kvt == kV4Bf16 || kvt == kV4Any; }
@@ -164,6 +165,8 @@ __host__ __device__ constexpr int cache_row_bytes(int kvt) {
            : kvt == AITER_MLA_BF16 || kvt == AITER_MLA_F16 ? kD * 2
                                      : kD;
 }
+// Byte offset of the bf16 rope in a cache row of the formats that keep it apart (fp8_ds_mla, MODEL1).
+__host__ __device__ constexpr int rope_byte(int kvt) { return is_ds_mla(kvt) ? kDsRope : kV4Nope; }
 
 // One work item of the plan, with the bounds both decode kernels derive from it.
 struct Piece {
@@ -174,24 +177,34 @@ struct Piece {
     int64_t v4_start[2], v4_n0; // V4: each list's first index into its indices; list 0's count
 };
 
+// The plan is device data like the indptrs: an item that does not fit the arguments (a plan
+// built for other lengths or another batch, or overwritten) runs as an empty piece (no rows, no
+// partial), or as its rows with no keys where only its pages or offset do not fit its request,
+// so that no plan takes a kernel outside q, o, kv_indices or the workspace. The rows' checks use
+// the item and q's row count alone (loaded beside it), so that Q's load waits for nothing more;
+// rows of another request than b's come out wrong, never outside q and o.
 __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     const aiter_mla_decode_args &a = p.a;
     const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
+    const int b = wi[0], loc = wi[1], qs = wi[2], qe = wi[3], ks = wi[4], ke = wi[5], off = wi[6];
+    const int q_rows = a.qo_indptr[a.batch];
+    const bool b_ok = b >= 0 && b < a.batch;
+    const bool rows_ok = b_ok && 0 <= qs && qs <= qe && qe <= q_rows && (loc == -1 || (loc >= 0 && (int64_t)loc + qe - qs <= p.max_partial_rows));
     Piece c;
-    c.b = wi[0];
-    c.loc = wi[1];
-    c.qs = wi[2];
-    c.qe = wi[3];
-    c.ks = wi[4];
-    const int ke = wi[5], off = wi[6];
+    c.b = b_ok ? b : 0;
+    c.loc = rows_ok ? loc : -1;
+    c.qs = rows_ok ? qs : 0;
+    c.qe = rows_ok ? qe : 0;
     c.q_begin = a.qo_indptr[c.b];
     c.q_len = a.qo_indptr[c.b + 1] - c.q_begin;
-    const int pages = a.kv_indptr[c.b + 1] - a.kv_indptr[c.b];
+    const int kv0 = a.kv_indptr[c.b], kv1 = a.kv_indptr[c.b + 1];
+    const bool keys_ok = rows_ok && kv0 <= ks && ks <= ke && ke <= kv1 && off >= 0;
+    c.ks = keys_ok ? ks : kv0;
     const int last = min(max(a.kv_last_page_lens[c.b], 1), a.page_size);
-    c.kv_len = aiter_mla__kv_len(pages, last, a.page_size);
-    c.tok0 = (int64_t)(c.ks - a.kv_indptr[c.b]) * a.page_size;
+    c.kv_len = aiter_mla__kv_len(kv1 - kv0, last, a.page_size);
+    c.tok0 = (int64_t)(c.ks - kv0) * a.page_size;
     // never more keys than the piece's pages hold, whatever the metadata says
-    c.n = max((int64_t)0, min(c.kv_len - off - c.tok0, (int64_t)(ke - c.ks) * a.page_size));
+    c.n = keys_ok ? max((int64_t)0, min(c.kv_len - off - c.tok0, (int64_t)(ke - c.ks) * a.page_size)) : 0;
     c.rb = 0;
     c.re = (c.qe - c.qs) * a.num_heads;
     if (p.row_split) {
@@ -262,8 +275,8 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
     if constexpr (kOnce) {
         const int cu = block_cu(p);
-        const int64_t first = sparse_launch<K>(p) ? (int64_t)blockIdx.x : p.work_indptr[cu];
-        const int64_t end = sparse_launch<K>(p) ? p.tokens : p.work_indptr[cu + 1], step = sparse_launch<K>(p) ? (int64_t)gridDim.x : 1;
+        const int64_t first = sparse_launch<K>(p) ? (int64_t)blockIdx.x : max(p.work_indptr[cu], 0);
+        const int64_t end = sparse_launch<K>(p) ? p.tokens : min(p.work_indptr[cu + 1], p.max_work), step = sparse_launch<K>(p) ? (int64_t)gridDim.x : 1;
         for (int64_t i = first; i < end; i += step) run(!sparse_launch<K>(p) ? load_piece(p, (int)i) : token_piece<K>(p, (int)i));
         return;
     }
@@ -272,8 +285,8 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
         return;
     }
     const int cu = block_cu(p);
-    const int w_end = p.work_indptr[cu + 1];
-    for (int w = p.work_indptr[cu]; w < w_end; w++) run(load_piece(p, w));
+    const int w_end = min(p.work_indptr[cu + 1], p.max_work); // a list past the items: as many as there are
+    for (int w = max(p.work_indptr[cu], 0); w < w_end; w++) run(load_piece(p, w));
 }
 
 // Row idx (a (token, head) row of the piece's query tile, heads fastest): its token, the last
@@ -413,10 +426,10 @@ __device__ __forceinline__ float kv_elem(const unsigned char *tile, int key, int
     } else if constexpr (is_ds_mla(KVT)) {
         if (d < kL) {
             float scale;
-            memcpy(&scale, row + kL + 4 * (d >> 7), 4);
+            memcpy(&scale, row + kDsScales + 4 * (d >> 7), 4);
             return aiter_mla__dequant_fp8(row[d], scale, KVT == kDsMlaFn ? AITER_MLA_FP8_E4M3FN : AITER_MLA_FP8_E4M3FNUZ);
         }
-        return aiter_mla_load_f32(row + kL + 16, d - kL, AITER_MLA_BF16);
+        return aiter_mla_load_f32(row + kDsRope, d - kL, AITER_MLA_BF16);
     } else {
         return aiter_mla_load_f32(row, d, (aiter_mla_dtype)KVT);
     }
@@ -750,7 +763,7 @@ template <int KVT>
 struct ScaledRow {
     static constexpr bool ds = is_ds_mla(KVT);
     static constexpr int e4m3_chunks = (ds ? kL : kV4Nope) / 16;          // 16 values each
-    static constexpr int rope_chunk = ds ? e4m3_chunks + 1 : e4m3_chunks; // ds_mla: after the scales
+    static constexpr int rope_chunk = rope_byte(KVT) / 16;               // ds_mla: after the scales
     static constexpr int chunks_per_scale = (ds ? 128 : 64) / 16;
     using C = Chunks<cache_row_bytes(KVT)>;
 };
@@ -763,7 +776,7 @@ __device__ __forceinline__ void load_scales(float (&scale)[ScaledRow<KVT>::C::lo
         const int c = tid + i * kThreads, j = c / C::per_row, part = c - j * C::per_row, group = part / R::chunks_per_scale;
         if (c < C::count && part < R::e4m3_chunks) {
             const unsigned char *row = t.row[j];
-            if constexpr (R::ds) scale[i] = row ? *reinterpret_cast<const float *>(row + kL + 4 * group) : 0.0f;
+            if constexpr (R::ds) scale[i] = row ? *reinterpret_cast<const float *>(row + kDsScales + 4 * group) : 0.0f;
             else scale[i] = row ? aiter_mla__ue8m0_to_f32(t.scales[j][group]) : 0.0f;
         }
     }
@@ -1749,7 +1762,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     // then kCopy of 16 bytes copied (the bf16 rope of ds_mla and MODEL1). Two loops
                     // without branches in them, so the unrolled units overlap their latencies.
                     constexpr int kConv = KVT == kV4Model1 ? kV4Nope / 8 : is_ds_mla(KVT) ? kL / 8 : kDq / 8;
-                    constexpr int kCopy = S::rope_in_ring ? 0 : kDq / 8 - kConv, kRopeAt = KVT == kV4Model1 ? kV4Nope : kL + 16;
+                    constexpr int kCopy = S::rope_in_ring ? 0 : kDq / 8 - kConv;
                     auto convert = [&](auto rule) { // FnuzRule: e4m3fn, e4m3fnuz, or as the key's kind says
                         [[maybe_unused]] constexpr int kRule = decltype(rule)::value;
                         // the thread's key, units my_part, my_part + kTPK, ...: fixed
@@ -1782,7 +1795,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                     for (int c = gt; c < kN * kCopy; c += kGT) {
                         const int key = c / (kCopy > 0 ? kCopy : 1), part = c - key * kCopy;
                         *reinterpret_cast<uint4 *>(wide + key * kKRow + (kConv + part) * 16) =
-                            *reinterpret_cast<const uint4 *>(kt + key * kPitch + kRopeAt + part * 16);
+                            *reinterpret_cast<const uint4 *>(kt + key * kPitch + rope_byte(KVT) + part * 16);
                     }
                     group_sync();
                     kt = wide;
@@ -1796,7 +1809,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 // of n8-tiles (one Q fragment serves both, two independent accumulator chains):
                 // MT * 2 pairs * kparts units, at most one per warp.
                 constexpr bool kPairs = !is_ds_mla(KVT);
-                const int kparts = kPairs ? (MT >= 3 ? 2 : MT == 1 ? S::kparts_mt1 : 4) : MT == 1 ? S::kparts_mt1 : MT == 2 && kGW == 16 ? 2 : 1;
+                const int kparts = MT == 1 ? S::kparts_mt1 : kPairs ? (MT >= 3 ? 2 : 4) : (MT == 2 && kGW == 16 ? 2 : 1);
                 if constexpr (kPairs) {
                     static_assert(kKSteps % 4 == 0 && kGW >= 8 && (kM == 16 || kGW == 16), "at most a unit per warp");
                     const int units = MT * 2 * kparts, steps = kKSteps / kparts;
@@ -1870,10 +1883,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         if constexpr (is_ds_mla(KVT)) {
                             // ds_mla: the latent dims hold exact e4m3 values; each 128-dim group's partial
                             // product is scaled by its key's group scale in fp32 (rope: scale 1)
-                            const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kL, *sc1 = sc0 + kPitch;
+                            const unsigned char *sc0 = src_tile + (nt * 8 + (lane & 3) * 2) * kPitch + kDsScales, *sc1 = sc0 + kPitch;
                             // the rope's k-steps (from kL / 16 on) where it stays in the ring slot
                             [[maybe_unused]] const uint32_t kr =
-                                smem_addr(src_tile) + (nt * 8 + (lane & 7)) * kPitch + kL + 16 + ((lane >> 3) & 1) * 16 - kL / 16 * 32;
+                                smem_addr(src_tile) + (nt * 8 + (lane & 7)) * kPitch + kDsRope + ((lane >> 3) & 1) * 16 - kL / 16 * 32;
                             float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                             int g = kb >> 3;
                             auto flush = [&]() {
@@ -2019,7 +2032,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                         if (mt < MT) ldsm_x4(smem_addr(p_s) + (mt * 16 + (lane & 15)) * kPRowB + kk * 32 + (lane >> 4) * 16, pa[mt]);
                     if constexpr (is_ds_mla(KVT)) { // P times each key's scale of this warp's 128-dim group
                         const int gq = (gw * kNT * 8) >> 7, key0 = kk * 16 + (lane & 3) * 2;
-                        auto sc = [&](int key) { return *reinterpret_cast<const float *>(src_tile + key * kPitch + kL + 4 * gq); };
+                        auto sc = [&](int key) { return *reinterpret_cast<const float *>(src_tile + key * kPitch + kDsScales + 4 * gq); };
                         const float s0 = sc(key0), s1 = sc(key0 + 1), s2 = sc(key0 + 8), s3 = sc(key0 + 9);
 #pragma unroll
                         for (int mt = 0; mt < kMT; mt++) {
@@ -2284,7 +2297,7 @@ struct Wide {
     // byte offset in the row of the j-th chunk of thread `part`
     __device__ static constexpr int chunk_at(int j, int part) {
         return j < nope / parts ? (part + parts * j) * 16
-                                : (KVT == kV4Model1 ? kV4Nope : kL + 16) + (part + parts * (j - nope / parts)) * 16;
+                                : rope_byte(KVT) + (part + parts * (j - nope / parts)) * 16;
     }
     static constexpr bool lut = KVT == AITER_MLA_FP8_E4M3FNUZ || KVT == kDsMlaFnuz || KVT == kV4Model1;
     static_assert(loads * parts == nope + rope && nope % parts == 0 && 8 % parts == 0, "whole chunks per thread, scale groups of whole steps");
@@ -4052,6 +4065,11 @@ __host__ __device__ constexpr int reduce_span(int v) { return AITER_MLA_WARP_SIZ
 struct ReduceParams {
     const int32_t *num_tiles; // device: the plan header's count (graph replays see new plans)
     const int32_t *indptr, *final_map, *partial_map;
+    // The plan's bounds (its info), and o's rows if set (device: the indptr's last value). The
+    // plan's lists are device data: tiles past max_tiles or o's rows and pieces past
+    // max_partials are left out, partial rows held inside the workspace, never read past.
+    int max_tiles, max_partials, max_partial_rows;
+    const int32_t *o_rows_at;
     // A decode plan's counters (wait_for_pieces; NULL: wait for the producer's completion):
     // arrivals, at each piece's first partial row, the rows the piece has stored; departures,
     // at the first piece's, the units of the tile done. Both are zero between launches.
@@ -4361,17 +4379,22 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
     const int warp = threadIdx.x / W, H = p.num_heads, R = p.rows_per_tile;
     const int spans = (p.dv + kSpan - 1) / kSpan; // a unit per span of dims
     const bool uniform = p.uniform_splits > 0;
-    const int64_t units = (uniform ? p.uniform_tiles : (int64_t)*p.num_tiles) * R * H * spans;
+    const int64_t tiles = uniform ? p.uniform_tiles : (int64_t)min(max(*p.num_tiles, 0), p.max_tiles);
+    const int64_t units = tiles * R * H * spans, o_rows = p.o_rows_at ? *p.o_rows_at : INT64_MAX;
     bool waited = false; // the plan is the caller's; partials are the producer's (wait_for_producer)
     for (int64_t u0 = (int64_t)blockIdx.x * kPerBlock; u0 < units; u0 += (int64_t)gridDim.x * kPerBlock) {
         const int64_t u = u0 + (SPLIT > 1 ? 0 : warp); // wide: every warp of the block on one unit; narrow: a warp each
         if (u >= units) continue;
         const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
         const int t = (int)(u / spans / H / R);
-        const int k0 = uniform ? t * p.uniform_splits : p.indptr[t], np = uniform ? p.uniform_splits : p.indptr[t + 1] - k0;
-        const int qs = uniform ? t : p.final_map[2 * t], rows = uniform ? 1 : p.final_map[2 * t + 1] - qs;
-        if (np < 2 || j >= rows) continue; // no partials, or past the tile's rows
-        auto partial_row = [&](int k) { return uniform ? k0 + k : p.partial_map[k0 + k]; };
+        // (differences in int64: a plan's entries may be anything)
+        const int k0 = uniform ? t * p.uniform_splits : max(p.indptr[t], 0);
+        const int np = uniform ? p.uniform_splits : (int)max(min((int64_t)p.indptr[t + 1], (int64_t)p.max_partials) - k0, (int64_t)0);
+        const int qs = uniform ? t : p.final_map[2 * t];
+        const int rows = uniform ? 1 : (int)min(max((int64_t)p.final_map[2 * t + 1] - qs, (int64_t)0), (int64_t)R);
+        if (np < 2 || j >= rows || qs < 0 || (int64_t)qs + j >= o_rows) continue; // no partials, or past the tile's rows or o's
+        // a piece's rows pm + j inside the workspace whatever the plan says (as built, they are)
+        auto partial_row = [&](int k) { return uniform ? k0 + k : min(max(p.partial_map[k0 + k], 0), p.max_partial_rows - 1 - j); };
         const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
         const int32_t pm_me = me < np ? partial_row(me) : 0;
         if (!waited) { // once waited (or given up on the counters), the producer is complete
@@ -4401,6 +4424,7 @@ struct PrefillParams {
     aiter_mla_prefill_args a;   // resolved by the wrapper
     const int32_t *work_indptr; // persistent plan: [num_cu + 1]; NULL: no plan
     const int32_t *work_info;   // [max_work, 8]
+    int max_work, max_partial_rows; // the plan's bounds (its info): for_each_prefill_unit holds the items to them
     float *part_o;              // [max_partial_rows, H, dv]
     float *part_lse;            // [max_partial_rows, H]
     float score_scale;          // sm_scale (* q_scale * k_scale for fp8) * log2(e)
@@ -4463,15 +4487,22 @@ __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     if (p.work_indptr) {
         PrefillUnit u;
         for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
-            const int w_end = p.work_indptr[blockIdx.x + 1];
-            for (int w = p.work_indptr[blockIdx.x]; w < w_end; w++) {
+            const int w_end = min(p.work_indptr[blockIdx.x + 1], p.max_work);
+            for (int w = max(p.work_indptr[blockIdx.x], 0); w < w_end; w++) {
+                // the plan is device data: an item naming no request, or partial rows outside
+                // the workspace, has no rows; its rows and keys are held to its request's (within:
+                // x - base into [0, n], in int64, where a plan's entries may be anything)
                 const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
                 const int b = wi[0];
-                prefill_request(a, b, u);
+                const bool b_ok = b >= 0 && b < a.batch;
+                prefill_request(a, b_ok ? b : 0, u);
                 u.loc = wi[1];
-                const int qs = max(wi[2] - u.q0, 0), qe = min(wi[3] - u.q0, u.sq);
-                u.j0 = max(wi[4] - u.k0, 0);
-                u.j1 = min(wi[5] - u.k0, u.sk);
+                auto within = [](int32_t x, int base, int n) { return (int)min(max((int64_t)x - base, (int64_t)0), (int64_t)n); };
+                const int qs = within(wi[2], u.q0, u.sq);
+                int qe = within(wi[3], u.q0, u.sq);
+                if (!b_ok || (u.loc != -1 && (u.loc < 0 || (int64_t)u.loc + qe - qs > p.max_partial_rows))) qe = qs;
+                u.j0 = within(wi[4], u.k0, u.sk);
+                u.j1 = within(wi[5], u.k0, u.sk);
                 for (u.r0 = qs; u.r0 < qe; u.r0 += BM) {
                     u.r1 = min(u.r0 + BM, qe);
                     run(u, u.r0 - qs);
@@ -5866,10 +5897,10 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
             for (int k = 0; k < kDsVals / 4; k++) w[k] = f32x4_to_fp8x4(q + 4 * k, a.fp8_dtype);
             if constexpr (kVec) {
                 store_words(row + lane * kDsVals, w);
-                if (lane % kDsGroupLanes == 0) *reinterpret_cast<float *>(row + 512 + 4 * (lane / kDsGroupLanes)) = scale;
+                if (lane % kDsGroupLanes == 0) *reinterpret_cast<float *>(row + kDsScales + 4 * (lane / kDsGroupLanes)) = scale;
             } else {
                 for (int k = 0; k < kDsVals; k++) row[lane * kDsVals + k] = word_byte(w, k);
-                if (lane % kDsGroupLanes == 0) memcpy(row + 512 + 4 * (lane / kDsGroupLanes), &scale, 4);
+                if (lane % kDsGroupLanes == 0) memcpy(row + kDsScales + 4 * (lane / kDsGroupLanes), &scale, 4);
             }
             if (lane < 8) {
                 uint32_t h[4];
@@ -5889,9 +5920,9 @@ __global__ void __launch_bounds__(kSmallThreads) ds_mla_write_kernel(aiter_mla_d
                         h[k] = aiter_mla_f32_to_bf16(r[2 * k]) | (uint32_t)aiter_mla_f32_to_bf16(r[2 * k + 1]) << 16;
                 }
                 if constexpr (kVec) {
-                    store_words(row + 528 + lane * 16, h);
+                    store_words(row + kDsRope + lane * 16, h);
                 } else {
-                    for (int k = 0; k < 16; k++) row[528 + lane * 16 + k] = word_byte(h, k);
+                    for (int k = 0; k < 16; k++) row[kDsRope + lane * 16 + k] = word_byte(h, k);
                 }
             }
         }
@@ -5940,9 +5971,9 @@ __device__ __forceinline__ GatherUnit gather_fetch(const aiter_mla_gather_cache_
             load_words<2, true>(row + unit * 8, w);
             g.w[0] = w[0];
             g.w[1] = w[1];
-            g.scale = *reinterpret_cast<const float *>(row + 512 + 4 * (unit / 16));
+            g.scale = *reinterpret_cast<const float *>(row + kDsScales + 4 * (unit / 16));
         } else {
-            load_words<4, true>(row + 528 + (unit - kL / 8) * 16, g.w);
+            load_words<4, true>(row + kDsRope + (unit - kL / 8) * 16, g.w);
         }
     } else if constexpr (dtype_bytes(CACHE) == 1) {
         uint32_t w[2];
@@ -6556,12 +6587,16 @@ static hipError_t launch_reduce(hipStream_t s, const ReduceParams &r, int64_t ro
 // The reduce of a plan's split tiles (decode and prefill plans share the buffer layout):
 // r carries the partials and the output layout, the plan the tile lists and their count.
 static hipError_t launch_plan_reduce(hipStream_t s, ReduceParams r, const int32_t *plan, int64_t off_indptr, int64_t off_final_map,
-                                     int64_t off_partial_map, int max_tiles, int rows_per_tile, bool wide) {
+                                     int64_t off_partial_map, int max_tiles, int rows_per_tile, int max_partials, int max_partial_rows,
+                                     bool wide) {
     r.num_tiles = plan + AITER_MLA__PH_NUM_REDUCE_TILES; // this plan's count, read on the device
     r.indptr = plan + off_indptr;
     r.final_map = plan + off_final_map;
     r.partial_map = plan + off_partial_map;
     r.rows_per_tile = rows_per_tile;
+    r.max_tiles = max_tiles;
+    r.max_partials = max_partials;
+    r.max_partial_rows = max_partial_rows;
     return launch_reduce(s, r, (int64_t)max_tiles * rows_per_tile * r.num_heads, wide);
 }
 
@@ -6824,6 +6859,8 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     p.a = *a;
     p.work_indptr = plan + info->off_work_indptr;
     p.work_info = plan + info->off_work_info;
+    p.max_work = info->max_work;
+    p.max_partial_rows = info->max_partial_rows;
     p.part_o = (float *)a->workspace;
     p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * kL : nullptr;
     const bool kv_fp8 = is_e4m3(a->kv_dtype), q_fp8 = is_e4m3(a->q_dtype);
@@ -6897,8 +6934,9 @@ extern "C" int aiter_mla__launch_decode(const aiter_mla_decode_args *a, const ai
     ReduceParams r = token_reduce_params(p);
     r.arrivals = p.arrivals;
     r.departures = p.arrivals ? p.arrivals + info->max_partial_rows : nullptr;
+    r.o_rows_at = a->qo_indptr + a->batch;
     e = launch_plan_reduce(s, r, plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                           info->max_reduce_tiles, info->tokens_per_tile, wide_reduce);
+                           info->max_reduce_tiles, info->tokens_per_tile, info->max_partials, info->max_partial_rows, wide_reduce);
     // The decode has counted its pieces: without the reduce that sets the counters back, the
     // plan's next launch would read them as its own.
     if (e != hipSuccess && p.arrivals) (void)hipMemsetAsync(p.arrivals, 0, sizeof(int32_t) * 2 * (size_t)info->max_partial_rows, s);
@@ -7033,6 +7071,7 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_
     p.v_scale = fp8 ? a->v_scale : 1.0f;
     p.work_indptr = p.work_info = nullptr;
     p.part_o = p.part_lse = nullptr;
+    p.max_work = p.max_partial_rows = 0;
     p.o_rows16 = o_rows16(a->o, a->o_dtype, a->o_stride_token, a->o_stride_head);
     p.units = dim3(0, 0, 0);
     p.resident_blocks = 0; // launch_prefill_wgmma may set both
@@ -7040,6 +7079,8 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_
     if (info) {
         p.work_indptr = a->plan + info->off_work_indptr;
         p.work_info = a->plan + info->off_work_info;
+        p.max_work = info->max_work;
+        p.max_partial_rows = info->max_partial_rows;
         p.part_o = (float *)a->workspace;
         p.part_lse = p.part_o ? p.part_o + (int64_t)info->max_partial_rows * a->num_heads * a->dv : nullptr;
     }
@@ -7099,13 +7140,13 @@ extern "C" int aiter_mla__launch_prefill(const aiter_mla_prefill_args *a, aiter_
     r.lse = a->lse;
     r.lse_stride_token = 1;
     r.lse_stride_head = 0;
-    r.lse_head_stride_at = a->cu_seqlens_q + a->batch; // lse [H, Tq], Tq on the device
+    r.lse_head_stride_at = r.o_rows_at = a->cu_seqlens_q + a->batch; // lse [H, Tq], Tq on the device
     r.empty_lse = -HUGE_VALF;
     r.num_heads = a->num_heads;
     r.dv = a->dv;
     r.o_dtype = a->o_dtype;
     return (int)launch_plan_reduce(s, r, a->plan, info->off_reduce_indptr, info->off_reduce_final_map, info->off_reduce_partial_map,
-                                   info->max_tiles, info->desc.tile_q, false);
+                                   info->max_tiles, info->desc.tile_q, info->max_partials, info->max_partial_rows, false);
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }

@@ -142,6 +142,7 @@ typedef struct decode_case {
                       * first key and in every key of request 1, and positive in q's rows of both:
                       * those keys score -inf in every head and weigh 0; request 1's rows see no key */
     int far;         /* 1: the GPU's cache past 4 GiB (see far_cache_upload) */
+    int bad_plans;   /* 1: launches on damaged plans first (run_bad_plans) */
 } decode_case;
 enum { kNegInfDim = 520 }; /* a rope dim: not part of V, whose infinities are outside the contract */
 
@@ -182,6 +183,115 @@ static decode_case decode_case_of(int heads, int q_len, int page, int batch, int
     c.with_lse = 1;
     c.ctx = ctx;
     return c;
+}
+
+/* Guard bytes after a device buffer: a write past its end shows there. */
+enum { kGuardBytes = 4096, kGuardByte = 0xa5 };
+static void *guarded_malloc(size_t bytes) {
+    char *d = (char *)gpu_malloc(bytes + kGuardBytes);
+    gpu_memset(d + bytes, kGuardByte, kGuardBytes);
+    return d;
+}
+static void check_guard(const char *what, const char *name, const void *d, size_t bytes) {
+    unsigned char *g = (unsigned char *)test_malloc(kGuardBytes);
+    int64_t changed = 0, i;
+    gpu_download(g, (const char *)d + bytes, kGuardBytes);
+    for (i = 0; i < kGuardBytes; i++) changed += g[i] != kGuardByte;
+    CHECK(changed == 0, "%s: %lld bytes written past %s", what, (long long)changed, name);
+    free(g);
+}
+
+/* A value for a plan field that does not fit: out of every range, or one off its own. */
+static int32_t bad_value(test_rng *rng, int32_t own, int32_t near) {
+    const int32_t v[8] = {-1, -2, INT32_MIN, INT32_MAX, near, (int32_t)((uint32_t)near + 1u), (int32_t)((uint32_t)own + 1u),
+                          (int32_t)((uint32_t)own - 1u)};
+    return v[rng_int(rng, 0, 7)];
+}
+
+/* Where a plan buffer (decode or prefill: one layout, SPEC 1a) keeps its lists, and its bounds. */
+typedef struct plan_layout {
+    int64_t work_indptr, work_info, reduce_indptr, final_map, partial_map; /* offsets */
+    int32_t lists, max_work, max_tiles, max_partials, max_partial_rows;
+    int32_t near[7]; /* per work-item field, a bound of its range: requests, partial rows, rows (2), pages or keys (2), - */
+} plan_layout;
+enum { kPlanDamages = 4 };
+static const char *const kPlanDamageNames[kPlanDamages] = {"items' fields", "lists past the items", "reduce lists", "all of it"};
+/* Damage kind 0: a field of every third item (other requests, rows, pages, partial rows);
+ * 1: list bounds past the items; 2: the reduce's tile count, lists and partial rows; 3: all. */
+static void damage_plan(int32_t *plan, const plan_layout *l, int kind, test_rng *rng) {
+    int32_t *wi = plan + l->work_info, *wp = plan + l->work_indptr, i;
+    if (kind == 0 || kind == 3)
+        for (i = rng_int(rng, 0, 2); i < plan[AITER_MLA__PH_NUM_WORK]; i += 3) {
+            const int f = rng_int(rng, 0, 6);
+            wi[(int64_t)i * AITER_MLA_WORK_INTS + f] = bad_value(rng, wi[(int64_t)i * AITER_MLA_WORK_INTS + f], l->near[f]);
+        }
+    if (kind == 1 || kind == 3)
+        for (i = 0; i <= l->lists; i++)
+            if (rng_int(rng, 0, 1)) wp[i] = bad_value(rng, wp[i], l->max_work);
+    if (kind == 2 || kind == 3) {
+        plan[AITER_MLA__PH_NUM_REDUCE_TILES] = rng_int(rng, 0, 1) ? INT32_MAX : l->max_tiles + 3;
+        for (i = 0; i <= l->max_tiles; i++)
+            if (rng_int(rng, 0, 2) == 0) plan[l->reduce_indptr + i] = bad_value(rng, plan[l->reduce_indptr + i], l->max_partials);
+        for (i = 0; i < 2 * l->max_tiles; i++)
+            if (rng_int(rng, 0, 2) == 0) plan[l->final_map + i] = bad_value(rng, plan[l->final_map + i], l->near[2]);
+        for (i = 0; i < l->max_partials; i++)
+            if (rng_int(rng, 0, 1)) plan[l->partial_map + i] = bad_value(rng, plan[l->partial_map + i], l->max_partial_rows);
+    }
+}
+
+/* One launch on a damaged plan (its status st): it succeeds, and after it nothing was written
+ * past o, lse (optional), the workspace or the plan. */
+static void check_bad_plan_round(const char *what, aiter_mla_status st, const void *o, size_t o_bytes, const void *lse, size_t lse_bytes,
+                                 const void *ws, size_t ws_bytes, const void *plan, size_t plan_bytes) {
+    CHECK(st == AITER_MLA_OK, "%s: %s (%s)", what, testing_status_name(st), aiter_mla_last_error());
+    gpu_sync();
+    check_guard(what, "o", o, o_bytes);
+    if (lse) check_guard(what, "lse", lse, lse_bytes);
+    check_guard(what, "the workspace", ws, ws_bytes);
+    check_guard(what, "the plan", plan, plan_bytes);
+}
+
+/* A device plan is data (ERRORS in aiter_mla.h): one that does not fit the launch's arguments
+ * gives wrong rows but never an access outside q, o, lse, the cache, the indices or the
+ * workspace. Each round uploads the plan as built (`plan`, from qo/kvp/last) damaged, or a plan
+ * built for requests of twice or half the pages (stale), decodes, and checks that the call
+ * succeeds and that nothing was written past o, lse, the workspace or the plan (their guard
+ * bytes; compute-sanitizer's memcheck covers the reads, tests/sanitize.sh). What the rows hold
+ * is not checked: there is no right answer. The caller uploads the plan as built again. */
+static void run_bad_plans(const char *what, aiter_mla_decode_args *a, const int32_t *plan, const int32_t *qo, const int32_t *kvp,
+                          const int32_t *last, size_t o_bytes, size_t lse_bytes, test_rng *rng) {
+    const aiter_mla_decode_plan_info *info = a->plan_info;
+    const int B = a->batch;
+    const plan_layout l = {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
+                           info->off_reduce_partial_map, info->num_lists, info->max_work, info->max_reduce_tiles,
+                           info->max_partials, info->max_partial_rows, {B, info->max_partial_rows, qo[B], qo[B], kvp[B], kvp[B], 1 << 20}};
+    int32_t *bad = (int32_t *)test_malloc((size_t)info->plan_ints * 4), *kvp2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
+    int32_t *last2 = (int32_t *)test_malloc((size_t)B * 4);
+    char round_what[300];
+    int round, b;
+    for (round = 0; round < kPlanDamages + 2; round++) {
+        if (round < kPlanDamages) {
+            memcpy(bad, plan, (size_t)info->plan_ints * 4);
+            damage_plan(bad, &l, round, rng);
+            snprintf(round_what, sizeof round_what, "%s, damaged plan (%s)", what, kPlanDamageNames[round]);
+        } else {
+            const int longer = round == kPlanDamages;
+            kvp2[0] = 0;
+            for (b = 0; b < B; b++) {
+                const int32_t pages = kvp[b + 1] - kvp[b], p2 = longer ? 2 * pages + 1 : pages / 2;
+                kvp2[b + 1] = kvp2[b] + p2;
+                last2[b] = p2 ? (longer ? a->page_size : last[b]) : 0;
+            }
+            snprintf(round_what, sizeof round_what, "%s, a plan of %s requests", what, longer ? "longer" : "shorter");
+            CHECK_STATUS(aiter_mla_decode_plan_build(info, qo, kvp2, last2, B, bad), AITER_MLA_OK, "");
+        }
+        gpu_upload(a->plan, bad, (size_t)info->plan_ints * 4);
+        check_bad_plan_round(round_what, aiter_mla_decode(a, g_stream), a->o, o_bytes, a->lse, lse_bytes, a->workspace,
+                             info->workspace_bytes, a->plan, (size_t)info->plan_ints * 4);
+    }
+    free(bad);
+    free(kvp2);
+    free(last2);
 }
 
 static void run_decode_case(const decode_case *c, test_rng *rng) {
@@ -291,12 +401,12 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     /* device buffers */
     const int64_t far_pages = far_units(c->far, (int64_t)P * 576 * (int64_t)kv_e), far_bytes = far_pages * P * 576 * (int64_t)kv_e;
     void *d_q = gpu_malloc((size_t)(T * q_rows + 1) * q_e), *d_kv = far_cache_upload(kv, (size_t)kv_elems * kv_e, far_bytes);
-    void *d_o = gpu_malloc((size_t)(T * o_rows + 1) * o_e);
-    float *d_lse = (float *)gpu_malloc((size_t)(T * H + 1) * 4);
+    void *d_o = guarded_malloc((size_t)(T * o_rows + 1) * o_e);
+    float *d_lse = (float *)guarded_malloc((size_t)(T * H + 1) * 4);
     int32_t *d_qo = (int32_t *)gpu_malloc((B + 1) * 4), *d_kvp = (int32_t *)gpu_malloc((B + 1) * 4);
     int32_t *d_last = (int32_t *)gpu_malloc(B * 4), *d_idx = far_ids_upload(kv_indices, pages_total, far_pages);
-    int32_t *d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
-    void *d_ws = gpu_malloc(info.workspace_bytes);
+    int32_t *d_plan = (int32_t *)guarded_malloc((size_t)info.plan_ints * 4);
+    void *d_ws = guarded_malloc(info.workspace_bytes);
     gpu_upload(d_q, q, (size_t)(T * q_rows) * q_e);
     gpu_upload(d_qo, qo, (B + 1) * 4);
     gpu_upload(d_kvp, kvp, (B + 1) * 4);
@@ -351,6 +461,14 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
     poison_fill(o_ref, T * o_rows, c->o_dtype); /* what the reference leaves unwritten compares as NaN */
     poison_f32(lse_ref, T * H);
     ref_decode_parallel(&r, T);
+
+    if (c->bad_plans) {
+        run_bad_plans(what, &a, plan, qo, kvp, last, (size_t)(T * o_rows + 1) * o_e, (size_t)(T * H + 1) * 4, rng);
+        gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
+        gpu_memset(d_o, 0xff, (size_t)(T * o_rows + 1) * o_e);
+        gpu_memset(d_lse, 0xff, (size_t)(T * H + 1) * 4);
+        gpu_memset(d_ws, 0xff, info.workspace_bytes);
+    }
 
     /* two launches on one plan and workspace (as every layer of a step does): the second is as
      * right as the first, and the plan is left as it was uploaded. Where the plan splits a
@@ -428,6 +546,10 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         CHECK(memcmp(back, plan, (size_t)info.plan_ints * 4) == 0, "%s: the plan differs after %d decodes", what, runs);
         free(back);
     }
+    check_guard(what, "o", d_o, (size_t)(T * o_rows + 1) * o_e);
+    check_guard(what, "lse", d_lse, (size_t)(T * H + 1) * 4);
+    check_guard(what, "the workspace", d_ws, info.workspace_bytes);
+    check_guard(what, "the plan", d_plan, (size_t)info.plan_ints * 4);
 
     gpu_free(d_q); gpu_free(d_kv); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_qo); gpu_free(d_kvp);
     gpu_free(d_last); gpu_free(d_idx); gpu_free(d_plan); gpu_free(d_ws);
@@ -893,7 +1015,44 @@ typedef struct prefill_case {
                           NaN: every row of it that sees the key has NaN o and lse (not with graph) */
     int far;           /* 1: the GPU's q, k, v and o at token strides that put their last rows past
                           4 GiB (far_stride; the rest of each buffer 0xff) */
+    int bad_plans;     /* 1 (with plan_cu): launches on damaged plans first (run_bad_prefill_plans) */
 } prefill_case;
+
+/* run_bad_plans for a persistent prefill plan (`plan`, from cq/ck): the damages, then a plan
+ * built for the requests in reverse order (stale). */
+static void run_bad_prefill_plans(const char *what, aiter_mla_prefill_args *a, const int32_t *plan, const int32_t *cq, const int32_t *ck,
+                                  size_t o_bytes, size_t lse_bytes, test_rng *rng) {
+    const aiter_mla_prefill_plan_info *info = a->plan_info;
+    const int B = a->batch;
+    const plan_layout l = {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
+                           info->off_reduce_partial_map, info->desc.num_cu, info->max_work, info->max_tiles,
+                           info->max_partials, info->max_partial_rows, {B, info->max_partial_rows, cq[B], cq[B], ck[B], ck[B], 1 << 20}};
+    int32_t *bad = (int32_t *)test_malloc((size_t)info->plan_ints * 4), *cq2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
+    int32_t *ck2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
+    char round_what[300];
+    int round, b;
+    for (round = 0; round <= kPlanDamages; round++) {
+        if (round < kPlanDamages) {
+            memcpy(bad, plan, (size_t)info->plan_ints * 4);
+            damage_plan(bad, &l, round, rng);
+            snprintf(round_what, sizeof round_what, "%s, damaged plan (%s)", what, kPlanDamageNames[round]);
+        } else {
+            cq2[0] = ck2[0] = 0;
+            for (b = 0; b < B; b++) {
+                cq2[b + 1] = cq2[b] + cq[B - b] - cq[B - 1 - b];
+                ck2[b + 1] = ck2[b] + ck[B - b] - ck[B - 1 - b];
+            }
+            snprintf(round_what, sizeof round_what, "%s, a plan of the requests in reverse", what);
+            CHECK_STATUS(aiter_mla_prefill_plan_build(info, cq2, ck2, B, a->causal, bad), AITER_MLA_OK, "");
+        }
+        gpu_upload((void *)a->plan, bad, (size_t)info->plan_ints * 4);
+        check_bad_plan_round(round_what, aiter_mla_prefill(a, g_stream), a->o, o_bytes, a->lse, lse_bytes, a->workspace,
+                             info->workspace_bytes, a->plan, (size_t)info->plan_ints * 4);
+    }
+    free(bad);
+    free(cq2);
+    free(ck2);
+}
 
 /* fp8 prefill's lse bound per row (testing.h, TOL_FP8_SUM_BITS): tol[h * Tq + t] =
  * dqk / 32 x 2^-TOL_FP8_SUM_BITS x sm_scale x the largest sum_d |q_d k_d| over the request's
@@ -973,8 +1132,8 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
     const int64_t qsd = far_stride(c->far, Tq, qst, e), ksd = far_stride(c->far, Tk, kst, e), vsd = far_stride(c->far, Tk, vst, e),
                   osd = far_stride(c->far, Tq, ost, oe);
     void *d_q = gpu_malloc((size_t)(Tq * qsd + 1) * e), *d_k = gpu_malloc((size_t)(Tk * ksd + 1) * e),
-         *d_v = gpu_malloc((size_t)(Tk * vsd + 1) * e), *d_o = gpu_malloc((size_t)(Tq * osd + 1) * oe);
-    float *d_lse = (float *)gpu_malloc((size_t)(H * Tq + 1) * 4);
+         *d_v = gpu_malloc((size_t)(Tk * vsd + 1) * e), *d_o = guarded_malloc((size_t)(Tq * osd + 1) * oe);
+    float *d_lse = (float *)guarded_malloc((size_t)(H * Tq + 1) * 4);
     int32_t *d_cq = (int32_t *)gpu_malloc((B + 1) * 4), *d_ck = (int32_t *)gpu_malloc((B + 1) * 4), *d_plan = NULL;
     void *d_ws = NULL;
     if (c->far) { /* between the rows: NaN to a read that wraps */
@@ -1029,14 +1188,17 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
         CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &info), AITER_MLA_OK, "");
         plan = (int32_t *)test_malloc((size_t)info.plan_ints * 4);
         CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, B, c->causal, plan), AITER_MLA_OK, "");
-        d_plan = (int32_t *)gpu_malloc((size_t)info.plan_ints * 4);
-        d_ws = gpu_malloc(info.workspace_bytes);
-        gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
-        gpu_memset(d_ws, 0xff, info.workspace_bytes);
+        d_plan = (int32_t *)guarded_malloc((size_t)info.plan_ints * 4);
+        d_ws = guarded_malloc(info.workspace_bytes);
         a.plan = d_plan;
         a.plan_info = &info;
         a.workspace = d_ws;
         a.workspace_bytes = info.workspace_bytes;
+        if (c->bad_plans) run_bad_prefill_plans(what, &a, plan, cq, ck, (size_t)(Tq * osd + 1) * oe, (size_t)(H * Tq + 1) * 4, rng);
+        gpu_upload(d_plan, plan, (size_t)info.plan_ints * 4);
+        gpu_memset(d_ws, 0xff, info.workspace_bytes);
+        gpu_memset(d_o, 0xff, (size_t)(Tq * osd + 1) * oe);
+        gpu_memset(d_lse, 0xff, (size_t)(H * Tq + 1) * 4);
     }
     gpu_graph *graph = NULL;
     aiter_mla_kernel kernel = AITER_MLA_KERNEL_NONE;
@@ -1130,6 +1292,10 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
         }
     }
     if (graph) gpu_graph_destroy(graph);
+    check_guard(what, "o", d_o, (size_t)(Tq * osd + 1) * oe);
+    check_guard(what, "lse", d_lse, (size_t)(H * Tq + 1) * 4);
+    if (d_ws) check_guard(what, "the workspace", d_ws, info.workspace_bytes);
+    if (d_plan) check_guard(what, "the plan", d_plan, (size_t)info.plan_ints * 4);
     gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cq); gpu_free(d_ck);
     if (d_plan) gpu_free(d_plan);
     if (d_ws) gpu_free(d_ws);
@@ -1240,6 +1406,47 @@ static void test_prefill_long_rows(test_rng *rng) {
                 run_prefill_case(&c, rng);
             }
     printf("prefill, long rows: %s\n", testing_failed == before ? "ok" : "FAILED");
+}
+
+/* Damaged device plans (run_bad_plans, run_bad_prefill_plans) on every decode kernel: the
+ * 16-row kernel with the narrow reduce (counted pieces) and with the wide one (batch 1 over
+ * many CUs), the 64-row one, a tile of two row slices (128 heads), the e4m3fn kernel, and the
+ * portable one (f16 on NVIDIA); and on the prefill kernels through a persistent plan. Each
+ * case then runs on its plan as built, checked against the reference as usual. */
+static void test_bad_plans(test_rng *rng) {
+    static const struct {
+        int heads, page, batch, num_cu;
+        aiter_mla_dtype q, kv;
+    } k[] = {{16, 16, 6, 5, AITER_MLA_BF16, AITER_MLA_BF16},       {16, 64, 1, 40, AITER_MLA_BF16, AITER_MLA_BF16},
+             {64, 64, 4, 6, AITER_MLA_BF16, AITER_MLA_BF16},       {128, 1, 3, 6, AITER_MLA_BF16, AITER_MLA_BF16},
+             {16, 64, 6, 5, AITER_MLA_BF16, AITER_MLA_FP8_E4M3FN}, {16, 16, 6, 5, AITER_MLA_F16, AITER_MLA_F16}};
+    const int before = testing_failed;
+    int32_t ctx[6];
+    int ki, b;
+    for (ki = 0; ki < (int)(sizeof k / sizeof k[0]); ki++) {
+        for (b = 0; b < k[ki].batch; b++) ctx[b] = b == 1 ? 0 : rng_int(rng, 1, 3000);
+        decode_case c = decode_case_of(k[ki].heads, 1, k[ki].page, k[ki].batch, k[ki].num_cu, k[ki].q, k[ki].kv,
+                                       k[ki].q == AITER_MLA_F16 ? AITER_MLA_F16 : AITER_MLA_BF16, ctx);
+        c.bad_plans = 1;
+        run_decode_case(&c, rng);
+    }
+    /* the persistent prefill plan on each prefill kernel: bf16 and e4m3fn (sm_90a: the wgmma
+     * kernel), f16 (the mma one), and 64/64 dims (the portable one on NVIDIA) */
+    {
+        static const struct {
+            int dqk, dv;
+            aiter_mla_dtype t;
+        } p[] = {{192, 128, AITER_MLA_BF16}, {192, 128, AITER_MLA_FP8_E4M3FN}, {128, 128, AITER_MLA_F16}, {64, 64, AITER_MLA_BF16}};
+        int pi, causal;
+        for (pi = 0; pi < (int)(sizeof p / sizeof p[0]); pi++)
+            for (causal = 0; causal < 2; causal++) {
+                prefill_case c = prefill_case_of(4, p[pi].dqk, p[pi].dv, 5, causal, 500, p[pi].t, AITER_MLA_BF16);
+                c.plan_cu = 3 + rng_int(rng, 0, 20);
+                c.bad_plans = 1;
+                run_prefill_case(&c, rng);
+            }
+    }
+    printf("decode and prefill, damaged plans: %s\n", testing_failed == before ? "ok" : "FAILED");
 }
 
 /* ---- sparse attention (V3.2) -------------------------------------------------------------- */
@@ -3897,6 +4104,7 @@ int main(int argc, char **argv) {
     RUN(test_prefill);
     RUN(test_sparse_attention);
     RUN(test_prefill_long_rows);
+    RUN(test_bad_plans);
     RUN(test_nan_rows);
     RUN(test_neg_inf_scores);
     RUN(test_far_caches);
