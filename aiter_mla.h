@@ -306,12 +306,11 @@
  *   input never crashes or aborts. Buffers whose length the library cannot know (q, o
  *   and the cache against the indptrs) are trusted to match what they were built from.
  *   So are the caches, whose extent their counts and format fields give (num_pages,
- *   num_slots, kv_dtype,
- *   cache_is_ds_mla, ...), unless their optional size field is set (kv_cache_bytes, in
- *   V4 key lists cache_bytes, in the V4 prefill swa_ and compressed_cache_bytes): a cache
- *   smaller than its fields describe is then refused (ERR_BUFFER_TOO_SMALL), so that a
- *   format left unset, e.g. fp8 rows described as bf16 ones, fails there instead of
- *   reading or writing past the buffer. Page ids and slots
+ *   num_slots, kv_dtype, cache_is_ds_mla, ...), unless their optional size field is set
+ *   (kv_cache_bytes, in V4 key lists cache_bytes, in the V4 prefill swa_ and
+ *   compressed_cache_bytes): a cache smaller than its fields describe is then refused
+ *   (ERR_BUFFER_TOO_SMALL), so that a format left unset, e.g. fp8 rows described as bf16
+ *   ones, fails there instead of reading or writing past the buffer. Page ids and slots
  *   that are negative or out of range are data: the key is skipped, the write dropped.
  *   So is a device copy of a plan, which the GPU path cannot read on the host: a work item
  *   or reduce entry that fits neither the arguments nor the plan's info (a plan built for
