@@ -239,16 +239,23 @@ static void damage_plan(int32_t *plan, const plan_layout *l, int kind, test_rng 
     }
 }
 
+/* Nothing was written past an attention's o, lse, workspace or plan (each guarded_malloc'd;
+ * lse, workspace and plan may be NULL: not checked). */
+static void check_guards(const char *what, const void *o, size_t o_bytes, const void *lse, size_t lse_bytes, const void *ws,
+                         size_t ws_bytes, const void *plan, size_t plan_bytes) {
+    check_guard(what, "o", o, o_bytes);
+    if (lse) check_guard(what, "lse", lse, lse_bytes);
+    if (ws) check_guard(what, "the workspace", ws, ws_bytes);
+    if (plan) check_guard(what, "the plan", plan, plan_bytes);
+}
+
 /* One launch on a damaged plan (its status st): it succeeds, and after it nothing was written
  * past o, lse (optional), the workspace or the plan. */
 static void check_bad_plan_round(const char *what, aiter_mla_status st, const void *o, size_t o_bytes, const void *lse, size_t lse_bytes,
                                  const void *ws, size_t ws_bytes, const void *plan, size_t plan_bytes) {
     CHECK(st == AITER_MLA_OK, "%s: %s (%s)", what, testing_status_name(st), aiter_mla_last_error());
     gpu_sync();
-    check_guard(what, "o", o, o_bytes);
-    if (lse) check_guard(what, "lse", lse, lse_bytes);
-    check_guard(what, "the workspace", ws, ws_bytes);
-    check_guard(what, "the plan", plan, plan_bytes);
+    check_guards(what, o, o_bytes, lse, lse_bytes, ws, ws_bytes, plan, plan_bytes);
 }
 
 /* A device plan is data (ERRORS in aiter_mla.h): one that does not fit the launch's arguments
@@ -546,10 +553,8 @@ static void run_decode_case(const decode_case *c, test_rng *rng) {
         CHECK(memcmp(back, plan, (size_t)info.plan_ints * 4) == 0, "%s: the plan differs after %d decodes", what, runs);
         free(back);
     }
-    check_guard(what, "o", d_o, (size_t)(T * o_rows + 1) * o_e);
-    check_guard(what, "lse", d_lse, (size_t)(T * H + 1) * 4);
-    check_guard(what, "the workspace", d_ws, info.workspace_bytes);
-    check_guard(what, "the plan", d_plan, (size_t)info.plan_ints * 4);
+    check_guards(what, d_o, (size_t)(T * o_rows + 1) * o_e, d_lse, (size_t)(T * H + 1) * 4, d_ws, info.workspace_bytes, d_plan,
+                 (size_t)info.plan_ints * 4);
 
     gpu_free(d_q); gpu_free(d_kv); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_qo); gpu_free(d_kvp);
     gpu_free(d_last); gpu_free(d_idx); gpu_free(d_plan); gpu_free(d_ws);
@@ -1292,10 +1297,8 @@ static void run_prefill_case(const prefill_case *c, test_rng *rng) {
         }
     }
     if (graph) gpu_graph_destroy(graph);
-    check_guard(what, "o", d_o, (size_t)(Tq * osd + 1) * oe);
-    check_guard(what, "lse", d_lse, (size_t)(H * Tq + 1) * 4);
-    if (d_ws) check_guard(what, "the workspace", d_ws, info.workspace_bytes);
-    if (d_plan) check_guard(what, "the plan", d_plan, (size_t)info.plan_ints * 4);
+    check_guards(what, d_o, (size_t)(Tq * osd + 1) * oe, d_lse, (size_t)(H * Tq + 1) * 4, d_ws, d_ws ? info.workspace_bytes : 0, d_plan,
+                 d_plan ? (size_t)info.plan_ints * 4 : 0);
     gpu_free(d_q); gpu_free(d_k); gpu_free(d_v); gpu_free(d_o); gpu_free(d_lse); gpu_free(d_cq); gpu_free(d_ck);
     if (d_plan) gpu_free(d_plan);
     if (d_ws) gpu_free(d_ws);
