@@ -4387,12 +4387,16 @@ __global__ void __launch_bounds__(kReduceThreads) reduce_kernel(ReduceParams p) 
         if (u >= units) continue;
         const int span = (int)(u % spans), h = (int)(u / spans % H), j = (int)(u / spans / H % R);
         const int t = (int)(u / spans / H / R);
-        // (differences in int64: a plan's entries may be anything)
-        const int k0 = uniform ? t * p.uniform_splits : max(p.indptr[t], 0);
-        const int np = uniform ? p.uniform_splits : (int)max(min((int64_t)p.indptr[t + 1], (int64_t)p.max_partials) - k0, (int64_t)0);
+        // No partials: nothing to merge (most tiles; decided before the tile's rows are read).
+        // A plan's lists past its pieces, or rows past o's, are left out (differences in int64:
+        // a plan's entries may be anything).
+        const int64_t k0_64 = uniform ? (int64_t)t * p.uniform_splits : p.indptr[t];
+        const int64_t np_64 = uniform ? p.uniform_splits : p.indptr[t + 1] - k0_64;
+        if (np_64 < 2 || (!uniform && (k0_64 < 0 || k0_64 + np_64 > p.max_partials))) continue;
+        const int k0 = (int)k0_64, np = (int)np_64;
         const int qs = uniform ? t : p.final_map[2 * t];
         const int rows = uniform ? 1 : (int)min(max((int64_t)p.final_map[2 * t + 1] - qs, (int64_t)0), (int64_t)R);
-        if (np < 2 || j >= rows || qs < 0 || (int64_t)qs + j >= o_rows) continue; // no partials, or past the tile's rows or o's
+        if (j >= rows || qs < 0 || (int64_t)qs + j >= o_rows) continue; // past the tile's rows or o's
         // a piece's rows pm + j inside the workspace whatever the plan says (as built, they are)
         auto partial_row = [&](int k) { return uniform ? k0 + k : min(max(p.partial_map[k0 + k], 0), p.max_partial_rows - 1 - j); };
         const int me = SPLIT > 1 ? (int)threadIdx.x : (int)threadIdx.x % W;
