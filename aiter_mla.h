@@ -3,11 +3,11 @@
  * One C99 header and one HIP source (kernels.hip) that give a C or C++ inference runtime
  * the multi-head latent attention (MLA) of DeepSeek V2/V3: host planners, head-padding
  * helpers, validating launch wrappers, GPU kernels for AMD (hipcc) and NVIDIA (nvcc on the
- * same source) and a CPU reference for every operation. No Python, no allocation behind
- * your back, no stream creation, no device queries but two (NVIDIA launches ask the runtime
- * once per device which of kernels.hip's images it runs and how much shared memory a block may
- * take, so that a build for several targets takes the kernels that run and fit on each
- * device). docs/SPEC.md states what each op
+ * same source) and a CPU reference for every operation. No Python, no device allocation, no
+ * stream creation, no device queries but two (NVIDIA launches ask the runtime once per device
+ * which of kernels.hip's images it runs and how much shared memory a block may take, so that
+ * a build for several targets takes the kernels that run and fit on each device); host
+ * memory only in the plan checkers and some CPU references. docs/SPEC.md states what each op
  * computes (the "SPEC n" section numbers below); docs/DESIGN.md explains the layout.
  *
  * ---------------------------------------------------------------------------------------
@@ -16,28 +16,14 @@
  *   In ONE C or C++ file:           #define AITER_MLA_IMPLEMENTATION
  *                                   #include "aiter_mla.h"
  *   Everywhere else:                #include "aiter_mla.h"
- *   GPU kernels:                    hipcc -std=c++17 --offload-arch=gfx942 -c kernels.hip  (AMD)
- *                                   (gfx90a, gfx94x, gfx950: matrix-core (MFMA) kernels
- *                                   for decode, sparse, V4 and prefill; on other AMD
- *                                   targets the same kernels emulate MFMA, slowly)
- *                                   nvcc -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a
- *                                        -DAITER_MLA_WGMMA -c kernels.hip          (NVIDIA)
- *                                   (AITER_MLA_WGMMA: when Hopper is built as sm_90a, alone
- *                                   or beside other targets, e.g. also
- *                                   -gencode=arch=compute_80,code=sm_80; on Hopper
- *                                   it adds the wgmma kernels for 64-row decode passes
- *                                   and for bf16/f16/e4m3fn prefill, head dims 192/128,
- *                                   128/128, and the 16-row kernel for e4m3fn decode
- *                                   and for V4 over MODEL1 e4m3fn pages with one split;
- *                                   TMA copies, with tensor maps encoded at launch
- *                                   through the runtime's driver entry point, bring the
- *                                   prefill's whole tiles and the decode's Q and bf16
- *                                   pages of 64 keys or more, cp.async where the driver
- *                                   has no encoder; other keys come by cp.async or loads)
  *   No GPU at all:                  #define AITER_MLA_NO_GPU before the implementation;
  *                                   GPU entry points then validate their arguments and
- *                                   return AITER_MLA_ERR_NO_GPU, and the program links
- *                                   without kernels.hip.
+ *                                   return AITER_MLA_ERR_NO_GPU, the CPU references
+ *                                   (*_ref) run, and the program links without kernels.hip.
+ *   GPU kernels (AMD):              hipcc -std=c++17 --offload-arch=gfx942 -c kernels.hip
+ *   GPU kernels (NVIDIA Hopper):    nvcc -x cu -std=c++17 -gencode=arch=compute_90a,code=sm_90a
+ *                                        -DAITER_MLA_WGMMA -c kernels.hip
+ *                                   (other targets and what each gets: BUILDING KERNELS.HIP)
  *   Link with -lm (the CPU references use libm); with kernels.o, link through the GPU
  *   compiler (nvcc / hipcc: they add the GPU runtime and the C++ library kernels.o needs),
  *   or add them by hand (cc ... kernels.o -lcudart -lstdc++ -lm; AMD: -lamdhip64). In C++,
@@ -295,6 +281,20 @@
  *   AITER_MLA_ASSERT(c)        guard for internal invariants (default: assert.h)
  *   AITER_MLA_MALLOC(n) / AITER_MLA_FREE(p)   host allocation (override both or neither)
  *
+ * BUILDING KERNELS.HIP
+ *
+ *   AMD: gfx90a, gfx94x and gfx950 get matrix-core (MFMA) kernels for decode, sparse, V4 and
+ *   prefill; on other AMD targets the same kernels emulate MFMA, slowly.
+ *   NVIDIA: AITER_MLA_WGMMA, when Hopper is built as sm_90a (alone or beside other targets,
+ *   e.g. also -gencode=arch=compute_80,code=sm_80), adds on Hopper the wgmma kernels for
+ *   64-row decode passes and for bf16/f16/e4m3fn prefill (head dims 192/128 and 128/128), and
+ *   the 16-row kernel for e4m3fn decode and for V4 over MODEL1 e4m3fn pages with one split.
+ *   TMA copies, with tensor maps encoded at launch through the runtime's driver entry point,
+ *   bring the prefill's whole tiles and the decode's Q and bf16 pages of 64 keys or more
+ *   (cp.async where the driver has no encoder); other keys come by cp.async or loads. Other
+ *   NVIDIA targets from sm_80 take the mma.sync kernels, laid out for the device's shared
+ *   memory (README.md, "Building for a GPU", says which device takes which).
+ *
  * ERRORS
  *
  *   Every call that can fail returns aiter_mla_status. On failure,
@@ -347,8 +347,11 @@
  * WHAT THIS LIBRARY DOES NOT DO
  *
  *   - allocate device memory or query the device's properties (you pass num_cu and
- *     buffers; NVIDIA launches only ask which kernel image the device runs, once per device,
- *     which is allowed inside a graph capture);
+ *     buffers; NVIDIA launches only ask, once per device, which kernel image the device runs
+ *     and how much shared memory a block may opt in to, both allowed inside a graph capture);
+ *   - allocate host memory in a planner or a launch (the plan checkers, decode_ref_scheduled,
+ *     prefill_ref_scheduled, the V4 index builders' and the V4 attention's references take
+ *     scratch through AITER_MLA_MALLOC; ERR_OUT_OF_MEMORY when it returns NULL);
  *   - synchronise the device or create streams (every launch is asynchronous on the
  *     stream you give, so it can be captured in a graph);
  *   - include HIP or CUDA headers (streams and device pointers are void *).
@@ -422,7 +425,8 @@ enum {
     X(ERR_PLAN_MISMATCH, "the plan was built for other shapes")                    \
     X(ERR_PLAN_INVALID, "the plan breaks an invariant")                            \
     X(ERR_NO_GPU, "built without GPU support (AITER_MLA_NO_GPU)")                  \
-    X(ERR_LAUNCH, "the GPU runtime reported an error at launch")
+    X(ERR_LAUNCH, "the GPU runtime reported an error at launch")                   \
+    X(ERR_OUT_OF_MEMORY, "host memory ran out (AITER_MLA_MALLOC returned NULL)")
 
 typedef enum aiter_mla_status {
 #define AITER_MLA__ENUM(name, text) AITER_MLA_##name,
@@ -821,7 +825,8 @@ typedef struct aiter_mla_decode_args {
 
 /* GPU: decode + reduce, asynchronous on stream. */
 AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *a, void *stream);
-/* CPU reference on host pointers; plan and workspace are not used. */
+/* CPU reference on host pointers; plan, plan_info and workspace are neither read nor checked
+ * (a reference of some heads may take a GPU call's arguments with another num_heads). */
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *a);
 /* CPU replay of the plan (a->plan host, a->workspace host) followed by its reduce: the
  * same pieces and partials the GPU computes. */
@@ -2199,7 +2204,9 @@ AITER_MLA_HD void aiter_mla__gather_elem(const aiter_mla_gather_cache_args *a, i
 /* ======================================================================================
  * Internal: launchers implemented in kernels.hip. Each takes arguments whose defaults are
  * already resolved and validated, launches asynchronously, and returns the native error
- * code (0 = success). Not part of the public API.
+ * code (0 = success). Not part of the public API. A link that reports these symbols (or
+ * aiter_mla__native_error_string) missing lacks kernels.o: link it, or build without a GPU
+ * by defining AITER_MLA_NO_GPU beside AITER_MLA_IMPLEMENTATION.
  * ====================================================================================== */
 #ifdef __cplusplus
 extern "C" {
@@ -2296,6 +2303,7 @@ static aiter_mla_status aiter_mla__fail_within(const char *op, aiter_mla_status 
     char why[sizeof aiter_mla__error];
     if (st == AITER_MLA_OK) return st;
     memcpy(why, aiter_mla__error, sizeof why);
+    if (st == AITER_MLA_ERR_OUT_OF_MEMORY) context = "its check"; /* not a fault of the arguments */
     return aiter_mla__fail(st, "%s: %s: %s", op, context, why);
 }
 
@@ -2311,6 +2319,9 @@ static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...
  * and field name the field in the message. */
 static aiter_mla_status aiter_mla__check_range(const char *op, int64_t v, int64_t lo, int64_t hi, const char *pre,
                                                const char *field) {
+    if (v < lo && hi > ((int64_t)1 << 30)) /* a bound that large only keeps sizes in range: not worth naming */
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %lld is below %lld", op, pre, field, (long long)v,
+                               (long long)lo);
     if (v < lo || v > hi)
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s = %lld is outside %lld..%lld", op, pre, field,
                                (long long)v, (long long)lo, (long long)hi);
@@ -2606,8 +2617,8 @@ static aiter_mla_status aiter_mla__indptr_start(const char *op, const int32_t *p
 static aiter_mla_status aiter_mla__indptr_step(const char *op, const int32_t *p, int64_t i, const char *pre,
                                                const char *field) {
     if (p[i + 1] >= p[i]) return AITER_MLA_OK;
-    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s is not monotone at %lld (%d > %d)", op, pre, field,
-                           (long long)i, p[i], p[i + 1]);
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s decreases: %s%s[%lld] = %d < %s%s[%lld] = %d", op, pre, field,
+                           pre, field, (long long)i + 1, p[i + 1], pre, field, (long long)i, p[i]);
 }
 static int64_t aiter_mla__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* A planner's constant divisor (keys per step, rows per tile): a shift where it is a power of
@@ -2980,9 +2991,12 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
                                    qo[b + 1] - qo[b], info->desc.max_q_len);
         if (pages > 0 && (last[b] < 1 || last[b] > info->desc.page_size))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
-                                   "%s: kv_last_page_lens[%d] = %d is outside 1..page_size = %d (0 only for a request without pages%s)",
+                                   "%s: kv_last_page_lens[%d] = %d is outside 1..page_size = %d (0 only for a request without pages%s%s)",
                                    op, b, last[b], info->desc.page_size,
-                                   info->desc.page_size == 1 ? "; a page_size of 0 means 1" : "");
+                                   info->desc.page_size == 1 ? "; a page_size of 0 means 1" : "",
+                                   last[b] > info->desc.page_size && last[b] <= AITER_MLA_MAX_PAGE_SIZE
+                                       ? "; were the metadata built with another page_size?"
+                                       : "");
         if (pages * info->desc.page_size > INT32_MAX)
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                    "%s: kv_indptr gives request %d %lld pages of page_size = %d: their slots (pages x page_size) "
@@ -3181,7 +3195,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
     if (v.num_lists != info->num_lists || v.batch != batch)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d", op, v.num_lists, v.batch);
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d (info: %d lists; batch %d)", op,
+                               v.num_lists, v.batch, info->num_lists, batch);
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_work", v.num_work, info->max_work, "max_work"));
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partials", v.num_partials, info->max_partials, "max_partials"));
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partial_rows", v.num_partial_rows, info->max_partial_rows, "max_partial_rows"));
@@ -3190,7 +3205,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     /* unit (query tile) numbering: unit_base[b] is the first tile of request b */
     unit_base = (int32_t *)AITER_MLA_MALLOC(((size_t)batch + 1 + 2 * (size_t)info->max_reduce_tiles) * sizeof(int32_t) +
                                             (size_t)info->max_partial_rows + 1);
-    if (!unit_base) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    if (!unit_base) return aiter_mla__fail(AITER_MLA_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     covered = unit_base + batch + 1;
     pieces = covered + info->max_reduce_tiles;
     row_used = (unsigned char *)(pieces + info->max_reduce_tiles);
@@ -4526,7 +4541,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     fm = plan + info->off_reduce_final_map;
     pm = plan + info->off_reduce_partial_map;
     cu_units = (int64_t *)AITER_MLA_MALLOC(sizeof(int64_t) * (size_t)info->desc.num_cu + (size_t)info->max_partial_rows + 1);
-    if (!cu_units) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    if (!cu_units) return aiter_mla__fail(AITER_MLA_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     row_used = (unsigned char *)(cu_units + info->desc.num_cu);
     memset(cu_units, 0, sizeof(int64_t) * (size_t)info->desc.num_cu);
     memset(row_used, 0, (size_t)info->max_partial_rows + 1);
@@ -4870,7 +4885,7 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
                                            aiter_mla__v4_row_fn fn, const void *ctx) {
     int32_t *row = (int32_t *)AITER_MLA_MALLOC((size_t)width * sizeof(int32_t));
     int64_t r, total = 0;
-    if (!row) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    if (!row) return aiter_mla__fail(AITER_MLA_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     if (out->indices) {
         for (r = 0; r < num_tokens; r++) total += fn(ctx, r, row);
         if (total > out->capacity || total > INT32_MAX) {
@@ -5324,7 +5339,7 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
     int64_t t;
     if (a->num_tokens == 0) return AITER_MLA_OK;
     acc = (double *)AITER_MLA_MALLOC((size_t)H * (size_t)(2 * D + 2) * sizeof(double));
-    if (!acc) return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: out of host memory", op);
+    if (!acc) return aiter_mla__fail(AITER_MLA_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     qv = acc + (int64_t)H * D;
     m = qv + (int64_t)H * D;
     l = m + H;

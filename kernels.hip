@@ -85,6 +85,13 @@ __device__ __forceinline__ void wait_for_producer() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// The work items of a plan's list l, held to the plan's bounds: [max(indptr[l], 0),
+// min(indptr[l + 1], max_work)). The plan is device data: a list that runs past the items holds
+// as many as there are, one that ends before it starts holds none. Decode and prefill alike.
+struct WorkRange { int begin, end; };
+__device__ __forceinline__ WorkRange plan_list_items(const int32_t *work_indptr, int l, int max_work) {
+    return {max(work_indptr[l], 0), min(work_indptr[l + 1], max_work)};
+}
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // Four floats (a in the low byte) to e4m3fn by the hardware converter: round to nearest even,
 // saturating to +-448; a value that rounds to zero keeps its sign (0x80) and NaN of either
@@ -274,9 +281,13 @@ template <bool kOnce = false, LaunchKind K = kAnyLaunch, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
     release_dependents(); // the reduce (if any) may launch now
     if constexpr (kOnce) {
-        const int cu = block_cu(p);
-        const int64_t first = sparse_launch<K>(p) ? (int64_t)blockIdx.x : max(p.work_indptr[cu], 0);
-        const int64_t end = sparse_launch<K>(p) ? p.tokens : min(p.work_indptr[cu + 1], p.max_work), step = sparse_launch<K>(p) ? (int64_t)gridDim.x : 1;
+        int64_t first = blockIdx.x, end = p.tokens, step = gridDim.x; // sparse and V4: no plan (work_indptr NULL)
+        if (!sparse_launch<K>(p)) {
+            const WorkRange list = plan_list_items(p.work_indptr, block_cu(p), p.max_work);
+            first = list.begin;
+            end = list.end;
+            step = 1;
+        }
         for (int64_t i = first; i < end; i += step) run(!sparse_launch<K>(p) ? load_piece(p, (int)i) : token_piece<K>(p, (int)i));
         return;
     }
@@ -284,9 +295,8 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams &p, F &&run) {
         for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) run(token_piece<K>(p, (int)t));
         return;
     }
-    const int cu = block_cu(p);
-    const int w_end = min(p.work_indptr[cu + 1], p.max_work); // a list past the items: as many as there are
-    for (int w = max(p.work_indptr[cu], 0); w < w_end; w++) run(load_piece(p, w));
+    const WorkRange list = plan_list_items(p.work_indptr, block_cu(p), p.max_work);
+    for (int w = list.begin; w < list.end; w++) run(load_piece(p, w));
 }
 
 // Row idx (a (token, head) row of the piece's query tile, heads fastest): its token, the last
@@ -4491,8 +4501,8 @@ __device__ void for_each_prefill_unit(const PrefillParams &p, F &&run) {
     if (p.work_indptr) {
         PrefillUnit u;
         for (u.h = blockIdx.y; u.h < a.num_heads; u.h += gridDim.y) {
-            const int w_end = min(p.work_indptr[blockIdx.x + 1], p.max_work);
-            for (int w = max(p.work_indptr[blockIdx.x], 0); w < w_end; w++) {
+            const WorkRange list = plan_list_items(p.work_indptr, blockIdx.x, p.max_work);
+            for (int w = list.begin; w < list.end; w++) {
                 // the plan is device data: an item naming no request, or partial rows outside
                 // the workspace, has no rows; its rows and keys are held to its request's (within:
                 // x - base into [0, n], in int64, where a plan's entries may be anything)

@@ -249,52 +249,75 @@ static void check_guards(const char *what, const void *o, size_t o_bytes, const 
     if (plan) check_guard(what, "the plan", plan, plan_bytes);
 }
 
-/* One launch on a damaged plan (its status st): it succeeds, and after it nothing was written
- * past o, lse (optional), the workspace or the plan. */
-static void check_bad_plan_round(const char *what, aiter_mla_status st, const void *o, size_t o_bytes, const void *lse, size_t lse_bytes,
-                                 const void *ws, size_t ws_bytes, const void *plan, size_t plan_bytes) {
-    CHECK(st == AITER_MLA_OK, "%s: %s (%s)", what, testing_status_name(st), aiter_mla_last_error());
+/* A planned launch the bad-plan rounds run: a decode or a prefill (the other NULL), with its
+ * plan's layout and size and the bytes of its guarded o and lse. */
+typedef struct planned_launch {
+    aiter_mla_decode_args *decode;
+    aiter_mla_prefill_args *prefill;
+    plan_layout layout;
+    int64_t plan_ints;
+    size_t o_bytes, lse_bytes, workspace_bytes;
+} planned_launch;
+
+/* One round: plan `bad` uploaded and launched; the call succeeds, and nothing was written past
+ * o, lse (optional), the workspace or the plan. */
+static void bad_plan_round(const planned_launch *l, const char *round_what, const int32_t *bad) {
+    const size_t plan_bytes = (size_t)l->plan_ints * 4;
+    void *plan = l->decode ? (void *)l->decode->plan : (void *)l->prefill->plan;
+    const void *o = l->decode ? l->decode->o : l->prefill->o, *lse = l->decode ? l->decode->lse : l->prefill->lse;
+    const void *ws = l->decode ? l->decode->workspace : l->prefill->workspace;
+    aiter_mla_status st;
+    gpu_upload(plan, bad, plan_bytes);
+    st = l->decode ? aiter_mla_decode(l->decode, g_stream) : aiter_mla_prefill(l->prefill, g_stream);
+    CHECK(st == AITER_MLA_OK, "%s: %s (%s)", round_what, testing_status_name(st), aiter_mla_last_error());
     gpu_sync();
-    check_guards(what, o, o_bytes, lse, lse_bytes, ws, ws_bytes, plan, plan_bytes);
+    check_guards(round_what, o, l->o_bytes, lse, l->lse_bytes, ws, l->workspace_bytes, plan, plan_bytes);
 }
 
 /* A device plan is data (ERRORS in aiter_mla.h): one that does not fit the launch's arguments
  * gives wrong rows but never an access outside q, o, lse, the cache, the indices or the
- * workspace. Each round uploads the plan as built (`plan`, from qo/kvp/last) damaged, or a plan
- * built for requests of twice or half the pages (stale), decodes, and checks that the call
- * succeeds and that nothing was written past o, lse, the workspace or the plan (their guard
- * bytes; compute-sanitizer's memcheck covers the reads, tests/sanitize.sh). What the rows hold
- * is not checked: there is no right answer. The caller uploads the plan as built again. */
+ * workspace. These rounds launch on the plan as built (`plan`) damaged each way damage_plan
+ * knows (in `bad`, plan_ints long); the callers add plans built for other requests (stale).
+ * What the rows hold is not checked: there is no right answer. compute-sanitizer's memcheck
+ * covers the reads (tests/sanitize.sh). The caller uploads the plan as built again. */
+static void damaged_plan_rounds(const char *what, const planned_launch *l, const int32_t *plan, int32_t *bad, test_rng *rng) {
+    char round_what[300];
+    int kind;
+    for (kind = 0; kind < kPlanDamages; kind++) {
+        memcpy(bad, plan, (size_t)l->plan_ints * 4);
+        damage_plan(bad, &l->layout, kind, rng);
+        snprintf(round_what, sizeof round_what, "%s, damaged plan (%s)", what, kPlanDamageNames[kind]);
+        bad_plan_round(l, round_what, bad);
+    }
+}
+
+/* The bad-plan rounds of a decode (`plan`, from qo/kvp/last): the damages, then plans built for
+ * requests of twice or half the pages. */
 static void run_bad_plans(const char *what, aiter_mla_decode_args *a, const int32_t *plan, const int32_t *qo, const int32_t *kvp,
                           const int32_t *last, size_t o_bytes, size_t lse_bytes, test_rng *rng) {
     const aiter_mla_decode_plan_info *info = a->plan_info;
     const int B = a->batch;
-    const plan_layout l = {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
-                           info->off_reduce_partial_map, info->num_lists, info->max_work, info->max_reduce_tiles,
-                           info->max_partials, info->max_partial_rows, {B, info->max_partial_rows, qo[B], qo[B], kvp[B], kvp[B], 1 << 20}};
+    const planned_launch l = {a, NULL,
+                              {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
+                               info->off_reduce_partial_map, info->num_lists, info->max_work, info->max_reduce_tiles,
+                               info->max_partials, info->max_partial_rows,
+                               {B, info->max_partial_rows, qo[B], qo[B], kvp[B], kvp[B], 1 << 20}},
+                              info->plan_ints, o_bytes, lse_bytes, info->workspace_bytes};
     int32_t *bad = (int32_t *)test_malloc((size_t)info->plan_ints * 4), *kvp2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
     int32_t *last2 = (int32_t *)test_malloc((size_t)B * 4);
     char round_what[300];
-    int round, b;
-    for (round = 0; round < kPlanDamages + 2; round++) {
-        if (round < kPlanDamages) {
-            memcpy(bad, plan, (size_t)info->plan_ints * 4);
-            damage_plan(bad, &l, round, rng);
-            snprintf(round_what, sizeof round_what, "%s, damaged plan (%s)", what, kPlanDamageNames[round]);
-        } else {
-            const int longer = round == kPlanDamages;
-            kvp2[0] = 0;
-            for (b = 0; b < B; b++) {
-                const int32_t pages = kvp[b + 1] - kvp[b], p2 = longer ? 2 * pages + 1 : pages / 2;
-                kvp2[b + 1] = kvp2[b] + p2;
-                last2[b] = p2 ? (longer ? a->page_size : last[b]) : 0;
-            }
-            snprintf(round_what, sizeof round_what, "%s, a plan of %s requests", what, longer ? "longer" : "shorter");
-            CHECK_STATUS(aiter_mla_decode_plan_build(info, qo, kvp2, last2, B, bad), AITER_MLA_OK, "");
+    int longer, b;
+    damaged_plan_rounds(what, &l, plan, bad, rng);
+    for (longer = 1; longer >= 0; longer--) {
+        kvp2[0] = 0;
+        for (b = 0; b < B; b++) {
+            const int32_t pages = kvp[b + 1] - kvp[b], p2 = longer ? 2 * pages + 1 : pages / 2;
+            kvp2[b + 1] = kvp2[b] + p2;
+            last2[b] = p2 ? (longer ? a->page_size : last[b]) : 0;
         }
-        gpu_upload(a->plan, bad, (size_t)info->plan_ints * 4);
-        check_bad_plan_round(round_what, aiter_mla_decode(a, g_stream), a->o, o_bytes, a->lse, lse_bytes, a->workspace,
-                             info->workspace_bytes, a->plan, (size_t)info->plan_ints * 4);
+        snprintf(round_what, sizeof round_what, "%s, a plan of %s requests", what, longer ? "longer" : "shorter");
+        CHECK_STATUS(aiter_mla_decode_plan_build(info, qo, kvp2, last2, B, bad), AITER_MLA_OK, "");
+        bad_plan_round(&l, round_what, bad);
     }
     free(bad);
     free(kvp2);
@@ -1023,37 +1046,31 @@ typedef struct prefill_case {
     int bad_plans;     /* 1 (with plan_cu): launches on damaged plans first (run_bad_prefill_plans) */
 } prefill_case;
 
-/* run_bad_plans for a persistent prefill plan (`plan`, from cq/ck): the damages, then a plan
+/* The bad-plan rounds of a persistent prefill (`plan`, from cq/ck): the damages, then a plan
  * built for the requests in reverse order (stale). */
 static void run_bad_prefill_plans(const char *what, aiter_mla_prefill_args *a, const int32_t *plan, const int32_t *cq, const int32_t *ck,
                                   size_t o_bytes, size_t lse_bytes, test_rng *rng) {
     const aiter_mla_prefill_plan_info *info = a->plan_info;
     const int B = a->batch;
-    const plan_layout l = {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
-                           info->off_reduce_partial_map, info->desc.num_cu, info->max_work, info->max_tiles,
-                           info->max_partials, info->max_partial_rows, {B, info->max_partial_rows, cq[B], cq[B], ck[B], ck[B], 1 << 20}};
+    const planned_launch l = {NULL, a,
+                              {info->off_work_indptr, info->off_work_info, info->off_reduce_indptr, info->off_reduce_final_map,
+                               info->off_reduce_partial_map, info->desc.num_cu, info->max_work, info->max_tiles,
+                               info->max_partials, info->max_partial_rows,
+                               {B, info->max_partial_rows, cq[B], cq[B], ck[B], ck[B], 1 << 20}},
+                              info->plan_ints, o_bytes, lse_bytes, info->workspace_bytes};
     int32_t *bad = (int32_t *)test_malloc((size_t)info->plan_ints * 4), *cq2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
     int32_t *ck2 = (int32_t *)test_malloc((size_t)(B + 1) * 4);
     char round_what[300];
-    int round, b;
-    for (round = 0; round <= kPlanDamages; round++) {
-        if (round < kPlanDamages) {
-            memcpy(bad, plan, (size_t)info->plan_ints * 4);
-            damage_plan(bad, &l, round, rng);
-            snprintf(round_what, sizeof round_what, "%s, damaged plan (%s)", what, kPlanDamageNames[round]);
-        } else {
-            cq2[0] = ck2[0] = 0;
-            for (b = 0; b < B; b++) {
-                cq2[b + 1] = cq2[b] + cq[B - b] - cq[B - 1 - b];
-                ck2[b + 1] = ck2[b] + ck[B - b] - ck[B - 1 - b];
-            }
-            snprintf(round_what, sizeof round_what, "%s, a plan of the requests in reverse", what);
-            CHECK_STATUS(aiter_mla_prefill_plan_build(info, cq2, ck2, B, a->causal, bad), AITER_MLA_OK, "");
-        }
-        gpu_upload((void *)a->plan, bad, (size_t)info->plan_ints * 4);
-        check_bad_plan_round(round_what, aiter_mla_prefill(a, g_stream), a->o, o_bytes, a->lse, lse_bytes, a->workspace,
-                             info->workspace_bytes, a->plan, (size_t)info->plan_ints * 4);
+    int b;
+    damaged_plan_rounds(what, &l, plan, bad, rng);
+    cq2[0] = ck2[0] = 0;
+    for (b = 0; b < B; b++) {
+        cq2[b + 1] = cq2[b] + cq[B - b] - cq[B - 1 - b];
+        ck2[b + 1] = ck2[b] + ck[B - b] - ck[B - 1 - b];
     }
+    snprintf(round_what, sizeof round_what, "%s, a plan of the requests in reverse", what);
+    CHECK_STATUS(aiter_mla_prefill_plan_build(info, cq2, ck2, B, a->causal, bad), AITER_MLA_OK, "");
+    bad_plan_round(&l, round_what, bad);
     free(bad);
     free(cq2);
     free(ck2);

@@ -13,8 +13,31 @@
 #ifndef AITER_MLA_NO_GPU
 #define AITER_MLA_NO_GPU
 #endif
+#include <stdlib.h>
+/* The library's host scratch comes through here, so that a test can make it run out. */
+static int g_alloc_failures; /* > 0: that many of the next AITER_MLA_MALLOC calls return NULL */
+static void *test_host_alloc(size_t n) {
+    if (g_alloc_failures > 0) {
+        g_alloc_failures--;
+        return NULL;
+    }
+    return malloc(n);
+}
+#define AITER_MLA_MALLOC(n) test_host_alloc(n)
+#define AITER_MLA_FREE(p) free(p)
 #include "../aiter_mla.h"
 #include "testing.h"
+
+/* expr (a call that succeeds as it stands) with the library's next host allocation failing:
+ * ERR_OUT_OF_MEMORY, after asking for it (before any output is written: the callers' outputs
+ * are checked by the same call succeeding afterwards). */
+#define CHECK_OUT_OF_MEMORY(expr)                                                                   \
+    do {                                                                                            \
+        g_alloc_failures = 1;                                                                       \
+        CHECK_STATUS((expr), AITER_MLA_ERR_OUT_OF_MEMORY, "out of host memory");                    \
+        CHECK(g_alloc_failures == 0, "%s: asked for no host memory", #expr);                        \
+        g_alloc_failures = 0;                                                                       \
+    } while (0)
 
 #include <float.h>
 #include <stdio.h>
@@ -3510,6 +3533,12 @@ static void test_decode_validation(void) {
     base.workspace_bytes = info.workspace_bytes;
     CHECK(info.workspace_bytes > 0, "validation plan has no workspace (needs num_cu > 1)");
 
+    CHECK_OUT_OF_MEMORY(aiter_mla_decode_ref_scheduled(&base));
+    CHECK_OUT_OF_MEMORY(aiter_mla_decode_plan_check(&info, base.qo_indptr, base.kv_indptr, base.kv_last_page_lens, base.batch, plan));
+    CHECK_STATUS(aiter_mla_decode_plan_check(&info, base.qo_indptr, base.kv_indptr, base.kv_last_page_lens, 1, plan),
+                 AITER_MLA_ERR_PLAN_INVALID, "batch 2 (info"); /* what it was built for, then what it was called with */
+    CHECK(strstr(aiter_mla_last_error(), "; batch 1)") != NULL, "plan_check names the batch it was called with: %s",
+          aiter_mla_last_error());
     CHECK_STATUS(aiter_mla_decode_ref(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode_ref_scheduled(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode(&base, NULL), AITER_MLA_ERR_NO_GPU, "");
@@ -3574,8 +3603,9 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode(&a, NULL), a.num_heads = 129, AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads");
     DEC_CASE(aiter_mla_decode_ref(&a), a.page_size = 24, AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
     DEC_CASE(aiter_mla_decode_ref(&a), a.page_size = 512, AITER_MLA_ERR_INVALID_ARGUMENT, "page_size");
-    DEC_CASE(aiter_mla_decode_ref(&a), a.num_pages = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "num_pages");
-    DEC_CASE(aiter_mla_decode_ref(&a), a.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "batch");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_pages = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "num_pages = 0 is below 1");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.batch = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "batch = 0 is below 1");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_heads = 0, AITER_MLA_ERR_INVALID_ARGUMENT, "num_heads = 0 is outside 1..128");
     /* dtypes */
     DEC_CASE(aiter_mla_decode_ref(&a), (a.q_dtype = AITER_MLA_FP8_E4M3FN, a.kv_dtype = AITER_MLA_BF16),
              AITER_MLA_ERR_UNSUPPORTED, "kv_dtype");
@@ -3595,10 +3625,13 @@ static void test_decode_validation(void) {
         l2[0] = 0;
         memcpy(l3, s.last, sizeof(int32_t) * 3);
         l3[0] = 17;
-        DEC_CASE(aiter_mla_decode_ref(&a), a.qo_indptr = q2, AITER_MLA_ERR_INVALID_ARGUMENT, "qo_indptr");
-        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = k2, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indptr");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.qo_indptr = q2, AITER_MLA_ERR_INVALID_ARGUMENT,
+                 "qo_indptr decreases: qo_indptr[2] = 1 < qo_indptr[1] = 2");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = k2, AITER_MLA_ERR_INVALID_ARGUMENT,
+                 "kv_indptr decreases: kv_indptr[2] = 1 < kv_indptr[1] = 2");
         DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = l2, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_last_page_lens");
-        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = l3, AITER_MLA_ERR_INVALID_ARGUMENT, "kv_last_page_lens");
+        DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = l3, AITER_MLA_ERR_INVALID_ARGUMENT,
+                 "another page_size?"); /* 17 over pages of 16: a page size up to 256 could have made it */
     }
     /* plan disagreements and workspace */
     DEC_CASE(aiter_mla_decode(&a, NULL), a.workspace_bytes = info.workspace_bytes - 1, AITER_MLA_ERR_BUFFER_TOO_SMALL,
@@ -3611,6 +3644,9 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.batch = 3, AITER_MLA_ERR_PLAN_MISMATCH, "batch");
     DEC_CASE(aiter_mla_decode(&a, NULL), a.page_size = 1, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
     DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.page_size = 64, AITER_MLA_ERR_PLAN_MISMATCH, "page_size");
+    /* the plain reference neither reads nor checks the plan's fields */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.num_heads = 8, AITER_MLA_OK, "");
+    DEC_CASE(aiter_mla_decode_ref(&a), (a.plan = NULL, a.plan_info = NULL, a.workspace = NULL, a.workspace_bytes = 0), AITER_MLA_OK, "");
     /* the scales that apply make one fp32 score factor: bounded like each scale */
     DEC_CASE(aiter_mla_decode_ref(&a), (a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.sm_scale = 1e16f, a.kv_scale = 1e16f),
              AITER_MLA_ERR_INVALID_ARGUMENT, "sm_scale x kv_scale");
@@ -4641,6 +4677,7 @@ static void test_prefill_plan(void) {
         if (!CHECK(aiter_mla_prefill_plan_build(&info, cq, ck, B, causal, plan) == AITER_MLA_OK, "ps build %d: %s", iter,
                    aiter_mla_last_error()))
             goto free_plan;
+        if (iter == 0) CHECK_OUT_OF_MEMORY(aiter_mla_prefill_plan_check(&info, cq, ck, B, causal, plan));
         CHECK_STATUS(aiter_mla_prefill_plan_check(&info, cq, ck, B, causal, plan), AITER_MLA_OK, "");
         split_plans += plan[4] > 0; /* header: split pieces */
         { /* independent: zig-zag order of the first request's tiles */
@@ -4703,6 +4740,7 @@ static void test_prefill_plan(void) {
         a.plan_info = &info;
         a.workspace = ws;
         a.workspace_bytes = info.workspace_bytes;
+        if (iter == 0) CHECK_OUT_OF_MEMORY(aiter_mla_prefill_ref_scheduled(&a));
         if (CHECK(aiter_mla_prefill_ref_scheduled(&a) == AITER_MLA_OK, "ps replay %d: %s", iter, aiter_mla_last_error()) && cq[B] > 0) {
             char what[64];
             snprintf(what, sizeof what, "ps replay %d (%d CUs, %s%s)", iter, ncu, aiter_mla_dtype_name(dt), causal ? ", causal" : "");
@@ -6180,6 +6218,7 @@ static void test_v4_swa_indices(void) {
         a.token_offset = off;
         a.num_tokens = T;
         a.out = v4_outs_make(&ob, T, W, T * W);
+        if (variant == 0) CHECK_OUT_OF_MEMORY(aiter_mla_v4_swa_indices_ref(&a));
         if (CHECK_STATUS(aiter_mla_v4_swa_indices_ref(&a), AITER_MLA_OK, ""))
             CHECK(v4_outs_bad(&ob, exp, exp_len) == 0, "v4 swa indices variant %d: %d outputs wrong", variant, v4_outs_bad(&ob, exp, exp_len));
         if (variant == 0) {
@@ -6714,6 +6753,7 @@ static void test_v4_attention(void) {
         }
         poison_fill(o, (int64_t)T * H * 512, cases[c].ot);
         poison_f32(lse, T * H);
+        if (c == 0 && T > 0) CHECK_OUT_OF_MEMORY(aiter_mla_v4_attention_ref(&a));
         if (CHECK_STATUS(aiter_mla_v4_attention_ref(&a), AITER_MLA_OK, "")) {
             char what[96];
             int zeros_ok = 1;
