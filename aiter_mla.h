@@ -323,9 +323,11 @@
  *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
  *   zero rows or dropped writes, never an access outside the buffers the arguments
  *   describe.
- *   Arrays, host or device, are trusted to be aligned to their element type, as any C
- *   array or tensor element is (a 2-byte value at an odd address faults on the GPU); the
- *   GPU wrappers check what their kernels need beyond that (16 bytes for vector loads).
+ *   Arrays, host or device, are held to their elements' alignment (2, 4 or 8 bytes: a 2-byte
+ *   value at an odd address faults on the GPU), e.g. "decode: q is not 2-byte aligned (its
+ *   elements are 2 bytes)"; rows of byte formats (fp8, fp8_ds_mla, MODEL1 pages) and byte
+ *   workspaces need none; the GPU wrappers check what their kernels need beyond that (16 bytes
+ *   for vector loads).
  *   Outputs must not share memory with inputs or with each other (where an op allows
  *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
  *   struct says so). The CPU references check it from the shapes their fields give,
@@ -2297,6 +2299,12 @@ AITER_MLA_API const char *aiter_mla_last_error(void) { return aiter_mla__error; 
 __attribute__((format(printf, 2, 3)))
 #endif
 static aiter_mla_status aiter_mla__fail(aiter_mla_status s, const char *fmt, ...);
+/* A failure path kept out of the hot loops that call it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define AITER_MLA__COLD __attribute__((cold, noinline))
+#else
+#define AITER_MLA__COLD
+#endif
 /* The failure st of a call that `op` made on the caller's behalf, as op reports it: "op:
  * context: <the inner message>". OK passes through. */
 static aiter_mla_status aiter_mla__fail_within(const char *op, aiter_mla_status st, const char *context) {
@@ -2407,20 +2415,35 @@ static uintptr_t aiter_mla__bytes_of(uint64_t n, uint64_t elem_bytes) {
     return elem_bytes && n > (uint64_t)UINTPTR_MAX / elem_bytes ? UINTPTR_MAX : (uintptr_t)(n * elem_bytes);
 }
 
-/* An array a call reads or writes: where, how many bytes (0 or a NULL p: nothing to overlap) and
- * its field's name. */
+/* An array a call reads or writes: where, how many bytes (0 or a NULL p: nothing to overlap),
+ * the alignment its elements need (their size where that is 2, 4 or 8 bytes, else 1) and its
+ * field's name. */
 typedef struct aiter_mla__span {
     const void *p;
     uintptr_t bytes;
+    unsigned align;
     const char *name;
 } aiter_mla__span;
 
-/* Refuses the first output that shares a byte with an input or an earlier output: the call
- * would read what it has already written (an index array rewritten under the loop that follows
- * it, a length grown past its buffer), so such arrays are bad input, named before any write. */
-static aiter_mla_status aiter_mla__check_disjoint(const char *op, const aiter_mla__span *outs, int n_out, const aiter_mla__span *ins,
-                                                  int n_in) {
+static unsigned aiter_mla__elem_align(uint64_t elem_bytes) {
+    return elem_bytes == 2 || elem_bytes == 4 || elem_bytes == 8 ? (unsigned)elem_bytes : 1u;
+}
+/* An array's base at its elements' alignment: a 2-byte value at an odd address faults on the
+ * GPU (and is undefined behaviour in C), so such a pointer is bad input, named before any work. */
+static aiter_mla_status aiter_mla__check_span_aligned(const char *op, const aiter_mla__span *s) {
+    if (!s->p || (uintptr_t)s->p % s->align == 0) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned (its elements are %u bytes)", op, s->name,
+                           s->align, s->align);
+}
+/* The arrays a call names, before any work: each at its elements' alignment, and no output
+ * sharing a byte with an input or an earlier output (the call would read what it has already
+ * written: an index array rewritten under the loop that follows it, a length grown past its
+ * buffer), so such arrays are bad input, named before any write. */
+static aiter_mla_status aiter_mla__check_arrays(const char *op, const aiter_mla__span *outs, int n_out, const aiter_mla__span *ins,
+                                                int n_in) {
     int i, j;
+    for (i = 0; i < n_in; i++) AITER_MLA__CHECK(aiter_mla__check_span_aligned(op, &ins[i]));
+    for (i = 0; i < n_out; i++) AITER_MLA__CHECK(aiter_mla__check_span_aligned(op, &outs[i]));
     for (i = 0; i < n_out; i++)
         for (j = 0; j < n_in + i; j++) {
             const aiter_mla__span *x = j < n_in ? &ins[j] : &outs[j - n_in];
@@ -2436,7 +2459,15 @@ static aiter_mla__span aiter_mla__span_of(const void *p, int64_t n, uint64_t ele
     aiter_mla__span s;
     s.p = p;
     s.bytes = n > 0 ? aiter_mla__bytes_of((uint64_t)n, elem_bytes) : 0;
+    s.align = aiter_mla__elem_align(elem_bytes);
     s.name = name;
+    return s;
+}
+/* The span of n rows of row_bytes at p whose elements are elem_bytes (1: bytes, or rows of a
+ * mixed format). */
+static aiter_mla__span aiter_mla__span_rows(const void *p, int64_t n, uint64_t row_bytes, uint64_t elem_bytes, const char *name) {
+    aiter_mla__span s = aiter_mla__span_of(p, n, row_bytes, name);
+    s.align = aiter_mla__elem_align(elem_bytes);
     return s;
 }
 /* The span of a strided array, from its first element to past its last: tokens x heads rows
@@ -2449,6 +2480,7 @@ static aiter_mla__span aiter_mla__span_strided(const void *p, int64_t tokens, in
                                         : aiter_mla__bytes_of((uint64_t)(tokens - 1) * (uint64_t)st +
                                                                   (uint64_t)(heads - 1) * (uint64_t)sh + (uint64_t)len,
                                                               elem_bytes);
+    s.align = aiter_mla__elem_align(elem_bytes);
     s.name = name;
     return s;
 }
@@ -2614,11 +2646,15 @@ static aiter_mla_status aiter_mla__indptr_start(const char *op, const int32_t *p
     if (p[0] >= 0) return AITER_MLA_OK;
     return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s[0] = %d is negative", op, pre, field, p[0]);
 }
-static aiter_mla_status aiter_mla__indptr_step(const char *op, const int32_t *p, int64_t i, const char *pre,
-                                               const char *field) {
-    if (p[i + 1] >= p[i]) return AITER_MLA_OK;
+/* (apart and cold: formatted inline, the message's arguments cost a batch-256 plan 8 %) */
+static AITER_MLA__COLD aiter_mla_status aiter_mla__indptr_decreases(const char *op, const int32_t *p, int64_t i, const char *pre,
+                                                                    const char *field) {
     return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s decreases: %s%s[%lld] = %d < %s%s[%lld] = %d", op, pre, field,
                            pre, field, (long long)i + 1, p[i + 1], pre, field, (long long)i, p[i]);
+}
+static aiter_mla_status aiter_mla__indptr_step(const char *op, const int32_t *p, int64_t i, const char *pre,
+                                               const char *field) {
+    return p[i + 1] >= p[i] ? AITER_MLA_OK : aiter_mla__indptr_decreases(op, p, i, pre, field);
 }
 static int64_t aiter_mla__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* A planner's constant divisor (keys per step, rows per tile): a shift where it is a power of
@@ -2676,8 +2712,12 @@ static aiter_mla_status aiter_mla__head_pad_resolve(const char *op, const aiter_
          * src == dst moves nothing and is allowed) */
         const int64_t el = (int64_t)aiter_mla_dtype_size(a->dtype) * a->head_dim * a->num_tokens;
         const int64_t padded = el * aiter_mla_padded_num_heads(a->num_heads), plain = el * a->num_heads;
+        const aiter_mla__span src = aiter_mla__span_of(a->src, 0, aiter_mla_dtype_size(a->dtype), "src"),
+                              dst = aiter_mla__span_of(a->dst, 0, aiter_mla_dtype_size(a->dtype), "dst");
         AITER_MLA__NEED(op, a->src, "src");
         AITER_MLA__NEED(op, a->dst, "dst");
+        AITER_MLA__CHECK(aiter_mla__check_span_aligned(op, &src));
+        AITER_MLA__CHECK(aiter_mla__check_span_aligned(op, &dst));
         if (aiter_mla__bytes_overlap(a->src, (uintptr_t)(unpad ? padded : plain), a->dst, (uintptr_t)(unpad ? plain : padded)) &&
             !(a->src == a->dst && a->num_heads >= 16))
             return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
@@ -2746,7 +2786,7 @@ static aiter_mla_status aiter_mla__expand_resolve(const char *op, const aiter_ml
                                         aiter_mla__span_of(a->cu_num_tokens, (int64_t)a->batch + 1, 4, "cu_num_tokens"),
                                         aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens")};
         const aiter_mla__span out = aiter_mla__span_of(a->page_indices, a->page_indices_capacity, 4, "page_indices");
-        return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+        return aiter_mla__check_arrays(op, &out, 1, ins, 3);
     }
 }
 
@@ -2837,7 +2877,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
                                          aiter_mla__span_of(a.kv_indptr, a.batch + 1, 4, "kv_indptr"),
                                          aiter_mla__span_of(a.kv_indices, pages, 4, "kv_indices"),
                                          aiter_mla__span_of(a.kv_last_page_lens, a.batch, 4, "kv_last_page_lens")};
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 3));
+        AITER_MLA__CHECK(aiter_mla__check_arrays(op, outs, 4, ins, 3));
     }
     a.qo_indptr[0] = 0;
     a.kv_indptr[0] = 0;
@@ -3461,8 +3501,9 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
     const aiter_mla__span ins[7] = {aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head,
                                                             AITER_MLA_HEAD_DIM, aiter_mla_dtype_size(a->q_dtype), "q"),
-                                    aiter_mla__span_of(a->kv_cache, a->num_pages * a->page_size,
-                                                       (uint64_t)aiter_mla__cache_row_bytes(0, a->kv_dtype), "kv_cache"),
+                                    aiter_mla__span_rows(a->kv_cache, a->num_pages * a->page_size,
+                                                         (uint64_t)aiter_mla__cache_row_bytes(0, a->kv_dtype),
+                                                         aiter_mla_dtype_size(a->kv_dtype), "kv_cache"),
                                     aiter_mla__span_of(a->qo_indptr, B + 1, 4, "qo_indptr"),
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
                                     aiter_mla__span_of(a->kv_indices, host ? a->kv_indptr[a->batch] : 0, 4, "kv_indices"),
@@ -3477,7 +3518,7 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
         aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_GPU ? a->plan_info->plan_ints : 0, 4, "plan")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, T, AITER_MLA_LATENT_DIM));
-    return aiter_mla__check_disjoint(op, outs, 4, ins, 7);
+    return aiter_mla__check_arrays(op, outs, 4, ins, 7);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *in) {
@@ -3614,7 +3655,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
         outs[0] = aiter_mla__span_strided(a.o, rows, a.num_heads, a.o_stride_token, a.o_stride_head, a.dv,
                                           aiter_mla_dtype_size(a.o_dtype), "o");
         outs[1] = aiter_mla__span_strided(a.lse, rows, a.num_heads, a.lse_stride_token, a.lse_stride_head, 1, 4, "lse");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 2, ins, 5));
+        AITER_MLA__CHECK(aiter_mla__check_arrays(op, outs, 2, ins, 5));
     }
     for (t = 0; t < a.num_tiles; t++) {
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t], row, k;
@@ -3668,12 +3709,13 @@ static aiter_mla_status aiter_mla__merge_resolve(const char *op, const aiter_mla
          others of its row may still read the inputs, overlaps nothing */
         const int64_t rows = a->num_tokens * a->num_heads; /* < 2^47 */
         const uint64_t o_row = (uint64_t)a->head_dim * aiter_mla_dtype_size(a->dtype);
-        const aiter_mla__span ins[4] = {aiter_mla__span_of(a->o_prefix == a->o ? NULL : a->o_prefix, rows, o_row, "o_prefix"),
-                                        aiter_mla__span_of(a->o_suffix == a->o ? NULL : a->o_suffix, rows, o_row, "o_suffix"),
+        const uint64_t el = aiter_mla_dtype_size(a->dtype);
+        const aiter_mla__span ins[4] = {aiter_mla__span_rows(a->o_prefix == a->o ? NULL : a->o_prefix, rows, o_row, el, "o_prefix"),
+                                        aiter_mla__span_rows(a->o_suffix == a->o ? NULL : a->o_suffix, rows, o_row, el, "o_suffix"),
                                         aiter_mla__span_of(a->lse_prefix, rows, 4, "lse_prefix"),
                                         aiter_mla__span_of(a->lse_suffix, rows, 4, "lse_suffix")};
-        const aiter_mla__span outs[2] = {aiter_mla__span_of(a->o, rows, o_row, "o"), aiter_mla__span_of(a->lse, rows, 4, "lse")};
-        return aiter_mla__check_disjoint(op, outs, 2, ins, 4);
+        const aiter_mla__span outs[2] = {aiter_mla__span_rows(a->o, rows, o_row, el, "o"), aiter_mla__span_of(a->lse, rows, 4, "lse")};
+        return aiter_mla__check_arrays(op, outs, 2, ins, 4);
     }
 }
 
@@ -3710,20 +3752,20 @@ AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states(const aiter_mla_merge
 }
 
 /* ---- KV cache write ------------------------------------------------------------------ */
-/* A cache writer's cache (rows of row_bytes) against the rows and slots it reads after its
- * first write (num_tokens rows of kv_c and of k_pe, k_pe NULL for none). Every size is a host
- * field, so the reference and the GPU call check the same spans. */
+/* A cache writer's cache (rows of row_bytes, elements of cache_elem bytes) against the rows and
+ * slots it reads after its first write (num_tokens rows of kv_c and of k_pe, k_pe NULL for
+ * none). Every size is a host field, so the reference and the GPU call check the same spans. */
 static aiter_mla_status aiter_mla__writer_disjoint(const char *op, const void *cache, int64_t rows, uint64_t row_bytes,
-                                                   const int64_t *slot_mapping, int64_t num_tokens, const void *kv_c,
+                                                   uint64_t cache_elem, const int64_t *slot_mapping, int64_t num_tokens, const void *kv_c,
                                                    int64_t kv_c_stride, int kv_c_len, const void *k_pe, int64_t k_pe_stride,
                                                    aiter_mla_dtype src_dtype) {
     const uint64_t elem = aiter_mla_dtype_size(src_dtype);
     aiter_mla__span ins[3];
-    const aiter_mla__span out = aiter_mla__span_of(cache, rows, row_bytes, "kv_cache");
+    const aiter_mla__span out = aiter_mla__span_rows(cache, rows, row_bytes, cache_elem, "kv_cache");
     ins[0] = aiter_mla__span_of(slot_mapping, num_tokens, 8, "slot_mapping");
     ins[1] = aiter_mla__span_strided(kv_c, num_tokens, 1, kv_c_stride, 0, kv_c_len, elem, k_pe ? "kv_c" : "kv");
     ins[2] = aiter_mla__span_strided(k_pe, num_tokens, 1, k_pe_stride, 0, AITER_MLA_HEAD_DIM - AITER_MLA_LATENT_DIM, elem, "k_pe");
-    return aiter_mla__check_disjoint(op, &out, 1, ins, 3);
+    return aiter_mla__check_arrays(op, &out, 1, ins, 3);
 }
 
 static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_mla_kv_cache_write_args *in,
@@ -3755,8 +3797,9 @@ static aiter_mla_status aiter_mla__kv_write_resolve(const char *op, const aiter_
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
     return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size,
-                                      (uint64_t)aiter_mla__cache_row_bytes(0, a->cache_dtype), a->slot_mapping, a->num_tokens,
-                                      a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe, a->k_pe_stride, a->src_dtype);
+                                      (uint64_t)aiter_mla__cache_row_bytes(0, a->cache_dtype), aiter_mla_dtype_size(a->cache_dtype),
+                                      a->slot_mapping, a->num_tokens, a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe,
+                                      a->k_pe_stride, a->src_dtype);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_kv_cache_write_ref(const aiter_mla_kv_cache_write_args *in) {
@@ -3808,7 +3851,7 @@ static aiter_mla_status aiter_mla__sparse_index_resolve(const char *op, const ai
                                                            "workspace_starts")};
         const aiter_mla__span outs[2] = {aiter_mla__span_of(a->out, a->num_tokens * a->out_stride, 4, "out"),
                                          aiter_mla__span_of(a->valid_counts, a->num_tokens, 4, "valid_counts")};
-        return aiter_mla__check_disjoint(op, outs, 2, ins, 4);
+        return aiter_mla__check_arrays(op, outs, 2, ins, 4);
     }
 }
 
@@ -3855,7 +3898,7 @@ static aiter_mla_status aiter_mla__filter_resolve(const char *op, const aiter_ml
                                         aiter_mla__span_of(a->ctx_lens, a->num_requests, 4, "ctx_lens")};
         const aiter_mla__span outs[2] = {aiter_mla__span_of(a->context_out, a->num_tokens * a->topk, 4, "context_out"),
                                          aiter_mla__span_of(a->new_out, a->num_tokens * a->topk, 4, "new_out")};
-        return aiter_mla__check_disjoint(op, outs, 2, ins, 3);
+        return aiter_mla__check_arrays(op, outs, 2, ins, 3);
     }
 }
 
@@ -3918,7 +3961,7 @@ static aiter_mla_status aiter_mla__ds_mla_resolve(const char *op, const aiter_ml
     AITER_MLA__NEED(op, a->k_pe, "k_pe");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
-    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size, AITER_MLA_DS_MLA_ROW_BYTES, a->slot_mapping,
+    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks * a->block_size, AITER_MLA_DS_MLA_ROW_BYTES, 1, a->slot_mapping,
                                       a->num_tokens, a->kv_c, a->kv_c_stride, AITER_MLA_LATENT_DIM, a->k_pe, a->k_pe_stride,
                                       a->src_dtype);
 }
@@ -4022,15 +4065,15 @@ static aiter_mla_status aiter_mla__sparse_disjoint(const char *op, const aiter_m
     const int64_t rows = a->num_tokens * a->num_heads;
     const aiter_mla__span ins[5] = {
         aiter_mla__span_of(a->q, rows * AITER_MLA_HEAD_DIM, aiter_mla_dtype_size(a->q_dtype), "q"),
-        aiter_mla__span_of(a->kv_cache, a->num_slots,
-                           (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, AITER_MLA_BF16), "kv_cache"),
+        aiter_mla__span_rows(a->kv_cache, a->num_slots, (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, AITER_MLA_BF16),
+                             a->cache_is_ds_mla ? 1 : 2, "kv_cache"),
         aiter_mla__span_of(a->indices, a->num_tokens * a->indices_stride, 4, "indices"),
         aiter_mla__span_of(a->topk_length, a->num_tokens, 4, "topk_length"),
         aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink")};
     const aiter_mla__span outs[3] = {aiter_mla__span_of(a->o, rows * AITER_MLA_LATENT_DIM, aiter_mla_dtype_size(a->o_dtype), "o"),
                                      aiter_mla__span_of(a->lse, rows, 4, "lse"),
                                      aiter_mla__span_of(a->max_logits, rows, 4, "max_logits")};
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 5);
+    return aiter_mla__check_arrays(op, outs, 3, ins, 5);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *in) {
@@ -4131,15 +4174,16 @@ static aiter_mla_status aiter_mla__gather_resolve(const char *op, const aiter_ml
     { /* out, all out_rows of it (host sizes: the GPU call checks them too), against what later
          requests read */
         const aiter_mla__span ins[4] = {
-            aiter_mla__span_of(a->kv_cache, a->num_blocks * a->block_size,
-                               (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, a->cache_dtype),
-                               "kv_cache"),
+            aiter_mla__span_rows(a->kv_cache, a->num_blocks * a->block_size,
+                                 (uint64_t)aiter_mla__cache_row_bytes(a->cache_is_ds_mla, a->cache_dtype),
+                                 a->cache_is_ds_mla ? 1 : aiter_mla_dtype_size(a->cache_dtype), "kv_cache"),
             aiter_mla__span_of(a->block_table, a->batch * a->block_table_stride, 4, "block_table"),
             aiter_mla__span_of(a->cu_out_rows, (int64_t)a->batch + 1, 4, "cu_out_rows"),
             aiter_mla__span_of(a->seq_starts, a->batch, 4, "seq_starts")};
         const aiter_mla__span out =
-            aiter_mla__span_of(a->out, a->out_rows, AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype), "out");
-        return aiter_mla__check_disjoint(op, &out, 1, ins, 4);
+            aiter_mla__span_rows(a->out, a->out_rows, AITER_MLA_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype),
+                                 aiter_mla_dtype_size(a->out_dtype), "out");
+        return aiter_mla__check_arrays(op, &out, 1, ins, 4);
     }
 }
 
@@ -4305,9 +4349,9 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
 
 /* What a prefill writes against what it reads after its first writes: k, v, cu_seqlens and
  * the plan (q may be o: a row's q is read before its o is written). REF: o and lse;
- * SCHEDULED: also the workspace's partials; GPU (with a plan): the partials against the plan
- * and cu_seqlens (o, lse, k and v hang on device cu_seqlens). The host calls come after the
- * cu_seqlens checks. */
+ * SCHEDULED: also the workspace's partials; GPU: with a plan, the partials against the plan
+ * and cu_seqlens (o, lse, k and v hang on device cu_seqlens), and every array's alignment.
+ * The host calls come after the cu_seqlens checks. */
 static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, aiter_mla__call_kind call) {
     const int host = call != AITER_MLA__CALL_GPU;
     const int64_t tq = host ? a->cu_seqlens_q[a->batch] : 0, tk = host ? a->cu_seqlens_k[a->batch] : 0;
@@ -4318,15 +4362,16 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
         aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k"),
         aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k"),
         aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v"),
-        aiter_mla__span_of(a->plan, call != AITER_MLA__CALL_REF ? a->plan_info->plan_ints : 0, 4, "plan")};
+        aiter_mla__span_of(a->plan, call != AITER_MLA__CALL_REF && a->plan ? a->plan_info->plan_ints : 0, 4, "plan")};
     const aiter_mla__span outs[3] = {
         aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv, aiter_mla_dtype_size(a->o_dtype),
                                 "o"),
         aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
-        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace")};
+        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF && a->plan ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
+                           "workspace")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, tq, a->dv));
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 6);
+    return aiter_mla__check_arrays(op, outs, 3, ins, 6);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *in) {
@@ -4631,10 +4676,10 @@ static aiter_mla_status aiter_mla__prefill_call(const char *op, const aiter_mla_
     if (a.plan) {
         AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
         AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.workspace, 16, "workspace"));
-        AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, AITER_MLA__CALL_GPU));
     } else {
         AITER_MLA__RANGE(op, a.max_seqlen_q, 1, INT32_MAX, "max_seqlen_q");
     }
+    AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, AITER_MLA__CALL_GPU));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_prefill(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *in, void *stream) {
@@ -4740,7 +4785,7 @@ static aiter_mla_status aiter_mla__v4_write_resolve(const char *op, const aiter_
     AITER_MLA__NEED(op, a->kv, "kv");
     AITER_MLA__NEED(op, a->slot_mapping, "slot_mapping");
     AITER_MLA__NEED(op, a->kv_cache, "kv_cache");
-    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks, (uint64_t)a->page_stride_bytes, a->slot_mapping,
+    return aiter_mla__writer_disjoint(op, a->kv_cache, a->num_blocks, (uint64_t)a->page_stride_bytes, 1, a->slot_mapping,
                                       a->num_tokens, a->kv, a->kv_stride, AITER_MLA_V4_HEAD_DIM, NULL, 0, a->src_dtype);
 }
 
@@ -4804,8 +4849,9 @@ static aiter_mla_status aiter_mla__v4_gather_resolve(const char *op, const aiter
                                         aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens"),
                                         aiter_mla__span_of(a->gather_lens, a->batch, 4, "gather_lens")};
         const aiter_mla__span out =
-            aiter_mla__span_of(a->out, a->batch * a->out_rows, AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype), "out");
-        return aiter_mla__check_disjoint(op, &out, 1, ins, 4);
+            aiter_mla__span_rows(a->out, a->batch * a->out_rows, AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->out_dtype),
+                                 aiter_mla_dtype_size(a->out_dtype), "out");
+        return aiter_mla__check_arrays(op, &out, 1, ins, 4);
     }
 }
 
@@ -4875,7 +4921,7 @@ static aiter_mla_status aiter_mla__v4_out_disjoint(const char *op, const aiter_m
                                      aiter_mla__span_of(out->lens, num_tokens, 4, "out.lens"),
                                      aiter_mla__span_of(out->indices, out->capacity, 4, "out.indices"),
                                      aiter_mla__span_of(out->indptr, num_tokens < 0 ? 1 : num_tokens + 1, 4, "out.indptr")};
-    return aiter_mla__check_disjoint(op, outs, 4, ins, n_in);
+    return aiter_mla__check_arrays(op, outs, 4, ins, n_in);
 }
 
 /* The one writer of every builder's outputs (already checked for overlaps): count the ragged
@@ -5175,7 +5221,7 @@ static aiter_mla_status aiter_mla__v4_copy_disjoint(const char *op, const aiter_
     const aiter_mla__span outs[3] = {aiter_mla__span_of(a->indices_buffer, a->indices_buffer_capacity, 4, "indices_buffer"),
                                      aiter_mla__span_of(a->indptr_buffer, a->num_rows + 1, 4, "indptr_buffer"),
                                      aiter_mla__span_of(a->num_dropped, 1, 8, "num_dropped")};
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 2);
+    return aiter_mla__check_arrays(op, outs, 3, ins, 2);
 }
 
 static aiter_mla_status aiter_mla__v4_copy_resolve(const char *op, const aiter_mla_v4_ragged_copy_args *in,
@@ -5420,7 +5466,7 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
     outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
     outs[2] = aiter_mla__span_of(a->workspace, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
                                  "workspace");
-    return aiter_mla__check_disjoint(op, outs, 3, ins, 10);
+    return aiter_mla__check_arrays(op, outs, 3, ins, 10);
 }
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *in) {
@@ -5716,7 +5762,7 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
         outs[2] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
                                           AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.o_dtype), "attn.o");
         outs[3] = aiter_mla__span_of(a->attn.lse, T * a->attn.num_heads, 4, "attn.lse");
-        AITER_MLA__CHECK(aiter_mla__check_disjoint(op, outs, 4, ins, 9));
+        AITER_MLA__CHECK(aiter_mla__check_arrays(op, outs, 4, ins, 9));
     }
     for (c0 = 0; r.tokens > 0 && c0 < r.a.batch; c0 += r.a.chunk_size) {
         const aiter_mla_v4_prefill_args *a = &r.a;

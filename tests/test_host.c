@@ -1069,6 +1069,17 @@ static void test_head_padding(void) {
                         CHECK_STATUS(aiter_mla_unpad_o(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
                         SWEEP(unpad_o, a, sweep_head_pad_fields);
                         /* invalid inputs */
+                        a.src = src + 1; /* 2- and 4-byte elements: off their alignment (bytes: fine) */
+                        a.dst = dst;
+                        if (N > 0) {
+                            const int el = (int)aiter_mla_dtype_size(dt == AITER_MLA_DTYPE_DEFAULT ? AITER_MLA_BF16 : dt);
+                            CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
+                                         el > 1 ? "src" : "");
+                            a.src = src;
+                            a.dst = dst + 1;
+                            CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
+                                         el > 1 ? "dst" : "");
+                        }
                         a.src = src;
                         a.dst = dst;
                         a.num_heads = 3;
@@ -3573,6 +3584,17 @@ static void test_decode_validation(void) {
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indptr = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indptr");
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_indices = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_indices");
     DEC_CASE(aiter_mla_decode_ref(&a), a.kv_last_page_lens = NULL, AITER_MLA_ERR_NULL_POINTER, "kv_last_page_lens");
+    /* every array at its elements' alignment (a 2-byte value at an odd address faults on the GPU) */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.q = (const char *)a.q + 1, AITER_MLA_ERR_INVALID_ARGUMENT, "q is not 2-byte aligned");
+    DEC_CASE(aiter_mla_decode_ref(&a), a.kv_cache = (const char *)a.kv_cache + 1, AITER_MLA_ERR_INVALID_ARGUMENT,
+             "kv_cache is not 2-byte aligned");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.o = (char *)a.o + 1, AITER_MLA_ERR_INVALID_ARGUMENT, "o is not 2-byte aligned");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.lse = (float *)((char *)a.lse + 2), AITER_MLA_ERR_INVALID_ARGUMENT,
+             "lse is not 4-byte aligned");
+    DEC_CASE(aiter_mla_decode(&a, NULL), a.kv_indices = (const int32_t *)((const char *)a.kv_indices + 2),
+             AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indices is not 4-byte aligned");
+    DEC_CASE(aiter_mla_decode(&a, NULL), (a.q_dtype = a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.q = (const char *)a.q + 1),
+             AITER_MLA_ERR_NO_GPU, ""); /* fp8 q: bytes */
     /* outputs over the arrays the references read after their first writes */
     DEC_CASE(aiter_mla_decode_ref(&a), a.lse = (float *)s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
     DEC_CASE(aiter_mla_decode_ref(&a), a.o = s.kvi, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
@@ -4955,6 +4977,7 @@ static void test_small_op_wrappers(void) {
         a.valid_counts = counts;
         a.workspace_starts = st;
 #define SI_CASE(mutation, expect) LIKE_REF_CASE(convert_sparse_indices, b, a, mutation, expect)
+        SI_CASE(b.out = (int32_t *)((char *)out + 2), AITER_MLA_ERR_INVALID_ARGUMENT); /* int32 at 2 bytes */
         OVERLAP_CASE(convert_sparse_indices, b, a, b.valid_counts = req, "valid_counts overlaps");
         OVERLAP_CASE(convert_sparse_indices, b, a, b.out = idx + 4, "out overlaps");
         SI_CASE((void)0, AITER_MLA_ERR_NO_GPU);
@@ -4989,6 +5012,7 @@ static void test_small_op_wrappers(void) {
         a.context_out = co;
         a.new_out = no;
 #define FP_CASE(mutation, expect) LIKE_REF_CASE(filter_prefill_indices, b, a, mutation, expect)
+        FP_CASE(b.new_out = (int32_t *)((char *)no + 2), AITER_MLA_ERR_INVALID_ARGUMENT);
         OVERLAP_CASE(filter_prefill_indices, b, a, b.new_out = ctx, "new_out overlaps");
         OVERLAP_CASE(filter_prefill_indices, b, a, b.context_out = idx + 2, "context_out overlaps");
         FP_CASE((void)0, AITER_MLA_ERR_NO_GPU);
@@ -5020,6 +5044,9 @@ static void test_small_op_wrappers(void) {
         a.block_size = 2;
         a.num_tokens = 2;
 #define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
+        DS_CASE(b.kv_c = (const char *)kvc + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.slot_mapping = (const int64_t *)((const char *)slots + 4), AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.kv_cache = cache + 1, AITER_MLA_ERR_NO_GPU); /* fp8_ds_mla rows: bytes (the GPU wants 16, where it runs) */
         OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(ds_mla_write, a, sweep_ds_write_fields);
@@ -5058,6 +5085,8 @@ static void test_small_op_wrappers(void) {
         a.out = out;
         a.out_rows = 3;
 #define GA_CASE(mutation, expect) LIKE_REF_CASE(gather_cache, b, a, mutation, expect)
+        GA_CASE(b.out = (char *)out + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        GA_CASE(b.kv_cache = (const char *)cache + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
         OVERLAP_CASE(gather_cache, b, a, b.out = bt, "out overlaps");
         GA_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(gather_cache, a, sweep_gather_fields);
@@ -5493,6 +5522,8 @@ static void test_small_op_wrappers(void) {
         a.num_heads = 3;
         a.head_dim = 8;
 #define MG_CASE(mutation, expect) LIKE_REF_CASE(merge_attn_states, b, a, mutation, expect)
+        MG_CASE(b.o_suffix = (const char *)os + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
+        MG_CASE(b.lse = (float *)((char *)lse + 2), AITER_MLA_ERR_INVALID_ARGUMENT);
         MG_CASE((void)0, AITER_MLA_ERR_NO_GPU);
         SWEEP(merge_attn_states, a, sweep_merge_fields);
         MG_CASE(b.lse = NULL, AITER_MLA_ERR_NO_GPU);
@@ -5534,6 +5565,8 @@ static void test_attention_wrappers(void) {
     a.num_heads = 2;
     a.causal = 1;
 #define PF_CASE(mutation, expect) LIKE_REF_CASE(prefill, b, a, mutation, expect)
+    PF_CASE(b.k = (const char *)k + 1, AITER_MLA_ERR_INVALID_ARGUMENT); /* checked by the plan-less GPU call too */
+    PF_CASE(b.o = (char *)o + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
     REF_OVERLAP_CASE(prefill, b, a, b.lse = (float *)ck, "lse overlaps");
     REF_OVERLAP_CASE(prefill, b, a, b.o = k, "o overlaps");
     REF_OVERLAP_CASE(prefill, b, a, b.o = (void *)a.q, "o overlaps q");
@@ -5648,6 +5681,8 @@ static void test_attention_wrappers(void) {
     s.num_heads = 4;
     s.topk = 3;
 #define SP_CASE(mutation, expect) LIKE_REF_CASE(sparse_attention, t, s, mutation, expect)
+    SP_CASE(t.indices = (const int32_t *)((const char *)idx + 2), AITER_MLA_ERR_INVALID_ARGUMENT);
+    SP_CASE(t.q = (const char *)sq + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
     OVERLAP_CASE(sparse_attention, t, s, t.lse = (float *)idx, "lse overlaps");
     OVERLAP_CASE(sparse_attention, t, s, t.o = (void *)s.q, "o overlaps q");
     OVERLAP_CASE(sparse_attention, t, s, t.max_logits = (float *)s.q + 9, "max_logits overlaps q");
