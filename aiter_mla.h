@@ -323,11 +323,14 @@
  *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
  *   zero rows or dropped writes, never an access outside the buffers the arguments
  *   describe.
- *   Arrays, host or device, are held to their elements' alignment (2, 4 or 8 bytes: a 2-byte
- *   value at an odd address faults on the GPU), e.g. "decode: q is not 2-byte aligned (its
- *   elements are 2 bytes)"; rows of byte formats (fp8, fp8_ds_mla, MODEL1 pages) and byte
- *   workspaces need none; the GPU wrappers check what their kernels need beyond that (16 bytes
- *   for vector loads).
+ *   Every array a call reads or writes is held to its elements' alignment (that of a 2-, 4- or
+ *   8-byte type: a 2-byte value at an odd address faults on the GPU) before any launch or
+ *   write, e.g. "decode: q is not 2-byte aligned (its elements are 2 bytes)"; rows of byte
+ *   formats (fp8, fp8_ds_mla, MODEL1 pages) need none, fp32 workspaces 4 bytes, and arrays a
+ *   call does not read (a plan given to decode_ref, an unused V4 key list) none. Host index
+ *   arrays a call validates (indptrs, lengths, plans) are read in that validation, so they are
+ *   trusted to be aligned as any C array is. The GPU wrappers check what their kernels need
+ *   beyond that (16 bytes for vector loads).
  *   Outputs must not share memory with inputs or with each other (where an op allows
  *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
  *   struct says so). The CPU references check it from the shapes their fields give,
@@ -352,8 +355,8 @@
  *     buffers; NVIDIA launches only ask, once per device, which kernel image the device runs
  *     and how much shared memory a block may opt in to, both allowed inside a graph capture);
  *   - allocate host memory in a planner or a launch (the plan checkers, decode_ref_scheduled,
- *     prefill_ref_scheduled, the V4 index builders' and the V4 attention's references take
- *     scratch through AITER_MLA_MALLOC; ERR_OUT_OF_MEMORY when it returns NULL);
+ *     prefill_ref_scheduled and the references of the V4 index builders, V4 attention and V4
+ *     prefill take scratch through AITER_MLA_MALLOC; ERR_OUT_OF_MEMORY when it returns NULL);
  *   - synchronise the device or create streams (every launch is asynchronous on the
  *     stream you give, so it can be captured in a graph);
  *   - include HIP or CUDA headers (streams and device pointers are void *).
@@ -2416,8 +2419,8 @@ static uintptr_t aiter_mla__bytes_of(uint64_t n, uint64_t elem_bytes) {
 }
 
 /* An array a call reads or writes: where, how many bytes (0 or a NULL p: nothing to overlap),
- * the alignment its elements need (their size where that is 2, 4 or 8 bytes, else 1) and its
- * field's name. */
+ * the alignment its elements need (that of their 2-, 4- or 8-byte type, else 1) and its field's
+ * name. */
 typedef struct aiter_mla__span {
     const void *p;
     uintptr_t bytes;
@@ -2425,8 +2428,15 @@ typedef struct aiter_mla__span {
     const char *name;
 } aiter_mla__span;
 
+/* (an 8-byte element's is the host ABI's alignment of int64_t: 4 on i386, where C puts them there) */
+typedef struct aiter_mla__int64_slot {
+    char c;
+    int64_t x;
+} aiter_mla__int64_slot;
 static unsigned aiter_mla__elem_align(uint64_t elem_bytes) {
-    return elem_bytes == 2 || elem_bytes == 4 || elem_bytes == 8 ? (unsigned)elem_bytes : 1u;
+    return elem_bytes == 8                     ? (unsigned)offsetof(aiter_mla__int64_slot, x)
+           : elem_bytes == 2 || elem_bytes == 4 ? (unsigned)elem_bytes
+                                                : 1u;
 }
 /* An array's base at its elements' alignment: a 2-byte value at an odd address faults on the
  * GPU (and is undefined behaviour in C), so such a pointer is bad input, named before any work. */
@@ -3235,7 +3245,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
     if (v.num_lists != info->num_lists || v.batch != batch)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d (info: %d lists; batch %d)", op,
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID,
+                               "%s: plan was built for %d work lists, batch %d (info: %d lists; called with batch %d)", op,
                                v.num_lists, v.batch, info->num_lists, batch);
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_work", v.num_work, info->max_work, "max_work"));
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_partials", v.num_partials, info->max_partials, "max_partials"));
@@ -3498,6 +3509,9 @@ typedef enum { AITER_MLA__CALL_REF, AITER_MLA__CALL_SCHEDULED, AITER_MLA__CALL_G
  * The host calls come after decode_arrays_check, so their indptrs are sound. */
 static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_mla_decode_args *a, aiter_mla__call_kind call) {
     const int host = call != AITER_MLA__CALL_GPU;
+    /* the plain reference reads no plan and no workspace: neither is sized nor held to an alignment */
+    const int64_t plan_ints = call != AITER_MLA__CALL_REF ? a->plan_info->plan_ints : 0,
+                  ws_bytes = call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0;
     const int64_t B = a->batch, T = host ? a->qo_indptr[a->batch] : 0;
     const aiter_mla__span ins[7] = {aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head,
                                                             AITER_MLA_HEAD_DIM, aiter_mla_dtype_size(a->q_dtype), "q"),
@@ -3508,14 +3522,13 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
                                     aiter_mla__span_of(a->kv_indptr, B + 1, 4, "kv_indptr"),
                                     aiter_mla__span_of(a->kv_indices, host ? a->kv_indptr[a->batch] : 0, 4, "kv_indices"),
                                     aiter_mla__span_of(a->kv_last_page_lens, B, 4, "kv_last_page_lens"),
-                                    aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_SCHEDULED ? a->plan_info->plan_ints : 0, 4,
-                                                       "plan")};
+                                    aiter_mla__span_of(call == AITER_MLA__CALL_SCHEDULED ? a->plan : NULL, plan_ints, 4, "plan")};
     const aiter_mla__span outs[4] = {
         aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
                                 aiter_mla_dtype_size(a->o_dtype), "o"),
         aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse"),
-        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF ? (int64_t)a->plan_info->workspace_bytes : 0, 1, "workspace"),
-        aiter_mla__span_of(a->plan, call == AITER_MLA__CALL_GPU ? a->plan_info->plan_ints : 0, 4, "plan")};
+        aiter_mla__span_rows(call != AITER_MLA__CALL_REF ? a->workspace : NULL, ws_bytes, 1, 4, "workspace"), /* fp32 partials */
+        aiter_mla__span_of(call == AITER_MLA__CALL_GPU ? a->plan : NULL, plan_ints, 4, "plan")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, T, AITER_MLA_LATENT_DIM));
     return aiter_mla__check_arrays(op, outs, 4, ins, 7);
@@ -4354,6 +4367,7 @@ static void aiter_mla__prefill_rows(const aiter_mla_prefill_args *a, int b, int3
  * The host calls come after the cu_seqlens checks. */
 static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_mla_prefill_args *a, aiter_mla__call_kind call) {
     const int host = call != AITER_MLA__CALL_GPU;
+    const int planned = call != AITER_MLA__CALL_REF && a->plan; /* the reference and the plan-less call read neither */
     const int64_t tq = host ? a->cu_seqlens_q[a->batch] : 0, tk = host ? a->cu_seqlens_k[a->batch] : 0;
     const uint64_t qkv = aiter_mla_dtype_size(a->qkv_dtype);
     const aiter_mla__span ins[6] = {
@@ -4362,13 +4376,13 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
         aiter_mla__span_of(a->cu_seqlens_k, (int64_t)a->batch + 1, 4, "cu_seqlens_k"),
         aiter_mla__span_strided(a->k, tk, a->num_heads, a->k_stride_token, a->k_stride_head, a->dqk, qkv, "k"),
         aiter_mla__span_strided(a->v, tk, a->num_heads, a->v_stride_token, a->v_stride_head, a->dv, qkv, "v"),
-        aiter_mla__span_of(a->plan, call != AITER_MLA__CALL_REF && a->plan ? a->plan_info->plan_ints : 0, 4, "plan")};
+        aiter_mla__span_of(planned ? a->plan : NULL, planned ? a->plan_info->plan_ints : 0, 4, "plan")};
     const aiter_mla__span outs[3] = {
         aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv, aiter_mla_dtype_size(a->o_dtype),
                                 "o"),
         aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
-        aiter_mla__span_of(a->workspace, call != AITER_MLA__CALL_REF && a->plan ? (int64_t)a->plan_info->workspace_bytes : 0, 1,
-                           "workspace")};
+        aiter_mla__span_rows(planned ? a->workspace : NULL, planned ? (int64_t)a->plan_info->workspace_bytes : 0, 1, 4,
+                             "workspace")}; /* fp32 partials */
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, tq, a->dv));
     return aiter_mla__check_arrays(op, outs, 3, ins, 6);
@@ -4574,7 +4588,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     if (plan[AITER_MLA__PH_MAGIC] != AITER_MLA_PLAN_MAGIC)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan header has no magic (not built?)", op);
     if (plan[AITER_MLA__PH_NUM_LISTS] != info->desc.num_cu || plan[AITER_MLA__PH_BATCH] != batch)
-        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID, "%s: plan was built for %d work lists, batch %d (info: %d lists; batch %d)", op,
+        return aiter_mla__fail(AITER_MLA_ERR_PLAN_INVALID,
+                               "%s: plan was built for %d work lists, batch %d (info: %d lists; called with batch %d)", op,
                                plan[AITER_MLA__PH_NUM_LISTS], plan[AITER_MLA__PH_BATCH], info->desc.num_cu, batch);
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_work", nwork, info->max_work, "max_work"));
     AITER_MLA__CHECK(aiter_mla__plan_count(op, "num_reduce_tiles", ntiles, info->max_tiles, "max_tiles"));
@@ -5104,7 +5119,7 @@ static aiter_mla_status aiter_mla__v4_c128_resolve(const char *op, const aiter_m
     AITER_MLA__NEED(op, a->positions, "positions");
     {
         const aiter_mla__span ins[4] = {aiter_mla__span_of(a->positions, a->num_tokens, 8, "positions"),
-                                        aiter_mla__span_of(a->token_to_req, a->num_tokens, 4, "token_to_req"),
+                                        aiter_mla__span_of(a->block_table ? a->token_to_req : NULL, a->num_tokens, 4, "token_to_req"),
                                         aiter_mla__span_of(a->is_valid_token, a->num_tokens, 1, "is_valid_token"),
                                         aiter_mla__span_of(a->block_table, a->block_table ? a->num_reqs * a->block_table_stride : 0, 4,
                                                            "block_table")};
@@ -5448,15 +5463,18 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
         const int64_t cache_bytes = !used    ? 0
                                     : k->rows ? k->num_blocks * AITER_MLA_V4_HEAD_DIM * (k->dtype == AITER_MLA_F32 ? 4 : 2)
                                               : k->num_blocks * k->page_stride_bytes;
-        ins[i * 4] = aiter_mla__span_of(k->indptr, used ? T + 1 : 0, 4, names[i][0]);
-        ins[i * 4 + 1] = aiter_mla__span_of(k->lens, used && !k->indptr ? T : 0, 4, names[i][1]);
+        /* a list's arrays that the call does not read (all of an unused list, lens beside an
+           indptr) are neither sized nor held to an alignment */
+        ins[i * 4] = aiter_mla__span_of(used ? k->indptr : NULL, T + 1, 4, names[i][0]);
+        ins[i * 4 + 1] = aiter_mla__span_of(used && !k->indptr ? k->lens : NULL, T, 4, names[i][1]);
         ins[i * 4 + 2] = aiter_mla__span_of(k->indices,
                                             !used        ? 0
                                             : !k->indptr ? T * k->indices_stride
                                             : ragged     ? k->indptr[T]
                                                          : k->capacity,
                                             4, names[i][2]);
-        ins[i * 4 + 3] = aiter_mla__span_of(k->cache, cache_bytes, 1, names[i][3]);
+        ins[i * 4 + 3] = aiter_mla__span_rows(used ? k->cache : NULL, cache_bytes, 1,
+                                              k->rows ? (k->dtype == AITER_MLA_F32 ? 4 : 2) : 1, names[i][3]);
     }
     ins[8] = aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink");
     ins[9] = aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head, AITER_MLA_V4_HEAD_DIM,
@@ -5464,8 +5482,8 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
     outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_V4_HEAD_DIM,
                                       aiter_mla_dtype_size(a->o_dtype), "o");
     outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
-    outs[2] = aiter_mla__span_of(a->workspace, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
-                                 "workspace");
+    outs[2] = aiter_mla__span_rows(partials && T > 0 ? a->workspace : NULL, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
+                                   4, "workspace"); /* fp32 partials; none without tokens */
     return aiter_mla__check_arrays(op, outs, 3, ins, 10);
 }
 
@@ -5748,12 +5766,12 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
                                     AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.q_dtype), "attn.q"),
             aiter_mla__span_of(a->query_start_loc, (int64_t)a->batch + 1, 4, "query_start_loc"),
             aiter_mla__span_of(a->seq_lens, a->batch, 4, "seq_lens"),
-            aiter_mla__span_of(a->topk_indices, ratio ? T * a->topk_stride : 0, 4, "topk_indices"),
+            aiter_mla__span_of(ratio ? a->topk_indices : NULL, ratio ? T * a->topk_stride : 0, 4, "topk_indices"), /* ratio 1: unread */
             aiter_mla__span_of(a->swa_cache, a->swa_num_blocks * a->swa_page_stride_bytes, 1, "swa_cache"),
             aiter_mla__span_of(a->swa_block_table, a->batch * a->swa_block_table_stride, 4, "swa_block_table"),
-            aiter_mla__span_of(a->compressed_cache, ratio ? a->compressed_num_blocks * a->compressed_page_stride_bytes : 0, 1,
-                               "compressed_cache"),
-            aiter_mla__span_of(a->compressed_block_table, ratio ? a->batch * a->compressed_block_table_stride : 0, 4,
+            aiter_mla__span_of(ratio ? a->compressed_cache : NULL, ratio ? a->compressed_num_blocks * a->compressed_page_stride_bytes : 0,
+                               1, "compressed_cache"),
+            aiter_mla__span_of(ratio ? a->compressed_block_table : NULL, ratio ? a->batch * a->compressed_block_table_stride : 0, 4,
                                "compressed_block_table"),
             aiter_mla__span_of(a->attn.attn_sink, a->attn.num_heads, 4, "attn.attn_sink")};
         aiter_mla__span outs[4];

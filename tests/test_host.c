@@ -1059,6 +1059,18 @@ static void test_head_padding(void) {
                     a.dst = back;
                     CHECK_STATUS(aiter_mla_unpad_o_ref(&a), AITER_MLA_OK, "");
                     CHECK(memcmp(back, src, (size_t)N * h * row) == 0, "unpad(pad(x)) != x for H=%d dtype=%d", h, (int)dt);
+                    if (hi == 0 && hdi == 0 && ni == 0) { /* every dtype: a base one byte off (2- and 4-byte elements) */
+                        const int el = (int)aiter_mla_dtype_size(et);
+                        a.src = src + 1;
+                        a.dst = dst;
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
+                                     el > 1 ? "src is not" : "");
+                        a.src = src;
+                        a.dst = dst + 1;
+                        CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
+                                     el > 1 ? "dst is not" : "");
+                        if (el > 1) CHECK_STATUS(aiter_mla_pad_q_ref(&a), AITER_MLA_ERR_INVALID_ARGUMENT, "dst is not");
+                    }
                     if (hi == 0 && di == 0 && hdi == 0 && ni == 0) {
                         a.src = src;
                         a.dst = dst;
@@ -1069,17 +1081,6 @@ static void test_head_padding(void) {
                         CHECK_STATUS(aiter_mla_unpad_o(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
                         SWEEP(unpad_o, a, sweep_head_pad_fields);
                         /* invalid inputs */
-                        a.src = src + 1; /* 2- and 4-byte elements: off their alignment (bytes: fine) */
-                        a.dst = dst;
-                        if (N > 0) {
-                            const int el = (int)aiter_mla_dtype_size(dt == AITER_MLA_DTYPE_DEFAULT ? AITER_MLA_BF16 : dt);
-                            CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
-                                         el > 1 ? "src" : "");
-                            a.src = src;
-                            a.dst = dst + 1;
-                            CHECK_STATUS(aiter_mla_pad_q(&a, NULL), el > 1 ? AITER_MLA_ERR_INVALID_ARGUMENT : AITER_MLA_ERR_NO_GPU,
-                                         el > 1 ? "dst" : "");
-                        }
                         a.src = src;
                         a.dst = dst;
                         a.num_heads = 3;
@@ -3548,7 +3549,7 @@ static void test_decode_validation(void) {
     CHECK_OUT_OF_MEMORY(aiter_mla_decode_plan_check(&info, base.qo_indptr, base.kv_indptr, base.kv_last_page_lens, base.batch, plan));
     CHECK_STATUS(aiter_mla_decode_plan_check(&info, base.qo_indptr, base.kv_indptr, base.kv_last_page_lens, 1, plan),
                  AITER_MLA_ERR_PLAN_INVALID, "batch 2 (info"); /* what it was built for, then what it was called with */
-    CHECK(strstr(aiter_mla_last_error(), "; batch 1)") != NULL, "plan_check names the batch it was called with: %s",
+    CHECK(strstr(aiter_mla_last_error(), "; called with batch 1)") != NULL, "plan_check names the batch it was called with: %s",
           aiter_mla_last_error());
     CHECK_STATUS(aiter_mla_decode_ref(&base), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_decode_ref_scheduled(&base), AITER_MLA_OK, "");
@@ -3595,6 +3596,9 @@ static void test_decode_validation(void) {
              AITER_MLA_ERR_INVALID_ARGUMENT, "kv_indices is not 4-byte aligned");
     DEC_CASE(aiter_mla_decode(&a, NULL), (a.q_dtype = a.kv_dtype = AITER_MLA_FP8_E4M3FN, a.q = (const char *)a.q + 1),
              AITER_MLA_ERR_NO_GPU, ""); /* fp8 q: bytes */
+    DEC_CASE(aiter_mla_decode_ref_scheduled(&a), a.workspace = (char *)a.workspace + 2, AITER_MLA_ERR_INVALID_ARGUMENT,
+             "workspace is not 4-byte aligned"); /* fp32 partials (refused before any write) */
+    DEC_CASE(aiter_mla_decode_ref(&a), a.plan = (int32_t *)((char *)a.plan + 2), AITER_MLA_OK, ""); /* not read, not checked */
     /* outputs over the arrays the references read after their first writes */
     DEC_CASE(aiter_mla_decode_ref(&a), a.lse = (float *)s.last, AITER_MLA_ERR_INVALID_ARGUMENT, "lse overlaps");
     DEC_CASE(aiter_mla_decode_ref(&a), a.o = s.kvi, AITER_MLA_ERR_INVALID_ARGUMENT, "o overlaps");
