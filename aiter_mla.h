@@ -325,7 +325,7 @@
  *   describe.
  *   Every array a call reads or writes is held to its elements' alignment (that of a 2-, 4- or
  *   8-byte type: a 2-byte value at an odd address faults on the GPU) before any launch or
- *   write, e.g. "decode: q is not 2-byte aligned (its elements are 2 bytes)"; rows of byte
+ *   write, e.g. "decode: q is not 2-byte aligned, as its elements need"; rows of byte
  *   formats (fp8, fp8_ds_mla, MODEL1 pages) need none, fp32 workspaces 4 bytes, and arrays a
  *   call does not read (a plan given to decode_ref, an unused V4 key list) none. Host index
  *   arrays a call validates (indptrs, lengths, plans) are read in that validation, so they are
@@ -2442,8 +2442,8 @@ static unsigned aiter_mla__elem_align(uint64_t elem_bytes) {
  * GPU (and is undefined behaviour in C), so such a pointer is bad input, named before any work. */
 static aiter_mla_status aiter_mla__check_span_aligned(const char *op, const aiter_mla__span *s) {
     if (!s->p || (uintptr_t)s->p % s->align == 0) return AITER_MLA_OK;
-    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned (its elements are %u bytes)", op, s->name,
-                           s->align, s->align);
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned, as its elements need", op, s->name,
+                           s->align);
 }
 /* The arrays a call names, before any work: each at its elements' alignment, and no output
  * sharing a byte with an input or an earlier output (the call would read what it has already
