@@ -328,9 +328,9 @@
  *   write, e.g. "decode: q is not 2-byte aligned, as its elements need"; rows of byte
  *   formats (fp8, fp8_ds_mla, MODEL1 pages) need none, fp32 workspaces 4 bytes, and arrays a
  *   call does not read (a plan given to decode_ref, an unused V4 key list) none. Host index
- *   arrays a call validates (indptrs, lengths, plans) are read in that validation, so they are
- *   trusted to be aligned as any C array is. The GPU wrappers check what their kernels need
- *   beyond that (16 bytes for vector loads).
+ *   arrays a call validates (indptrs, lengths, plans, reduce maps) are checked for alignment
+ *   before their first read, so a misaligned one is named ahead of any rule on its contents.
+ *   The GPU wrappers check what their kernels need beyond that (16 bytes for vector loads).
  *   Outputs must not share memory with inputs or with each other (where an op allows
  *   otherwise, e.g. merge_attn_states' o on its own input or head padding in place, its
  *   struct says so). The CPU references check it from the shapes their fields give,
@@ -2357,8 +2357,40 @@ static aiter_mla_status aiter_mla__check_need(const char *op, const void *p, con
     if (!p) return aiter_mla__fail(AITER_MLA_ERR_NULL_POINTER, "%s: %s%s is NULL", op, pre, field);
     return AITER_MLA_OK;
 }
-/* Their shorthands for unprefixed fields, returning on failure. */
+/* (an 8-byte element's is the host ABI's alignment of int64_t: 4 on i386, where C puts them there) */
+typedef struct aiter_mla__int64_slot {
+    char c;
+    int64_t x;
+} aiter_mla__int64_slot;
+/* The alignment an array's elements need: that of their 2-, 4- or 8-byte type, else 1. */
+static unsigned aiter_mla__elem_align(uint64_t elem_bytes) {
+    return elem_bytes == 8                     ? (unsigned)offsetof(aiter_mla__int64_slot, x)
+           : elem_bytes == 2 || elem_bytes == 4 ? (unsigned)elem_bytes
+                                                : 1u;
+}
+/* An array's base at its elements' alignment (NULL passes: absence is aiter_mla__check_need's
+ * to judge): a 2-byte value at an odd address faults on the GPU and is undefined behaviour in
+ * C, so such a pointer is bad input, named before the call reads or writes through it. */
+static aiter_mla_status aiter_mla__check_elems_aligned(const char *op, const void *p, unsigned align, const char *pre,
+                                                       const char *field) {
+    if (!p || (uintptr_t)p % align == 0) return AITER_MLA_OK;
+    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s%s is not %u-byte aligned, as its elements need", op, pre, field,
+                           align);
+}
+/* The alignment the elements of typed pointer ptr need (its pointee's size; not for void *). */
+#define AITER_MLA__ELEMS_ALIGN(ptr) aiter_mla__elem_align(sizeof *(ptr))
+/* Their shorthands for unprefixed fields, returning on failure. NEED_ARRAY: a typed array,
+ * present and at its elements' alignment, checked where the call first reads it (a host index
+ * array its validation reads: a misaligned int32_t * read is undefined behaviour); ARRAY_ALIGNED:
+ * the alignment alone, where NULL is allowed (an optional array) or was refused earlier. */
 #define AITER_MLA__NEED(op, ptr, name) AITER_MLA__CHECK(aiter_mla__check_need(op, (const void *)(ptr), "", name))
+#define AITER_MLA__ARRAY_ALIGNED(op, ptr, name) \
+    AITER_MLA__CHECK(aiter_mla__check_elems_aligned(op, (const void *)(ptr), AITER_MLA__ELEMS_ALIGN(ptr), "", name))
+#define AITER_MLA__NEED_ARRAY(op, ptr, name)     \
+    do {                                         \
+        AITER_MLA__NEED(op, ptr, name);          \
+        AITER_MLA__ARRAY_ALIGNED(op, ptr, name); \
+    } while (0)
 #define AITER_MLA__RANGE(op, val, lo, hi, name) \
     AITER_MLA__CHECK(aiter_mla__check_range(op, (int64_t)(val), (int64_t)(lo), (int64_t)(hi), "", name))
 #define AITER_MLA__SCALE(op, val, name) AITER_MLA__CHECK(aiter_mla__check_scale(op, val, "", name))
@@ -2428,22 +2460,9 @@ typedef struct aiter_mla__span {
     const char *name;
 } aiter_mla__span;
 
-/* (an 8-byte element's is the host ABI's alignment of int64_t: 4 on i386, where C puts them there) */
-typedef struct aiter_mla__int64_slot {
-    char c;
-    int64_t x;
-} aiter_mla__int64_slot;
-static unsigned aiter_mla__elem_align(uint64_t elem_bytes) {
-    return elem_bytes == 8                     ? (unsigned)offsetof(aiter_mla__int64_slot, x)
-           : elem_bytes == 2 || elem_bytes == 4 ? (unsigned)elem_bytes
-                                                : 1u;
-}
-/* An array's base at its elements' alignment: a 2-byte value at an odd address faults on the
- * GPU (and is undefined behaviour in C), so such a pointer is bad input, named before any work. */
+/* A span's base at its elements' alignment. */
 static aiter_mla_status aiter_mla__check_span_aligned(const char *op, const aiter_mla__span *s) {
-    if (!s->p || (uintptr_t)s->p % s->align == 0) return AITER_MLA_OK;
-    return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned, as its elements need", op, s->name,
-                           s->align);
+    return aiter_mla__check_elems_aligned(op, s->p, s->align, "", s->name);
 }
 /* The arrays a call names, before any work: each at its elements' alignment, and no output
  * sharing a byte with an input or an earlier output (the call would read what it has already
@@ -2478,6 +2497,13 @@ static aiter_mla__span aiter_mla__span_of(const void *p, int64_t n, uint64_t ele
 static aiter_mla__span aiter_mla__span_rows(const void *p, int64_t n, uint64_t row_bytes, uint64_t elem_bytes, const char *name) {
     aiter_mla__span s = aiter_mla__span_of(p, n, row_bytes, name);
     s.align = aiter_mla__elem_align(elem_bytes);
+    return s;
+}
+/* The span of a region of `bytes` bytes at p whose contents need `align` (a workspace of fp32
+ * partials: 4; rows of a byte format: 1). */
+static aiter_mla__span aiter_mla__span_bytes(const void *p, int64_t bytes, unsigned align, const char *name) {
+    aiter_mla__span s = aiter_mla__span_of(p, bytes, 1, name);
+    s.align = align;
     return s;
 }
 /* The span of a strided array, from its first element to past its last: tokens x heads rows
@@ -2849,11 +2875,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
     AITER_MLA__RANGE(op, a.block_table_stride, 0, AITER_MLA__MAX_STRIDE, "block_table_stride");
     AITER_MLA__RANGE(op, a.kv_indices_capacity, 0, INT64_MAX, "kv_indices_capacity");
     AITER_MLA__NEED(op, a.block_table, "block_table");
-    AITER_MLA__NEED(op, a.seq_lens, "seq_lens");
+    AITER_MLA__NEED_ARRAY(op, a.seq_lens, "seq_lens"); /* it and q_lens are read in the sizing below */
     AITER_MLA__NEED(op, a.qo_indptr, "qo_indptr");
     AITER_MLA__NEED(op, a.kv_indptr, "kv_indptr");
     AITER_MLA__NEED(op, a.kv_indices, "kv_indices");
     AITER_MLA__NEED(op, a.kv_last_page_lens, "kv_last_page_lens");
+    AITER_MLA__ARRAY_ALIGNED(op, a.q_lens, "q_lens");
     if (!a.q_lens) AITER_MLA__RANGE(op, qlen, 1, AITER_MLA_MAX_Q_LEN, "q_len");
     for (b = 0; b < a.batch; b++) {
         int64_t n = a.seq_lens[b], q = a.q_lens ? a.q_lens[b] : qlen, p;
@@ -3022,9 +3049,9 @@ static aiter_mla_status aiter_mla__plan_inputs_check(const char *op, const aiter
                                                      const int32_t *qo, const int32_t *kvp, const int32_t *last,
                                                      int batch) {
     int b;
-    AITER_MLA__NEED(op, qo, "qo_indptr");
-    AITER_MLA__NEED(op, kvp, "kv_indptr");
-    AITER_MLA__NEED(op, last, "kv_last_page_lens");
+    AITER_MLA__NEED_ARRAY(op, qo, "qo_indptr");
+    AITER_MLA__NEED_ARRAY(op, kvp, "kv_indptr");
+    AITER_MLA__NEED_ARRAY(op, last, "kv_last_page_lens");
     AITER_MLA__RANGE(op, batch, 1, INT32_MAX - 1, "batch");
     if (batch > info->desc.max_batch)
         return aiter_mla__fail(AITER_MLA_ERR_PLAN_MISMATCH, "%s: batch = %d exceeds the plan's max_batch = %d", op, batch,
@@ -3149,7 +3176,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     int ps, tpt, ncu, ovh, b, cu = 0;
     int64_t sp, bps, total = 0, work_left, remaining, cost;
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
-    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__NEED_ARRAY(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
     ps = info->desc.page_size;
     tpt = info->tokens_per_tile;
@@ -3237,7 +3264,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_check(const aiter_mla_decod
     int64_t units = 0, i, u;
     int b, c, tpt, ps;
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
-    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__NEED_ARRAY(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
     v = aiter_mla__plan_view(info, (int32_t *)plan);
     tpt = info->tokens_per_tile;
@@ -3527,7 +3554,7 @@ static aiter_mla_status aiter_mla__decode_disjoint(const char *op, const aiter_m
         aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_LATENT_DIM,
                                 aiter_mla_dtype_size(a->o_dtype), "o"),
         aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse"),
-        aiter_mla__span_rows(call != AITER_MLA__CALL_REF ? a->workspace : NULL, ws_bytes, 1, 4, "workspace"), /* fp32 partials */
+        aiter_mla__span_bytes(call != AITER_MLA__CALL_REF ? a->workspace : NULL, ws_bytes, 4, "workspace"), /* fp32 partials */
         aiter_mla__span_of(call == AITER_MLA__CALL_GPU ? a->plan : NULL, plan_ints, 4, "plan")};
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, T, AITER_MLA_LATENT_DIM));
@@ -3554,6 +3581,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_ref_scheduled(const aiter_mla_de
     float *part_o, *part_lse;
     int64_t i;
     AITER_MLA__CHECK(aiter_mla__decode_resolve(op, in, &a, 1));
+    /* the host arrays the plan's check reads, held to their alignment as this call's own (the
+       check's refusal would read as a plan that does not fit) */
+    AITER_MLA__ARRAY_ALIGNED(op, a.plan, "plan");
+    AITER_MLA__ARRAY_ALIGNED(op, a.qo_indptr, "qo_indptr");
+    AITER_MLA__ARRAY_ALIGNED(op, a.kv_indptr, "kv_indptr");
+    AITER_MLA__ARRAY_ALIGNED(op, a.kv_last_page_lens, "kv_last_page_lens");
     AITER_MLA__CHECK(aiter_mla__fail_within(
         op, aiter_mla_decode_plan_check(a.plan_info, a.qo_indptr, a.kv_indptr, a.kv_last_page_lens, a.batch, a.plan),
         "the plan does not fit these arrays (rebuild it with aiter_mla_decode_plan_build)"));
@@ -3629,14 +3662,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
     if (a.num_tiles == 0) return AITER_MLA_OK;
     AITER_MLA__NEED(op, a.partial_o, "partial_o");
     AITER_MLA__NEED(op, a.partial_lse, "partial_lse");
-    AITER_MLA__NEED(op, a.reduce_indptr, "reduce_indptr");
-    AITER_MLA__NEED(op, a.reduce_final_map, "reduce_final_map");
-    AITER_MLA__NEED(op, a.reduce_partial_map, "reduce_partial_map");
+    AITER_MLA__NEED_ARRAY(op, a.reduce_indptr, "reduce_indptr"); /* the maps are read in the checks below */
+    AITER_MLA__NEED_ARRAY(op, a.reduce_final_map, "reduce_final_map");
+    AITER_MLA__NEED_ARRAY(op, a.reduce_partial_map, "reduce_partial_map");
     AITER_MLA__NEED(op, a.o, "o");
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, a.reduce_indptr, "", "reduce_indptr"));
     for (t = 0; t < a.num_tiles; t++) /* monotone first: then no tile's pieces pass the map's end */
-        if (a.reduce_indptr[t + 1] < a.reduce_indptr[t])
-            return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: reduce_indptr decreases at %d", op, t);
+        AITER_MLA__CHECK(aiter_mla__indptr_step(op, a.reduce_indptr, t, "", "reduce_indptr"));
     for (t = 0; t < a.num_tiles; t++) { /* every index the reduce will follow, before any write */
         int32_t k0 = a.reduce_indptr[t], k1 = a.reduce_indptr[t + 1], qs = a.reduce_final_map[2 * t],
                 qe = a.reduce_final_map[2 * t + 1], k;
@@ -4238,10 +4270,12 @@ static aiter_mla_status aiter_mla__check_prefill_dim(const char *op, int d, cons
     return aiter_mla__fail(st, "%s: %s = %d is not 64, 128, 192 or 256", op, name, d);
 }
 
-/* Host cu_seqlens_q and cu_seqlens_k start at >= 0 and never decrease (the reference and the
- * planner check them alike). */
+/* Host cu_seqlens_q and cu_seqlens_k are aligned, start at >= 0 and never decrease (the
+ * reference and the planner check them alike). */
 static aiter_mla_status aiter_mla__cu_seqlens_check(const char *op, const int32_t *cq, const int32_t *ck, int batch) {
     int b;
+    AITER_MLA__ARRAY_ALIGNED(op, cq, "cu_seqlens_q"); /* both present (the callers' checks) */
+    AITER_MLA__ARRAY_ALIGNED(op, ck, "cu_seqlens_k");
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, cq, "", "cu_seqlens_q"));
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, ck, "", "cu_seqlens_k"));
     for (b = 0; b < batch; b++) {
@@ -4381,8 +4415,8 @@ static aiter_mla_status aiter_mla__prefill_disjoint(const char *op, const aiter_
         aiter_mla__span_strided(a->o, tq, a->num_heads, a->o_stride_token, a->o_stride_head, a->dv, aiter_mla_dtype_size(a->o_dtype),
                                 "o"),
         aiter_mla__span_of(a->lse, tq * a->num_heads, 4, "lse"),
-        aiter_mla__span_rows(planned ? a->workspace : NULL, planned ? (int64_t)a->plan_info->workspace_bytes : 0, 1, 4,
-                             "workspace")}; /* fp32 partials */
+        aiter_mla__span_bytes(planned ? a->workspace : NULL, planned ? (int64_t)a->plan_info->workspace_bytes : 0, 4,
+                              "workspace")}; /* fp32 partials */
     if (host) /* o's rows over every token (resolve checked two) */
         AITER_MLA__CHECK(aiter_mla__check_o_rows(op, "", a->o_stride_token, a->o_stride_head, 0, a->num_heads, tq, a->dv));
     return aiter_mla__check_arrays(op, outs, 3, ins, 6);
@@ -4520,7 +4554,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_pref
     int64_t total, avg, rem, quota;
     int b, cu = 0, ncu;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
-    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__NEED_ARRAY(op, plan, "plan");
     ncu = info->desc.num_cu;
     total = aiter_mla__prefill_units(cq, ck, batch, causal, tq, gran);
     avg = total / ncu;
@@ -4578,7 +4612,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
     unsigned char *row_used;
     int b;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
-    AITER_MLA__NEED(op, plan, "plan");
+    AITER_MLA__NEED_ARRAY(op, plan, "plan");
     tq = info->desc.tile_q;
     gran = info->desc.kv_granularity;
     nwork = plan[AITER_MLA__PH_NUM_WORK];
@@ -4714,6 +4748,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     int32_t i, nwork;
     AITER_MLA__CHECK(aiter_mla__prefill_resolve(op, in, &a, 1));
     AITER_MLA__CHECK(aiter_mla__prefill_plan_args(op, &a));
+    AITER_MLA__ARRAY_ALIGNED(op, a.plan, "plan"); /* as this call's own: the plan's check reads it */
     info = a.plan_info;
     AITER_MLA__CHECK(aiter_mla__fail_within(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
                                             "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build)"));
@@ -4973,9 +5008,12 @@ static aiter_mla_status aiter_mla__v4_emit(const char *op, const aiter_mla_v4_in
     return AITER_MLA_OK;
 }
 
-/* query_start_loc monotone from >= 0, every request's seq_len >= its q_len. */
+/* query_start_loc and seq_lens (present) aligned, query_start_loc monotone from >= 0, every
+ * request's seq_len >= its q_len. */
 static aiter_mla_status aiter_mla__v4_requests_check(const char *op, const int32_t *qsl, const int32_t *seq_lens, int n) {
     int b;
+    AITER_MLA__ARRAY_ALIGNED(op, qsl, "query_start_loc");
+    AITER_MLA__ARRAY_ALIGNED(op, seq_lens, "seq_lens");
     AITER_MLA__CHECK(aiter_mla__indptr_start(op, qsl, "", "query_start_loc"));
     for (b = 0; b < n; b++) {
         AITER_MLA__CHECK(aiter_mla__indptr_step(op, qsl, b, "", "query_start_loc"));
@@ -5317,12 +5355,14 @@ static aiter_mla_status aiter_mla__v4_keys_resolve(const char *op, const char *p
     return aiter_mla__check_range(op, k->capacity, 0, INT32_MAX, pre, "capacity");
 }
 
-/* The arrays the host reads in resolved args (host memory): attn_sink has no NaN and each
- * used ragged list's indptr is monotone from >= 0 (keys: with the key lists). */
+/* The arrays the host reads in resolved args (host memory), each at its elements' alignment:
+ * attn_sink has no NaN and each used ragged list's indptr is monotone from >= 0 (keys: with
+ * the key lists, whose lens beside no indptr are read too). */
 static aiter_mla_status aiter_mla__v4_attn_host_arrays(const char *op, const char *pre, const aiter_mla_v4_attention_args *a,
                                                        int keys) {
     int64_t t;
     int h, i;
+    AITER_MLA__CHECK(aiter_mla__check_elems_aligned(op, a->attn_sink, AITER_MLA__ELEMS_ALIGN(a->attn_sink), pre, "attn_sink"));
     if (a->attn_sink)
         for (h = 0; h < a->num_heads; h++)
             if (a->attn_sink[h] != a->attn_sink[h])
@@ -5330,7 +5370,12 @@ static aiter_mla_status aiter_mla__v4_attn_host_arrays(const char *op, const cha
     for (i = 0; keys && i < 2; i++) {
         const aiter_mla_v4_keys *k = i ? &a->extra_keys : &a->keys;
         const char *kpre = i ? "extra_keys." : "keys.";
-        if (!k->indices || !k->indptr) continue;
+        if (!k->indices) continue;
+        if (!k->indptr) { /* its lens (optional) give the counts */
+            AITER_MLA__CHECK(aiter_mla__check_elems_aligned(op, k->lens, AITER_MLA__ELEMS_ALIGN(k->lens), kpre, "lens"));
+            continue;
+        }
+        AITER_MLA__CHECK(aiter_mla__check_elems_aligned(op, k->indptr, AITER_MLA__ELEMS_ALIGN(k->indptr), kpre, "indptr"));
         AITER_MLA__CHECK(aiter_mla__indptr_start(op, k->indptr, kpre, "indptr"));
         for (t = 0; t < a->num_tokens; t++) AITER_MLA__CHECK(aiter_mla__indptr_step(op, k->indptr, t, kpre, "indptr"));
         if (k->capacity > 0 && k->indptr[a->num_tokens] > k->capacity)
@@ -5473,8 +5518,8 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
                                             : ragged     ? k->indptr[T]
                                                          : k->capacity,
                                             4, names[i][2]);
-        ins[i * 4 + 3] = aiter_mla__span_rows(used ? k->cache : NULL, cache_bytes, 1,
-                                              k->rows ? (k->dtype == AITER_MLA_F32 ? 4 : 2) : 1, names[i][3]);
+        ins[i * 4 + 3] = aiter_mla__span_bytes(used ? k->cache : NULL, cache_bytes,
+                                               k->rows ? (k->dtype == AITER_MLA_F32 ? 4u : 2u) : 1u, names[i][3]);
     }
     ins[8] = aiter_mla__span_of(a->attn_sink, a->num_heads, 4, "attn_sink");
     ins[9] = aiter_mla__span_strided(a->q, T, a->num_heads, a->q_stride_token, a->q_stride_head, AITER_MLA_V4_HEAD_DIM,
@@ -5482,8 +5527,8 @@ static aiter_mla_status aiter_mla__v4_attention_disjoint(const char *op, const a
     outs[0] = aiter_mla__span_strided(a->o, T, a->num_heads, a->o_stride_token, a->o_stride_head, AITER_MLA_V4_HEAD_DIM,
                                       aiter_mla_dtype_size(a->o_dtype), "o");
     outs[1] = aiter_mla__span_of(a->lse, T * a->num_heads, 4, "lse");
-    outs[2] = aiter_mla__span_rows(partials && T > 0 ? a->workspace : NULL, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 1,
-                                   4, "workspace"); /* fp32 partials; none without tokens */
+    outs[2] = aiter_mla__span_bytes(partials && T > 0 ? a->workspace : NULL, partials ? (int64_t)aiter_mla__v4_attn_workspace(a) : 0, 4,
+                                    "workspace"); /* fp32 partials; none without tokens */
     return aiter_mla__check_arrays(op, outs, 3, ins, 10);
 }
 
@@ -5627,7 +5672,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
                                                  &a->swa_fp8_dtype, "fp8_dtype", 64, a->swa_cache_bytes, "cache_bytes"));
     AITER_MLA__RANGE(op, a->swa_block_table_stride, 1, AITER_MLA__MAX_STRIDE, "swa_block_table_stride");
     AITER_MLA__NEED(op, a->query_start_loc, "query_start_loc");
-    if (gpu) AITER_MLA__NEED(op, a->query_start_loc_host, "query_start_loc_host");
+    if (gpu) AITER_MLA__NEED_ARRAY(op, a->query_start_loc_host, "query_start_loc_host"); /* read below */
     AITER_MLA__NEED(op, a->seq_lens, "seq_lens");
     AITER_MLA__NEED(op, a->swa_cache, "swa_cache");
     AITER_MLA__NEED(op, a->swa_block_table, "swa_block_table");

@@ -80,6 +80,18 @@ fi
 # 1. host tests under ASan + UBSan
 step build-test-host $MAKE --no-print-directory GPU=none BUILD="$BUILD" "$BUILD/test_host"
 program test-host "./$BUILD/test_host"
+# The same tests over other layouts of their buffers: built by clang (other stack frames),
+# and without sanitizers with every allocation in a mapping of its own (other neighbours). A
+# check whose expected answer holds for one layout only (an output span running past its
+# buffer into whatever lies next) fails in one of them; each run counts as one test.
+host_flags="-std=c99 -pedantic -Wall -Wextra -Werror -DAITER_MLA_NO_GPU"
+if command -v clang >/dev/null 2>&1; then
+    step build-test-host-clang clang $host_flags -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+        -fno-sanitize-recover=all -o "$BUILD/test_host_clang" tests/test_host.c -lm
+    step test-host-clang "./$BUILD/test_host_clang"
+fi
+step build-test-host-plain "$CC" $host_flags -O2 -o "$BUILD/test_host_plain" tests/test_host.c -lm
+step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./$BUILD/test_host_plain"
 # the sweep's field tables in test_host.c list every scalar field of the header's args structs
 step check-sweep-fields sh tests/check_sweep_fields.sh
 
