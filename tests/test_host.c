@@ -130,6 +130,12 @@ typedef struct sweep_field {
     int gpu_only; /* a field the reference ignores, or reads without the GPU call's check against its plan:
                      the reference is not called */
 } sweep_field;
+/* The host ABI's alignment of int64_t (8 on x86-64, 4 on i386): half of it misaligns one. */
+typedef struct int64_in_struct {
+    char c;
+    int64_t x;
+} int64_in_struct;
+#define INT64_ALIGN offsetof(int64_in_struct, x)
 #define SW(T, f, kind) {#f, offsetof(T, f), sizeof(((T *)0)->f), kind, 0}
 #define SWG(T, f, kind) {#f, offsetof(T, f), sizeof(((T *)0)->f), kind, 1}
 typedef struct sweep_op {
@@ -5117,7 +5123,7 @@ static void test_small_op_wrappers(void) {
         a.num_tokens = 2;
 #define DS_CASE(mutation, expect) LIKE_REF_CASE(ds_mla_write, b, a, mutation, expect)
         DS_CASE(b.kv_c = (const char *)kvc + 1, AITER_MLA_ERR_INVALID_ARGUMENT);
-        DS_CASE(b.slot_mapping = (const int64_t *)((const char *)slots + 4), AITER_MLA_ERR_INVALID_ARGUMENT);
+        DS_CASE(b.slot_mapping = (const int64_t *)((const char *)slots + INT64_ALIGN / 2), AITER_MLA_ERR_INVALID_ARGUMENT);
         DS_CASE(b.kv_cache = cache + 1, AITER_MLA_ERR_NO_GPU); /* fp8_ds_mla rows: bytes (the GPU wants 16, where it runs) */
         OVERLAP_CASE(ds_mla_write, b, a, b.kv_cache = slots, "kv_cache overlaps");
         DS_CASE((void)0, AITER_MLA_ERR_NO_GPU);
