@@ -1225,6 +1225,7 @@ static void test_expand_page_indices(void) {
             if (ki == 0 && it == 0) {
                 aiter_mla_expand_page_indices_args m = a;
                 m.page_indices = seq;
+                if (!m.page_indices_capacity) m.page_indices_capacity = 1; /* a draw with no tokens: the output still spans an entry */
                 CHECK_STATUS(aiter_mla_expand_page_indices_ref(&m), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices overlaps");
                 CHECK_STATUS(aiter_mla_expand_page_indices(&m, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "page_indices overlaps");
                 CHECK_STATUS(aiter_mla_expand_page_indices(&a, NULL), AITER_MLA_ERR_NO_GPU, "");
