@@ -317,9 +317,10 @@
  *   other lengths or another batch, or overwritten) is skipped or held inside the buffers,
  *   which gives wrong rows but no access outside them.
  *   A GPU entry point validates what its CPU reference validates, plus what its launch
- *   needs (workspaces, 16-byte alignment where a kernel requires it, grid sizes within
- *   int32), except the contents of device arrays, which the host cannot read: what the
- *   reference refuses there (a non-monotone cu_out_rows, say) the kernel takes as data,
+ *   needs (workspaces large enough and not running past the end of the address space,
+ *   16-byte alignment where a kernel requires it, grid sizes within int32), except the
+ *   contents of device arrays, which the host cannot read: what the reference refuses
+ *   there (a non-monotone cu_out_rows, say) the kernel takes as data,
  *   and bad entries (negative or out-of-range slots, blocks, request ids, rows) give -1,
  *   zero rows or dropped writes, never an access outside the buffers the arguments
  *   describe.
@@ -2651,7 +2652,9 @@ static aiter_mla_status aiter_mla__check_aligned(const char *op, const void *p, 
     return AITER_MLA_OK;
 }
 /* The caller's workspace (field `field`, its size `field`_bytes) when `need` bytes of it are
- * needed (`what` names them): present and at least that large. */
+ * needed (`what` names them): present, at least that large, and those bytes not running past
+ * the end of the address space (no buffer does; the calls derive pointers into them before
+ * the overlap checks, and such a pointer would wrap). */
 static aiter_mla_status aiter_mla__check_workspace(const char *op, const char *field, const void *ws, uint64_t bytes, uint64_t need,
                                                    const char *what) {
     if (need == 0) return AITER_MLA_OK;
@@ -2659,6 +2662,9 @@ static aiter_mla_status aiter_mla__check_workspace(const char *op, const char *f
     if (bytes < need)
         return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s_bytes = %llu, %s need %llu", op, field,
                                (unsigned long long)bytes, what, (unsigned long long)need);
+    if (need - 1 > (uint64_t)(UINTPTR_MAX - (uintptr_t)ws))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %s at %p and the %llu bytes %s need run past the end of the address space",
+                               op, field, ws, (unsigned long long)need, what);
     return AITER_MLA_OK;
 }
 /* Bytes of a cache row: fp8_ds_mla's 656, or 576 values of dtype. */

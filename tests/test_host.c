@@ -7082,8 +7082,10 @@ static void test_v4_attention(void) {
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
                 e.workspace = (char *)a.o + 4; /* the partials over an output, or over what the keys read */
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps o");
-                e.workspace = (void *)a.keys.indices;
-                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+                e.workspace = ws; /* keys.indices inside the partials (a device array: its contents are not read here) */
+                e.keys.indices = (const int32_t *)ws + 16;
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps keys.indices");
+                e.keys.indices = a.keys.indices;
                 free(ws);
                 e.num_splits = 1;
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
@@ -7446,9 +7448,14 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         e = p;
         e.topk_indices = NULL;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_NULL_POINTER, "topk_indices");
-        e = p; /* the workspace over an input: refused before the first chunk */
-        e.workspace = (void *)p.seq_lens;
-        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps");
+        e = p; /* the workspace over an input (seq_lens copied into its last bytes): refused before the first chunk */
+        e.seq_lens = (const int32_t *)((char *)ws + bytes - sizeof seq);
+        memcpy((char *)ws + bytes - sizeof seq, seq, sizeof seq);
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps seq_lens");
+        memset((char *)ws + bytes - sizeof seq, 0xff, sizeof seq);
+        e = p; /* a workspace whose bytes would run past the end of the address space: no pointer into it is formed */
+        e.workspace = (void *)(UINTPTR_MAX - 4095);
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace at");
         e = p;
         e.attn.lse = (float *)p.query_start_loc;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.lse overlaps");
