@@ -2936,15 +2936,21 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_metadata_build(const aiter_mla_d
 
 /* ---- split-KV decode plan ------------------------------------------------------------ */
 
-/* A plan's workspace, rows x heads x (dv + 1) floats, into *bytes: refused where it passes
- * size_t (a 32-bit host; on 64-bit ones every desc in range fits). */
+/* n bytes into *bytes, or 0 where they pass size_t: a workspace's size, computed in 64 bits,
+ * fits size_t on 64-bit hosts for every argument in range but not on 32-bit ones, where each
+ * size query refuses it (its message naming the parts) rather than return a wrapped size. */
+static int aiter_mla__size_fits(uint64_t n, size_t *bytes) {
+    if (n > (uint64_t)SIZE_MAX) return 0;
+    *bytes = (size_t)n;
+    return 1;
+}
+/* A plan's workspace, rows x heads x (dv + 1) floats, into *bytes. */
 static aiter_mla_status aiter_mla__workspace_bytes(const char *op, int64_t rows, int heads, int dv, size_t *bytes) {
     const uint64_t n = (uint64_t)rows * (uint64_t)heads * (uint64_t)(dv + 1) * sizeof(float);
-    if (n > (uint64_t)SIZE_MAX)
+    if (!aiter_mla__size_fits(n, bytes))
         return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
                                "%s: the workspace (%lld partial rows x %d heads x %d floats, %llu bytes) passes size_t on this host",
                                op, (long long)rows, heads, dv + 1, (unsigned long long)n);
-    *bytes = (size_t)n;
     return AITER_MLA_OK;
 }
 
@@ -5492,8 +5498,9 @@ static aiter_mla_status aiter_mla__v4_attend(const char *op, const aiter_mla_v4_
     return AITER_MLA_OK;
 }
 
-static size_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a) {
-    return a->num_splits > 1 ? (size_t)a->num_tokens * (size_t)a->num_splits * (size_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
+/* Bytes of the GPU attention's split partials (64 bits: they may pass a 32-bit size_t). */
+static uint64_t aiter_mla__v4_attn_workspace(const aiter_mla_v4_attention_args *a) {
+    return a->num_splits > 1 ? (uint64_t)a->num_tokens * (uint64_t)a->num_splits * (uint64_t)a->num_heads * (AITER_MLA_V4_HEAD_DIM + 1) * 4u
                              : 0u;
 }
 /* The outputs (o, lse; with `partials`, the GPU's split partials in the workspace) against
@@ -5577,7 +5584,11 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter
     AITER_MLA__RANGE(op, a.num_tokens, 0, INT32_MAX, "num_tokens");
     AITER_MLA__RANGE(op, a.num_splits, 0, AITER_MLA_V4_MAX_SPLITS, "num_splits");
     AITER_MLA__CHECK(aiter_mla__v4_splits_fit(op, &a));
-    *bytes = aiter_mla__v4_attn_workspace(&a);
+    if (!aiter_mla__size_fits(aiter_mla__v4_attn_workspace(&a), bytes))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: the splits' partials (%lld tokens x %d splits x %d heads x %d floats, %llu bytes) pass size_t on this host",
+                               op, (long long)a.num_tokens, a.num_splits, a.num_heads, AITER_MLA_V4_HEAD_DIM + 1,
+                               (unsigned long long)aiter_mla__v4_attn_workspace(&a));
     return AITER_MLA_OK;
 }
 
@@ -5604,7 +5615,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_kernel(const aiter_mla_v4_
 /* The sizing fields (defaults resolved into *a): M, N, the entries per token of the lists
  * and the workspace bytes. */
 static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4_prefill_args *a, int64_t *M, int64_t *N,
-                                                    int64_t *width, size_t *bytes) {
+                                                    int64_t *width, uint64_t *bytes) {
     int64_t rows;
     if (!a->chunk_size) a->chunk_size = AITER_MLA_V4_PREFILL_CHUNK;
     if (!a->compress_ratio) a->compress_ratio = 1;
@@ -5633,9 +5644,9 @@ static aiter_mla_status aiter_mla__v4_prefill_sizes(const char *op, aiter_mla_v4
                                "%s: max_num_batched_tokens x (topk + window) = %lld x %lld list entries do not fit int32", op,
                                (long long)a->max_num_batched_tokens, (long long)*width);
     rows = *M * a->chunk_size;
-    *bytes = (size_t)rows * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype) +
-             sizeof(int32_t) * (size_t)(3 * (int64_t)a->chunk_size + 1 + a->max_num_batched_tokens + 1 +
-                                        a->max_num_batched_tokens * *width);
+    *bytes = (uint64_t)rows * AITER_MLA_V4_HEAD_DIM * aiter_mla_dtype_size(a->workspace_dtype) +
+             sizeof(int32_t) * (uint64_t)(3 * (int64_t)a->chunk_size + 1 + a->max_num_batched_tokens + 1 +
+                                          a->max_num_batched_tokens * *width);
     return AITER_MLA_OK;
 }
 
@@ -5643,10 +5654,17 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_m
     const char *op = "v4_prefill_workspace_size";
     aiter_mla_v4_prefill_args a;
     int64_t M, N, width;
+    uint64_t n;
     AITER_MLA__NEED(op, in, "args");
     AITER_MLA__NEED(op, bytes, "bytes");
     a = *in;
-    return aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, bytes);
+    AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, &a, &M, &N, &width, &n));
+    if (!aiter_mla__size_fits(n, bytes))
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT,
+                               "%s: the workspace (chunk_size x M = %d x %lld key rows and %lld list entries a token, %llu bytes) "
+                               "passes size_t on this host",
+                               op, a.chunk_size, (long long)M, (long long)width, (unsigned long long)n);
+    return AITER_MLA_OK;
 }
 
 /* A prefill resolved: the args with defaults, the sizes, and the workspace's parts after the
@@ -5667,7 +5685,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     aiter_mla_v4_prefill_args *a = &r->a;
     aiter_mla_v4_attention_args at;
     const int32_t *qsl;
-    size_t bytes;
+    uint64_t bytes; /* the workspace's, checked against workspace_bytes before any pointer into it is formed */
     int b;
     AITER_MLA__NEED(op, in, "args");
     *a = *in;

@@ -92,16 +92,22 @@ if command -v clang >/dev/null 2>&1; then
 fi
 step build-test-host-plain "$CC" $host_flags -O2 -o "$BUILD/test_host_plain" tests/test_host.c -lm
 step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./$BUILD/test_host_plain"
-# ... and on a 32-bit host ABI (size_t of 32 bits, int64_t aligned to 4), where the compiler
-# can build for one (gcc-multilib on Debian); SSE arithmetic, as x87's wider intermediates
-# would round the tests' own float expressions otherwise
-if printf 'int main(void){return 0;}\n' | "$CC" -m32 -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1; then
-    step build-test-host-m32 "$CC" -m32 -msse2 -mfpmath=sse $host_flags -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-        -fno-sanitize-recover=all -o "$BUILD/test_host_m32" tests/test_host.c -lm
-    step test-host-m32 "./$BUILD/test_host_m32"
-else
-    echo "note  $CC cannot build for -m32 here: the 32-bit host tests not run"
-fi
+# ... and on a 32-bit host ABI (size_t of 32 bits, int64_t aligned to 4, the stack near the
+# top of the address space), by each compiler that can build for one (gcc-multilib on
+# Debian); SSE arithmetic, as x87's wider intermediates would round the tests' own float
+# expressions otherwise
+for cc32 in "$CC" clang; do
+    command -v "$cc32" >/dev/null 2>&1 || continue
+    [ "$cc32" = clang ] && "$CC" --version 2>/dev/null | grep -q clang && continue # $CC is clang: built once
+    tag=$(basename "$cc32")
+    if printf 'int main(void){return 0;}\n' | "$cc32" -m32 -fsanitize=address,undefined -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1; then
+        step build-test-host-m32-$tag "$cc32" -m32 -msse2 -mfpmath=sse $host_flags -O1 -g -fsanitize=address,undefined \
+            -fno-omit-frame-pointer -fno-sanitize-recover=all -o "$BUILD/test_host_m32_$tag" tests/test_host.c -lm
+        step test-host-m32-$tag "./$BUILD/test_host_m32_$tag"
+    else
+        echo "note  $cc32 cannot build for -m32 with sanitizers here: its 32-bit host tests not run"
+    fi
+done
 # the sweep's field tables in test_host.c list every scalar field of the header's args structs
 step check-sweep-fields sh tests/check_sweep_fields.sh
 

@@ -7092,6 +7092,19 @@ static void test_v4_attention(void) {
                 CHECK(need == 0, "v4 attention workspace for one split: %zu bytes", need);
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(NULL, &need), AITER_MLA_ERR_NULL_POINTER, "args");
                 CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, NULL), AITER_MLA_ERR_NULL_POINTER, "bytes");
+                { /* the most splits over the most tokens they allow: over 4 GiB, exact in a 64-bit size_t, refused in a 32-bit one */
+                    uint64_t most;
+                    e.num_splits = AITER_MLA_V4_MAX_SPLITS;
+                    e.num_tokens = INT32_MAX / AITER_MLA_V4_MAX_SPLITS;
+                    most = (uint64_t)e.num_tokens * AITER_MLA_V4_MAX_SPLITS * (uint64_t)e.num_heads * 513 * 4;
+                    if (most <= SIZE_MAX) {
+                        CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_OK, "");
+                        CHECK(need == most, "v4 attention workspace, most splits: %zu bytes, expected %llu", need, (unsigned long long)most);
+                    } else {
+                        CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&e, &need), AITER_MLA_ERR_INVALID_ARGUMENT,
+                                     "pass size_t on this host");
+                    }
+                }
             }
             e = a;
             e.attn_sink = nan_sink;
@@ -7480,8 +7493,11 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
             size_t big;
             CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_ERR_INVALID_ARGUMENT,
                          "max_num_batched_tokens x (topk + window) = 2048 x 1048704");
-            e.max_num_batched_tokens = 2047;
-            CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_OK, "");
+            e.max_num_batched_tokens = 2047; /* fits int32, but its lists take 8 GiB: past a 32-bit size_t */
+            if (sizeof(size_t) >= 8)
+                CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_OK, "");
+            else
+                CHECK_STATUS(aiter_mla_v4_prefill_workspace_size(&e, &big), AITER_MLA_ERR_INVALID_ARGUMENT, "passes size_t on this host");
         }
         {
             /* The GPU call reads only query_start_loc_host on the host: its device arrays here are
