@@ -94,14 +94,17 @@ step build-test-host-plain "$CC" $host_flags -O2 -o "$BUILD/test_host_plain" tes
 step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./$BUILD/test_host_plain"
 # ... and on a 32-bit host ABI (size_t of 32 bits, int64_t aligned to 4, the stack near the
 # top of the address space), by each compiler that can build for one (gcc-multilib on
-# Debian); SSE arithmetic, as x87's wider intermediates would round the tests' own float
-# expressions otherwise
+# Debian). gcc keeps i386's x87 arithmetic, whose wider intermediates C99 rounds at every
+# assignment and cast (-std=c99 gives -fexcess-precision=standard); clang, which carries
+# them past casts, uses SSE.
 for cc32 in "$CC" clang; do
     command -v "$cc32" >/dev/null 2>&1 || continue
     [ "$cc32" = clang ] && "$CC" --version 2>/dev/null | grep -q clang && continue # $CC is clang: built once
     tag=$(basename "$cc32")
+    fp="-mfpmath=387"
+    "$cc32" --version 2>/dev/null | grep -q clang && fp="-msse2 -mfpmath=sse"
     if printf 'int main(void){return 0;}\n' | "$cc32" -m32 -fsanitize=address,undefined -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1; then
-        step build-test-host-m32-$tag "$cc32" -m32 -msse2 -mfpmath=sse $host_flags -O1 -g -fsanitize=address,undefined \
+        step build-test-host-m32-$tag "$cc32" -m32 $fp $host_flags -O1 -g -fsanitize=address,undefined \
             -fno-omit-frame-pointer -fno-sanitize-recover=all -o "$BUILD/test_host_m32_$tag" tests/test_host.c -lm
         step test-host-m32-$tag "./$BUILD/test_host_m32_$tag"
     else

@@ -157,6 +157,7 @@ typedef struct sweep_op {
     static aiter_mla_status sweep_query_##op(const void *a, aiter_mla_kernel *k) { return aiter_mla_##op##_kernel((const T *)a, k); } \
     static const sweep_op sweep_##op = {#op, sizeof(T), sweep_gpu_##op, sweep_ref_##op, sweep_query_##op}
 
+static int sweep_rounds = 1; /* test_host --rounds */
 static const int64_t sweep_ints[] = {-1, 0, 1, 2, 3, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512,
                                      513, 575, 576, 577, 1023, 1024, 1025, 65535, 65536, 65537, 1 << 24, INT32_MAX - 1,
                                      INT32_MAX, INT32_MIN, INT32_MIN + 1, -2, -(1 << 20)};
@@ -298,7 +299,7 @@ static void sweep_fields(const sweep_op *op, const void *base, const sweep_field
         }
         CHECK(!bad, "%s sweep: %s: %s", op->name, what, bad ? bad : "");
     }
-    for (bad = NULL, t = 0; !bad && num_fields > 1 && t < 40 * num_fields; t++) {
+    for (bad = NULL, t = 0; !bad && num_fields > 1 && t < 40 * num_fields * sweep_rounds; t++) {
         const int n = rng_int(&r, 2, num_fields > 2 ? 3 : 2);
         int gpu_only = 0, k;
         size_t len = 0;
@@ -989,7 +990,8 @@ static void test_bf16_f16(void) {
         CHECK(b16[0] == 0xc100, "store f16 -2.5 (got 0x%04x)", b16[0]);
         CHECK(aiter_mla_load_f32(b16, 0, AITER_MLA_F16) == -2.5f, "load f16 -2.5");
         aiter_mla_store_f32(f32v, 0, AITER_MLA_F32, 0.1f);
-        CHECK(f32v[0] == 0.1f && aiter_mla_load_f32(f32v, 0, AITER_MLA_F32) == 0.1f, "f32 load/store");
+        CHECK(f32v[0] == (float)0.1f && aiter_mla_load_f32(f32v, 0, AITER_MLA_F32) == (float)0.1f, /* binary32, not x87's 0.1 */
+              "f32 load/store");
     }
 }
 
@@ -4175,8 +4177,9 @@ static void test_quotient16(void) {
         const float s = i < 5 ? maxima[i] : 1.0f + (float)(rng_u64(&r) >> 41) * 0x1p-23f, y = 1.0f / s;
         for (k = 0; k < 128 + 1024; k++) { /* bf16 significands, then f16 ones */
             const float x = k < 128 ? 1.0f + (float)k * 0x1p-7f : 1.0f + (float)(k - 128) * 0x1p-10f;
-            wrong += aiter_mla__quotient16(x, s, y) != x / s;
-            wrong_plain += x * y != x / s;
+            /* the casts round to binary32 where arithmetic is wider (x87: FLT_EVAL_METHOD 2) */
+            wrong += aiter_mla__quotient16(x, s, y) != (float)(x / s);
+            wrong_plain += (float)(x * y) != (float)(x / s);
             n++;
         }
     }
@@ -4187,7 +4190,7 @@ static void test_quotient16(void) {
         wrong = 0;
         for (k = 1; k < 0x7f80; k++) {
             const float amax = aiter_mla_bf16_to_f32((uint16_t)k);
-            if (amax >= 0x1p-100f && amax <= 0x1p100f) wrong += aiter_mla__quotient16(amax, fm, y) != amax / fm;
+            if (amax >= 0x1p-100f && amax <= 0x1p100f) wrong += aiter_mla__quotient16(amax, fm, y) != (float)(amax / fm);
         }
         CHECK(wrong == 0, "quotient16: %lld bf16 amax / %g differ from the division", (long long)wrong, (double)fm);
     }
@@ -9940,10 +9943,19 @@ static void test_fuzz_index_contents(void) {
 }
 
 int main(int argc, char **argv) {
-    int usage_ok = argc == 1;
-    if (argc == 3 && !strcmp(argv[1], "--seed")) usage_ok = testing_set_seed_mix(argv[2]); /* other draws for every test's cases */
+    int usage_ok = 1, i;
+    for (i = 1; usage_ok && i < argc; i += 2) {
+        char *end = NULL;
+        if (i + 1 >= argc) usage_ok = 0;
+        else if (!strcmp(argv[i], "--seed")) usage_ok = testing_set_seed_mix(argv[i + 1]); /* other draws for every test's cases */
+        else if (!strcmp(argv[i], "--rounds")) { /* more random field sets a sweep tries (a longer search) */
+            const long n = strtol(argv[i + 1], &end, 10);
+            usage_ok = end != argv[i + 1] && !*end && n >= 1 && n <= 100000;
+            if (usage_ok) sweep_rounds = (int)n;
+        } else usage_ok = 0;
+    }
     if (!usage_ok) {
-        fprintf(stderr, "usage: test_host [--seed N]\n");
+        fprintf(stderr, "usage: test_host [--seed N] [--rounds N (1..100000, default 1)]\n");
         return 1;
     }
     if (testing_seed_mix) printf("test_host: seeds mixed with %#llx\n", (unsigned long long)testing_seed_mix);
