@@ -1676,7 +1676,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_att
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *a, void *stream);
 /* Workspace of the GPU attention with num_splits > 1, from num_tokens, num_heads and
  * num_splits alone: fp32 partial o and lse of every (token, split, head), num_tokens *
- * num_splits * H * 513 * 4 bytes (0 for one split). */
+ * num_splits * H * 513 * 4 bytes (0 for one split); a size past size_t (a 32-bit host) is
+ * refused. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_workspace_size(const aiter_mla_v4_attention_args *a, size_t *bytes);
 
 /* vLLM's chunked prefill of one layer (DeepseekV4ROCMAiterMLASparseImpl._forward_prefill):
@@ -1741,7 +1742,8 @@ typedef struct aiter_mla_v4_prefill_args {
 
 /* Bytes of workspace the prefill needs, from the sizing fields only (chunk_size,
  * compress_ratio, window, max_model_len, max_num_batched_tokens, topk, workspace_dtype):
- * chunk_size * M rows of 512 plus the chunk's request data and index lists. */
+ * chunk_size * M rows of 512 plus the chunk's request data and index lists; a size past
+ * size_t (a 32-bit host) is refused. */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_mla_v4_prefill_args *a, size_t *bytes);
 AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_ref(const aiter_mla_v4_prefill_args *a);
 /* The same on the GPU, the four steps of each chunk enqueued on the stream (one small launch
