@@ -7083,9 +7083,12 @@ static void test_v4_attention(void) {
                 e.workspace_bytes = need;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
-                e.workspace = (char *)a.o + 4; /* the partials over an output, or over what the keys read */
+                /* the partials over an output, or over what the keys read: each placed inside the
+                   partials, so that the span names it whatever lies past the test's buffers */
+                e.o = (char *)ws + 64;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps o");
-                e.workspace = ws; /* keys.indices inside the partials (a device array: its contents are not read here) */
+                e.o = a.o;
+                /* keys.indices, a device array: its contents are not read here */
                 e.keys.indices = (const int32_t *)ws + 16;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps keys.indices");
                 e.keys.indices = a.keys.indices;
