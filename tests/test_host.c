@@ -7563,8 +7563,14 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.workspace overlaps workspace");
                 e.attn.workspace = (void *)p.swa_cache;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.workspace overlaps swa_cache");
-                e.attn.workspace = p.attn.o;
-                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.o overlaps attn.workspace");
+                { /* both on one buffer that holds either, so that neither span runs on into the test's other buffers */
+                    void *both = test_malloc((size_t)qsl[B] * H * 512 * 4 + split_need);
+                    e.attn.workspace = both;
+                    e.attn.o = both;
+                    CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.o overlaps attn.workspace");
+                    e.attn.o = p.attn.o;
+                    free(both);
+                }
                 e.attn.workspace = parts;
                 CHECK(qsl[4] - qsl[0] > qsl[6] - qsl[4], "v4 prefill test: the first chunk must be the largest");
                 /* a request a chunk: the largest is request 4 (6 tokens), not the first (5) */
