@@ -7474,7 +7474,7 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
         memset((char *)ws + bytes - sizeof seq, 0xff, sizeof seq);
         e = p; /* a workspace whose bytes would run past the end of the address space: no pointer into it is formed */
         e.workspace = (void *)(UINTPTR_MAX - 4095);
-        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace at");
+        CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "run past the end of the address space");
         e = p;
         e.attn.lse = (float *)p.query_start_loc;
         CHECK_STATUS(aiter_mla_v4_prefill_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "attn.lse overlaps");
