@@ -67,13 +67,16 @@
  *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
  *        pd.page_size = 1;   pd.num_cu = <multiprocessor / CU count>;
  *        (page_size: a power of two 1..256, the same in pd, w, meta and a below; num_cu
- *        1..65535, the plan's list count: on a CPU-only build any count, e.g. 1, will do)
+ *        1..65535, the plan's list count: on a CPU-only build any count gives the right
+ *        result, but 1 plans one list and splits nothing, so the scheduled reference below
+ *        replays a GPU's pieces and reduce only with that GPU's count, e.g. 132 on an H100)
  *        aiter_mla_decode_plan_info info;
  *        aiter_mla_decode_plan_get_info(&pd, &info);
  *        host:   int32_t plan_h[info.plan_ints]          (pinned memory is best;
  *                                                         plan_ints is int64_t)
  *        device: int32_t plan_d[info.plan_ints], and a 16-byte aligned workspace of
- *                info.workspace_bytes bytes (fp32 partials of split pieces)
+ *                info.workspace_bytes bytes (fp32 partials of split pieces; 0 where the
+ *                plan can split nothing, and then a NULL workspace is accepted)
  *
  *   2. Every step: write the step's new latents into the cache (the decode attends over
  *      every key of seq_lens, the new token's included), build the paged-KV metadata and
@@ -115,7 +118,8 @@
  *                                                       plan_d and clears them before it
  *                                                       ends: one decode per plan_d at a time)
  *        a.workspace = ws_d; a.workspace_bytes = info.workspace_bytes;
- *        a.sm_scale = model_scale;                     (0 means 1/sqrt(576))
+ *        a.sm_scale = model_scale;                     (0 means 1/sqrt(576), which is
+ *                                                       not DeepSeek's: see model_scale)
  *        if (aiter_mla_decode(&a, stream) != AITER_MLA_OK)
  *            fprintf(stderr, "%s\n", aiter_mla_last_error());
  *
@@ -127,7 +131,17 @@
  *      the CPU references: aiter_mla_kv_cache_write_ref(&w), then aiter_mla_decode_ref(&a)
  *      (plan and workspace unused), or aiter_mla_decode_ref_scheduled(&a) with plan_h and
  *      a host workspace of info.workspace_bytes, which replays the plan's pieces and reduce.
+ *      The two agree exactly where the plan splits nothing; split pieces keep fp32 partials
+ *      that the reduce merges in another order, so o may then differ in its last bits and
+ *      lse by fp32 rounding (SPEC 8 gives the tolerances against any reference).
  *      examples/decode.c is this recipe as a program.
+ *
+ *   model_scale, here and in every recipe below, is the model's softmax scale, vLLM's
+ *   `scaling`: for DeepSeek V2/V3/V3.2, 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) =
+ *   1/sqrt(192), times mscale^2 where the checkpoint uses YaRN rope scaling (V3: about
+ *   0.1352). An sm_scale left 0 takes a default (1/sqrt(576) for decode and sparse
+ *   attention) that no DeepSeek checkpoint uses: the results look plausible and are wrong.
+ *   (V4 attention's default, 512^-0.5, is V4's own scale.)
  *
  * ---------------------------------------------------------------------------------------
  * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
@@ -823,7 +837,8 @@ typedef struct aiter_mla_decode_args {
     aiter_mla_dtype q_dtype;    /* DEFAULT means bf16 */
     aiter_mla_dtype kv_dtype;   /* q's type or fp8 (fp8 q: the same fp8); DEFAULT means q_dtype */
     aiter_mla_dtype o_dtype;    /* DEFAULT means q_dtype (bf16 if q is fp8) */
-    float sm_scale;             /* 0 means 1/sqrt(576) */
+    float sm_scale;             /* the model's scale (DeepSeek V3: 1/sqrt(192) x mscale^2, see
+                                   model_scale in the manual); 0 means 1/sqrt(576) */
     float q_scale;              /* fp8 q dequant scale; 0 means 1 */
     float kv_scale;             /* fp8 cache dequant scale; 0 means 1 (each scale below 1e30, and
                                    so is the product of those that apply) */
@@ -832,7 +847,9 @@ typedef struct aiter_mla_decode_args {
 /* GPU: decode + reduce, asynchronous on stream. */
 AITER_MLA_API aiter_mla_status aiter_mla_decode(const aiter_mla_decode_args *a, void *stream);
 /* CPU reference on host pointers; plan, plan_info and workspace are neither read nor checked
- * (a reference of some heads may take a GPU call's arguments with another num_heads). */
+ * (a reference of some heads may take a GPU call's arguments with another num_heads: then set
+ * q_stride_token and o_stride_token to the full tensors' strides, which otherwise default to
+ * this num_heads' rows and read the wrong ones). */
 AITER_MLA_API aiter_mla_status aiter_mla_decode_ref(const aiter_mla_decode_args *a);
 /* CPU replay of the plan (a->plan host, a->workspace host) followed by its reduce: the
  * same pieces and partials the GPU computes. */
@@ -947,7 +964,8 @@ typedef struct aiter_mla_prefill_args {
     int num_heads;               /* >= 1 */
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
-    float sm_scale;              /* 0 means 1/sqrt(dqk) */
+    float sm_scale;              /* the model's scale (see model_scale in the manual); 0 means
+                                    1/sqrt(dqk), without YaRN's mscale^2 */
     float q_scale, k_scale, v_scale; /* fp8 only; 0 means 1 (each below 1e30, and so is
                                         sm_scale x q_scale x k_scale for fp8) */
     aiter_mla_dtype qkv_dtype;   /* bf16, f16 or fp8; DEFAULT means bf16 */
@@ -1207,7 +1225,8 @@ typedef struct aiter_mla_sparse_args {
     int64_t num_tokens;          /* >= 0 */
     int num_heads;               /* 1..128 */
     int topk;                    /* >= 1 */
-    float sm_scale;              /* 0 means 1/sqrt(576) */
+    float sm_scale;              /* the model's scale (see model_scale in the manual); 0 means
+                                    1/sqrt(576) */
     aiter_mla_dtype q_dtype;     /* bf16 or f16; DEFAULT means bf16 */
     aiter_mla_dtype o_dtype;     /* bf16, f16 or f32; DEFAULT means bf16 */
     int num_cu;                  /* GPU, optional: the device's multiprocessors (CUs, SMs), 0..65536.
