@@ -137,18 +137,21 @@
  *      examples/decode.c is this recipe as a program.
  *
  *   model_scale, here and in every recipe below, is the model's softmax scale, vLLM's
- *   `scaling`: for DeepSeek V2/V3/V3.2, 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) =
- *   1/sqrt(192), times mscale^2 where the checkpoint uses YaRN rope scaling (V3: about
- *   0.1352). An sm_scale left 0 takes a default (1/sqrt(576) for decode and sparse
- *   attention) that no DeepSeek checkpoint uses: the results look plausible and are wrong.
+ *   `scaling`: for DeepSeek V2/V3/V3.2, mscale^2 / sqrt(qk_nope_head_dim +
+ *   qk_rope_head_dim) = mscale^2 / sqrt(192), with mscale = 0.1 * mscale_all_dim *
+ *   ln(factor) + 1 from the checkpoint's YaRN rope scaling, 1 without it (V3: factor 40,
+ *   mscale_all_dim 1, mscale 1.369, model_scale 0.1352). An sm_scale left 0 takes a default
+ *   (1/sqrt(576) for decode and sparse attention) that no DeepSeek checkpoint uses: the
+ *   results look plausible and are wrong.
  *   (V4 attention's default, 512^-0.5, is V4's own scale.)
  *
  * ---------------------------------------------------------------------------------------
  * A V3.2 SPARSE DECODE STEP (fp8_ds_mla cache of 656-byte rows, pages of 64; no plan)
  *
  *   q [T, H, 576] and o [T, H, 512] bf16 (H 1..128; V3.2 runs 128 a rank), lse [T, H]
- *   fp32; the cache [num_blocks, 64, 656] bytes (aiter_mla_ds_mla_read_row(cache + slot *
- *   AITER_MLA_DS_MLA_ROW_BYTES, AITER_MLA_DTYPE_DEFAULT, out576) reads a row on the host).
+ *   fp32; the cache [num_blocks, 64, 656] bytes (aiter_mla_ds_mla_read_row((const uint8_t *)
+ *   cache + (size_t)slot * AITER_MLA_DS_MLA_ROW_BYTES, AITER_MLA_DTYPE_DEFAULT, out576)
+ *   reads a row on the host). Zero the cache once when you allocate it (see step 2).
  *   1. Write the step's new latents into the cache:
  *        aiter_mla_ds_mla_write_args w = {0};
  *        w.kv_c = kv_c_d;  w.k_pe = k_pe_d;              [T, 512], [T, 64] bf16
@@ -157,8 +160,9 @@
  *        w.num_tokens = T;
  *        aiter_mla_ds_mla_write(&w, stream);
  *   2. Turn the indexer's request-local top-k positions into global cache slots (positions
- *      are not checked against seq_len: one at or past it reads whatever its slot holds; pad the
- *      block table with -1, since a zeroed entry maps to page 0):
+ *      are not checked against seq_len: one at or past it reads whatever its slot holds,
+ *      and bytes never written may read as NaN or inf, which makes the token's o and lse NaN;
+ *      pad the block table with -1, since a zeroed entry maps to page 0):
  *        aiter_mla_sparse_index_args ix = {0};
  *        ix.indices = topk_local_d;  ix.req_id = req_of_token_d;  ix.num_tokens = T;
  *        ix.block_table = block_table_d;  ix.block_table_stride = max_pages;
@@ -196,7 +200,13 @@
  *   floats on the host.
  *   1. aiter_mla_v4_cache_write (w.kv [T, 512] bf16, w.slot_mapping [T] int64, w.kv_cache,
  *      w.num_blocks, w.block_size, w.num_tokens = T: 0 writes nothing) puts new rows in
- *      either cache, e4m3fn by default.
+ *      either cache, e4m3fn by default. The step's new tokens go into the SWA cache before
+ *      step 3: each token's window holds its own position.
+ *      Page sizes: the SWA cache 64 tokens a page; the compressed cache 256 / ratio entries
+ *      (64 at ratio 4, 2 at ratio 128). Every block_size field left 0 means 64 but
+ *      aiter_mla_v4_c128_args', so a ratio-128 layer sets w.block_size and
+ *      a.extra_keys.block_size to 2 itself; with a.keys.cache_bytes and
+ *      a.extra_keys.cache_bytes given, a wrong page size is refused instead of read past.
  *   2. Each token's SWA list (positions pos - 127 .. pos, its own included) and its top-k
  *      list, ragged (indices + indptr):
  *        aiter_mla_v4_swa_index_args si = {0};
@@ -212,8 +222,16 @@
  *        tk.num_tokens = T;  tk.out.indices = c_idx_d;  tk.out.indptr = c_ptr_d;
  *        tk.out.capacity = T * topk;
  *        aiter_mla_v4_global_topk(&tk, stream);
- *      (ratio 128: aiter_mla_v4_c128_indices; fixed-capacity graph buffers:
- *      aiter_mla_v4_copy_ragged.)
+ *      Ratio 128 has no top-k: its list is every entry written so far,
+ *        aiter_mla_v4_c128_args c = {0};               (c.positions [T] int64: each token's
+ *        c.positions = pos_d;  c.token_to_req = req_d;   pos = seq_len - q_len + i)
+ *        c.block_table = c_bt_d;  c.block_table_stride = c_pages;  c.num_reqs = batch;
+ *        c.width = c_width;                              (>= ceil(max_model_len / 128): a
+ *                                                        narrower list keeps the oldest)
+ *        c.num_tokens = T;  c.out.indices = c_idx_d;  c.out.indptr = c_ptr_d;
+ *        c.out.capacity = T * c_width;
+ *        aiter_mla_v4_c128_indices(&c, stream);
+ *      (fixed-capacity graph buffers: aiter_mla_v4_copy_ragged.)
  *   3. Attend over both lists: softmax of sm_scale * q.k (0 means 1/sqrt(512)) over the
  *      keys of both, the values being the keys' 512 dims, with exp(attn_sink[h]) added to
  *      the denominator; lse leaves the sink out (aiter_mla_v4_attention_args, SPEC 7):
@@ -256,10 +274,13 @@
  *                                                        required without a plan)
  *        p.sm_scale = model_scale;                       (0 means 1/sqrt(dqk))
  *        aiter_mla_prefill(&p, stream);                  (dqk, dv: 0 means 192, 128)
- *   2. Each context chunk c of C positions: gather its latent rows (512 latent, then 64
- *      rope), decompress them into k [n, H, 192] and v [n, H, 128], attend, merge:
+ *   2. Each context chunk c of C positions, c = 0 .. ceil(longest context / C) - 1: gather
+ *      its latent rows (512 latent, then 64 rope), decompress them into k [n, H, 192] and
+ *      v [n, H, 128], attend, merge:
  *        aiter_mla_gather_cache_args g = {0};
  *        g.kv_cache = cache_d;  g.num_blocks = num_pages;  g.block_size = page_size;
+ *                                                        (0 means 1, as in the kv cache
+ *                                                        writer; the V3.2 structs' 64)
  *        g.block_table = bt_d;  g.block_table_stride = max_pages;  g.batch = batch;
  *        g.seq_starts = starts_d;                        [batch]: c * C each
  *        g.cu_out_rows = cu_rows_d;                      [batch + 1] offsets of each
@@ -279,6 +300,7 @@
  *        m.num_tokens = Tq;  m.num_heads = H;  m.head_dim = 128;
  *        aiter_mla_merge_attn_states(&m, stream);
  *      (m.dtype is o's type: set it to p.o_dtype when that is not the default bf16.)
+ *      After the last chunk o_d holds the result and lse_d its lse (after that chunk's swap).
  *   For many requests, a persistent plan (aiter_mla_prefill_plan_*) balances the query
  *   tiles over the GPU.
  *   examples/prefill.c is this recipe as a program (on the GPU when there is one, else on
@@ -1259,7 +1281,8 @@ typedef struct aiter_mla_gather_cache_args {
     int64_t num_blocks;          /* >= 1 */
     size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_blocks x
                                     block_size rows of its format (checked) */
-    int block_size;              /* 1..65536; 0 means 1 */
+    int block_size;              /* 1..65536; 0 means 1 (not 64, as in the V3.2 writer and index
+                                    conversion: set it for a cache of fp8_ds_mla pages) */
     aiter_mla_dtype cache_dtype; /* bf16, f16 or fp8 (per-tensor scale); DEFAULT means bf16 */
     float scale;                 /* fp8 per-tensor scale; 0 means 1 */
     int cache_is_ds_mla;         /* 0 or 1. 1: fp8_ds_mla rows (cache_dtype and scale unused) */
@@ -1478,7 +1501,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_i
  * block_table[req, idx / block_size] * block_size + idx % block_size (req =
  * token_to_req[t]; -1 when req is outside [0, num_reqs)). vLLM packs the first `length`
  * positions of the row, which is the same list when the valid entries come first (as the
- * indexer writes them); here the valid entries are packed wherever they are. Width topk. */
+ * indexer writes them); here the valid entries are packed wherever they are. Width topk.
+ * Entries are taken as given, as vLLM's are: one at or past the token's (pos + 1) / ratio
+ * (an entry not written yet) is listed and attended, not dropped. */
 typedef struct aiter_mla_v4_topk_args {
     const int32_t *topk_indices; /* [num_tokens, topk_stride] request-local, -1 = none */
     int64_t topk_stride;         /* >= topk; 0 means topk */
@@ -1514,7 +1539,8 @@ typedef struct aiter_mla_v4_c128_args {
                                     (2 at ratio 128), at least 1 */
     int num_reqs;                /* >= 1 in the global form */
     int compress_ratio;          /* 1..65536; 0 means 128 */
-    int width;                   /* most entries per token, >= 1 */
+    int width;                   /* most entries per token, >= 1: at least ceil(max_model_len /
+                                    compress_ratio), or a token's list keeps its oldest `width` */
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_v4_index_out out;  /* width `width` */
 } aiter_mla_v4_c128_args;
@@ -4839,7 +4865,11 @@ static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *
     if (!*stride) *stride = aiter_mla_v4_page_bytes(*block_size);
     AITER_MLA__CHECK(aiter_mla__check_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
                                          pre, "page_stride_bytes"));
-    AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, pre, bytes_field, bytes, num_blocks, *stride, "num_blocks pages of page_stride_bytes"));
+    if (bytes) { /* the page's token count named too: a block_size left at its default is the likely fault */
+        char units[96];
+        snprintf(units, sizeof units, "num_blocks pages of page_stride_bytes (pages of block_size = %d tokens)", *block_size);
+        AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, pre, bytes_field, bytes, num_blocks, *stride, units));
+    }
     if (!aiter_mla__is_fp8(*fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not an fp8 flavour", op, pre, dtype_field,
                                aiter_mla_dtype_name(*fp8));

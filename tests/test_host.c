@@ -6986,6 +6986,13 @@ static void test_v4_attention(void) {
             if (a.extra_keys.indices)
                 CACHE_BYTES_CASES(v4_attention, e, a, extra_keys.cache_bytes, v4_keys_cache_bytes(&a.extra_keys),
                                   "extra_keys.cache_bytes");
+            if (!a.keys.rows) { /* a MODEL1 cache too small for its pages names their token count, a likely fault */
+                char want[64];
+                snprintf(want, sizeof want, "(pages of block_size = %d tokens)", a.keys.block_size ? a.keys.block_size : 64);
+                e = a;
+                e.keys.cache_bytes = (size_t)v4_keys_cache_bytes(&a.keys) - 1;
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_BUFFER_TOO_SMALL, want);
+            }
             SWEEP(v4_attention_workspace_size, a, sweep_v4_attention_fields);
             V4A_CASE(e.keys.rows = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.extra_keys.dtype = AITER_MLA_BF16, AITER_MLA_ERR_UNSUPPORTED);
