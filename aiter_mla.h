@@ -263,8 +263,8 @@
  *
  *   q [Tq, H, 192] (128 nope dims, then 64 rope) of the step's new tokens, cu_q [batch + 1]
  *   their offsets; o [Tq, H, 128]; lse [H, Tq] fp32, as vLLM lays it out (Tq =
- *   cu_q[batch]: AITER strides lse's heads by q's row count, the same where q holds
- *   exactly the step's rows).
+ *   cu_q[batch], always: upstream AITER's kernel strides lse's heads by q's row count,
+ *   q.shape[0], the same where q holds exactly the step's rows and not for a padded q).
  *   1. New tokens attend causally among themselves (k, v: the new tokens' own, made by your
  *      kv_b_proj; the rope dims of k are the token's 64 cached rope values for every head):
  *        aiter_mla_prefill_args p = {0};
@@ -995,10 +995,12 @@ typedef struct aiter_mla_prefill_args {
     const int32_t *plan;         /* persistent plan (below): host for the scheduled reference,
                                     device for aiter_mla_prefill; NULL: no plan */
     const struct aiter_mla_prefill_plan_info *plan_info; /* host, with plan */
-    void *workspace;             /* with plan: plan_info->workspace_bytes (fp32 partials), 16-byte aligned */
+    void *workspace;             /* with plan: plan_info->workspace_bytes (fp32 partials), 16-byte
+                                    aligned; NULL is accepted where that size is 0 */
     size_t workspace_bytes;
 } aiter_mla_prefill_args;
 
+/* CPU reference on host pointers; plan, plan_info and workspace are neither read nor checked. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref(const aiter_mla_prefill_args *a);
 /* GPU: every pointer on the device except plan_info. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a, void *stream);
@@ -1021,7 +1023,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill(const aiter_mla_prefill_args *a
  * Lists on the GPU: AITER's plan gives each CU a list whose items span every head (their
  * q_head_range); aiter_mla_prefill runs a block per (list, head), so a plan with a list per
  * CU cuts nearly every tile (fp32 partials and their reduce) and leaves each block a few
- * units. Fewer lists run faster: num_cu = min(CUs, 16 CUs / num_heads, U / 64), at least 1,
+ * units. Fewer lists run faster: num_cu = min(CUs, 16 x CUs / num_heads, U / 64), at least 1,
  * with tile_q = 128, where U is one head's units (the sum over the query tiles of ceil(tile
  * keys / kv_granularity)), came within 4 % of the best count on each of eleven cases
  * measured on an H200 (132 CUs; seven shapes, bf16 and fp8), and 1.06 to 2.7 times faster
@@ -1045,7 +1047,12 @@ typedef struct aiter_mla_prefill_plan_info {
     int32_t max_tiles, max_work, max_partials, max_partial_rows;
     int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map, off_reduce_partial_map;
     int64_t plan_ints;      /* int32 elements of the plan buffer */
-    size_t workspace_bytes; /* fp32 partial o [max_partial_rows, H, dv] + lse [.., H] */
+    size_t workspace_bytes; /* fp32 partial o [max_partial_rows, H, dv] + lse [.., H], where
+                               max_partial_rows = max_partials x tile_q, and max_partials
+                               grows with num_cu (work <= tiles + num_cu - 1): even a small
+                               batch takes num_cu x tile_q rows (132 lists of tile_q 128, 8
+                               heads, 4 requests of 467 query rows: 73 MB), one more reason
+                               for fewer lists */
 } aiter_mla_prefill_plan_info;
 
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_prefill_plan_desc *d,
@@ -1053,13 +1060,15 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
 /* The list count above for a batch: sets d->num_cu (its value on entry is not read) to
  * min(device_cu, 16 device_cu / num_heads, U / 64), at least 1, U from cu_seqlens_q /
  * cu_seqlens_k [batch + 1] (host) and d's tile_q and kv_granularity (set tile_q = 128 first:
- * the rule was measured with it). device_cu: the device's CUs (SMs), 1..65536. d is checked
+ * the rule was measured with it; 0 is taken as 256, and keep d's tile_q for get_info).
+ * device_cu: the device's CUs (SMs), 1..65536. d is checked
  * as aiter_mla_prefill_plan_get_info checks it, and the batch against it as
  * aiter_mla_prefill_plan_build does; on failure d is left as it was. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, int device_cu,
                                                                 const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int batch,
                                                                 int causal);
-/* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). */
+/* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). The plan holds for
+ * these cu_seqlens and this causal flag only: the prefill call's must be the same. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info,
                                                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                                                             int batch, int causal, int32_t *plan);
@@ -1069,7 +1078,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_check(const aiter_mla_pref
                                                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                                                             int batch, int causal, const int32_t *plan);
 /* CPU replay of a->plan (host) and its reduce, with a->workspace (host): the same pieces
- * and partials a persistent-plan kernel computes. */
+ * and partials a persistent-plan kernel computes. It agrees with aiter_mla_prefill_ref
+ * exactly where the plan splits no tile; split tiles' fp32 partials, merged in another
+ * order, may move o's last bits and lse by fp32 rounding. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_prefill_args *a);
 
 /* ==== KV cache write (SPEC 3) ===========================================================
@@ -4810,7 +4821,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_ref_scheduled(const aiter_mla_p
     AITER_MLA__ARRAY_ALIGNED(op, a.plan, "plan"); /* as this call's own: the plan's check reads it */
     info = a.plan_info;
     AITER_MLA__CHECK(aiter_mla__fail_within(op, aiter_mla_prefill_plan_check(info, a.cu_seqlens_q, a.cu_seqlens_k, a.batch, a.causal, a.plan),
-                                            "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build)"));
+                                            "the plan does not fit these arrays (rebuild it with aiter_mla_prefill_plan_build for "
+                                            "these cu_seqlens and this causal flag)"));
     AITER_MLA__CHECK(aiter_mla__prefill_disjoint(op, &a, AITER_MLA__CALL_SCHEDULED));
     part_o = (float *)a.workspace;
     part_lse = part_o ? part_o + (int64_t)info->max_partial_rows * a.num_heads * a.dv : NULL;
