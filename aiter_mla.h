@@ -203,10 +203,12 @@
  *      either cache, e4m3fn by default. The step's new tokens go into the SWA cache before
  *      step 3: each token's window holds its own position.
  *      Page sizes: the SWA cache 64 tokens a page; the compressed cache 256 / ratio entries
- *      (64 at ratio 4, 2 at ratio 128). Every block_size field left 0 means 64 but
- *      aiter_mla_v4_c128_args', so a ratio-128 layer sets w.block_size and
- *      a.extra_keys.block_size to 2 itself; with a.keys.cache_bytes and
- *      a.extra_keys.cache_bytes given, a wrong page size is refused instead of read past.
+ *      (64 at ratio 4, 2 at ratio 128). A block_size left 0 means 64 in the writer, the
+ *      gather, the top-k builder and the attention's key lists (256 / ratio only in
+ *      aiter_mla_v4_c128_args and aiter_mla_v4_prefill's compressed_block_size), so a
+ *      ratio-128 layer sets w.block_size and a.extra_keys.block_size to 2 itself; with
+ *      a.keys.cache_bytes and a.extra_keys.cache_bytes given, a wrong page size is refused
+ *      instead of read past.
  *   2. Each token's SWA list (positions pos - 127 .. pos, its own included) and its top-k
  *      list, ragged (indices + indptr):
  *        aiter_mla_v4_swa_index_args si = {0};
