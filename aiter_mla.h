@@ -2736,9 +2736,12 @@ static int64_t aiter_mla__cache_row_bytes(int ds_mla, aiter_mla_dtype dtype) {
  * or fp8_ds_mla rows described as bf16 ones) or a count too large fails here instead of
  * reading or writing past the buffer. units_desc names the fields behind the product (pre
  * prefixes it as it does field). */
+static int aiter_mla__cache_bytes_fit(size_t given, int64_t units, int64_t unit_bytes) {
+    return given == 0 || (uint64_t)given / (uint64_t)unit_bytes >= (uint64_t)units;
+}
 static aiter_mla_status aiter_mla__check_cache_bytes(const char *op, const char *pre, const char *field, size_t given, int64_t units,
                                                      int64_t unit_bytes, const char *units_desc) {
-    if (given == 0 || (uint64_t)given / (uint64_t)unit_bytes >= (uint64_t)units) return AITER_MLA_OK;
+    if (aiter_mla__cache_bytes_fit(given, units, unit_bytes)) return AITER_MLA_OK;
     return aiter_mla__fail(AITER_MLA_ERR_BUFFER_TOO_SMALL, "%s: %s%s = %llu is less than %s%s: %lld x %lld bytes", op, pre, field,
                            (unsigned long long)given, pre, units_desc, (long long)units, (long long)unit_bytes);
 }
@@ -4879,10 +4882,11 @@ static aiter_mla_status aiter_mla__v4_pages_resolve(const char *op, const char *
     if (!*stride) *stride = aiter_mla_v4_page_bytes(*block_size);
     AITER_MLA__CHECK(aiter_mla__check_range(op, *stride, (int64_t)*block_size * AITER_MLA_V4_TOKEN_BYTES, AITER_MLA__MAX_STRIDE,
                                          pre, "page_stride_bytes"));
-    if (bytes) { /* the page's token count named too: a block_size left at its default is the likely fault */
+    if (!aiter_mla__cache_bytes_fit(bytes, num_blocks, *stride)) {
+        /* the page's token count named too: a block_size left at its default is the likely fault */
         char units[96];
         snprintf(units, sizeof units, "num_blocks pages of page_stride_bytes (pages of block_size = %d tokens)", *block_size);
-        AITER_MLA__CHECK(aiter_mla__check_cache_bytes(op, pre, bytes_field, bytes, num_blocks, *stride, units));
+        return aiter_mla__check_cache_bytes(op, pre, bytes_field, bytes, num_blocks, *stride, units);
     }
     if (!aiter_mla__is_fp8(*fp8))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: %s%s %s is not an fp8 flavour", op, pre, dtype_field,
