@@ -2894,7 +2894,7 @@ static void test_overlapping_rows(void) {
     }
     { /* the wrappers: decode (T on the device: checked as two tokens), V4 (T known), reduce's lse */
         enum { T = 2, H = 2 };
-        static uint16_t q[T * H * 576], cache[4 * 576], o[T * H * 512 * 2];
+        static TEST_ALIGN16 uint16_t q[T * H * 576], cache[4 * 576], o[T * H * 512 * 2];
         int32_t qo[2] = {0, 2}, kvp[2] = {0, 3}, kvi[3] = {0, 1, 2}, last[1] = {1};
         int i;
         aiter_mla_decode_args a;
@@ -2914,7 +2914,7 @@ static void test_overlapping_rows(void) {
         a.o_stride_token = 512, a.o_stride_head = 1024; /* head-major with room for two tokens */
         CHECK_STATUS(aiter_mla_decode_ref(&a), AITER_MLA_OK, "");
         {
-            static uint16_t q4[T * H * 512], rows[4 * 512];
+            static TEST_ALIGN16 uint16_t q4[T * H * 512], rows[4 * 512];
             int32_t idx[T * 2] = {0, 1, 2, 3};
             aiter_mla_v4_attention_args v;
             memset(&v, 0, sizeof v);
@@ -2930,7 +2930,7 @@ static void test_overlapping_rows(void) {
             CHECK_STATUS(aiter_mla_v4_attention_ref(&v), AITER_MLA_OK, "");
         }
         {
-            static float po[4 * 2 * 512], pl[4 * 2], lse[8];
+            static TEST_ALIGN16 float po[4 * 2 * 512], pl[4 * 2], lse[8];
             int32_t ri[2] = {0, 2}, fm[2] = {0, 2}, pm[2] = {0, 2};
             aiter_mla_reduce_args r;
             memset(&r, 0, sizeof r);
@@ -2948,8 +2948,8 @@ static void test_overlapping_rows(void) {
        * (token 2's head 0 is token 0's head 1), the GPU wrappers two (T is on the device) */
         enum { T = 3, H = 2 };
         static const char *const named = "put the o rows of (token t, head h) and (token t-2, head h+1)";
-        static uint16_t q[T * H * 576], cache[3 * 576], o[T * H * 512], k[T * H * 192], v[T * H * 128];
-        static float po[6 * H * 512], pl[6 * H];
+        static TEST_ALIGN16 uint16_t q[T * H * 576], cache[3 * 576], o[T * H * 512], k[T * H * 192], v[T * H * 128];
+        static TEST_ALIGN16 float po[6 * H * 512], pl[6 * H];
         int32_t qo[2] = {0, T}, kvp[2] = {0, 3}, kvi[3] = {0, 1, 2}, last[1] = {1}, ri[2] = {0, 2}, fm[2] = {0, T}, pm[2] = {0, T};
         int i;
         aiter_mla_decode_plan_desc d;
@@ -3791,7 +3791,7 @@ static void test_hardening(void) {
     /* the GPU wrapper refuses a misaligned workspace (validation runs before ERR_NO_GPU) */
     {
         aiter_mla_decode_args a;
-        uint16_t q[2 * 16 * 576], cache[8 * 576 + 8], o[2 * 16 * 512];
+        TEST_ALIGN16 uint16_t q[2 * 16 * 576], cache[8 * 576 + 8], o[2 * 16 * 512];
         int32_t idx[5] = {0, 1, 2, 3, 4};
         char *ws = (char *)test_malloc(info.workspace_bytes + 32); /* the plan's size, room to misalign */
         memset(&a, 0, sizeof a);
@@ -3913,8 +3913,8 @@ static void test_hardening(void) {
          (the map is exactly reduce_indptr[num_tiles] entries, so ASan would see that read) */
         int32_t *ri = (int32_t *)test_malloc(3 * sizeof(int32_t)), *fm = (int32_t *)test_malloc(4 * sizeof(int32_t)),
                 *pm = (int32_t *)test_malloc(4 * sizeof(int32_t));
-        float po[6 * 2 * 8] = {0}, pl[6 * 2] = {0}, lse[3 * 2];
-        uint16_t o[3 * 2 * 8];
+        TEST_ALIGN16 float po[6 * 2 * 8] = {0}, pl[6 * 2] = {0}, lse[3 * 2];
+        TEST_ALIGN16 uint16_t o[3 * 2 * 8];
         aiter_mla_reduce_args ra;
         ri[0] = 0, ri[1] = 100, ri[2] = 4;
         fm[0] = 0, fm[1] = 1, fm[2] = 1, fm[3] = 3;
@@ -5110,7 +5110,7 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_filter_prefill_indices(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
     { /* fp8_ds_mla writer */
-        uint16_t kvc[2 * 512], kpe[2 * 64];
+        TEST_ALIGN16 uint16_t kvc[2 * 512], kpe[2 * 64];
         int64_t slots[2] = {1, -1};
         unsigned char cache[4 * 656 + 1]; /* + 1: room for the rows moved a byte (below) */
         aiter_mla_ds_mla_write_args a, b;
@@ -5151,7 +5151,7 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_ds_mla_write(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
     { /* context gather: cu_out_rows and seq_starts are device arrays for the GPU wrapper */
-        uint16_t cache[4 * 576], out[3 * 576];
+        TEST_ALIGN16 uint16_t cache[4 * 576], out[3 * 576];
         int32_t bt[4] = {0, 1, 2, 3}, cu[3] = {0, 2, 3}, cu_bad[3] = {0, 2, 1}, cu_big[3] = {0, 2, 9}, cu_zero[3] = {0, 0, 0};
         int32_t starts[2] = {0, 1}, starts_bad[2] = {0, -1};
         aiter_mla_gather_cache_args a, b;
@@ -5209,7 +5209,7 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_gather_cache(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
     { /* V4 MODEL1 writer */
-        uint16_t kv[2 * 512];
+        TEST_ALIGN16 uint16_t kv[2 * 512];
         int64_t slots[2] = {1, -1};
         unsigned char cache[2 * 1728];
         aiter_mla_v4_cache_write_args a, b;
@@ -5247,7 +5247,7 @@ static void test_small_op_wrappers(void) {
     }
     { /* V4 gather: seq_lens and gather_lens are device arrays for the GPU wrapper */
         unsigned char cache[4 * 1728];
-        float out[2 * 4 * 512];
+        TEST_ALIGN16 float out[2 * 4 * 512];
         int32_t bt[4] = {0, 1, 2, 3}, sl[2] = {3, 2}, gl[2] = {2, 1}, sl_neg[2] = {3, -1}, gl_big[2] = {4, 1}, sl_big[2] = {9, 2};
         aiter_mla_v4_gather_args a, b;
         memset(cache, 0x3c, sizeof cache);
@@ -5585,8 +5585,8 @@ static void test_small_op_wrappers(void) {
         CHECK_STATUS(aiter_mla_v4_copy_ragged(NULL, NULL), AITER_MLA_ERR_NULL_POINTER, "args");
     }
     { /* merge of attention states */
-        uint16_t op[2 * 3 * 8], os[2 * 3 * 8], o[2 * 3 * 8];
-        float lp[6] = {0.0f, 1.0f, -INFINITY, INFINITY, 2.0f, 3.0f}, ls[6] = {1.0f, -1.0f, -INFINITY, 0.5f, INFINITY, 3.0f}, lse[6];
+        TEST_ALIGN16 uint16_t op[2 * 3 * 8], os[2 * 3 * 8], o[2 * 3 * 8];
+        TEST_ALIGN16 float lp[6] = {0.0f, 1.0f, -INFINITY, INFINITY, 2.0f, 3.0f}, ls[6] = {1.0f, -1.0f, -INFINITY, 0.5f, INFINITY, 3.0f}, lse[6];
         aiter_mla_merge_args a, b;
         int i;
         for (i = 0; i < 48; i++) {
@@ -5627,11 +5627,11 @@ static void test_small_op_wrappers(void) {
 /* GPU wrappers of prefill and sparse attention: the references' validation, plus what only
  * the GPU path needs (max_seqlen_q without a plan, aligned buffers, 32-bit index range). */
 static void test_attention_wrappers(void) {
-    static uint16_t q[4 * 2 * 192], k[6 * 2 * 192], v[6 * 2 * 128], o[4 * 2 * 128];
-    static uint16_t sq[2 * 4 * 576], so[2 * 4 * 512];
+    static TEST_ALIGN16 uint16_t q[4 * 2 * 192], k[6 * 2 * 192], v[6 * 2 * 128], o[4 * 2 * 128];
+    static TEST_ALIGN16 uint16_t sq[2 * 4 * 576], so[2 * 4 * 512];
     uint16_t *cache = (uint16_t *)test_calloc((8 * 576 + 8) * 2); /* malloc: 16-byte aligned */
     int32_t cq[3] = {0, 1, 4}, ck[3] = {0, 2, 6}, idx[2 * 3] = {0, 5, -1, 7, 2, 2};
-    float lse[2 * 4];
+    TEST_ALIGN16 float lse[2 * 4];
     aiter_mla_prefill_args a, b;
     aiter_mla_sparse_args s, t;
     memset(&a, 0, sizeof a);
@@ -7742,8 +7742,8 @@ static void test_host_arrays_aligned(void) {
     { /* prefill: the reference and the planners read cu_seqlens, the plan's checker and the
          scheduled reference the plan; the planner writes it */
         enum { TQ = 4 };
-        uint16_t q[TQ * 192], k[TQ * 192], v[TQ * 128], o[TQ * 128];
-        float lse[TQ];
+        TEST_ALIGN16 uint16_t q[TQ * 192], k[TQ * 192], v[TQ * 128], o[TQ * 128];
+        TEST_ALIGN16 float lse[TQ];
         const int32_t cq[2] = {0, TQ}, ck[2] = {0, TQ}, bad[2] = {-1, TQ};
         aiter_mla_prefill_plan_desc d, fit;
         aiter_mla_prefill_plan_info info;
@@ -7800,7 +7800,7 @@ static void test_host_arrays_aligned(void) {
         enum { T = 2 };
         const int32_t qsl[2] = {0, T}, seq[1] = {T}, bt[1] = {0}, back[2] = {T, 0};
         const float sink[1] = {0.0f};
-        uint16_t q[T * 512], o[T * 512];
+        TEST_ALIGN16 uint16_t q[T * 512], o[T * 512];
         unsigned char *cache = (unsigned char *)test_calloc((size_t)aiter_mla_v4_page_bytes(64));
         char *buf = (char *)test_malloc(sizeof qsl + 1);
         aiter_mla_v4_prefill_args p, e;

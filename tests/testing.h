@@ -405,6 +405,15 @@ static inline double lse_excess(const float *got, const float *ref, const float 
     } while (0)
 
 /* ---- allocation -------------------------------------------------------------------------- */
+/* For a test's own arrays that reach GPU wrappers, which refuse rows that are not 16-byte
+ * aligned: x86-64's ABI aligns arrays of 16 bytes or more so; other ABIs, i386's among them, need not. */
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define TEST_ALIGN16 _Alignas(16)
+#elif defined(__GNUC__)
+#define TEST_ALIGN16 __attribute__((aligned(16)))
+#else
+#define TEST_ALIGN16
+#endif
 static inline void *test_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) {
