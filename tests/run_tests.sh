@@ -12,22 +12,26 @@ mkdir -p "$LOG"
 passed=0
 failed=0
 
-report() { # report NAME RC: count a finished step; on failure show the end of its log
+now() { date +%s; }
+report() { # report NAME RC SECONDS: count a finished step; on failure show the end of its log
     if [ "$2" -eq 0 ]; then
-        passed=$((passed + 1)); echo "ok    $1"
+        passed=$((passed + 1)); echo "ok    $1 ($3 s)"
     else
-        failed=$((failed + 1)); echo "FAIL  $1 (log: $LOG/$1.log)"; tail -n 30 "$LOG/$1.log" | sed 's/^/      /'
+        failed=$((failed + 1)); echo "FAIL  $1 ($3 s, log: $LOG/$1.log)"; tail -n 30 "$LOG/$1.log" | sed 's/^/      /'
     fi
 }
 step() { # step NAME COMMAND...: run, count, keep the log
     name=$1; shift
+    t0=$(now)
     "$@" >"$LOG/$name.log" 2>&1
-    report "$name" $?
+    report "$name" $? $(($(now) - t0))
 }
 program() { # program NAME COMMAND...: a test program whose last line is "N passed, N failed"
     name=$1; shift
+    t0=$(now)
     "$@" >"$LOG/$name.log" 2>&1
     rc=$?
+    secs=$(($(now) - t0))
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$LOG/$name.log" | tail -n 1)
     if [ -n "$line" ]; then
         p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
@@ -35,38 +39,45 @@ program() { # program NAME COMMAND...: a test program whose last line is "N pass
     fi
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
         [ -n "$line" ] && [ "$f" -gt 0 ] || failed=$((failed + 1))
-        echo "FAIL  $name: ${line:-no summary} (exit $rc, log: $LOG/$name.log)"; grep -E 'FAIL|ERROR|error' "$LOG/$name.log" | head -n 30 | sed 's/^/      /'
+        echo "FAIL  $name: ${line:-no summary} (exit $rc, $secs s, log: $LOG/$name.log)"; grep -E 'FAIL|ERROR|error' "$LOG/$name.log" | head -n 30 | sed 's/^/      /'
     else
-        echo "ok    $name: $line"
+        echo "ok    $name: $line ($secs s)"
     fi
 }
 
 kdir="$BUILD/kcheck"
 mkdir -p "$kdir"
+started=$(now)
 # The compile checks of kernels.hip (minutes each) run in the background from the start, in
 # two lanes beside the host work: NVIDIA's targets one after the other, AMD's one after the
 # other. Section 4 waits for them and counts them. Two targets are checked in full (sm_90a
 # with the warpgroup kernels, gfx940): every kernel compiled to machine code. Three more are
 # checked up to the compilers' back ends, which take most of the time (CI has two cores and
-# 20 minutes): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones),
+# 20 minutes); the two PTX checks optimise at -O1 (-Xcicc -O1: the same front end, warnings
+# and kernels as -O3, in a tenth of the time; -O3's device code is what the sm_90a check
+# compiles to machine code): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones),
 # sm_80 to PTX with AITER_MLA_WGMMA (the pass of a build for several targets that compiles
 # the sm_90 and sm_90a kernels' bodies out: portable decode, mma.sync prefill; and the host
 # code that picks them at run time), and gfx90a to LLVM IR (the source path of gfx940's
 # matrix-core kernels; front end and code generation, so every kernel is instantiated for it
 # and its builtins checked). nvcc's own warnings are errors too (-Werror all-warnings).
-later() { # later NAME COMMAND...: run in a lane, keep the log and the exit status
+later() { # later NAME COMMAND...: run in a lane, keep the log, the exit status and the seconds
     name=$1; shift
+    t0=$(now)
     "$@" >"$LOG/$name.log" 2>&1
-    echo $? >"$LOG/$name.rc"
+    echo "$? $(($(now) - t0))" >"$LOG/$name.rc"
 }
-collect() { report "$1" "$(cat "$LOG/$1.rc" 2>/dev/null || echo 1)"; }
+collect() { # collect NAME: count a lane's finished step
+    set -- "$1" $(cat "$LOG/$1.rc" 2>/dev/null || echo "1 0")
+    report "$1" "$2" "$3"
+}
 # --split-compile=0: the device code optimised on every core (sm_90a 9.6 -> 5.4 min on two)
 if [ -n "${NVCC:-}" ]; then
     ( later kernels-cuda-sm_90a "$NVCC" -x cu -std=c++17 -O3 --split-compile=0 -gencode=arch=compute_90a,code=sm_90a -DAITER_MLA_WGMMA \
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90a.o"
-      later kernels-cuda-sm_90-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_90,code=compute_90 \
+      later kernels-cuda-sm_90-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_90,code=compute_90 -Xcicc -O1 \
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm90.o"
-      later kernels-cuda-sm_80-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_80,code=compute_80 -DAITER_MLA_WGMMA \
+      later kernels-cuda-sm_80-ptx "$NVCC" -x cu -std=c++17 -O3 -gencode=arch=compute_80,code=compute_80 -Xcicc -O1 -DAITER_MLA_WGMMA \
           -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c kernels.hip -o "$kdir/k-sm80.o" ) &
     nvidia_lane=$!
 fi
@@ -120,6 +131,18 @@ for cc32 in "$CC" clang; do
         echo "note  $cc32 cannot build for -m32 with sanitizers here: its 32-bit host tests not run"
     fi
 done
+# ... and on AArch64 (the hosts of Grace Hopper and Graviton), built by clang and run under
+# qemu-user where both can (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user):
+# char is unsigned there, arrays have no 16-byte alignment of their own, and clang contracts
+# a * b + c into one fused multiply-add by default, which no x86-64 build here does.
+if command -v clang >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 &&
+    printf 'int main(void){return 0;}\n' | clang --target=aarch64-linux-gnu -static -x c -o "$BUILD/a64-probe" - >/dev/null 2>&1 &&
+    qemu-aarch64 "$BUILD/a64-probe" >/dev/null 2>&1; then
+    step build-test-host-aarch64 clang --target=aarch64-linux-gnu $host_flags -O2 -static -o "$BUILD/test_host_aarch64" tests/test_host.c -lm
+    step test-host-aarch64 qemu-aarch64 "./$BUILD/test_host_aarch64"
+else
+    echo "note  no clang build for aarch64 run by qemu-aarch64 here: the AArch64 host tests not run"
+fi
 # the sweep's field tables in test_host.c list every scalar field of the header's args structs
 step check-sweep-fields sh tests/check_sweep_fields.sh
 
@@ -160,13 +183,13 @@ else
 fi
 step compile-test-gpu "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -Wno-unknown-pragmas -c tests/test_gpu.c -o "$kdir/test_gpu.o"
 if [ -n "${HIPCC:-}" ]; then
-    wait "$amd_lane"
+    t0=$(now); wait "$amd_lane"; echo "note  waited $(($(now) - t0)) s for the AMD compile checks"
     collect kernels-hip-gfx940
     step kernel-symbols-gfx940 sh tests/check_kernel_symbols.sh "$kdir/k-gfx940.o"
     collect kernels-hip-gfx90a-ir
 fi
 if [ -n "${NVCC:-}" ]; then
-    wait "$nvidia_lane"
+    t0=$(now); wait "$nvidia_lane"; echo "note  waited $(($(now) - t0)) s for the NVIDIA compile checks"
     collect kernels-cuda-sm_90a
     step kernel-symbols-sm_90a sh tests/check_kernel_symbols.sh "$kdir/k-sm90a.o"
     # ptxas says so when it serializes a kernel's wgmma products (a wait after every product,
@@ -191,5 +214,6 @@ else
     echo "note  no GPU here: GPU tests not run (make test-gpu on a GPU machine)"
 fi
 
+echo "note  $(($(now) - started)) s in all"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
