@@ -743,7 +743,7 @@ static void test_fp8_encode(void) {
             int kind = i % 3;
             if (kind == 0) x = rng_f32(&r, -600.0f, 600.0f);
             else if (kind == 1) {
-                x = (float)ldexp(rng_uniform(&r, 1.0, 2.0), rng_int(&r, -14, 10));
+                x = rng_ldexp(&r, 1.0, 2.0, -14, 10);
                 if (rng_u32(&r) & 1) x = -x;
             } else
                 x = bits_to_f32(rng_u32(&r));
@@ -904,7 +904,7 @@ static void test_bf16_f16(void) {
         } else if (kind == 2)
             x = rng_f32(&r, -3.0f, 3.0f);
         else
-            x = (float)ldexp(rng_uniform(&r, -2.0, 2.0), rng_int(&r, -140, 127));
+            x = rng_ldexp(&r, -2.0, 2.0, -140, 127);
         g = aiter_mla_f32_to_bf16(x);
         if (!same_value(ref_bf16_to_f64(g), ref_round_bf16(x))) {
             if (bad == 0) fx = x;
@@ -947,7 +947,7 @@ static void test_bf16_f16(void) {
         } else if (kind == 2)
             x = rng_f32(&r, -70000.0f, 70000.0f);
         else if (kind == 3)
-            x = (float)ldexp(rng_uniform(&r, -2.0, 2.0), rng_int(&r, -27, 16));
+            x = rng_ldexp(&r, -2.0, 2.0, -27, 16);
         else
             x = (float)ldexp((double)rng_int(&r, -2100, 2100) * 0.5, -24); /* subnormal ties */
         g = aiter_mla_f32_to_f16(x);
@@ -7875,7 +7875,10 @@ static int64_t fuzz_i64(test_rng *r, int64_t hi) {
 /* Garbage into an array of n entries: every entry, or (whole = 0) one to three of them. */
 static void fuzz_fill(test_rng *r, int32_t *p, int64_t n, int64_t hi, int whole) {
     int64_t i, k = whole ? n : rng_int(r, 1, 3);
-    for (i = 0; i < k; i++) p[whole ? i : rng_int(r, 0, (int)n - 1)] = fuzz_i32(r, hi);
+    for (i = 0; i < k; i++) {
+        const int64_t at = whole ? i : rng_int(r, 0, (int)n - 1); /* drawn before the value */
+        p[at] = fuzz_i32(r, hi);
+    }
 }
 static void fuzz_fill64(test_rng *r, int64_t *p, int64_t n, int64_t hi) {
     int64_t i;
@@ -8042,10 +8045,7 @@ static void fuzz_decode(test_rng *r) {
         if (plan_ok)
             CHECK_STATUS(aiter_mla_decode_plan_check(&info, qo, kvp, last, B, mode == 3 ? plan2 : plan), AITER_MLA_OK, "");
         if (mode == 3) plan_ok = 1; /* replay the plan of the arrays before the garbage */
-        if (mode == 4 && plan_ok) {
-            const int k = rng_int(r, 1, 3);
-            for (i = 0; i < k; i++) plan[rng_int(r, 0, (int)info.plan_ints - 1)] = fuzz_i32(r, 64);
-        }
+        if (mode == 4 && plan_ok) fuzz_fill(r, plan, info.plan_ints, 64, 0);
         if ((fuzz_indptr_ok(qo, B) && qo[B] > TA) || (fuzz_indptr_ok(kvp, B) && kvp[B] > KVCAP)) {
             fuzz_skipped++;
             continue;
@@ -8842,8 +8842,7 @@ static void fuzz_prefill(test_rng *r) {
                 memcpy(plan, plan2, (size_t)info.plan_ints * sizeof(int32_t));
             }
         } else {
-            const int n = rng_int(r, 1, 3);
-            for (i = 0; i < n; i++) plan[rng_int(r, 0, (int)info.plan_ints - 1)] = fuzz_i32(r, 64);
+            fuzz_fill(r, plan, info.plan_ints, 64, 0);
         }
         if ((fuzz_indptr_ok(cq, B) && cq[B] > TQ) || (fuzz_indptr_ok(ck, B) && ck[B] > TK)) {
             fuzz_skipped++;

@@ -145,6 +145,12 @@ static inline int rng_int(test_rng *r, int lo, int hi) {
     uint64_t span = (uint64_t)((int64_t)hi - (int64_t)lo + 1);
     return (int)((int64_t)lo + (int64_t)(rng_u64(r) % span));
 }
+/* A value in [lo, hi) times 2^e, e in [emin, emax]: the two draws in this order (as a call's
+ * arguments their order would be the compiler's, and a seed's inputs with it). */
+static inline float rng_ldexp(test_rng *r, double lo, double hi, int emin, int emax) {
+    const double m = rng_uniform(r, lo, hi);
+    return (float)ldexp(m, rng_int(r, emin, emax));
+}
 static inline int rng_pick(test_rng *r, const int *v, int n) { return v[rng_int(r, 0, n - 1)]; }
 static inline void rng_shuffle_i32(test_rng *r, int32_t *v, int n) {
     int i;
