@@ -132,7 +132,8 @@ for cc32 in "$CC" clang; do
     fi
 done
 # ... and on AArch64 (the hosts of Grace Hopper and Graviton), built by clang and run under
-# qemu-user where both can (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user):
+# qemu-user where both can (Debian: binutils-aarch64-linux-gnu libc6-dev-arm64-cross
+# libgcc-12-dev-arm64-cross qemu-user; the cross gcc conflicts with gcc-multilib):
 # char is unsigned there, arrays have no 16-byte alignment of their own, and clang contracts
 # a * b + c into one fused multiply-add by default, which no x86-64 build here does.
 if command -v clang >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 &&
