@@ -21,12 +21,11 @@
 //     (cp.async.bulk) from one thread, counted on the stage's mbarrier, issued S tiles ahead;
 //     every thread then reads its share of the tile (16-byte shared loads, the whole tile read
 //     once, as the decode's products read it) and the stage is refilled after a block barrier.
-//   cpa<S>: 16-byte cp.async from every thread, 8 threads a key (a warp instruction reads 128
-//     consecutive bytes of each of 4 keys, the 16-row decode's copy mapping), one commit group a
-//     tile, S - 1 tiles in flight while one is read.
-//   cpa2<S>: the 16-row decode's own copy structure, products left out: two groups of 256
-//     threads a block, each with a ring of S stages, on alternate tiles, each meeting at its own
-//     barrier (S = 2 is the decode's layout).
+//   cpa<S, G>: 16-byte cp.async from every thread, 8 threads a key (a warp instruction reads
+//     128 consecutive bytes of each of 4 keys, the 16-row decode's copy mapping), one commit
+//     group a tile, S - 1 tiles in flight while one is read; G groups of 256 threads a block,
+//     each with its own ring on alternate tiles, meeting at its own barrier. G = 2, S = 2 is
+//     the 16-row decode's own copy structure with its products left out.
 //   contig: bulk<4, 32> over the same number of bytes laid in one piece (each list's bytes
 //     together): the same kernel without the pages' scatter.
 //   stream: the same bytes in one piece read by 8 blocks an SM into registers: the best one
@@ -62,15 +61,10 @@ __device__ __forceinline__ uint4 lds16(uint32_t a) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
-__device__ __forceinline__ uint4 ldg16(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
 
-// Every thread xors its 16-byte chunks tid, tid + kThreads, ... of a tile's `bytes` into acc.
-__device__ __forceinline__ void read_tile(uint32_t base, int bytes, unsigned &acc) {
-    for (int c = threadIdx.x; c < bytes / 16; c += kThreads) {
+// Thread t of kThreads xors its 16-byte chunks t, t + kThreads, ... of a tile's `bytes` into acc.
+__device__ __forceinline__ void read_tile(uint32_t base, int bytes, int t, unsigned &acc) {
+    for (int c = t; c < bytes / 16; c += kThreads) {
         const uint4 v = lds16(base + c * 16);
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
@@ -94,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk(Lists L) {
     for (int i = 0; i < n; i++) {
         const int s = i % S;
         mbar_wait(smem_u32(&full[s]), (uint32_t)(i / S) & 1);
-        read_tile(ring + s * kStage, L.tile_bytes[b0 + i], acc);
+        read_tile(ring + s * kStage, L.tile_bytes[b0 + i], threadIdx.x, acc);
         __syncthreads(); // everyone is done with stage s
         if (threadIdx.x == 0 && i + S < n)
             bulk_copy(ring + s * kStage, (const void *)L.tile_addr[b0 + i + S], (uint32_t)L.tile_bytes[b0 + i + S], smem_u32(&full[s]));
@@ -102,54 +96,22 @@ __global__ void __launch_bounds__(kThreads, 1) bulk(Lists L) {
     L.sum[blockIdx.x * kThreads + threadIdx.x] = acc;
 }
 
-template <int S>
-__global__ void __launch_bounds__(kThreads, 1) cpa(Lists L) {
+// cpa<S, G>: G groups of kThreads threads a block, each with its own ring of S stages, group g
+// taking tiles g, g + G, ... and meeting at its own barrier (the block's when G = 1).
+template <int S, int G>
+__global__ void __launch_bounds__(G * kThreads, 1) cpa(Lists L) {
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int kTK = 32, kStage = kTK * kRow, kTPK = kThreads / kTK, kChunks = kRow / 16; // 8 threads a key, 72 chunks a row
-    const int b0 = L.list_begin[blockIdx.x], n = L.list_begin[blockIdx.x + 1] - b0;
-    const uint32_t ring = smem_u32(smem);
-    const int key = threadIdx.x / kTPK, part = threadIdx.x % kTPK;
-    auto load = [&](int i) {
-        const int bytes = L.tile_bytes[b0 + i];
-        const unsigned char *src = (const unsigned char *)L.tile_addr[b0 + i] + key * kRow;
-        const uint32_t dst = ring + (i % S) * kStage + key * kRow;
-        const bool present = key * kRow < bytes;
-#pragma unroll
-        for (int j = 0; j < kChunks / kTPK; j++) {
-            const int c = part + j * kTPK;
-            cp16(dst + c * 16, present ? src + c * 16 : (const void *)L.tile_addr[b0 + i], present ? 16 : 0);
-        }
-    };
-    for (int s = 0; s < S - 1; s++) {
-        if (s < n) load(s);
-        cp_commit();
-    }
-    unsigned acc = 0;
-    for (int i = 0; i < n; i++) {
-        cp_wait<S - 2>();
-        __syncthreads(); // tile i landed (everyone's copies); everyone is done with tile i - 1
-        if (i + S - 1 < n) load(i + S - 1);
-        cp_commit();
-        read_tile(ring + (i % S) * kStage, L.tile_bytes[b0 + i], acc);
-    }
-    cp_wait<0>();
-    L.sum[blockIdx.x * kThreads + threadIdx.x] = acc;
-}
-
-// cpa2<S>: the 16-row decode's copy structure without its products: two groups of 256 threads,
-// each with its own ring of S stages, taking alternate tiles (group g: tiles g, g + 2, ...) and
-// meeting only at its own barrier.
-template <int S>
-__global__ void __launch_bounds__(2 * kThreads, 1) cpa2(Lists L) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    constexpr int kTK = 32, kStage = kTK * kRow, kTPK = kThreads / kTK, kChunks = kRow / 16;
     const int g = threadIdx.x / kThreads, gt = threadIdx.x % kThreads;
-    const int b0 = L.list_begin[blockIdx.x], all = L.list_begin[blockIdx.x + 1] - b0, n = (all - g + 1) / 2;
+    const int b0 = L.list_begin[blockIdx.x], all = L.list_begin[blockIdx.x + 1] - b0, n = (all - g + G - 1) / G;
     const uint32_t ring = smem_u32(smem) + g * S * kStage;
     const int key = gt / kTPK, part = gt % kTPK;
-    auto sync = [&]() { asm volatile("bar.sync %0, %1;\n" ::"r"(1 + g), "n"(kThreads) : "memory"); };
+    auto sync = [&]() {
+        if (G == 1) __syncthreads();
+        else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + g), "n"(kThreads) : "memory");
+    };
     auto load = [&](int i) { // the group's i-th tile
-        const int t = b0 + g + 2 * i, bytes = L.tile_bytes[t];
+        const int t = b0 + g + G * i, bytes = L.tile_bytes[t];
         const unsigned char *src = (const unsigned char *)L.tile_addr[t] + key * kRow;
         const uint32_t dst = ring + (i % S) * kStage + key * kRow;
         const bool present = key * kRow < bytes;
@@ -166,41 +128,16 @@ __global__ void __launch_bounds__(2 * kThreads, 1) cpa2(Lists L) {
     unsigned acc = 0;
     for (int i = 0; i < n; i++) {
         cp_wait<S - 2>();
-        sync();
+        sync(); // the group's tile i landed (everyone's copies); the group is done with its tile i - 1
         if (i + S - 1 < n) load(i + S - 1);
         cp_commit();
-        const uint32_t base = ring + (i % S) * kStage;
-        for (int c = gt; c < L.tile_bytes[b0 + g + 2 * i] / 16; c += kThreads) {
-            const uint4 v = lds16(base + c * 16);
-            acc ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+        read_tile(ring + (i % S) * kStage, L.tile_bytes[b0 + g + G * i], gt, acc);
     }
     cp_wait<0>();
-    L.sum[blockIdx.x * 2 * kThreads + threadIdx.x] = acc;
+    L.sum[blockIdx.x * G * kThreads + threadIdx.x] = acc;
 }
 
-__global__ void stream(const uint4 *__restrict__ a, size_t n16, unsigned *sum, int nsum) {
-    unsigned acc = 0;
-    const size_t step = (size_t)gridDim.x * blockDim.x;
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i + 3 * step < n16; i += 4 * step) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) v[u] = ldg16(a + i + u * step);
-#pragma unroll
-        for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n16; i += step) {
-        const uint4 v = ldg16(a + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    sum[(blockIdx.x * (size_t)blockDim.x + threadIdx.x) % nsum] = acc;
-}
 __global__ void empty_kernel(Lists) {}
-
-__global__ void copy_kernel(const uint4 *__restrict__ a, uint4 *__restrict__ b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) b[i] = a[i];
-}
 
 // One set: a cache of pages in a shuffled pool and, per tile size, its lists' tile addresses.
 struct Set {
@@ -216,22 +153,10 @@ int main(int argc, char **argv) {
     StudyTimer tm;
     const cudaStream_t st = tm.st;
 
-    // the copy ceiling: 1 GiB, read + written
-    const size_t cb = (size_t)1 << 30;
-    void *ca, *cbuf;
-    CK(cudaMalloc(&ca, cb));
-    CK(cudaMalloc(&cbuf, cb));
-    CK(cudaMemset(ca, 1, cb));
-    const double memcpy_gbs = 2.0 * cb / (tm.median_us(10, [&](int) { CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, st)); }) * 1e3);
-    const double kernel_gbs =
-        2.0 * cb / (tm.median_us(10, [&](int) { copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, st>>>((const uint4 *)ca, (uint4 *)cbuf, cb / 16); }) * 1e3);
-    const double copy_gbs = std::max(memcpy_gbs, kernel_gbs);
-    printf("# copy ceiling: memcpy %.0f GB/s, copy kernel %.0f GB/s\n", memcpy_gbs, kernel_gbs);
-    CK(cudaFree(ca));
-    CK(cudaFree(cbuf));
+    const double copy_gbs = study_copy_ceiling(prop, tm);
 
     unsigned *d_sum;
-    const int nsum = prop.multiProcessorCount * 8 * kThreads; // the stream's threads; also 2 x the lists' blocks
+    const int nsum = prop.multiProcessorCount * 8 * kThreads; // the stream's threads; more than the lists' (2 groups a block at most)
     CK(cudaMalloc(&d_sum, (size_t)nsum * 4));
     for (int mean : {4096, 8192}) {
         std::mt19937 rng(11);
@@ -316,17 +241,17 @@ int main(int argc, char **argv) {
         time("bulk, 32-key tiles, 6 stages", bulk<6, 32>, 6 * k32, 0);
         time("bulk, 64-key tiles, 2 stages", bulk<2, 64>, 2 * k64, 0);
         time("bulk, 64-key tiles, 3 stages", bulk<3, 64>, 3 * k64, 0);
-        time("cp.async, 32-key tiles, 2 stages", cpa<2>, 2 * k32, 0);
-        time("cp.async, 32-key tiles, 3 stages", cpa<3>, 3 * k32, 0);
-        time("cp.async, 32-key tiles, 4 stages", cpa<4>, 4 * k32, 0);
-        time("cp.async, 32-key tiles, 6 stages", cpa<6>, 6 * k32, 0);
-        time("cp.async, two groups of 256 threads on alternate tiles, 2 stages each (the 16-row decode's copies)", cpa2<2>, 4 * k32, 0,
+        time("cp.async, 32-key tiles, 2 stages", cpa<2, 1>, 2 * k32, 0);
+        time("cp.async, 32-key tiles, 3 stages", cpa<3, 1>, 3 * k32, 0);
+        time("cp.async, 32-key tiles, 4 stages", cpa<4, 1>, 4 * k32, 0);
+        time("cp.async, 32-key tiles, 6 stages", cpa<6, 1>, 6 * k32, 0);
+        time("cp.async, two groups of 256 threads on alternate tiles, 2 stages each (the 16-row decode's copies)", cpa<2, 2>, 4 * k32, 0,
              2 * kThreads);
-        time("cp.async, two groups on alternate tiles, 3 stages each", cpa2<3>, 6 * k32, 0, 2 * kThreads);
+        time("cp.async, two groups on alternate tiles, 3 stages each", cpa<3, 2>, 6 * k32, 0, 2 * kThreads);
         time("contig: bulk, 32-key tiles, 4 stages, each list's bytes together", bulk<4, 32>, 4 * k32, 2);
         time("empty kernel, a block an SM", empty_kernel, 0, 0);
         report("stream: the key bytes in one piece, 8 blocks an SM", tm.median_us(runs, [&](int r) {
-                   stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>((const uint4 *)set[r % sets].contig, key_bytes / 16, d_sum, nsum);
+                   study_stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>((const uint4 *)set[r % sets].contig, key_bytes / 16, d_sum, nsum);
                }));
         for (auto &s : set) {
             CK(cudaFree(s.cache));

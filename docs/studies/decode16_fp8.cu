@@ -79,7 +79,8 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ uint4 ldg16(const void *p) {
+// 16 bytes into registers, an L2 miss fetching 256 bytes
+__device__ __forceinline__ uint4 ldg16_wide(const void *p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
@@ -189,8 +190,8 @@ __global__ void __launch_bounds__(NG * 128, 1) decode16(Args a) {
         const bool oka = i * PAGE + ka < n, okb = i * PAGE + kb < n;
 #pragma unroll
         for (int j = 0; j < 9; j++) { // a quad reads 64 consecutive bytes of a row per load
-            ra[j] = oka ? ldg16(row + 64 * j) : make_uint4(0, 0, 0, 0);
-            rb[j] = okb ? ldg16(row + 8 * D + 64 * j) : make_uint4(0, 0, 0, 0);
+            ra[j] = oka ? ldg16_wide(row + 64 * j) : make_uint4(0, 0, 0, 0);
+            rb[j] = okb ? ldg16_wide(row + 8 * D + 64 * j) : make_uint4(0, 0, 0, 0);
         }
     };
     int i = grp;

@@ -44,6 +44,35 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
     bulk(dst, src, bytes, bar);
 }
 
+// 16 bytes from global memory into registers, through the non-coherent path
+__device__ __forceinline__ uint4 ldg16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+// n16 16-byte words read in one piece by the whole grid, four loads in flight a thread, xor-ed
+// into sum[thread % nsum] (which keeps the loads): the best a launch that reads them can do.
+__global__ void study_stream(const uint4 *__restrict__ a, int64_t n16, unsigned *sum, int64_t nsum) {
+    unsigned acc = 0;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * step < n16; i += 4 * step) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = ldg16(a + i + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += step) {
+        const uint4 v = ldg16(a + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    sum[(blockIdx.x * (int64_t)blockDim.x + threadIdx.x) % nsum] = acc;
+}
+__global__ void study_copy(const uint4 *__restrict__ a, uint4 *__restrict__ b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) b[i] = a[i];
+}
+
 // ~cycles of one thread's spin on the stream
 __global__ void study_hold(long long cycles) {
     const long long t0 = clock64();
@@ -85,4 +114,21 @@ static cudaDeviceProp study_device() {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     return prop;
+}
+
+// The copy ceiling as `make bench` measures it: the faster of cudaMemcpy and a copy kernel over
+// 1 GiB, bytes read + written, GB/s; both printed on one line.
+inline double study_copy_ceiling(const cudaDeviceProp &prop, StudyTimer &tm) {
+    const size_t cb = (size_t)1 << 30;
+    void *ca, *cbuf;
+    CK(cudaMalloc(&ca, cb));
+    CK(cudaMalloc(&cbuf, cb));
+    CK(cudaMemset(ca, 1, cb));
+    const double memcpy_gbs = 2.0 * cb / (tm.median_us(10, [&](int) { CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, tm.st)); }) * 1e3);
+    const double kernel_gbs =
+        2.0 * cb / (tm.median_us(10, [&](int) { study_copy<<<prop.multiProcessorCount * 8, 512, 0, tm.st>>>((const uint4 *)ca, (uint4 *)cbuf, cb / 16); }) * 1e3);
+    printf("# copy ceiling: memcpy %.0f GB/s, copy kernel %.0f GB/s\n", memcpy_gbs, kernel_gbs);
+    CK(cudaFree(ca));
+    CK(cudaFree(cbuf));
+    return std::max(memcpy_gbs, kernel_gbs);
 }

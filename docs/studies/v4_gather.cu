@@ -62,11 +62,6 @@ __device__ __forceinline__ void cp8(uint32_t dst, const void *src) {
 __device__ __forceinline__ void cp_arrive_noinc(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ uint4 ldg16(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
 
 // Key k of token t: its row and its scale bytes (nullptr past the lists).
 struct Key {
@@ -188,31 +183,7 @@ __global__ void __launch_bounds__(kThreads) gather(Lists L) {
     }
     L.sum[(int64_t)blockIdx.x * kThreads + tid] = acc;
 }
-// The same bytes in one piece (one set's contig buffer), read by every SM: the best a launch
-// that reads them can do.
-__global__ void __launch_bounds__(kThreads) stream(Lists L, int64_t n16) {
-    const uint4 *a = reinterpret_cast<const uint4 *>(L.contig);
-    unsigned acc = 0;
-    int64_t i = blockIdx.x * (int64_t)kThreads + threadIdx.x;
-    const int64_t step = (int64_t)gridDim.x * kThreads;
-    for (; i + 3 * step < n16; i += 4 * step) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) v[u] = ldg16(a + i + u * step);
-#pragma unroll
-        for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n16; i += step) {
-        const uint4 v = ldg16(a + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    L.sum[(blockIdx.x * (int64_t)kThreads + threadIdx.x) % (kSumBlocks * kThreads)] = acc;
-}
 __global__ void empty_kernel(Lists) {}
-
-__global__ void copy_kernel(const uint4 *__restrict__ a, uint4 *__restrict__ b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) b[i] = a[i];
-}
 
 struct Set {
     unsigned char *swa_cache, *cmp_cache, *contig;
@@ -225,19 +196,7 @@ int main(int argc, char **argv) {
     StudyTimer tm;
     const cudaStream_t st = tm.st;
 
-    // the copy ceiling: 1 GiB, read + written
-    const size_t cb = (size_t)1 << 30;
-    void *ca, *cbuf;
-    CK(cudaMalloc(&ca, cb));
-    CK(cudaMalloc(&cbuf, cb));
-    CK(cudaMemset(ca, 1, cb));
-    const double memcpy_gbs = 2.0 * cb / (tm.median_us(10, [&](int) { CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, st)); }) * 1e3);
-    const double kernel_gbs =
-        2.0 * cb / (tm.median_us(10, [&](int) { copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, st>>>((const uint4 *)ca, (uint4 *)cbuf, cb / 16); }) * 1e3);
-    const double copy_gbs = std::max(memcpy_gbs, kernel_gbs);
-    printf("# copy ceiling: memcpy %.0f GB/s, copy kernel %.0f GB/s\n", memcpy_gbs, kernel_gbs);
-    CK(cudaFree(ca));
-    CK(cudaFree(cbuf));
+    const double copy_gbs = study_copy_ceiling(prop, tm);
 
     const int T = kTokens, H = 16;
     for (int K : {512, 1024}) {
@@ -336,7 +295,10 @@ int main(int argc, char **argv) {
         time("contig, 2 stages, 3 blocks a token", gather<kContig, 2, 3>, 2 * kStage, 3 * T);
         time("empty kernel, 128 blocks", empty_kernel, 0);
         time_launch("stream: the key bytes in one piece, every SM", (double)key_bytes,
-                    [&](const Lists &L) { stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>(L, key_bytes / 16); });
+                    [&](const Lists &L) {
+                        study_stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>((const uint4 *)L.contig, key_bytes / 16, L.sum,
+                                                                                         kSumBlocks * kThreads);
+                    });
         for (auto &s : set) {
             CK(cudaFree(s.swa_cache));
             CK(cudaFree(s.cmp_cache));
