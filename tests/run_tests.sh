@@ -121,13 +121,13 @@ step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./
 # them past casts, uses SSE. clang's build beside gcc's runs under UBSan alone: without
 # ASan's redzones (and the alignment they give) its arrays lie as i386 lays them, where an
 # array of 16 bytes or more need not be 16-byte aligned.
-san32=address,undefined
 for cc32 in "$CC" clang; do
     command -v "$cc32" >/dev/null 2>&1 || continue
     [ "$cc32" = clang ] && "$CC" --version 2>/dev/null | grep -q clang && continue # $CC is clang: built once
     tag=$(basename "$cc32")
     fp="-mfpmath=387"
     "$cc32" --version 2>/dev/null | grep -q clang && fp="-msse2 -mfpmath=sse"
+    san32=address,undefined
     [ "$cc32" = clang ] && [ "$CC" != clang ] && san32=undefined
     if printf 'int main(void){return 0;}\n' | "$cc32" -m32 -fsanitize=$san32 -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1; then
         step build-test-host-m32-$tag "$cc32" -m32 $fp $host_flags -O1 -g -fsanitize=$san32 \
