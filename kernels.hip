@@ -1231,6 +1231,31 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) { // zero-fills the rest
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// The L2 cache policy (sm_80) of a pass's key copies: evict_first where the pass is its keys'
+// only reader (a dense decode tile of all its request's tokens, in one pass, in one block), so
+// that the keys streaming through the L2 go before the lines of every other access (q, o, the
+// partials, the plan, the page tables); evict_normal elsewhere (sparse and V4 tokens may share
+// keys with any other token, which the L2 should keep for them; row_split blocks share theirs).
+// On the 16-row decodes' key copies (16-byte cp.async, bulk copies) against no policy, H100
+// 80GB HBM3, alternately in one call, us: D1 227.5-228.1 -> 219.6-220.0 (89.0 -> 92.3 % of
+// copy), D1-p1 223.5-223.6 -> 214.2-215.6, D2 435.7-437.0 -> 428.9-430.4, D2-p1 415.8-416.6 ->
+// 407.4-408.4, D1-fp8 125.7-126.9 -> 118.5-119.4, D1-fp8q 132.0-133.2 -> 120.6-120.7, D1-fp8-p1
+// 137.2-138.3 -> 129.8-130.6, D2-fp8 224.0-225.2 -> 216.0, D5 within its spread (V4D-h16-k512-b128,
+// with the policy on its MODEL1 copies too: 34.8-35.0 -> 33.3-33.9). `.L2::256B` on the bf16
+// copies instead: D1 226 us, D1-p1 228, D2-p1 416 -> 426 (not taken). docs/PERFORMANCE.md, "The
+// 16-row decodes' key rows under an evict-first L2 policy".
+__device__ __forceinline__ uint64_t key_l2_policy(const DecodeParams &p, const Piece &pc, int pass_rows) {
+    const bool only_reader = !p.sparse && !p.row_split && pc.qe - pc.qs == pc.q_len && pc.re - pc.rb <= pass_rows;
+    uint64_t first, normal;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+    return only_reader ? first : normal;
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes, uint64_t l2_policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(src_bytes),
+                 "l"(l2_policy)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Named barrier ID of N threads (a multiple of 32): wait for all of them, or arrive without
 // waiting. Not .aligned (bar.sync and bar.arrive are): the threads come to them from code
@@ -1616,6 +1641,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
         // 32-bit unsigned: a piece has fewer than 2^32 keys (V4: two lists of int32 lengths),
         // and int64 arithmetic here cost the fp8 and V4 rows 2-7 %
         auto key_of = [&](int i) { return (uint32_t)(grp + i * kGroups) * kN + c_key; };
+        const uint64_t key_policy = key_l2_policy(p, pc, kM);
         auto load_tile = [&](int i, const KeyRef &k) {
             const int slot = i % kStages;
             const uint32_t dst = smem_addr(ring + slot * S::stage + c_key * kPitch);
@@ -1628,7 +1654,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(DecodeParams p)
                 const int c = c_part + j * kCTPK;
                 if (kChunks % kCTPK != 0 && c >= kChunks) break;
                 const void *src = KVT == kV4Model1 && c == kRowChunks ? (k.row ? k.scales : base) : base + c * 16;
-                cp_async16(dst + c * 16, src, bytes);
+                cp_async16(dst + c * 16, src, bytes, key_policy);
             }
             if (c_part == 0) valid_s[slot * kN + c_key] = (signed char)k.kind;
         };
@@ -3595,6 +3621,7 @@ using mma::cp_async_wait;
 using mma::e4m3x2_to_f16x2;
 using mma::fast_exp2;
 using mma::kRowB;
+using mma::key_l2_policy;
 using mma::kStageRow;
 using mma::ldsm_x4;
 using mma::ldsm_x4_trans;
@@ -3676,10 +3703,11 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&r)[9], int s) {
     return (s & 3) == 0 ? v.x : (s & 3) == 1 ? v.y : (s & 3) == 2 ? v.z : v.w;
 }
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory at src into
-// shared memory at dst, completing as many bytes of the current phase of mbarrier bar.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src),
-                 "r"(bytes), "r"(bar)
+// shared memory at dst, completing as many bytes of the current phase of mbarrier bar; cached in
+// the L2 under l2_policy (key_l2_policy).
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t l2_policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(l2_policy)
                  : "memory");
 }
 
@@ -3743,16 +3771,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
     const int ka = 16 * w + g, kb = ka + 8;                         // ... and its keys of a tile
 
     // A copier's run of a tile: its first row and its rows copied (0: absent);
-    // MODEL1: the row's 8 scale bytes
+    // MODEL1: the row's 8 scale bytes; the copy's L2 policy
     struct Run {
         const unsigned char *src, *scales;
         int rows;
+        uint64_t l2_policy;
     };
     // this copier's run of tile i of piece pc (i < its tiles), entry its page id or list entry (key_entry)
     auto run_of = [&](const Piece &pc, int i, int32_t entry) {
         const int64_t k = (int64_t)i * kKeys + cr * run;
         const KeyRef ref = key_ref<KVT>(p, pc, k, entry);
-        return Run{ref.row, ref.scales + (ref.kind & kKindOddScales ? 8 : 0), ref.row ? (int)min((int64_t)run, pc.n - k) : 0};
+        return Run{ref.row, ref.scales + (ref.kind & kKindOddScales ? 8 : 0), ref.row ? (int)min((int64_t)run, pc.n - k) : 0,
+                   key_l2_policy(p, pc, 16)};
     };
     auto tiles_of = [](const Piece &pc) { return (int)((pc.n + kKeys - 1) / kKeys); };
     // the copies of a tile into the group's staging area: each copier its run, counted on the
@@ -3762,7 +3792,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
         present[cr] = (unsigned char)r.rows;
         mbar_arrive_expect_tx(bar, (uint32_t)r.rows * kRowBytes); // releases present[cr]
         if (r.rows) {
-            bulk_copy(rows_a + cr * run * kRowBytes, r.src, (uint32_t)r.rows * kRowBytes, bar);
+            bulk_copy(rows_a + cr * run * kRowBytes, r.src, (uint32_t)r.rows * kRowBytes, bar, r.l2_policy);
             if constexpr (kModel1) cp_async8(scales_a + cr * 8, r.scales);
         }
         if constexpr (kModel1) cp_async_arrive_noinc(bar);
