@@ -1,9 +1,10 @@
 // d1_stream.cu - a standalone study, not part of the library: how fast the key bytes of the
 // memory-bound decode rows (D1, D2: 16 heads, batch 128, bf16 rows of 576 dims in pages of 64
 // keys) stream by themselves, with no attention around them. The library's D1 row runs at
-// 86-90 % of the copy ceiling on an H100; its target is 90 %. This program reads exactly such a
-// row's key bytes, cut into per-multiprocessor lists as the decode plan cuts them, in several
-// ways, so that what memory alone allows can be told from what the attention costs.
+// 89-92 % of the copy ceiling on an H100 (86-90 % before its key copies' L2 policy); its target
+// is 90 %. This program reads exactly such a row's key bytes, cut into per-multiprocessor lists
+// as the decode plan cuts them, in several ways, so that what memory alone allows can be told
+// from what the attention costs.
 // docs/PERFORMANCE.md ("D1's key bytes alone") says what its rows tell apart.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o d1_stream d1_stream.cu
@@ -28,6 +29,9 @@
 //     the 16-row decode's own copy structure with its products left out.
 //   contig: bulk<4, 32> over the same number of bytes laid in one piece (each list's bytes
 //     together): the same kernel without the pages' scatter.
+//   pages of one (D1-p1, D2-p1): cpa<S, G, true> over the same contexts with every key a row of
+//     its own, drawn without replacement from a shuffled pool of rows, tiles of 32 of a
+//     request's keys, each key copied from its own address.
 //   stream: the same bytes in one piece read by 8 blocks an SM into registers: the best one
 //     launch does.
 // Each prints the median over the timed runs (device events around each launch, queued behind
@@ -43,6 +47,7 @@ constexpr int64_t kPage = (int64_t)kBS * kRow;
 
 struct Lists {
     const unsigned long long *tile_addr; // [tiles]: global address of a tile's first byte
+    const unsigned long long *key_addr;  // [tiles * 32]: each key's row (pages of one; cpa<.., true> only)
     const int *tile_bytes;               // [tiles]
     const int *list_begin;               // [lists + 1]: a list's tiles
     unsigned *sum;                       // [lists * kThreads]: what each thread read, xor-ed (keeps the reads)
@@ -96,9 +101,10 @@ __global__ void __launch_bounds__(kThreads, 1) bulk(Lists L) {
     L.sum[blockIdx.x * kThreads + threadIdx.x] = acc;
 }
 
-// cpa<S, G>: G groups of kThreads threads a block, each with its own ring of S stages, group g
-// taking tiles g, g + G, ... and meeting at its own barrier (the block's when G = 1).
-template <int S, int G>
+// cpa<S, G, PerKey>: G groups of kThreads threads a block, each with its own ring of S stages,
+// group g taking tiles g, g + G, ... and meeting at its own barrier (the block's when G = 1).
+// PerKey: each key's row from its own address (pages of one), else the tile's keys together.
+template <int S, int G, bool PerKey = false>
 __global__ void __launch_bounds__(G * kThreads, 1) cpa(Lists L) {
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int kTK = 32, kStage = kTK * kRow, kTPK = kThreads / kTK, kChunks = kRow / 16; // 8 threads a key, 72 chunks a row
@@ -112,7 +118,8 @@ __global__ void __launch_bounds__(G * kThreads, 1) cpa(Lists L) {
     };
     auto load = [&](int i) { // the group's i-th tile
         const int t = b0 + g + G * i, bytes = L.tile_bytes[t];
-        const unsigned char *src = (const unsigned char *)L.tile_addr[t] + key * kRow;
+        const unsigned char *src = PerKey ? (const unsigned char *)L.key_addr[(int64_t)t * kTK + key]
+                                          : (const unsigned char *)L.tile_addr[t] + key * kRow;
         const uint32_t dst = ring + (i % S) * kStage + key * kRow;
         const bool present = key * kRow < bytes;
 #pragma unroll
@@ -142,8 +149,10 @@ __global__ void empty_kernel(Lists) {}
 // One set: a cache of pages in a shuffled pool and, per tile size, its lists' tile addresses.
 struct Set {
     unsigned char *cache = nullptr, *contig = nullptr;
-    unsigned long long *addr[3] = {}; // tiles of 32 keys, of 64 keys, contiguous tiles of 32
-    int *bytes[3] = {}, *begin[3] = {};
+    unsigned char *rows = nullptr;     // pages of one: a shuffled pool of rows
+    unsigned long long *addr[4] = {};  // tiles of 32 keys, of 64 keys, contiguous tiles of 32, tiles of 32 rows (pages of one)
+    unsigned long long *key_addr = nullptr; // pages of one: each key's row, 32 a tile
+    int *bytes[4] = {}, *begin[4] = {};
 };
 
 int main(int argc, char **argv) {
@@ -217,6 +226,42 @@ int main(int argc, char **argv) {
                 CK(cudaMemcpy(s.bytes[v], bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice));
                 CK(cudaMemcpy(s.begin[v], begin.data(), begin.size() * 4, cudaMemcpyHostToDevice));
             }
+            // pages of one (D1-p1): each key a row drawn without replacement from a shuffled pool;
+            // tiles of 32 of a request's keys, the lists cut as above
+            {
+                const int64_t pool = keys + keys / 8;
+                CK(cudaMalloc(&s.rows, pool * kRow));
+                CK(cudaMemset(s.rows, 0x6b, pool * kRow));
+                std::vector<int64_t> row(pool);
+                for (int64_t r = 0; r < pool; r++) row[r] = r;
+                std::shuffle(row.begin(), row.end(), rng);
+                std::vector<unsigned long long> addr, key_addr;
+                std::vector<int> bytes, begin{0};
+                int64_t next_row = 0, in_list = 0;
+                for (int b = 0; b < kBatch; b++)
+                    for (int k0 = 0; k0 < ctx[b]; k0 += 32) {
+                        const int nk = std::min(32, ctx[b] - k0);
+                        for (int k = 0; k < 32; k++) // a tile's absent keys: its first row (never copied)
+                            key_addr.push_back((unsigned long long)(uintptr_t)(s.rows + row[next_row + (k < nk ? k : 0)] * kRow));
+                        addr.push_back(key_addr[key_addr.size() - 32]);
+                        bytes.push_back(nk * kRow);
+                        next_row += nk;
+                        in_list += nk;
+                        if (in_list >= share && (int)begin.size() < lists) {
+                            begin.push_back((int)addr.size());
+                            in_list = 0;
+                        }
+                    }
+                while ((int)begin.size() < lists + 1) begin.push_back((int)addr.size());
+                CK(cudaMalloc(&s.addr[3], addr.size() * 8));
+                CK(cudaMalloc(&s.key_addr, key_addr.size() * 8));
+                CK(cudaMalloc(&s.bytes[3], bytes.size() * 4));
+                CK(cudaMalloc(&s.begin[3], begin.size() * 4));
+                CK(cudaMemcpy(s.addr[3], addr.data(), addr.size() * 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(s.key_addr, key_addr.data(), key_addr.size() * 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(s.bytes[3], bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(s.begin[3], begin.data(), begin.size() * 4, cudaMemcpyHostToDevice));
+            }
         }
         printf("\n## batch %d, mean context %d: %lld keys, %.1f MB of key rows, %d lists, %d sets; the row's 90 %% target: %.1f us\n",
                kBatch, mean, (long long)keys, key_bytes / 1e6, lists, sets, row_bytes / (0.9 * copy_gbs * 1e3));
@@ -230,7 +275,7 @@ int main(int argc, char **argv) {
             if (smem > 48 * 1024) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
             report(name, tm.median_us(runs, [&](int r) {
                        const Set &s = set[r % sets];
-                       kern<<<lists, threads, smem, st>>>(Lists{s.addr[v], s.bytes[v], s.begin[v], d_sum});
+                       kern<<<lists, threads, smem, st>>>(Lists{s.addr[v], s.key_addr, s.bytes[v], s.begin[v], d_sum});
                        CK(cudaGetLastError());
                    }));
         };
@@ -249,6 +294,10 @@ int main(int argc, char **argv) {
              2 * kThreads);
         time("cp.async, two groups on alternate tiles, 3 stages each", cpa<3, 2>, 6 * k32, 0, 2 * kThreads);
         time("contig: bulk, 32-key tiles, 4 stages, each list's bytes together", bulk<4, 32>, 4 * k32, 2);
+        time("pages of one: cp.async, 32-key tiles, 4 stages", cpa<4, 1, true>, 4 * k32, 3);
+        time("pages of one: cp.async, two groups on alternate tiles, 2 stages each (the 16-row decode's copies)", cpa<2, 2, true>,
+             4 * k32, 3, 2 * kThreads);
+        time("pages of one: cp.async, two groups on alternate tiles, 3 stages each", cpa<3, 2, true>, 6 * k32, 3, 2 * kThreads);
         time("empty kernel, a block an SM", empty_kernel, 0, 0);
         report("stream: the key bytes in one piece, 8 blocks an SM", tm.median_us(runs, [&](int r) {
                    study_stream<<<prop.multiProcessorCount * 8, kThreads, 0, st>>>((const uint4 *)set[r % sets].contig, key_bytes / 16, d_sum, nsum);
@@ -256,7 +305,9 @@ int main(int argc, char **argv) {
         for (auto &s : set) {
             CK(cudaFree(s.cache));
             CK(cudaFree(s.contig));
-            for (int v = 0; v < 3; v++) {
+            CK(cudaFree(s.rows));
+            CK(cudaFree(s.key_addr));
+            for (int v = 0; v < 4; v++) {
                 CK(cudaFree(s.addr[v]));
                 CK(cudaFree(s.bytes[v]));
                 CK(cudaFree(s.begin[v]));
