@@ -97,11 +97,20 @@ program test-host "./$BUILD/test_host"
 # and without sanitizers with every allocation in a mapping of its own (other neighbours). A
 # check whose expected answer holds for one layout only (an output span running past its
 # buffer into whatever lies next) fails in one of them; each run counts as one test.
+# TEST_ALL=1 (`make test-all`) adds three runs that CI's two cores have no time for (with the
+# kernels' compile checks beside them, make test took 19-24 minutes with them): clang's
+# ASan/UBSan build (clang builds the MemorySanitizer and -m32 runs below), gcc's -m32 build
+# (x87 arithmetic) and the AArch64 run under qemu-user.
+all_runs=${TEST_ALL:-0}
 host_flags="-std=c99 -pedantic -Wall -Wextra -Werror -DAITER_MLA_NO_GPU"
 if command -v clang >/dev/null 2>&1; then
-    step build-test-host-clang clang $host_flags -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-        -fno-sanitize-recover=all -o "$BUILD/test_host_clang" tests/test_host.c -lm
-    step test-host-clang "./$BUILD/test_host_clang"
+    if [ "$all_runs" = 1 ]; then
+        step build-test-host-clang clang $host_flags -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=all -o "$BUILD/test_host_clang" tests/test_host.c -lm
+        step test-host-clang "./$BUILD/test_host_clang"
+    else
+        echo "note  clang's ASan/UBSan build runs in make test-all"
+    fi
     # ... and under MemorySanitizer (its own allocator, another layout), which reports a read
     # of memory never written, something ASan does not see
     if printf 'int main(void){return 0;}\n' | clang -fsanitize=memory -x c -o "$BUILD/msan-probe" - >/dev/null 2>&1; then
@@ -113,7 +122,7 @@ if command -v clang >/dev/null 2>&1; then
     fi
 fi
 # The build without sanitizers also takes what an AArch64 host does differently from x86-64
-# (the qemu run below is opt-in: it cost CI 4-5 minutes of one core): char unsigned, and
+# (the qemu run below is in make test-all only: 4-5 minutes of one core): char unsigned, and
 # a * b + c contracted into fused multiply-adds where this CPU runs them (clang contracts by
 # default on AArch64; gcc -std=c99 does not, so -ffp-contract=fast asks it to).
 plain_flags="-funsigned-char"
@@ -135,6 +144,10 @@ step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./
 for cc32 in "$CC" clang; do
     command -v "$cc32" >/dev/null 2>&1 || continue
     [ "$cc32" = clang ] && "$CC" --version 2>/dev/null | grep -q clang && continue # $CC is clang: built once
+    if [ "$cc32" != clang ] && [ "$all_runs" != 1 ] && command -v clang >/dev/null 2>&1; then
+        echo "note  $cc32's -m32 build (x87 arithmetic) runs in make test-all"
+        continue
+    fi
     tag=$(basename "$cc32")
     fp="-mfpmath=387"
     "$cc32" --version 2>/dev/null | grep -q clang && fp="-msse2 -mfpmath=sse"
@@ -148,13 +161,13 @@ for cc32 in "$CC" clang; do
         echo "note  $cc32 cannot build for -m32 with sanitizers here: its 32-bit host tests not run"
     fi
 done
-# ... and on AArch64 (the hosts of Grace Hopper and Graviton), with TEST_AARCH64=1 (`make
-# test-aarch64`), built by clang and run under qemu-user where both can (Debian:
+# ... and on AArch64 (the hosts of Grace Hopper and Graviton), in make test-all, built by
+# clang and run under qemu-user where both can (Debian:
 # binutils-aarch64-linux-gnu libc6-dev-arm64-cross libgcc-12-dev-arm64-cross qemu-user; the
 # cross gcc conflicts with gcc-multilib): char is unsigned there, arrays have no 16-byte
 # alignment of their own, and clang contracts a * b + c into one fused multiply-add by default.
-if [ "${TEST_AARCH64:-0}" != 1 ]; then
-    echo "note  the AArch64 run under qemu-user is make test-aarch64"
+if [ "$all_runs" != 1 ]; then
+    echo "note  the AArch64 run under qemu-user runs in make test-all"
 elif command -v clang >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 &&
     printf 'int main(void){return 0;}\n' | clang --target=aarch64-linux-gnu -static -x c -o "$BUILD/a64-probe" - >/dev/null 2>&1 &&
     qemu-aarch64 "$BUILD/a64-probe" >/dev/null 2>&1; then
