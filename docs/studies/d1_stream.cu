@@ -155,6 +155,29 @@ struct Set {
     int *bytes[4] = {}, *begin[4] = {};
 };
 
+// The lists of one layout as they are built: tiles in request order, a list ending with the
+// tile that fills its equal share of the keys.
+struct ListBuilder {
+    std::vector<unsigned long long> addr;
+    std::vector<int> bytes, begin{0};
+    int64_t in_list = 0;
+    void add_tile(const unsigned char *src, int keys, int64_t share, int lists) {
+        addr.push_back((unsigned long long)(uintptr_t)src);
+        bytes.push_back(keys * kRow);
+        in_list += keys;
+        if (in_list >= share && (int)begin.size() < lists) {
+            begin.push_back((int)addr.size());
+            in_list = 0;
+        }
+    }
+    void upload(unsigned long long **d_addr, int **d_bytes, int **d_begin, int lists) {
+        while ((int)begin.size() < lists + 1) begin.push_back((int)addr.size());
+        study_upload(d_addr, addr);
+        study_upload(d_bytes, bytes);
+        study_upload(d_begin, begin);
+    }
+};
+
 int main(int argc, char **argv) {
     const int runs = argc > 1 ? atoi(argv[1]) : 30;
     const cudaDeviceProp prop = study_device();
@@ -195,9 +218,8 @@ int main(int argc, char **argv) {
             const int64_t share = (keys + lists - 1) / lists;
             for (int v = 0; v < 3; v++) {
                 const int tk = v == 1 ? 64 : 32;
-                std::vector<unsigned long long> addr;
-                std::vector<int> bytes, begin{0};
-                int64_t used = 0, next_page = 0, in_list = 0;
+                ListBuilder lb;
+                int64_t used = 0, next_page = 0;
                 for (int b = 0; b < kBatch; b++) {
                     const int np = (ctx[b] + kBS - 1) / kBS;
                     for (int p = 0; p < np; p++) {
@@ -205,26 +227,13 @@ int main(int argc, char **argv) {
                         const int page_keys = std::min(kBS, ctx[b] - p * kBS);
                         for (int k0 = 0; k0 < page_keys; k0 += tk) {
                             const int nk = std::min(tk, page_keys - k0);
-                            const unsigned char *src = v == 2 ? s.contig + used * kRow : s.cache + page * kPage + (int64_t)k0 * kRow;
-                            addr.push_back((unsigned long long)(uintptr_t)src);
-                            bytes.push_back(nk * kRow);
+                            lb.add_tile(v == 2 ? s.contig + used * kRow : s.cache + page * kPage + (int64_t)k0 * kRow, nk, share, lists);
                             used += nk;
-                            in_list += nk;
-                            if (in_list >= share && (int)begin.size() < lists) {
-                                begin.push_back((int)addr.size());
-                                in_list = 0;
-                            }
                         }
                     }
                     next_page += np;
                 }
-                while ((int)begin.size() < lists + 1) begin.push_back((int)addr.size());
-                CK(cudaMalloc(&s.addr[v], addr.size() * 8));
-                CK(cudaMalloc(&s.bytes[v], bytes.size() * 4));
-                CK(cudaMalloc(&s.begin[v], begin.size() * 4));
-                CK(cudaMemcpy(s.addr[v], addr.data(), addr.size() * 8, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(s.bytes[v], bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(s.begin[v], begin.data(), begin.size() * 4, cudaMemcpyHostToDevice));
+                lb.upload(&s.addr[v], &s.bytes[v], &s.begin[v], lists);
             }
             // pages of one (D1-p1): each key a row drawn without replacement from a shuffled pool;
             // tiles of 32 of a request's keys, the lists cut as above
@@ -235,32 +244,19 @@ int main(int argc, char **argv) {
                 std::vector<int64_t> row(pool);
                 for (int64_t r = 0; r < pool; r++) row[r] = r;
                 std::shuffle(row.begin(), row.end(), rng);
-                std::vector<unsigned long long> addr, key_addr;
-                std::vector<int> bytes, begin{0};
-                int64_t next_row = 0, in_list = 0;
+                ListBuilder lb;
+                std::vector<unsigned long long> key_addr;
+                int64_t next_row = 0;
                 for (int b = 0; b < kBatch; b++)
                     for (int k0 = 0; k0 < ctx[b]; k0 += 32) {
                         const int nk = std::min(32, ctx[b] - k0);
                         for (int k = 0; k < 32; k++) // a tile's absent keys: its first row (never copied)
                             key_addr.push_back((unsigned long long)(uintptr_t)(s.rows + row[next_row + (k < nk ? k : 0)] * kRow));
-                        addr.push_back(key_addr[key_addr.size() - 32]);
-                        bytes.push_back(nk * kRow);
+                        lb.add_tile(s.rows + row[next_row] * kRow, nk, share, lists);
                         next_row += nk;
-                        in_list += nk;
-                        if (in_list >= share && (int)begin.size() < lists) {
-                            begin.push_back((int)addr.size());
-                            in_list = 0;
-                        }
                     }
-                while ((int)begin.size() < lists + 1) begin.push_back((int)addr.size());
-                CK(cudaMalloc(&s.addr[3], addr.size() * 8));
-                CK(cudaMalloc(&s.key_addr, key_addr.size() * 8));
-                CK(cudaMalloc(&s.bytes[3], bytes.size() * 4));
-                CK(cudaMalloc(&s.begin[3], begin.size() * 4));
-                CK(cudaMemcpy(s.addr[3], addr.data(), addr.size() * 8, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(s.key_addr, key_addr.data(), key_addr.size() * 8, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(s.bytes[3], bytes.data(), bytes.size() * 4, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(s.begin[3], begin.data(), begin.size() * 4, cudaMemcpyHostToDevice));
+                lb.upload(&s.addr[3], &s.bytes[3], &s.begin[3], lists);
+                study_upload(&s.key_addr, key_addr);
             }
         }
         printf("\n## batch %d, mean context %d: %lld keys, %.1f MB of key rows, %d lists, %d sets; the row's 90 %% target: %.1f us\n",

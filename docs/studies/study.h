@@ -108,6 +108,13 @@ struct StudyTimer {
     }
 };
 
+// A device copy of v in *dst (the caller frees it).
+template <class T>
+inline void study_upload(T **dst, const std::vector<T> &v) {
+    CK(cudaMalloc(dst, v.size() * sizeof(T)));
+    CK(cudaMemcpy(*dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
 // The device's properties, its name, SM count and L2 size printed on one line.
 static cudaDeviceProp study_device() {
     cudaDeviceProp prop;
