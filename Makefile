@@ -109,13 +109,14 @@ MFMA_TESTS := test_decode_sweep test_decode_variants test_decode_rising_keys tes
 run: $(BUILD)/decode
 	$(abspath $(BUILD))/decode
 
+RUN_TESTS = GPU=$(GPU) NVCC="$(NVCC)" HIPCC="$(HIPCC)" CC="$(CC)" CXX="$(CXX)" BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_tests.sh
 test:
-	@GPU=$(GPU) NVCC="$(NVCC)" HIPCC="$(HIPCC)" CC="$(CC)" CXX="$(CXX)" BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_tests.sh
+	@$(RUN_TESTS)
 
 # make test, and the host test runs CI has no time for: clang's ASan/UBSan build, gcc's -m32
 # build (x87), the AArch64 build run under qemu-user
 test-all:
-	@TEST_ALL=1 GPU=$(GPU) NVCC="$(NVCC)" HIPCC="$(HIPCC)" CC="$(CC)" CXX="$(CXX)" BUILD=$(BUILD) MAKE="$(MAKE)" sh tests/run_tests.sh
+	@TEST_ALL=1 $(RUN_TESTS)
 
 test-host: $(BUILD)/test_host
 	$(abspath $(BUILD))/test_host
