@@ -143,11 +143,11 @@ step test-host-own-mappings env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=0 "./
 # array of 16 bytes or more need not be 16-byte aligned.
 # make test runs one of the two (make test-all both): clang's where clang builds for -m32
 # with UBSan, else gcc's, so that no machine goes without a 32-bit run.
+builds_m32() { # builds_m32 COMPILER SANITIZERS: whether it links a -m32 program with them
+    printf 'int main(void){return 0;}\n' | "$1" -m32 -fsanitize="$2" -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1
+}
 clang_m32=0
-if command -v clang >/dev/null 2>&1 &&
-    printf 'int main(void){return 0;}\n' | clang -m32 -fsanitize=undefined -x c -o "$BUILD/m32-probe-clang" - >/dev/null 2>&1; then
-    clang_m32=1
-fi
+command -v clang >/dev/null 2>&1 && builds_m32 clang undefined && clang_m32=1
 for cc32 in "$CC" clang; do
     command -v "$cc32" >/dev/null 2>&1 || continue
     [ "$cc32" = clang ] && "$CC" --version 2>/dev/null | grep -q clang && continue # $CC is clang: built once
@@ -160,7 +160,7 @@ for cc32 in "$CC" clang; do
     "$cc32" --version 2>/dev/null | grep -q clang && fp="-msse2 -mfpmath=sse"
     san32=address,undefined
     [ "$cc32" = clang ] && [ "$CC" != clang ] && san32=undefined
-    if printf 'int main(void){return 0;}\n' | "$cc32" -m32 -fsanitize=$san32 -x c -o "$BUILD/m32-probe" - >/dev/null 2>&1; then
+    if builds_m32 "$cc32" $san32; then
         step build-test-host-m32-$tag "$cc32" -m32 $fp $host_flags -O1 -g -fsanitize=$san32 \
             -fno-omit-frame-pointer -fno-sanitize-recover=all -o "$BUILD/test_host_m32_$tag" tests/test_host.c -lm
         step test-host-m32-$tag "./$BUILD/test_host_m32_$tag"
