@@ -246,6 +246,8 @@
  *        a.extra_keys.cache = c_cache_d;  a.extra_keys.num_blocks = c_num_pages;
  *        a.extra_keys.indices = c_idx_d;  a.extra_keys.indptr = c_ptr_d;
  *        a.extra_keys.capacity = tk.out.capacity;
+ *        a.keys_read_once = 1;                         (a decode step, one token a request:
+ *                                                        a hint, see the field)
  *        aiter_mla_v4_attention(&a, stream);
  *   Chunked prefill: aiter_mla_v4_prefill (one call a layer: the gathers into a workspace
  *   sized by aiter_mla_v4_prefill_workspace_size, the combine, the attention, per chunk of
@@ -1269,6 +1271,12 @@ typedef struct aiter_mla_sparse_args {
                                     heads) then launches at most num_cu blocks, each taking tokens
                                     in turn; other kernels ignore it. A wrong count costs time,
                                     never rows. 0: a block for each token and head group */
+    int keys_read_once;          /* GPU hint, 0 (default) or 1: no slot is read by two tokens of the
+                                    call (a decode step, one token a request, no shared pages).
+                                    NVIDIA's mma.sync kernel (on sm_90a: 16 heads or fewer) then
+                                    copies keys with an evict-first L2 policy, so that the keys
+                                    streaming through the L2 leave it before q, o and the indices.
+                                    A wrong 1 costs time, never rows; the reference ignores it */
 } aiter_mla_sparse_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention_ref(const aiter_mla_sparse_args *a);
@@ -1712,6 +1720,14 @@ typedef struct aiter_mla_v4_attention_args {
                                     split then launch at most num_cu blocks, each taking tokens in
                                     turn (below); other kernels ignore it. A wrong count costs time,
                                     never rows. 0: a block for each token and head group */
+    int keys_read_once;          /* GPU hint, 0 (default) or 1: no key of either list is read by two
+                                    tokens of the call (a decode step, one token a request, no
+                                    shared pages). NVIDIA's mma.sync and bulk-copy kernels (on
+                                    sm_90a: 16 heads or fewer) then copy keys with an evict-first
+                                    L2 policy, so that the keys streaming through the L2 leave it
+                                    before q, o and the lists. A wrong 1 costs time, never rows;
+                                    the reference and the prefill (a chunk's tokens share their
+                                    workspace rows) ignore it */
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
@@ -4159,6 +4175,7 @@ static aiter_mla_status aiter_mla__sparse_resolve(const char *op, const aiter_ml
     AITER_MLA__RANGE(op, a.indices_stride, a.topk, INT32_MAX, "indices_stride");
     AITER_MLA__RANGE(op, a.num_slots, 1, INT32_MAX, "num_slots");
     AITER_MLA__RANGE(op, a.num_cu, 0, 65536, "num_cu"); /* used only by the GPU, wrong anywhere */
+    AITER_MLA__RANGE(op, a.keys_read_once, 0, 1, "keys_read_once");
     if (!aiter_mla__is_16bit(a.q_dtype))
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: q_dtype %s is not bf16 or f16", op, aiter_mla_dtype_name(a.q_dtype));
     AITER_MLA__CHECK(aiter_mla__check_out_dtype(op, a.o_dtype, "", "o_dtype"));
@@ -5499,6 +5516,7 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_splits, 0, AITER_MLA_V4_MAX_SPLITS, pre, "num_splits"));
     if (!a->num_splits) a->num_splits = 1;
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_cu, 0, 65536, pre, "num_cu")); /* used only by the GPU, wrong anywhere */
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->keys_read_once, 0, 1, pre, "keys_read_once"));
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     AITER_MLA__CHECK(aiter_mla__check_scale(op, a->sm_scale, pre, "sm_scale"));
     if (with_keys) {
@@ -5879,6 +5897,7 @@ static void aiter_mla__v4_prefill_chunk(const aiter_mla__v4_prefill *r, int cs, 
     at->o = (char *)a->attn.o + (size_t)(row0 * a->attn.o_stride_token) * aiter_mla_dtype_size(a->attn.o_dtype);
     at->lse = a->attn.lse ? a->attn.lse + row0 * a->attn.num_heads : NULL;
     at->num_tokens = tokens;
+    at->keys_read_once = 0; /* a chunk's tokens share its workspace rows */
     memset(&at->keys, 0, sizeof at->keys);
     memset(&at->extra_keys, 0, sizeof at->extra_keys);
     at->keys.cache = a->workspace;

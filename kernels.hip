@@ -143,6 +143,7 @@ struct DecodeParams {
     // partials (part_o, part_lse at row t * v4_splits + z) merged by the reduce kernel.
     int v4, v4_splits;
     aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
+    int keys_read_once;         // sparse, V4: the caller's word that no key serves two tokens (key_l2_policy)
     // Decode on the warpgroup kernel: block (x, y) takes rows [64 x, 64 x + 64) of CU y's work
     // items, so the blocks sharing a work item's keys run side by side and share them in L2.
     int row_split;
@@ -1232,10 +1233,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 // The L2 cache policy (sm_80) of a pass's key copies: evict_first where the pass is its keys'
-// only reader (a dense decode tile of all its request's tokens, in one pass, in one block), so
-// that the keys streaming through the L2 go before the lines of every other access (q, o, the
-// partials, the plan, the page tables); evict_normal elsewhere (sparse and V4 tokens may share
-// keys with any other token, which the L2 should keep for them; row_split blocks share theirs).
+// only reader (a dense decode tile of all its request's tokens, in one pass, in one block; a
+// sparse or V4 token's keys, all its heads in one pass, where the caller says no key serves two
+// tokens: keys_read_once), so that the keys streaming through the L2 go before the lines of every
+// other access (q, o, the partials, the plan, the page tables); evict_normal elsewhere (sparse
+// and V4 tokens may share keys with any other token, which the L2 should keep for them; row_split
+// blocks and a token's row groups share theirs).
 // On the 16-row decodes' key copies (16-byte cp.async, bulk copies) against no policy, H100
 // 80GB HBM3, alternately in one call, us: D1 227.5-228.1 -> 219.6-220.0 (89.0 -> 92.3 % of
 // copy), D1-p1 223.5-223.6 -> 214.2-215.6, D2 435.7-437.0 -> 428.9-430.4, D2-p1 415.8-416.6 ->
@@ -1245,7 +1248,9 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 // copies instead: D1 226 us, D1-p1 228, D2-p1 416 -> 426 (not taken). docs/PERFORMANCE.md, "The
 // 16-row decodes' key rows under an evict-first L2 policy".
 __device__ __forceinline__ uint64_t key_l2_policy(const DecodeParams &p, const Piece &pc, int pass_rows) {
-    const bool only_reader = !p.sparse && !p.row_split && pc.qe - pc.qs == pc.q_len && pc.re - pc.rb <= pass_rows;
+    const bool one_pass = pc.re - pc.rb <= pass_rows;
+    const bool only_reader = p.sparse ? p.keys_read_once && pc.rb == 0 && pc.re == p.a.num_heads && one_pass
+                                      : !p.row_split && pc.qe - pc.qs == pc.q_len && one_pass;
     uint64_t first, normal;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
     asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
@@ -7230,6 +7235,7 @@ template <typename Args> static DecodeParams token_params(const Args *a) {
     p.sparse = 1;
     p.tokens = a->num_tokens;
     p.attn_sink = a->attn_sink;
+    p.keys_read_once = a->keys_read_once;
     return p;
 }
 // A launch without a plan (sparse attention, V4): grid (token, row group of heads, split of

@@ -874,6 +874,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (a.num_splits < 1) a.num_splits = 1;
     if (g_v4_splits) a.num_splits = g_v4_splits; /* the wrapper checks it */
     a.num_cu = num_cu; /* past that, blocks taking several tokens each */
+    a.keys_read_once = Q == 1; /* a decode step: each token its own request's keys */
     v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL};
     aiter_mla_v4_prefill_args pf = {0};
     int32_t *meta = NULL, *d_meta = NULL, *d_local = NULL;

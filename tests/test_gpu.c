@@ -1627,6 +1627,7 @@ static void run_sparse_case(const sparse_case *c, test_rng *rng) {
     a.q_dtype = c->q_dtype;
     a.o_dtype = c->o_dtype;
     a.num_cu = c->num_cu;
+    a.keys_read_once = (int)((T + H + K) & 1); /* a hint, right or wrong here (rows may share slots): the same rows */
     aiter_mla_kernel kernel = AITER_MLA_KERNEL_NONE;
     CHECK_STATUS(aiter_mla_sparse_attention_kernel(&a, &kernel), AITER_MLA_OK, "");
     CHECK_STATUS(aiter_mla_sparse_attention(&a, g_stream), AITER_MLA_OK, "");
@@ -2679,6 +2680,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     }
     a.num_splits = c->splits;
     a.num_cu = c->num_cu;
+    a.keys_read_once = (int)((T + H + c->splits) & 1); /* a hint, right or wrong here (lists may share keys): the same rows */
     CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes), AITER_MLA_OK, "");
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
     if (a.workspace) gpu_memset(a.workspace, 0xff, a.workspace_bytes); /* NaN partials: an unwritten one would show */
