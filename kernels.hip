@@ -1243,10 +1243,13 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 // 80GB HBM3, alternately in one call, us: D1 227.5-228.1 -> 219.6-220.0 (89.0 -> 92.3 % of
 // copy), D1-p1 223.5-223.6 -> 214.2-215.6, D2 435.7-437.0 -> 428.9-430.4, D2-p1 415.8-416.6 ->
 // 407.4-408.4, D1-fp8 125.7-126.9 -> 118.5-119.4, D1-fp8q 132.0-133.2 -> 120.6-120.7, D1-fp8-p1
-// 137.2-138.3 -> 129.8-130.6, D2-fp8 224.0-225.2 -> 216.0, D5 within its spread (V4D-h16-k512-b128,
-// with the policy on its MODEL1 copies too: 34.8-35.0 -> 33.3-33.9). `.L2::256B` on the bf16
-// copies instead: D1 226 us, D1-p1 228, D2-p1 416 -> 426 (not taken). docs/PERFORMANCE.md, "The
-// 16-row decodes' key rows under an evict-first L2 policy".
+// 137.2-138.3 -> 129.8-130.6, D2-fp8 224.0-225.2 -> 216.0, D5 within its spread. `.L2::256B`
+// on the bf16 copies instead: D1 226 us, D1-p1 228, D2-p1 416 -> 426 (not taken). With
+// keys_read_once set (the bench's V4 decode rows), against the normal policy, H100, two runs
+// each, alternately in one call: V4D-h16-k512-b4 16.0 -> 15.6-15.7 us, -b32 23.6-23.7 -> 23.0,
+// -b128 34.5-34.6 -> 33.4, -b512 119.1-119.2 both, V4D-h16-k1024-b128 50.6-50.7 -> 49.7.
+// docs/PERFORMANCE.md, "The 16-row decodes' key rows under an evict-first L2 policy" and
+// "keys_read_once".
 __device__ __forceinline__ uint64_t key_l2_policy(const DecodeParams &p, const Piece &pc, int pass_rows) {
     const bool one_pass = pc.re - pc.rb <= pass_rows;
     const bool only_reader = p.sparse ? p.keys_read_once && pc.rb == 0 && pc.re == p.a.num_heads && one_pass
@@ -3874,8 +3877,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode16_fp8_kernel(DecodeParams 
             // as race checkers expect: with a group's own count, compute-sanitizer's racecheck
             // reported hazards across the block barriers after the tiles; each group's named
             // barrier is its own and every thread meets the block barriers in the same order, so
-            // no race was found in the code, and every test passed either way. The pairing costs
-            // ~4 % (D1-fp8 128 -> 133 us; more spills).
+            // no race was found in the code, and every test passed either way. With a group's own
+            // count racecheck reports 74 errors over `--quick test_decode_variants` (H100), and the
+            // pairing costs nothing measurable now (two runs each, alternately: D1-fp8 118.7-119.9
+            // us paired, 118.7-119.2 not; D1-fp8-p1 131.4-131.7, 131.2-131.6; D2-fp8 216.1-216.6,
+            // 215.9-216.2); it once cost ~4 % on an H200 (D1-fp8 128 -> 133 us; more spills).
             const int iters = (ntiles + kGroups - 1) / kGroups;
             for (int it = 0, par = 0; it < iters; it++, par ^= 1) {
                 const int i = grp + it * kGroups;
