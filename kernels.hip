@@ -2496,6 +2496,20 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     else AITER_MLA__LOAD16_OR_ZERO("");
     return v;
 }
+// load16_or_zero<true> under an L2 cache policy (key_l2_policy): the 64-row kernel's MODEL1 rows.
+// Against the plain wide load, H100 80GB HBM3, two runs each, alternately in one call, us:
+// V4P-h64 (normal policy: a prefill's tokens share keys) 4484-4559 -> 3740-3895, V4P-h128
+// 8843 -> 7322-7348 in full runs; the decode rows (keys_read_once: evict_first) V4D-h64-k512-b128
+// 60.4-60.7 both, -b512 226.7-227.6 -> 227.4-227.5, -b32 39.6-41.3 -> 42.0-42.1 (docs/PERFORMANCE.md,
+// "The warpgroup kernel's MODEL1 loads under an L2 policy").
+__device__ __forceinline__ uint4 load16_wide_or_zero(const void *src, bool ok, uint64_t l2_policy) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, "
+                 "[%5], %6;\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "r"((int)ok), "l"(src), "l"(l2_policy));
+    return v;
+}
 // Brings `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2.
 __device__ __forceinline__ void prefetch_l2(const void *src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
@@ -2993,13 +3007,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
         };
+        // MODEL1 rows: the piece's L2 policy (evict_first where the caller says its token reads
+        // them alone: mma::key_l2_policy)
+        [[maybe_unused]] uint64_t model1_policy = 0;
         // fp8: this thread's share of a key row into registers (zeros for an absent key)
         auto fetch = [&](const KeyRef &k, Staged &st) {
             if constexpr (W::on) {
                 const bool ok = k.row != nullptr;
                 const unsigned char *row = ok ? k.row : static_cast<const unsigned char *>(a.q); // a.q: not read
 #pragma unroll
-                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero<KVT == kV4Model1>(row + W::chunk_at(j, my_part), ok);
+                for (int j = 0; j < W::loads; j++) {
+                    const unsigned char *src = row + W::chunk_at(j, my_part);
+                    if constexpr (KVT == kV4Model1) st.v[j] = load16_wide_or_zero(src, ok, model1_policy);
+                    else st.v[j] = load16_or_zero(src, ok);
+                }
                 if constexpr (is_ds_mla(KVT)) st.scales = load16_or_zero(row + kL, ok); // the four fp32 group scales
                 if constexpr (KVT == kV4Model1) st.scales = load16_or_zero<true>(ok ? k.scales : row, ok); // the even and the odd row's 8
             }
@@ -3173,6 +3194,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         bool first = true;
         for_each_piece<!kSplit>(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
+            if constexpr (KVT == kV4Model1) model1_policy = mma::key_l2_policy(p, pc, kM);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
                 // Q while the pass before ends (its products are done with Q), then the indices of
