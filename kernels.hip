@@ -2498,8 +2498,8 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
 }
 // load16_or_zero<true> under an L2 cache policy (key_l2_policy): the 64-row kernel's MODEL1 rows.
 // Against the plain wide load, H100 80GB HBM3, two runs each, alternately in one call, us:
-// V4P-h64 (normal policy: a prefill's tokens share keys) 4484-4559 -> 3740-3895, V4P-h128
-// 8843 -> 7322-7348 in full runs; the decode rows (keys_read_once: evict_first) V4D-h64-k512-b128
+// V4P-h64 (normal policy: a prefill's tokens share keys) 4484-4559 -> 3740-3895 (V4P-h128 in
+// full runs: 7322-7348, 8634-8874 before on other H100s); the decode rows (keys_read_once: evict_first) V4D-h64-k512-b128
 // 60.4-60.7 both, -b512 226.7-227.6 -> 227.4-227.5, -b32 39.6-41.3 -> 42.0-42.1 (docs/PERFORMANCE.md,
 // "The warpgroup kernel's MODEL1 loads under an L2 policy").
 __device__ __forceinline__ uint4 load16_wide_or_zero(const void *src, bool ok, uint64_t l2_policy) {
