@@ -2500,8 +2500,11 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
 // Against the plain wide load, H100 80GB HBM3, two runs each, alternately in one call, us:
 // V4P-h64 (normal policy: a prefill's tokens share keys) 4484-4559 -> 3740-3895 (V4P-h128 in
 // full runs: 7322-7348, 8634-8874 before on other H100s); the decode rows (keys_read_once: evict_first) V4D-h64-k512-b128
-// 60.4-60.7 both, -b512 226.7-227.6 -> 227.4-227.5, -b32 39.6-41.3 -> 42.0-42.1 (docs/PERFORMANCE.md,
-// "The warpgroup kernel's MODEL1 loads under an L2 policy").
+// 60.4-60.7 both, -b512 226.7-227.6 -> 227.4-227.5, -b32 39.6-41.3 -> 42.0-42.1. evict_normal on
+// every piece keeps the prefill's gain and costs the decode rows 7-25 % (b128 60.2-60.8 -> 64.9-65.3,
+// b32 40.4-41.8 -> 50.0-51.1): an explicit policy is not the plain load's default, so the decode
+// pieces need evict_first (docs/PERFORMANCE.md, "The warpgroup kernel's MODEL1 loads under an L2
+// policy").
 __device__ __forceinline__ uint4 load16_wide_or_zero(const void *src, bool ok, uint64_t l2_policy) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, "
