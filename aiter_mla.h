@@ -1723,13 +1723,11 @@ typedef struct aiter_mla_v4_attention_args {
     int keys_read_once;          /* GPU hint, 0 (default) or 1: no key of either list is read by two
                                     tokens of the call (a decode step, one token a request, no
                                     shared pages). NVIDIA's mma.sync and bulk-copy kernels (on
-                                    sm_90a: 16 heads or fewer) then copy keys, and the warpgroup
-                                    kernel (more heads, where a block holds all of a token's: 64
-                                    or fewer) loads them, with an evict-first L2 policy, so that
-                                    the keys streaming through the L2 leave it before q, o and the
-                                    lists. A wrong 1 costs time, never rows; the reference and the
-                                    prefill (a chunk's tokens share their workspace rows) ignore
-                                    it */
+                                    sm_90a: 16 heads or fewer) then copy keys with an evict-first
+                                    L2 policy, so that the keys streaming through the L2 leave it
+                                    before q, o and the lists. A wrong 1 costs time, never rows;
+                                    the reference and the prefill (a chunk's tokens share their
+                                    workspace rows) ignore it */
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);

@@ -2484,7 +2484,12 @@ __device__ __forceinline__ void regs_set() {
 // two or three runs each against the plain load: V4D-h64-k512-b128 65.5-66.3 -> 62.5-63.3 us,
 // k512-b32 43.0-43.5 -> 42.4-43.1, k1024-b32 51.9-52.4 -> 50.4-50.5, V4P-h64 4762-4841 ->
 // 4575-4586); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower (SD1 433-437 ->
-// 440, D3-fp8 483-485 -> 490).
+// 440, D3-fp8 483-485 -> 490). An L2 cache policy operand on MODEL1's row loads (key_l2_policy's,
+// `.L2::cache_hint`) was measured and not taken (H100): evict_normal, the policy of every call
+// without keys_read_once, made V4P-h64 15-17 % faster (4497-4559 -> 3719-3804 us) and the 64-head
+// decode rows 7-25 % slower (V4D-h64-k512-b128 60.2-60.8 -> 64.9-65.3, -b32 40.4-41.8 ->
+// 50.0-51.1); evict_first with the hint left them even (b32 1-2 us slower). docs/PERFORMANCE.md,
+// "The warpgroup kernel's MODEL1 loads under an L2 policy".
 #define AITER_MLA__LOAD16_OR_ZERO(QUALIFIERS)                                                                              \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate" QUALIFIERS ".v4.u32 {%0, %1, %2, %3}, [%5];\n}\n" \
                  : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)                                                            \
@@ -2494,23 +2499,6 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if constexpr (kWide) AITER_MLA__LOAD16_OR_ZERO(".L2::256B");
     else AITER_MLA__LOAD16_OR_ZERO("");
-    return v;
-}
-// load16_or_zero<true> under an L2 cache policy (key_l2_policy): the 64-row kernel's MODEL1 rows.
-// Against the plain wide load, H100 80GB HBM3, two runs each, alternately in one call, us:
-// V4P-h64 (normal policy: a prefill's tokens share keys) 4484-4559 -> 3740-3895 (V4P-h128 in
-// full runs: 7322-7348, 8634-8874 before on other H100s); the decode rows (keys_read_once: evict_first) V4D-h64-k512-b128
-// 60.4-60.7 both, -b512 226.7-227.6 -> 227.4-227.5, -b32 39.6-41.3 -> 42.0-42.1. evict_normal on
-// every piece keeps the prefill's gain and costs the decode rows 7-25 % (b128 60.2-60.8 -> 64.9-65.3,
-// b32 40.4-41.8 -> 50.0-51.1): an explicit policy is not the plain load's default, so the decode
-// pieces need evict_first (docs/PERFORMANCE.md, "The warpgroup kernel's MODEL1 loads under an L2
-// policy").
-__device__ __forceinline__ uint4 load16_wide_or_zero(const void *src, bool ok, uint64_t l2_policy) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, "
-                 "[%5], %6;\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "r"((int)ok), "l"(src), "l"(l2_policy));
     return v;
 }
 // Brings `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2.
@@ -3010,20 +2998,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         struct Staged {
             uint4 v[W::on ? W::loads : 1], scales;
         };
-        // MODEL1 rows: the piece's L2 policy (evict_first where the caller says its token reads
-        // them alone: mma::key_l2_policy)
-        [[maybe_unused]] uint64_t model1_policy = 0;
         // fp8: this thread's share of a key row into registers (zeros for an absent key)
         auto fetch = [&](const KeyRef &k, Staged &st) {
             if constexpr (W::on) {
                 const bool ok = k.row != nullptr;
                 const unsigned char *row = ok ? k.row : static_cast<const unsigned char *>(a.q); // a.q: not read
 #pragma unroll
-                for (int j = 0; j < W::loads; j++) {
-                    const unsigned char *src = row + W::chunk_at(j, my_part);
-                    if constexpr (KVT == kV4Model1) st.v[j] = load16_wide_or_zero(src, ok, model1_policy);
-                    else st.v[j] = load16_or_zero(src, ok);
-                }
+                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero<KVT == kV4Model1>(row + W::chunk_at(j, my_part), ok);
                 if constexpr (is_ds_mla(KVT)) st.scales = load16_or_zero(row + kL, ok); // the four fp32 group scales
                 if constexpr (KVT == kV4Model1) st.scales = load16_or_zero<true>(ok ? k.scales : row, ok); // the even and the odd row's 8
             }
@@ -3197,7 +3178,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
         bool first = true;
         for_each_piece<!kSplit>(p, [&](const Piece &pc) {
             const int ntiles = tiles_of(pc);
-            if constexpr (KVT == kV4Model1) model1_policy = mma::key_l2_policy(p, pc, kM);
             for (int r0 = pc.rb; r0 < pass_end(pc); r0 += kM) {
                 const int R = max(0, min(kM, pc.re - r0));
                 // Q while the pass before ends (its products are done with Q), then the indices of
