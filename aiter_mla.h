@@ -247,7 +247,8 @@
  *        a.extra_keys.indices = c_idx_d;  a.extra_keys.indptr = c_ptr_d;
  *        a.extra_keys.capacity = tk.out.capacity;
  *        a.keys_read_once = 1;                         (a decode step, one token a request:
- *                                                        a hint, see the field)
+ *                                                        a hint, see the field; a prefill
+ *                                                        from the pages: keys_shared = 1)
  *        aiter_mla_v4_attention(&a, stream);
  *   Chunked prefill: aiter_mla_v4_prefill (one call a layer: the gathers into a workspace
  *   sized by aiter_mla_v4_prefill_workspace_size, the combine, the attention, per chunk of
@@ -1728,6 +1729,16 @@ typedef struct aiter_mla_v4_attention_args {
                                     before q, o and the lists. A wrong 1 costs time, never rows;
                                     the reference and the prefill (a chunk's tokens share their
                                     workspace rows) ignore it */
+    int keys_shared;             /* GPU hint, 0 (default) or 1, not with keys_read_once: the call's
+                                    tokens reread each other's keys (a prefill straight from the
+                                    pages: a request's tokens list the same window and entries).
+                                    The warpgroup kernel (AITER_MLA_WGMMA builds, more than 16
+                                    heads) then loads MODEL1 rows under an evict-normal L2
+                                    policy, which keeps them for the next tokens: 4 x 4096
+                                    prefill tokens took 15-17 % less time at 64 and 128 heads on
+                                    an H100 (docs/PERFORMANCE.md, "keys_shared"). A decode, whose
+                                    keys serve one token, runs 7-25 % slower with it. A wrong value costs time, never rows;
+                                    the reference ignores it, the prefill sets it */
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);
@@ -5517,6 +5528,10 @@ static aiter_mla_status aiter_mla__v4_attn_resolve(const char *op, const char *p
     if (!a->num_splits) a->num_splits = 1;
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->num_cu, 0, 65536, pre, "num_cu")); /* used only by the GPU, wrong anywhere */
     AITER_MLA__CHECK(aiter_mla__check_range(op, a->keys_read_once, 0, 1, pre, "keys_read_once"));
+    AITER_MLA__CHECK(aiter_mla__check_range(op, a->keys_shared, 0, 1, pre, "keys_shared"));
+    if (a->keys_read_once && a->keys_shared)
+        return aiter_mla__fail(AITER_MLA_ERR_INVALID_ARGUMENT, "%s: %skeys_read_once and %skeys_shared are both 1 (a call's keys are read once or shared)",
+                               op, pre, pre);
     if (a->sm_scale == 0.0f) a->sm_scale = 0.044194173824159216f; /* 512^-0.5 */
     AITER_MLA__CHECK(aiter_mla__check_scale(op, a->sm_scale, pre, "sm_scale"));
     if (with_keys) {
@@ -5898,6 +5913,7 @@ static void aiter_mla__v4_prefill_chunk(const aiter_mla__v4_prefill *r, int cs, 
     at->lse = a->attn.lse ? a->attn.lse + row0 * a->attn.num_heads : NULL;
     at->num_tokens = tokens;
     at->keys_read_once = 0; /* a chunk's tokens share its workspace rows */
+    at->keys_shared = 1;
     memset(&at->keys, 0, sizeof at->keys);
     memset(&at->extra_keys, 0, sizeof at->extra_keys);
     at->keys.cache = a->workspace;

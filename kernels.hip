@@ -144,6 +144,7 @@ struct DecodeParams {
     int v4, v4_splits;
     aiter_mla_v4_keys v4_keys[2]; // resolved; list 1 unused while its indices are NULL
     int keys_read_once;         // sparse, V4: the caller's word that no key serves two tokens (key_l2_policy)
+    int keys_shared;            // V4: the caller's word that its tokens reread each other's keys (decode_wgmma_kernel's kKept)
     // Decode on the warpgroup kernel: block (x, y) takes rows [64 x, 64 x + 64) of CU y's work
     // items, so the blocks sharing a work item's keys run side by side and share them in L2.
     int row_split;
@@ -2484,20 +2485,31 @@ __device__ __forceinline__ void regs_set() {
 // two or three runs each against the plain load: V4D-h64-k512-b128 65.5-66.3 -> 62.5-63.3 us,
 // k512-b32 43.0-43.5 -> 42.4-43.1, k1024-b32 51.9-52.4 -> 50.4-50.5, V4P-h64 4762-4841 ->
 // 4575-4586); for fp8_ds_mla and per-tensor e4m3 rows it measured ~1 % slower (SD1 433-437 ->
-// 440, D3-fp8 483-485 -> 490). An L2 cache policy operand on MODEL1's row loads (key_l2_policy's,
-// `.L2::cache_hint`) was measured and not taken (H100): evict_normal, the policy of every call
-// without keys_read_once, made V4P-h64 15-17 % faster (4497-4559 -> 3719-3804 us) and the 64-head
-// decode rows 7-25 % slower (V4D-h64-k512-b128 60.2-60.8 -> 64.9-65.3, -b32 40.4-41.8 ->
-// 50.0-51.1); evict_first with the hint left them even (b32 1-2 us slower). docs/PERFORMANCE.md,
-// "The warpgroup kernel's MODEL1 loads under an L2 policy".
+// 440, D3-fp8 483-485 -> 490).
+// kKept (wide loads): under an explicit evict-normal L2 policy (`.L2::cache_hint`), which keeps
+// the lines longer than the plain load's default does: the warpgroup kernel's MODEL1 rows where
+// the caller says its tokens reread them (keys_shared, a kernel instance of its own). H100, three
+// runs each against the plain load, alternately in one call, us: V4P-h64 4505-4528 -> 3747-3794,
+// V4P-h128 8693-8948 -> 7395-7459. A decode's keys serve one token, and there the policy costs:
+// on every 64-head decode 7-25 % (V4D-h64-k512-b32 40.4-41.8 -> 50.0-51.1), at 128 heads (two row
+// groups a key; with the runtime choice below) 5-17 % (V4D-h128-k512-b32 56.6-57.6 -> 67.3-67.4);
+// a runtime choice between the two loads in one instance cost the decodes 1-3 %. docs/PERFORMANCE.md, "keys_shared".
 #define AITER_MLA__LOAD16_OR_ZERO(QUALIFIERS)                                                                              \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate" QUALIFIERS ".v4.u32 {%0, %1, %2, %3}, [%5];\n}\n" \
                  : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)                                                            \
                  : "r"((int)ok), "l"(src))
-template <bool kWide = false>
+template <bool kWide = false, bool kKept = false>
 __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
+    static_assert(!kKept || kWide, "kept loads are wide ones");
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if constexpr (kWide) AITER_MLA__LOAD16_OR_ZERO(".L2::256B");
+    if constexpr (kKept) {
+        uint64_t normal;
+        asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, "
+                     "[%5], %6;\n}\n"
+                     : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                     : "r"((int)ok), "l"(src), "l"(normal));
+    } else if constexpr (kWide) AITER_MLA__LOAD16_OR_ZERO(".L2::256B");
     else AITER_MLA__LOAD16_OR_ZERO("");
     return v;
 }
@@ -2771,9 +2783,12 @@ struct DecodeMaps {
     CUtensorMap cache, q;
     int q_on;
 };
-template <int KVT, bool kPair = false, bool kTma = false, bool kSplit = false>
+// kKept: MODEL1 rows loaded under the evict-normal L2 policy (load16_or_zero's kKept), for a
+// caller's keys_shared.
+template <int KVT, bool kPair = false, bool kTma = false, bool kSplit = false, bool kKept = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams p, const __grid_constant__ DecodeMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // sm_90a passes alone (a launch takes it only there)
+    static_assert(!kKept || KVT == kV4Model1, "kept loads are MODEL1 rows'");
     static_assert(!kTma || (KVT == AITER_MLA_BF16 && !kPair), "the cache map is bf16 rows, a block's own");
     static_assert(!kSplit || (!Wide<KVT>::on && !kPair && !kTma), "the split scheme takes bf16 rows by cp.async");
     constexpr int kDq = qk_dims(KVT), kKSteps = kDq / 16; // k-steps of a row
@@ -3004,7 +3019,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_wgmma_kernel(DecodeParams 
                 const bool ok = k.row != nullptr;
                 const unsigned char *row = ok ? k.row : static_cast<const unsigned char *>(a.q); // a.q: not read
 #pragma unroll
-                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero<KVT == kV4Model1>(row + W::chunk_at(j, my_part), ok);
+                for (int j = 0; j < W::loads; j++) st.v[j] = load16_or_zero<KVT == kV4Model1, kKept>(row + W::chunk_at(j, my_part), ok);
                 if constexpr (is_ds_mla(KVT)) st.scales = load16_or_zero(row + kL, ok); // the four fp32 group scales
                 if constexpr (KVT == kV4Model1) st.scales = load16_or_zero<true>(ok ? k.scales : row, ok); // the even and the odd row's 8
             }
@@ -6849,6 +6864,8 @@ static hipError_t launch_mma(dim3 grid, hipStream_t s, const DecodeParams &p, in
         if constexpr (wg::kPairedKeys<KVT>)
             if (p.sparse && grid.y % 2 == 0)
                 return launch_big_smem_clusters(wg::decode_wgmma_kernel<KVT, true>, grid, dim3(1, 2, 1), wg::kThreads, kBytes, s, p, map);
+        if constexpr (KVT == kV4Model1)
+            if (p.keys_shared) return launch_big_smem(wg::decode_wgmma_kernel<KVT, false, false, false, true>, grid, wg::kThreads, kBytes, s, p, map);
         return launch_big_smem(wg::decode_wgmma_kernel<KVT>, grid, wg::kThreads, kBytes, s, p, map);
     }
 #else
@@ -7347,6 +7364,7 @@ extern "C" int aiter_mla__launch_v4_attention(const aiter_mla_v4_attention_args 
     d.o_stride_token = a->o_stride_token;
     d.o_stride_head = a->o_stride_head;
     p.v4 = 1;
+    p.keys_shared = a->keys_shared;
     p.v4_keys[0] = a->keys;
     p.v4_keys[1] = a->extra_keys;
     p.v4_splits = a->num_splits > 1 ? a->num_splits : 1;

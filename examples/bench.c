@@ -727,9 +727,10 @@ static void bench_sparse(const sparse_row *r, double gemm_tflops, int num_cu) {
  * rotate past the L2; keys split over blocks (num_splits) while the batch leaves the GPU's
  * multiprocessors idle. V4P-h{H}: prefill of 4 requests x 4096 new tokens through the same
  * kernel, token at position p attending min(p + 1, 128) raw tokens and min((p + 1) / 4,
- * 512) compressed entries straight from the MODEL1 pages; FLOPs 2 * H * keys * (512 + 512);
- * bytes: each row once however many of the request's tokens list it (its 4096 raw tokens and
- * the compressed entries its tokens pick, about 1024) + q + o.
+ * 512) compressed entries straight from the MODEL1 pages (keys_shared set; the decode rows
+ * set keys_read_once); FLOPs 2 * H * keys * (512 + 512); bytes: each row once however many of
+ * the request's tokens list it (its 4096 raw tokens and the compressed entries its tokens
+ * pick, about 1024) + q + o.
  * V4P-h{H}-ws: the same tokens and keys the way vLLM runs a prefill chunk (SPEC 7), one
  * aiter_mla_v4_prefill a timed step: it gathers the requests' compressed entries and raw
  * tokens into the bf16 workspace, builds the per-token lists into it and attends over its
@@ -875,6 +876,7 @@ static void bench_v4(const v4_row *r, double copy_gbs, double gemm_tflops, size_
     if (g_v4_splits) a.num_splits = g_v4_splits; /* the wrapper checks it */
     a.num_cu = num_cu; /* past that, blocks taking several tokens each */
     a.keys_read_once = Q == 1; /* a decode step: each token its own request's keys */
+    a.keys_shared = Q > 1;     /* a prefill: a request's tokens list the same keys */
     v4_run run = {&a, d_q, d_swa, d_cmp, sets, NULL};
     aiter_mla_v4_prefill_args pf = {0};
     int32_t *meta = NULL, *d_meta = NULL, *d_local = NULL;
@@ -1082,7 +1084,8 @@ int main(int argc, char **argv) {
         {"V4D-h64-k512-b32", 64, 512, 32, 1, 0},     {"V4D-h64-k512-b128", 64, 512, 128, 1, 0},
         {"V4D-h64-k512-b512", 64, 512, 512, 1, 0},   {"V4D-h64-k1024-b4", 64, 1024, 4, 1, 0},
         {"V4D-h64-k1024-b32", 64, 1024, 32, 1, 0},   {"V4D-h64-k1024-b128", 64, 1024, 128, 1, 0},
-        {"V4D-h64-k1024-b512", 64, 1024, 512, 1, 0}, {"V4P-h64", 64, 512, 4, 4096, 0},
+        {"V4D-h64-k1024-b512", 64, 1024, 512, 1, 0}, {"V4D-h128-k512-b32", 128, 512, 32, 1, 0},
+        {"V4D-h128-k512-b128", 128, 512, 128, 1, 0}, {"V4P-h64", 64, 512, 4, 4096, 0},
         {"V4P-h128", 128, 512, 4, 4096, 0},          {"V4P-h64-ws", 64, 512, 4, 4096, 1},
         {"V4P-h128-ws", 128, 512, 4, 4096, 1},
     };

@@ -2681,6 +2681,7 @@ static void run_v4_case(const v4_case *c, test_rng *rng) {
     a.num_splits = c->splits;
     a.num_cu = c->num_cu;
     a.keys_read_once = (int)((T + H + c->splits) & 1); /* a hint, right or wrong here (lists may share keys): the same rows */
+    a.keys_shared = (int)((T + c->splits) & 1) && !a.keys_read_once; /* the same */
     CHECK_STATUS(aiter_mla_v4_attention_workspace_size(&a, &a.workspace_bytes), AITER_MLA_OK, "");
     a.workspace = a.workspace_bytes ? gpu_malloc(a.workspace_bytes) : NULL;
     if (a.workspace) gpu_memset(a.workspace, 0xff, a.workspace_bytes); /* NaN partials: an unwritten one would show */

@@ -526,7 +526,7 @@ static const sweep_field sweep_v4_attention_fields[] = {
     SW(T_, q_stride_token, SW_I64), SW(T_, q_stride_head, SW_I64), SW(T_, o_stride_token, SW_I64), SW(T_, o_stride_head, SW_I64),
     SW(T_, num_tokens, SW_I64),     SW(T_, num_heads, SW_INT),     SW(T_, sm_scale, SW_FLOAT),     SW(T_, q_dtype, SW_DTYPE),
     SW(T_, o_dtype, SW_DTYPE),      SW_KEYS_(keys),                SW_KEYS_(extra_keys),           SWG(T_, num_splits, SW_INT),
-    SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, num_cu, SW_INT), SW(T_, keys_read_once, SW_INT)};
+    SWG(T_, workspace_bytes, SW_SIZE), SWG(T_, num_cu, SW_INT), SW(T_, keys_read_once, SW_INT), SW(T_, keys_shared, SW_INT)};
 #undef T_
 #define T_ aiter_mla_v4_prefill_args
 /* sweep-skip: batch (the GPU call reads batch + 1 entries of the host array query_start_loc_host) */
@@ -534,7 +534,7 @@ static const sweep_field sweep_v4_prefill_fields[] = {
     SW(T_, attn.q_stride_token, SW_I64), SW(T_, attn.q_stride_head, SW_I64), SW(T_, attn.o_stride_token, SW_I64),
     SW(T_, attn.o_stride_head, SW_I64), SW(T_, attn.num_tokens, SW_I64), SW(T_, attn.num_heads, SW_INT),
     SW(T_, attn.sm_scale, SW_FLOAT), SW(T_, attn.q_dtype, SW_DTYPE), SW(T_, attn.o_dtype, SW_DTYPE),
-    SWG(T_, attn.num_cu, SW_INT), SWG(T_, attn.num_splits, SW_INT), SW(T_, attn.keys_read_once, SW_INT), SW(T_, compress_ratio, SW_INT), SW(T_, window, SW_INT),
+    SWG(T_, attn.num_cu, SW_INT), SWG(T_, attn.num_splits, SW_INT), SW(T_, attn.keys_read_once, SW_INT), SW(T_, attn.keys_shared, SW_INT), SW(T_, compress_ratio, SW_INT), SW(T_, window, SW_INT),
     SW(T_, max_model_len, SW_I64), SW(T_, max_num_batched_tokens, SW_I64), SW(T_, chunk_size, SW_INT),
     SW(T_, topk_stride, SW_I64), SW(T_, topk, SW_INT), SW(T_, swa_num_blocks, SW_I64), SW(T_, swa_cache_bytes, SW_SIZE), SW(T_, swa_block_size, SW_INT),
     SW(T_, swa_page_stride_bytes, SW_I64), SW(T_, swa_fp8_dtype, SW_DTYPE), SW(T_, swa_block_table_stride, SW_I64),
@@ -7001,6 +7001,9 @@ static void test_v4_attention(void) {
             V4A_CASE(e.keys.indices_stride = 0, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.keys_read_once = -1, AITER_MLA_ERR_INVALID_ARGUMENT);
             V4A_CASE(e.keys_read_once = 1, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE(e.keys_shared = 2, AITER_MLA_ERR_INVALID_ARGUMENT);
+            V4A_CASE(e.keys_shared = 1, AITER_MLA_ERR_NO_GPU);
+            V4A_CASE((e.keys_shared = 1, e.keys_read_once = 1), AITER_MLA_ERR_INVALID_ARGUMENT);
             { /* a token's two lists hold at most 2^31 - 1 entries (the kernels count a token's keys
                  in int32): two dense strides past it, and ragged rows past it on the host */
                 static const int32_t p0[5] = {0, 0x7fff0000, 0x7fff0000, 0x7fff0000, 0x7fff0000};
