@@ -1737,8 +1737,9 @@ typedef struct aiter_mla_v4_attention_args {
                                     policy, which keeps them for the next tokens: 4 x 4096
                                     prefill tokens took 15-17 % less time at 64 and 128 heads on
                                     an H100 (docs/PERFORMANCE.md, "keys_shared"). A decode, whose
-                                    keys serve one token, runs 7-25 % slower with it. A wrong value costs time, never rows;
-                                    the reference ignores it, the prefill sets it */
+                                    keys serve one token, runs 7-25 % slower with it: a wrong 1
+                                    costs time, never rows. The reference ignores it; the
+                                    prefill sets it on its chunks */
 } aiter_mla_v4_attention_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention_ref(const aiter_mla_v4_attention_args *a);

@@ -2493,7 +2493,8 @@ __device__ __forceinline__ void regs_set() {
 // V4P-h128 8693-8948 -> 7395-7459. A decode's keys serve one token, and there the policy costs:
 // on every 64-head decode 7-25 % (V4D-h64-k512-b32 40.4-41.8 -> 50.0-51.1), at 128 heads (two row
 // groups a key; with the runtime choice below) 5-17 % (V4D-h128-k512-b32 56.6-57.6 -> 67.3-67.4);
-// a runtime choice between the two loads in one instance cost the decodes 1-3 %. docs/PERFORMANCE.md, "keys_shared".
+// a runtime choice between the two loads in one instance cost the decodes 1-3 %.
+// docs/PERFORMANCE.md, "keys_shared".
 #define AITER_MLA__LOAD16_OR_ZERO(QUALIFIERS)                                                                              \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate" QUALIFIERS ".v4.u32 {%0, %1, %2, %3}, [%5];\n}\n" \
                  : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)                                                            \
