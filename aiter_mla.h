@@ -5914,7 +5914,7 @@ static void aiter_mla__v4_prefill_chunk(const aiter_mla__v4_prefill *r, int cs, 
     at->lse = a->attn.lse ? a->attn.lse + row0 * a->attn.num_heads : NULL;
     at->num_tokens = tokens;
     at->keys_read_once = 0; /* a chunk's tokens share its workspace rows */
-    at->keys_shared = 1;
+    at->keys_shared = 1;    /* ... and reread them (the kept loads take MODEL1 rows alone) */
     memset(&at->keys, 0, sizeof at->keys);
     memset(&at->extra_keys, 0, sizeof at->extra_keys);
     at->keys.cache = a->workspace;
