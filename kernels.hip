@@ -1251,13 +1251,22 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 // -b128 34.5-34.6 -> 33.4, -b512 119.1-119.2 both, V4D-h16-k1024-b128 50.6-50.7 -> 49.7.
 // docs/PERFORMANCE.md, "The 16-row decodes' key rows under an evict-first L2 policy" and
 // "keys_read_once".
+// L2 cache policies (sm_80) for `.L2::cache_hint` operands, every line under one priority.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_normal() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
 __device__ __forceinline__ uint64_t key_l2_policy(const DecodeParams &p, const Piece &pc, int pass_rows) {
     const bool one_pass = pc.re - pc.rb <= pass_rows;
     const bool only_reader = p.sparse ? p.keys_read_once && pc.rb == 0 && pc.re == p.a.num_heads && one_pass
                                       : !p.row_split && pc.qe - pc.qs == pc.q_len && one_pass;
-    uint64_t first, normal;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+    const uint64_t first = l2_evict_first(), normal = l2_evict_normal();
     return only_reader ? first : normal;
 }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes, uint64_t l2_policy) {
@@ -2504,8 +2513,7 @@ __device__ __forceinline__ uint4 load16_or_zero(const void *src, bool ok) {
     static_assert(!kKept || kWide, "kept loads are wide ones");
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if constexpr (kKept) {
-        uint64_t normal;
-        asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+        const uint64_t normal = mma::l2_evict_normal();
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n@p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, "
                      "[%5], %6;\n}\n"
                      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
