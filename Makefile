@@ -6,7 +6,7 @@
 #   make test-gpu    the GPU test sweep only
 #   make test-gpu-mfma  (NVIDIA) the decode, sparse, prefill and V4 GPU tests on the AMD matrix-core
 #                    kernels, their 16x16x16 product emulated (AITER_MLA_MFMA_EMULATE)
-#   make bench       ceilings and decode timings (needs a GPU)
+#   make bench       ceilings, then decode, sparse, V4, small-op and prefill timings (needs a GPU)
 #   make sanitize    (NVIDIA) the quick GPU sweep under compute-sanitizer's memcheck,
 #                    racecheck and synccheck (SANITIZE_TOOLS=, SANITIZE_GROUPS=)
 #

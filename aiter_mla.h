@@ -67,7 +67,8 @@
  *        pd.max_batch = 256; pd.num_heads = 16; pd.max_q_len = 1;
  *        pd.page_size = 1;   pd.num_cu = <multiprocessor / CU count>;
  *        (page_size: a power of two 1..256, the same in pd, w, meta and a below; num_cu
- *        1..65535, the plan's list count: on a CPU-only build any count gives the right
+ *        1..65535, the plan's list count (up to 64 query rows a tile; info.num_lists
+ *        in general): on a CPU-only build any count gives the right
  *        result, but 1 plans one list and splits nothing, so the scheduled reference below
  *        replays a GPU's pieces and reduce only with that GPU's count, e.g. 132 on an H100)
  *        aiter_mla_decode_plan_info info;
@@ -304,7 +305,8 @@
  *                                                        lse_other_d after each chunk)
  *        m.num_tokens = Tq;  m.num_heads = H;  m.head_dim = 128;
  *        aiter_mla_merge_attn_states(&m, stream);
- *      (m.dtype is o's type: set it to p.o_dtype when that is not the default bf16.)
+ *      (m.dtype is o's type, bf16 when left 0: set it whenever o is not bf16, e.g. f16
+ *      q/k/v with p.o_dtype left 0, whose o is f16.)
  *      After the last chunk o_d holds the result and lse_d its lse (after that chunk's swap).
  *   For many requests, a persistent plan (aiter_mla_prefill_plan_*) balances the query
  *   tiles over the GPU.
@@ -857,7 +859,7 @@ typedef struct aiter_mla_decode_args {
                                    arrays (only the scheduled reference checks) */
     const aiter_mla_decode_plan_info *plan_info; /* host struct the plan was sized with */
     void *workspace;            /* info.workspace_bytes: fp32 partials (same memory space as plan) */
-    size_t workspace_bytes;
+    size_t workspace_bytes;     /* workspace's size, >= info.workspace_bytes (checked) */
     int batch;                  /* 1..plan max_batch */
     int num_heads;              /* H, 1..128 (equal to the plan's) */
     int page_size;              /* power of two 1..256 (equal to the plan's); 0 means 1 */
@@ -921,7 +923,8 @@ AITER_MLA_API aiter_mla_status aiter_mla_reduce_ref(const aiter_mla_reduce_args 
  * o_prefix or o_suffix itself (a running merge: each value is read before it is written)
  * but not overlap either otherwise, nor lse_prefix or lse_suffix; lse must not overlap any
  * input or o (alternate two lse buffers); all checked. dtype is the o buffers' type: the
- * prefill's o_dtype (both default to bf16). */
+ * prefill's o_dtype as resolved (0 there means qkv_dtype, bf16 for fp8; 0 here means bf16,
+ * so set it for f16 or f32 o). */
 typedef struct aiter_mla_merge_args {
     const void *o_prefix;       /* [T, H, head_dim] dtype */
     const float *lse_prefix;    /* [H, T] */
@@ -930,9 +933,9 @@ typedef struct aiter_mla_merge_args {
     void *o;                    /* [T, H, head_dim] dtype */
     float *lse;                 /* [H, T], optional */
     int64_t num_tokens;         /* T >= 0 */
-    int num_heads;              /* >= 1 */
-    int head_dim;               /* >= 1 */
-    aiter_mla_dtype dtype;      /* DEFAULT means bf16; f32 allowed */
+    int num_heads;              /* 1..65536 */
+    int head_dim;               /* 1..65536 */
+    aiter_mla_dtype dtype;      /* o's type: bf16, f16 or f32; DEFAULT means bf16 */
 } aiter_mla_merge_args;
 
 AITER_MLA_API aiter_mla_status aiter_mla_merge_attn_states_ref(const aiter_mla_merge_args *a);
@@ -988,7 +991,7 @@ typedef struct aiter_mla_prefill_args {
                                     SMs), >= 0. The wgmma kernel then launches at most num_cu blocks,
                                     each taking the grid's blocks in turn (above); a wrong count
                                     costs time, never rows. 0: a block for each grid block */
-    int num_heads;               /* >= 1 */
+    int num_heads;               /* 1..65536 (1..65535 with a plan) */
     int dqk, dv;                 /* 64, 128, 192 or 256 each, dv <= dqk; 0 means 192 / 128 */
     int causal;                  /* 0 or 1 */
     float sm_scale;              /* the model's scale (see model_scale in the manual); 0 means
@@ -1002,7 +1005,7 @@ typedef struct aiter_mla_prefill_args {
     const struct aiter_mla_prefill_plan_info *plan_info; /* host, with plan */
     void *workspace;             /* with plan: plan_info->workspace_bytes (fp32 partials), 16-byte
                                     aligned; NULL is accepted where that size is 0 */
-    size_t workspace_bytes;
+    size_t workspace_bytes;      /* workspace's size, >= plan_info->workspace_bytes (checked) */
 } aiter_mla_prefill_args;
 
 /* CPU reference on host pointers; plan, plan_info and workspace are neither read nor checked. */
@@ -1049,7 +1052,11 @@ typedef struct aiter_mla_prefill_plan_desc {
 
 typedef struct aiter_mla_prefill_plan_info {
     aiter_mla_prefill_plan_desc desc; /* with defaults resolved */
+    /* bounds the buffers are sized for: query tiles (max_q_tokens / tile_q + max_batch), work
+       items (tiles + num_cu - 1), split pieces (min(work, 2 (num_cu - 1))), their rows (x tile_q) */
     int32_t max_tiles, max_work, max_partials, max_partial_rows;
+    /* int32 offsets into the plan buffer of work_indptr [num_cu + 1], work_info [max_work, 8],
+       reduce_indptr, reduce_final_map and reduce_partial_map (as the decode plan's, above) */
     int64_t off_work_indptr, off_work_info, off_reduce_indptr, off_reduce_final_map, off_reduce_partial_map;
     int64_t plan_ints;      /* int32 elements of the plan buffer */
     size_t workspace_bytes; /* fp32 partial o [max_partial_rows, H, dv] + lse [.., H], where
@@ -1133,7 +1140,7 @@ typedef struct aiter_mla_sparse_index_args {
     const int32_t *workspace_starts; /* [num_requests] prefill form: first row of each request */
     int num_requests;                /* >= 1 */
     int64_t num_tokens;              /* >= 0 */
-    int topk;                        /* >= 1 */
+    int topk;                        /* 1..2^20 */
     int32_t *out;                    /* [num_tokens, out_stride] global slots */
     int64_t out_stride;              /* 0 means topk */
     int32_t *valid_counts;           /* [num_tokens], optional */
@@ -1152,7 +1159,7 @@ typedef struct aiter_mla_filter_prefill_args {
     const int32_t *ctx_lens;  /* [num_requests] cached context length of each request */
     int num_requests;         /* >= 1 */
     int64_t num_tokens;       /* >= 0 */
-    int topk;                 /* >= 1 */
+    int topk;                 /* 1..2^20 */
     int32_t *context_out;     /* [num_tokens, topk] */
     int32_t *new_out;         /* [num_tokens, topk] */
 } aiter_mla_filter_prefill_args;
@@ -1245,7 +1252,7 @@ AITER_MLA_API void aiter_mla_ds_mla_read_row(const void *row, aiter_mla_dtype fp
 typedef struct aiter_mla_sparse_args {
     const void *q;               /* [num_tokens, H, 576] q_dtype */
     const void *kv_cache;        /* [num_slots, 576] bf16, or [num_slots, 656] bytes fp8_ds_mla */
-    int64_t num_slots;           /* >= 1 */
+    int64_t num_slots;           /* 1..2^31 - 1 */
     size_t kv_cache_bytes;       /* optional (0: not given): kv_cache's size, at least num_slots rows
                                     of the format cache_is_ds_mla names (checked: fp8_ds_mla rows
                                     described as bf16 ones fail here) */
@@ -1262,7 +1269,7 @@ typedef struct aiter_mla_sparse_args {
     float *max_logits;           /* [num_tokens, H], optional */
     int64_t num_tokens;          /* >= 0 */
     int num_heads;               /* 1..128 */
-    int topk;                    /* >= 1 */
+    int topk;                    /* 1..2^20 */
     float sm_scale;              /* the model's scale (see model_scale in the manual); 0 means
                                     1/sqrt(576) */
     aiter_mla_dtype q_dtype;     /* bf16 or f16; DEFAULT means bf16 */
@@ -1529,7 +1536,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_swa_indices(const aiter_mla_v4_swa_i
 typedef struct aiter_mla_v4_topk_args {
     const int32_t *topk_indices; /* [num_tokens, topk_stride] request-local, -1 = none */
     int64_t topk_stride;         /* >= topk; 0 means topk */
-    int topk;                    /* >= 1 */
+    int topk;                    /* 1..2^20 */
     const int32_t *token_to_req; /* [num_tokens] */
     const uint8_t *is_valid_token; /* [num_tokens], optional (NULL: all valid) */
     const int32_t *block_table;  /* [num_reqs, block_table_stride] compressed cache page ids */
@@ -1561,7 +1568,7 @@ typedef struct aiter_mla_v4_c128_args {
                                     (2 at ratio 128), at least 1 */
     int num_reqs;                /* >= 1 in the global form */
     int compress_ratio;          /* 1..65536; 0 means 128 */
-    int width;                   /* most entries per token, >= 1: at least ceil(max_model_len /
+    int width;                   /* most entries per token, 1..2^24: at least ceil(max_model_len /
                                     compress_ratio), or a token's list keeps its oldest `width` */
     int64_t num_tokens;          /* >= 0 */
     aiter_mla_v4_index_out out;  /* width `width` */
@@ -1602,7 +1609,7 @@ typedef struct aiter_mla_v4_combine_args {
     const int32_t *gather_lens;  /* [num_reqs] optional; NULL means q_len + min(prefix, W - 1) */
     int num_reqs;                /* >= 1 */
     int window;                  /* W, 1..65536; 0 means 128 */
-    int compress_ratio;          /* >= 1; 0 means 1 */
+    int compress_ratio;          /* 1..65536; 0 means 1 */
     int64_t M;                   /* workspace rows per request, >= N + every gather_len
                                     (aiter_mla_v4_workspace_rows gives vLLM's) */
     int64_t N;                   /* compressed rows at the front of each block, 0..M */
@@ -1714,7 +1721,7 @@ typedef struct aiter_mla_v4_attention_args {
                                     reference ignores it (and the workspace) */
     void *workspace;             /* num_splits > 1: aiter_mla_v4_attention_workspace_size bytes,
                                     4-byte aligned, device memory */
-    size_t workspace_bytes;
+    size_t workspace_bytes;      /* workspace's size, >= what it needs (checked) */
     int num_cu;                  /* GPU, optional: the device's multiprocessors (CUs, SMs), 0..65536.
                                     In AITER_MLA_WGMMA builds the warpgroup kernel (more than 16
                                     heads) and the 16-head kernel over MODEL1 e4m3fn pages with one
@@ -1794,7 +1801,7 @@ typedef struct aiter_mla_v4_prefill_args {
     int window;                  /* W, 1..65536; 0 means 128 */
     int64_t max_model_len;       /* >= every seq_len (sizes N) */
     int64_t max_num_batched_tokens; /* >= the batch's tokens (sizes M and the lists) */
-    int chunk_size;              /* requests per chunk, >= 1; 0 means 4 */
+    int chunk_size;              /* requests per chunk, 1..65536; 0 means 4 */
     const int32_t *topk_indices; /* [T, topk_stride] request-local compressed entries of each
                                     token (ratio 4: the indexer's; ratio 128: the local form of
                                     aiter_mla_v4_c128_indices_ref); ratio > 1 only */
@@ -1805,7 +1812,7 @@ typedef struct aiter_mla_v4_prefill_args {
     size_t swa_cache_bytes;      /* optional (0: not given): swa_cache's size, at least
                                     swa_num_blocks pages of their stride (checked) */
     int swa_block_size;          /* 1..1024; 0 means 64 */
-    int64_t swa_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(swa_block_size) */
+    int64_t swa_page_stride_bytes; /* >= swa_block_size x 584; 0 means aiter_mla_v4_page_bytes(swa_block_size) */
     aiter_mla_dtype swa_fp8_dtype; /* DEFAULT means e4m3fn; pass e4m3fnuz for vLLM's gfx942 SWA cache */
     const int32_t *swa_block_table; /* [batch, swa_block_table_stride] */
     int64_t swa_block_table_stride; /* >= 1 */
@@ -1813,8 +1820,8 @@ typedef struct aiter_mla_v4_prefill_args {
     int64_t compressed_num_blocks; /* >= 1 when ratio > 1 */
     size_t compressed_cache_bytes; /* optional (0: not given): compressed_cache's size, at least
                                     compressed_num_blocks pages of their stride (checked) */
-    int compressed_block_size;   /* 0 means 256 / compress_ratio (at least 1) */
-    int64_t compressed_page_stride_bytes; /* 0 means aiter_mla_v4_page_bytes(block size) */
+    int compressed_block_size;   /* 1..1024; 0 means 256 / compress_ratio (at least 1) */
+    int64_t compressed_page_stride_bytes; /* >= block size x 584; 0 means aiter_mla_v4_page_bytes(block size) */
     aiter_mla_dtype compressed_fp8_dtype; /* DEFAULT means e4m3fn */
     const int32_t *compressed_block_table; /* [batch, compressed_block_table_stride] */
     int64_t compressed_block_table_stride; /* >= 1 when ratio > 1 */
@@ -1823,7 +1830,7 @@ typedef struct aiter_mla_v4_prefill_args {
                                     (device memory for the GPU call); not over attn.q, which
                                     the gathers would overwrite before the attention reads it,
                                     nor over any other array (checked, as attn.workspace is) */
-    size_t workspace_bytes;
+    size_t workspace_bytes;      /* workspace's size, >= aiter_mla_v4_prefill_workspace_size (checked) */
 } aiter_mla_v4_prefill_args;
 
 /* Bytes of workspace the prefill needs, from the sizing fields only (chunk_size,
