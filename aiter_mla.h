@@ -782,7 +782,7 @@ typedef struct aiter_mla_decode_plan_view {
 AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_get_info(const aiter_mla_decode_plan_desc *d,
                                                               aiter_mla_decode_plan_info *info);
 /* Fill plan (host, info->plan_ints int32) from host arrays: qo_indptr [batch+1],
- * kv_indptr [batch+1], kv_last_page_lens [batch]. */
+ * kv_indptr [batch+1], kv_last_page_lens [batch], none of them inside plan (checked). */
 AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decode_plan_info *info,
                                                            const int32_t *qo_indptr, const int32_t *kv_indptr,
                                                            const int32_t *kv_last_page_lens, int batch,
@@ -1079,8 +1079,9 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_get_info(const aiter_mla_p
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_fit_lists(aiter_mla_prefill_plan_desc *d, int device_cu,
                                                                 const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k, int batch,
                                                                 int causal);
-/* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host). The plan holds for
- * these cu_seqlens and this causal flag only: the prefill call's must be the same. */
+/* Fill plan (host) from cu_seqlens_q / cu_seqlens_k [batch + 1] (host, not inside plan:
+ * checked). The plan holds for these cu_seqlens and this causal flag only: the prefill
+ * call's must be the same. */
 AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_prefill_plan_info *info,
                                                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                                                             int batch, int causal, int32_t *plan);
@@ -3288,6 +3289,13 @@ AITER_MLA_API aiter_mla_status aiter_mla_decode_plan_build(const aiter_mla_decod
     AITER_MLA__CHECK(aiter_mla__plan_info_check(op, info));
     AITER_MLA__NEED_ARRAY(op, plan, "plan");
     AITER_MLA__CHECK(aiter_mla__plan_inputs_check(op, info, qo, kvp, last, batch));
+    { /* the build zeroes the plan, then reads the lengths again */
+        const aiter_mla__span ins[3] = {aiter_mla__span_of(qo, (int64_t)batch + 1, 4, "qo_indptr"),
+                                        aiter_mla__span_of(kvp, (int64_t)batch + 1, 4, "kv_indptr"),
+                                        aiter_mla__span_of(last, batch, 4, "kv_last_page_lens")};
+        const aiter_mla__span out = aiter_mla__span_of(plan, info->plan_ints, 4, "plan");
+        AITER_MLA__CHECK(aiter_mla__check_arrays(op, &out, 1, ins, 3));
+    }
     ps = info->desc.page_size;
     tpt = info->tokens_per_tile;
     ncu = info->num_lists;
@@ -4283,9 +4291,9 @@ static aiter_mla_status aiter_mla__sparse_call(const char *op, const aiter_mla_s
     if (a.num_tokens * a.indices_stride > INT32_MAX)
         return aiter_mla__fail(AITER_MLA_ERR_UNSUPPORTED, "%s: num_tokens * indices_stride = %lld exceeds 2^31 - 1 (split the batch)",
                                op, (long long)(a.num_tokens * a.indices_stride));
+    AITER_MLA__CHECK(aiter_mla__sparse_disjoint(op, &a)); /* with no tokens too: the reference and the query check it */
     if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__check_aligned(op, a.kv_cache, 16, "kv_cache"));
-    AITER_MLA__CHECK(aiter_mla__sparse_disjoint(op, &a));
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_sparse(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_sparse_attention(const aiter_mla_sparse_args *in, void *stream) {
@@ -4666,6 +4674,12 @@ AITER_MLA_API aiter_mla_status aiter_mla_prefill_plan_build(const aiter_mla_pref
     int b, cu = 0, ncu;
     AITER_MLA__CHECK(aiter_mla__prefill_plan_inputs(op, info, cq, ck, batch, causal));
     AITER_MLA__NEED_ARRAY(op, plan, "plan");
+    { /* the build zeroes the plan, then reads the lengths again */
+        const aiter_mla__span ins[2] = {aiter_mla__span_of(cq, (int64_t)batch + 1, 4, "cu_seqlens_q"),
+                                        aiter_mla__span_of(ck, (int64_t)batch + 1, 4, "cu_seqlens_k")};
+        const aiter_mla__span out = aiter_mla__span_of(plan, info->plan_ints, 4, "plan");
+        AITER_MLA__CHECK(aiter_mla__check_arrays(op, &out, 1, ins, 2));
+    }
     ncu = info->desc.num_cu;
     total = aiter_mla__prefill_units(cq, ck, batch, causal, tq, gran);
     avg = total / ncu;
@@ -5708,9 +5722,9 @@ static aiter_mla_status aiter_mla__v4_attention_call(const char *op, const aiter
                                                      aiter_mla_kernel *kernel, void *stream) {
     aiter_mla_v4_attention_args a;
     AITER_MLA__CHECK(aiter_mla__v4_attn_resolve(op, "", in, &a, 1, 0));
-    if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     if (a.num_tokens > 0) AITER_MLA__CHECK(aiter_mla__v4_splits_check(op, "workspace", &a, "the splits' partials"));
-    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a, 0, 1));
+    AITER_MLA__CHECK(aiter_mla__v4_attention_disjoint(op, &a, 0, 1)); /* with no tokens too, as the reference and the query */
+    if (a.num_tokens == 0 && !kernel) return aiter_mla__nothing_to_launch(op);
     return AITER_MLA__LAUNCH_OR_PICK(op, kernel, aiter_mla__launch_v4_attention(&a, kernel, stream));
 }
 AITER_MLA_API aiter_mla_status aiter_mla_v4_attention(const aiter_mla_v4_attention_args *in, void *stream) {
@@ -5783,6 +5797,7 @@ AITER_MLA_API aiter_mla_status aiter_mla_v4_prefill_workspace_size(const aiter_m
 typedef struct aiter_mla__v4_prefill {
     aiter_mla_v4_prefill_args a;
     int64_t M, N, width, tokens;
+    int64_t workspace_need; /* bytes of the workspace the call uses (workspace_bytes may say more) */
     int64_t split_bytes; /* the GPU attention's split partials in attn.workspace, for the largest chunk (else 0) */
     int32_t *gather_lens, *compressed_lens, *chunk_qsl, *indptr, *lists; /* [chunk_size] x 2, [chunk_size + 1],
                                                                             [max_num_batched_tokens + 1], the entries */
@@ -5801,6 +5816,7 @@ static aiter_mla_status aiter_mla__v4_prefill_resolve(const char *op, const aite
     *a = *in;
     r->split_bytes = 0;
     AITER_MLA__CHECK(aiter_mla__v4_prefill_sizes(op, a, &r->M, &r->N, &r->width, &bytes));
+    r->workspace_need = (int64_t)bytes; /* below 2^63: int32 row and entry counts */
     AITER_MLA__RANGE(op, a->batch, 1, INT32_MAX - 1, "batch");
     AITER_MLA__CHECK(aiter_mla__v4_pages_resolve(op, "swa_", a->swa_num_blocks, &a->swa_block_size, &a->swa_page_stride_bytes,
                                                  &a->swa_fp8_dtype, "fp8_dtype", 64, a->swa_cache_bytes, "cache_bytes"));
@@ -5956,7 +5972,7 @@ static aiter_mla_status aiter_mla__v4_prefill_run(const char *op, const aiter_ml
                                "compressed_block_table"),
             aiter_mla__span_of(a->attn.attn_sink, a->attn.num_heads, 4, "attn.attn_sink")};
         aiter_mla__span outs[4];
-        outs[0] = aiter_mla__span_of(a->workspace, (int64_t)a->workspace_bytes, 1, "workspace");
+        outs[0] = aiter_mla__span_of(a->workspace, r.workspace_need, 1, "workspace"); /* what it writes */
         outs[1] = aiter_mla__span_of(a->attn.workspace, r.split_bytes, 1, "attn.workspace");
         outs[2] = aiter_mla__span_strided(a->attn.o, T, a->attn.num_heads, a->attn.o_stride_token, a->attn.o_stride_head,
                                           AITER_MLA_V4_HEAD_DIM, aiter_mla_dtype_size(a->attn.o_dtype), "attn.o");

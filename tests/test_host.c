@@ -3752,6 +3752,57 @@ static void test_decode_validation(void) {
 /* =====================================================================================
  * hardening: tampered plan info, overflowing slots, misaligned workspace
  * ===================================================================================== */
+/* A plan builder zeroes its plan before it reads the lengths again: lengths inside the plan
+ * buffer would change under it (a million tiles from two requests), so they are refused. */
+static void test_plan_build_overlap(void) {
+    {
+        aiter_mla_decode_plan_desc d;
+        aiter_mla_decode_plan_info info;
+        int32_t kvp[3] = {0, 1, 2}, last[2] = {1, 1}, *plan, *qo;
+        memset(&d, 0, sizeof d);
+        d.max_batch = 2;
+        d.num_heads = 16;
+        d.max_q_len = 1;
+        d.num_cu = 4;
+        CHECK_STATUS(aiter_mla_decode_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        plan = alloc_i32(info.plan_ints + 1);
+        qo = plan + info.plan_ints - 2; /* qo_indptr's first two entries are the plan's last two */
+        qo[0] = 1000000;
+        qo[1] = 1000001;
+        qo[2] = 1000002;
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, qo, kvp, last, 2, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "plan overlaps qo_indptr");
+        CHECK(qo[0] == 1000000 && qo[1] == 1000001, "decode plan build wrote its plan before refusing it");
+        CHECK_STATUS(aiter_mla_decode_plan_build(&info, kvp, kvp, last, 2, plan + 1), AITER_MLA_OK, "");
+        free(plan);
+    }
+    {
+        aiter_mla_prefill_plan_desc d;
+        aiter_mla_prefill_plan_info info;
+        int32_t ck[3] = {0, 16, 32}, *plan, *cq;
+        memset(&d, 0, sizeof d);
+        d.max_batch = 2;
+        d.max_q_tokens = 64;
+        d.num_heads = 1;
+        d.num_cu = 4;
+        d.tile_q = 16;
+        d.kv_granularity = 16;
+        CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "");
+        plan = alloc_i32(info.plan_ints + 1);
+        cq = plan + info.plan_ints - 2;
+        cq[0] = 100000000;
+        cq[1] = 100000016;
+        cq[2] = 100000032;
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, cq, ck, 2, 0, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "plan overlaps cu_seqlens_q");
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, ck, cq, 2, 0, plan), AITER_MLA_ERR_INVALID_ARGUMENT,
+                     "plan overlaps cu_seqlens_k");
+        CHECK(cq[0] == 100000000 && cq[1] == 100000016, "prefill plan build wrote its plan before refusing it");
+        CHECK_STATUS(aiter_mla_prefill_plan_build(&info, ck, ck, 2, 0, plan), AITER_MLA_OK, "");
+        free(plan);
+    }
+}
+
 static void test_hardening(void) {
     aiter_mla_decode_plan_desc d;
     aiter_mla_decode_plan_info info, bad;
@@ -5805,6 +5856,12 @@ static void test_attention_wrappers(void) {
     t.num_tokens = 0; /* nothing to launch: the cache's alignment is not checked, by the query either */
     CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
     CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
+    t = s; /* no tokens, q off its alignment: the call, its query and the reference refuse it alike */
+    t.num_tokens = 0;
+    t.q = (const char *)s.q + 1;
+    CHECK_STATUS(aiter_mla_sparse_attention(&t, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "q");
+    CHECK_STATUS(aiter_mla_sparse_attention_ref(&t), AITER_MLA_ERR_INVALID_ARGUMENT, "q");
+    CHECK_KERNEL_LIKE_CALL(sparse_attention, &t);
     free(cache);
 }
 
@@ -7092,6 +7149,11 @@ static void test_v4_attention(void) {
                 e.workspace = ws_small + 1;
                 CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_NO_GPU, "AITER_MLA_NO_GPU");
                 CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
+                e.q = (const char *)a.q + 1; /* q off its alignment: refused alike with no tokens too */
+                CHECK_STATUS(aiter_mla_v4_attention(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "q");
+                CHECK_STATUS(aiter_mla_v4_attention_ref(&e), AITER_MLA_ERR_INVALID_ARGUMENT, "q");
+                CHECK_KERNEL_LIKE_CALL(v4_attention, &e);
+                e.q = a.q;
                 e.num_tokens = a.num_tokens;
                 e.workspace = ws = malloc(need);
                 e.workspace_bytes = need;
@@ -7604,6 +7666,11 @@ static void run_v4_prefill_case(int ratio, int H, int chunk_size, aiter_mla_dtyp
                 CHECK_STATUS(aiter_mla_v4_prefill_ref(&h), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
                 e.attn.q = h.attn.q;
                 CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
+                /* a workspace_bytes past 2^63 still spans what the call writes */
+                h.workspace_bytes = e.workspace_bytes = SIZE_MAX;
+                CHECK_STATUS(aiter_mla_v4_prefill_ref(&h), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
+                CHECK_STATUS(aiter_mla_v4_prefill(&e, NULL), AITER_MLA_ERR_INVALID_ARGUMENT, "workspace overlaps attn.q");
+                e.workspace_bytes = p.workspace_bytes;
                 e.attn.q = p.attn.q;
             }
         }
@@ -10000,6 +10067,7 @@ int main(int argc, char **argv) {
     test_merge_ref();
     test_kv_cache_write();
     test_decode_validation();
+    test_plan_build_overlap();
     test_hardening();
     test_expand_one_edges();
     test_sparse_indices();
