@@ -3752,6 +3752,19 @@ static void test_decode_validation(void) {
 /* =====================================================================================
  * hardening: tampered plan info, overflowing slots, misaligned workspace
  * ===================================================================================== */
+/* A prefill plan for two requests of up to 64 query tokens, in tiles and KV units of 16. */
+static aiter_mla_prefill_plan_desc small_prefill_plan_desc(int num_heads, int num_cu) {
+    aiter_mla_prefill_plan_desc d;
+    memset(&d, 0, sizeof d);
+    d.max_batch = 2;
+    d.max_q_tokens = 64;
+    d.num_heads = num_heads;
+    d.num_cu = num_cu;
+    d.tile_q = 16;
+    d.kv_granularity = 16;
+    return d;
+}
+
 /* A plan builder zeroes its plan before it reads the lengths again: lengths inside the plan
  * buffer would change under it (a million tiles from two requests), so they are refused. */
 static void test_plan_build_overlap(void) {
@@ -3777,16 +3790,9 @@ static void test_plan_build_overlap(void) {
         free(plan);
     }
     {
-        aiter_mla_prefill_plan_desc d;
+        const aiter_mla_prefill_plan_desc d = small_prefill_plan_desc(1, 4);
         aiter_mla_prefill_plan_info info;
         int32_t ck[3] = {0, 16, 32}, *plan, *cq;
-        memset(&d, 0, sizeof d);
-        d.max_batch = 2;
-        d.max_q_tokens = 64;
-        d.num_heads = 1;
-        d.num_cu = 4;
-        d.tile_q = 16;
-        d.kv_granularity = 16;
         CHECK_STATUS(aiter_mla_prefill_plan_get_info(&d, &info), AITER_MLA_OK, "");
         plan = alloc_i32(info.plan_ints + 1);
         cq = plan + info.plan_ints - 2;
@@ -3936,16 +3942,9 @@ static void test_hardening(void) {
         free(pt);
     }
     { /* a prefill plan whose split piece claims partial row INT32_MAX is refused, not overflowed */
-        aiter_mla_prefill_plan_desc pd;
+        const aiter_mla_prefill_plan_desc pd = small_prefill_plan_desc(2, 3);
         aiter_mla_prefill_plan_info pi;
         int32_t cq[3] = {0, 20, 50}, ck[3] = {0, 40, 100}, *pp, w, corrupted = 0;
-        memset(&pd, 0, sizeof pd);
-        pd.max_batch = 2;
-        pd.max_q_tokens = 64;
-        pd.num_heads = 2;
-        pd.num_cu = 3;
-        pd.tile_q = 16;
-        pd.kv_granularity = 16;
         CHECK_STATUS(aiter_mla_prefill_plan_get_info(&pd, &pi), AITER_MLA_OK, "");
         pp = (int32_t *)test_calloc((size_t)pi.plan_ints * sizeof(int32_t));
         CHECK_STATUS(aiter_mla_prefill_plan_build(&pi, cq, ck, 2, 1, pp), AITER_MLA_OK, "");
