@@ -9,6 +9,8 @@
 #   make bench       ceilings, then decode, sparse, V4, small-op and prefill timings (needs a GPU)
 #   make sanitize    (NVIDIA) the quick GPU sweep under compute-sanitizer's memcheck,
 #                    racecheck and synccheck (SANITIZE_TOOLS=, SANITIZE_GROUPS=)
+#   make test-host   the host tests only; make test-all: make test and the host builds CI
+#                    has no time for (below); make clean
 #
 # GPU=auto|cuda|hip|none picks the GPU compiler (auto: the vendor whose GPU is present);
 # ARCH= overrides the target (sm_90a, sm_100a, gfx942, gfx950, "gfx942,gfx950", ...), which is

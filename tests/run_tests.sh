@@ -55,9 +55,10 @@ started=$(now)
 # checked up to the compilers' back ends, which take most of the time (CI has two cores and
 # 20 minutes); the two PTX checks optimise at -O1 (-Xcicc -O1: the same front end, warnings
 # and kernels as -O3, in a tenth of the time; -O3's device code is what the sm_90a check
-# compiles to machine code): sm_90 to PTX (its kernels are the sm_90a build's, less the warpgroup ones),
-# sm_80 to PTX with AITER_MLA_WGMMA (the pass of a build for several targets that compiles
-# the sm_90 and sm_90a kernels' bodies out: portable decode, mma.sync prefill; and the host
+# compiles to machine code): sm_90 to PTX (the sm_90a build's kernels less the warpgroup and bulk-copy
+# ones, plus the mma.sync instances sm_90a leaves to them), sm_80 to PTX with AITER_MLA_WGMMA
+# (the pass of a build for several targets that compiles the sm_90 and sm_90a kernels' bodies
+# out: Ampere's mma.sync decode, sparse and V4 instances, the mma.sync prefill; and the host
 # code that picks them at run time), and gfx90a to LLVM IR (the source path of gfx940's
 # matrix-core kernels; front end and code generation, so every kernel is instantiated for it
 # and its builtins checked). nvcc's own warnings are errors too (-Werror all-warnings).

@@ -1450,8 +1450,9 @@ static void test_bad_plans(test_rng *rng) {
         c.bad_plans = 1;
         run_decode_case(&c, rng);
     }
-    /* the persistent prefill plan on each prefill kernel: bf16 and e4m3fn (sm_90a: the wgmma
-     * kernel), f16 (the mma one), and 64/64 dims (the portable one on NVIDIA) */
+    /* the persistent prefill plan on the tensor-core prefills: bf16, e4m3fn and f16 at 192/128 or
+     * 128/128 (sm_90a: the wgmma kernel; mma.sync elsewhere), 64/64 bf16 (mma.sync; the portable
+     * kernel in test_gpu_mfma). No case here reaches the portable prefill on NVIDIA. */
     {
         static const struct {
             int dqk, dv;
