@@ -196,7 +196,7 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     const aiter_mla_decode_args &a = p.a;
     const int32_t *wi = p.work_info + (int64_t)w * AITER_MLA_WORK_INTS;
     const int b = wi[0], loc = wi[1], qs = wi[2], qe = wi[3], ks = wi[4], ke = wi[5], off = wi[6];
-    const int q_rows = a.qo_indptr[a.batch];
+    const int q_rows = a.qo_indptr[a.batch], kv_pages = a.kv_indptr[a.batch]; // kv_indices' length
     const bool b_ok = b >= 0 && b < a.batch;
     const bool rows_ok = b_ok && 0 <= qs && qs <= qe && qe <= q_rows && (loc == -1 || (loc >= 0 && (int64_t)loc + qe - qs <= p.max_partial_rows));
     Piece c;
@@ -207,7 +207,9 @@ __device__ __forceinline__ Piece load_piece(const DecodeParams &p, int w) {
     c.q_begin = a.qo_indptr[c.b];
     c.q_len = a.qo_indptr[c.b + 1] - c.q_begin;
     const int kv0 = a.kv_indptr[c.b], kv1 = a.kv_indptr[c.b + 1];
-    const bool keys_ok = rows_ok && kv0 <= ks && ks <= ke && ke <= kv1 && off >= 0;
+    // the pages inside the request's and inside kv_indices (an indptr that decreases would
+    // otherwise pass a piece past the array's end)
+    const bool keys_ok = rows_ok && 0 <= ks && kv0 <= ks && ks <= ke && ke <= kv1 && ke <= kv_pages && off >= 0;
     c.ks = keys_ok ? ks : kv0;
     const int last = min(max(a.kv_last_page_lens[c.b], 1), a.page_size);
     c.kv_len = aiter_mla__kv_len(kv1 - kv0, last, a.page_size);
