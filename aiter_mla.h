@@ -1620,9 +1620,10 @@ typedef struct aiter_mla_v4_combine_args {
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine_ref(const aiter_mla_v4_combine_args *a);
 /* The GPU combine. The token count query_start_loc[num_reqs] - query_start_loc[0] is read
  * on the device (none when negative); the outputs, and topk_indices when topk > 0, must
- * hold that many rows (the library cannot see them). A token whose request's range does not hold it (query_start_loc not monotone), or whose request has
- * seq_len < q_len, a gather_len outside [q_len + min(prefix, W - 1), seq_len] or
- * N + gather_len > M, gets length 0 (the reference refuses all of these). */
+ * hold that many rows (the library cannot see them). A token whose request's range does
+ * not hold it (query_start_loc not monotone), or whose request has seq_len < q_len, a
+ * gather_len outside [q_len + min(prefix, W - 1), seq_len] or N + gather_len > M, gets
+ * length 0 (the reference refuses all of these). */
 AITER_MLA_API aiter_mla_status aiter_mla_v4_combine(const aiter_mla_v4_combine_args *a, void *stream);
 
 /* _copy_ragged_to_graph_buffers: copy a ragged list into persistent buffers of fixed
